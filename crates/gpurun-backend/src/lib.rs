@@ -1,0 +1,1 @@
+//! The Device trait and its backends.

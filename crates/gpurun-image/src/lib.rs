@@ -1,0 +1,1 @@
+//! Parse GPU images once, up front.

@@ -1,0 +1,1 @@
+//! `#[gpurun::test]` and `#[gpurun::kernel]`.

@@ -1,0 +1,1 @@
+//! Raw HSA bindings, loaded at run time.

@@ -1,0 +1,1 @@
+//! The libtest-mimic harness.

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what building and testing cargo-gpurun needs on a fresh machine. Idempotent: each step
+# checks first, so a second run costs a few seconds.
+#   - nightly rust-src + llvm-tools (device builds with -Zbuild-std; llvm-link/opt/llc/rust-lld)
+#   - ptxas from PyPI (nvidia-cuda-nvcc-cu12): offline validation of the PTX we emit
+#   - Debian's HSA runtime and headers: the real runtime's error paths and the hsa-sys layout test
+set -euo pipefail
+
+say() { echo "setup: $*" >&2; }
+
+if ! rustup toolchain list | grep -q '^nightly'; then
+    say "installing the nightly toolchain"
+    rustup toolchain install nightly --profile minimal
+fi
+installed=$(rustup component list --toolchain nightly --installed)
+missing=()
+grep -q '^rust-src' <<<"$installed" || missing+=(rust-src)
+grep -q '^llvm-tools' <<<"$installed" || missing+=(llvm-tools)
+if ((${#missing[@]})); then
+    say "rustup component add ${missing[*]} --toolchain nightly"
+    rustup component add "${missing[@]}" --toolchain nightly
+fi
+
+if ! command -v ptxas >/dev/null && ! python3 -c 'import nvidia.cuda_nvcc' 2>/dev/null; then
+    say "pip install nvidia-cuda-nvcc-cu12 (ptxas)"
+    python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvcc-cu12
+fi
+
+if ! [ -e /usr/include/hsa/hsa.h ] || ! ldconfig -p | grep -q libhsa-runtime64.so.1; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "apt-get install libhsa-runtime64-1 libhsa-runtime-dev"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libhsa-runtime64-1 libhsa-runtime-dev >/dev/null
+    else
+        say "warning: HSA runtime/headers missing and apt-get is not usable; HSA tests will report it"
+    fi
+fi
