@@ -1,1 +1,19 @@
-//! Raw HSA bindings, loaded at run time.
+//! Raw bindings for the subset of the HSA runtime (ROCr: `hsa.h`, `hsa_ext_amd.h`) that
+//! cargo-gpurun uses, loaded at run time so that a binary built with them runs where ROCm is
+//! absent.
+//!
+//! No crate of this name exists upstream; these bindings are written by hand, committed, and
+//! checked against Debian's `libhsa-runtime-dev` headers by `tests/layout.rs` (sizes, field
+//! offsets, constant values and every function's C type).
+//!
+//! [`HsaLib::load`] opens `libhsa-runtime64.so.1` (see [`default_candidates`]) and resolves every
+//! function into a table of pointers; it returns a [`LoadError`] naming the library or symbol
+//! that is missing, never panics. Calling through the table is `unsafe`: the caller upholds
+//! the HSA API's own rules (initialised runtime, valid handles, buffers of the right size).
+//! Safe wrappers live in `gpurun-backend`'s `hsa` module.
+
+mod functions;
+mod types;
+
+pub use functions::{default_candidates, HsaLib, LoadError, FUNCTION_SIGNATURES, LIBRARY_ENV};
+pub use types::*;
