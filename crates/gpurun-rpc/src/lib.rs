@@ -1,2 +1,46 @@
-//! The host/device RPC protocol (see the crate description). Filled in by issue #3.
+//! The host/device RPC channel of cargo-gpurun: the device prints, allocates, exits and reports
+//! test results through it, and the host serves those requests.
+//!
+//! The wire format is LLVM libc's GPU RPC, so an LLVM-libc GPU image can talk to our server and
+//! our device runtime could talk to LLVM's server:
+//!
+//! - [`layout`]: the shared allocation (doorbell, two mailbox arrays, headers, per-lane packets),
+//!   the `__llvm_rpc_client` object image, and the choice between the current and the legacy
+//!   layout from the size of an image's client symbol.
+//! - [`client`]: the device side. A warp opens a port ([`Client::open`]), exchanges 64-byte
+//!   packets per lane ([`client::Port::send`], [`client::Port::recv`]) or byte strings of any size
+//!   ([`client::Port::send_n`], [`client::Port::recv_n`]) and closes the port on drop.
+//! - [`server`]: the host side. It scans for ports with pending work ([`Server::try_open`]) and
+//!   answers them. It never trusts the shared memory: masks, sizes and opcodes are bounded.
+//! - [`lanes`]: the warp operations the client needs (lane id, active mask, ballot, broadcast,
+//!   sync, sleep), implemented for nvptx, amdgpu and host threads.
+//! - [`opcode`]: LLVM libc's opcode numbers and our own (`'g'` class), with the message sequence
+//!   of each one.
+//!
+//! Mailbox words are accessed with relaxed system-scope atomics plus acquire/release fences; the
+//! lock bits with device-scope read-modify-writes ([`sync`] explains how the scope is forced on
+//! nvptx, where the compiler drops it).
 #![no_std]
+#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
+#![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
+#[cfg(any(test, feature = "std"))]
+extern crate std;
+
+mod arch;
+pub mod client;
+pub mod lanes;
+pub mod layout;
+pub mod opcode;
+pub mod server;
+pub mod sync;
+
+pub use client::Client;
+pub use lanes::{HostLane, Lanes};
+pub use layout::{
+    Buffer, ClientImage, Header, Layout, LayoutError, CLIENT_SIZE, LEGACY_CLIENT_SIZE,
+    LEGACY_MAX_PORT_COUNT, MAX_PORT_COUNT,
+};
+pub use server::{Server, ServerError};

@@ -1,0 +1,403 @@
+//! The device side: the object behind `__llvm_rpc_client` and the ports a warp opens on it.
+//!
+//! A conversation is `open`, then a sequence of `send`s and `recv`s mirrored exactly by the
+//! server (see [`crate::opcode`] for each opcode's sequence), then `drop`. The client always
+//! speaks first. Dropping a port right after a `send` is allowed (fire and forget): the port stays
+//! with the server until it has read the packet, and other warps skip it meanwhile.
+
+use crate::lanes::Lanes;
+use crate::layout::{Buffer, Header, Layout, FIRST_PACKET_PAYLOAD, MAX_PORT_COUNT};
+use crate::sync::{self, AtomicU32};
+use core::ptr;
+
+/// Words of lock bits: one bit per port.
+#[cfg(not(loom))]
+pub(crate) const LOCK_WORDS: usize = MAX_PORT_COUNT as usize / 32;
+/// Under loom, models use at most 32 ports (loom atomics are costly objects).
+#[cfg(loom)]
+pub(crate) const LOCK_WORDS: usize = 1;
+
+/// LLVM libc's `rpc::Client` (2096 bytes): the port count, pointers into the shared allocation
+/// as the device sees it, and the lock bits that keep two warps off one port.
+///
+/// On the device this is the global `__llvm_rpc_client`, filled in by the loader (from
+/// [`Layout::client_image`]) before launch; declare it exported (`#[no_mangle]`) and initialised
+/// with [`Client::uninit`]. The fields are read with volatile loads, so the compiler never folds
+/// them to the placeholder values.
+#[repr(C)]
+pub struct Client {
+    port_count: u32,
+    doorbell: *mut u8,
+    inbox: *const AtomicU32,
+    outbox: *const AtomicU32,
+    header: *mut Header,
+    packet: *mut Buffer,
+    lock: [AtomicU32; LOCK_WORDS],
+}
+
+#[cfg(all(target_pointer_width = "64", not(loom)))]
+const _: () = {
+    assert!(core::mem::size_of::<Client>() == crate::layout::CLIENT_SIZE);
+    assert!(core::mem::align_of::<Client>() == 8);
+    assert!(core::mem::offset_of!(Client, doorbell) == 8);
+    assert!(core::mem::offset_of!(Client, inbox) == 16);
+    assert!(core::mem::offset_of!(Client, outbox) == 24);
+    assert!(core::mem::offset_of!(Client, header) == 32);
+    assert!(core::mem::offset_of!(Client, packet) == 40);
+    assert!(core::mem::offset_of!(Client, lock) == crate::layout::CLIENT_LOCK_OFFSET);
+};
+
+// SAFETY: the pointer fields are written once (by the constructor or the loader) and only read
+// afterwards; everything they point to is accessed through atomics or under the port protocol,
+// and the lock words are atomics. Sharing the object between threads/warps is the design.
+unsafe impl Sync for Client {}
+// SAFETY: as above; the object holds no thread-affine state.
+unsafe impl Send for Client {}
+
+/// The pointer fields, read once per port.
+#[derive(Clone, Copy)]
+struct View {
+    port_count: u32,
+    inbox: *const AtomicU32,
+    outbox: *const AtomicU32,
+    header: *mut Header,
+    packet: *mut Buffer,
+}
+
+impl Client {
+    /// A placeholder for the device global
+    /// (`#[no_mangle] static __llvm_rpc_client: Client = Client::uninit();`); the loader
+    /// overwrites it before launch. A client still in this state has no ports:
+    /// [`Client::open`] returns `None`.
+    #[cfg(not(loom))]
+    pub const fn uninit() -> Client {
+        Client {
+            port_count: 0,
+            doorbell: ptr::null_mut(),
+            inbox: ptr::null(),
+            outbox: ptr::null(),
+            header: ptr::null_mut(),
+            packet: ptr::null_mut(),
+            lock: [const { AtomicU32::new(0) }; LOCK_WORDS],
+        }
+    }
+
+    /// A client over the shared allocation at `base` (the address the client's code will use:
+    /// on the host emulation backend, the host pointer).
+    ///
+    /// # Safety
+    /// `base` must point to an allocation of `layout.allocation_size()` bytes, aligned to 64,
+    /// zeroed before first use, that stays valid and shared only through this protocol while the
+    /// client (or any copy of its bytes) is in use. Clients and the server of one allocation must
+    /// use the same layout.
+    #[cfg(not(loom))]
+    pub unsafe fn new(layout: &Layout, base: *mut u8) -> Client {
+        // SAFETY: all offsets are within the allocation the caller vouches for.
+        unsafe {
+            Client {
+                port_count: layout.port_count(),
+                doorbell: base,
+                inbox: base.add(layout.client_inbox_offset()) as *const AtomicU32,
+                outbox: base.add(layout.client_outbox_offset()) as *const AtomicU32,
+                header: base.add(layout.header_offset()) as *mut Header,
+                packet: base.add(layout.packet_offset()) as *mut Buffer,
+                lock: [const { AtomicU32::new(0) }; LOCK_WORDS],
+            }
+        }
+    }
+
+    /// A client over separately allocated regions (used by the loom models, whose atomics
+    /// cannot live in raw bytes).
+    ///
+    /// # Safety
+    /// Each pointer must address `port_count` elements (`packet`: `port_count * lane_size`)
+    /// shared with one server through this protocol; `port_count` must be at most 32 under loom.
+    #[cfg(loom)]
+    pub unsafe fn from_parts(
+        port_count: u32,
+        inbox: *const AtomicU32,
+        outbox: *const AtomicU32,
+        header: *mut Header,
+        packet: *mut Buffer,
+    ) -> Client {
+        Client {
+            port_count,
+            doorbell: ptr::null_mut(),
+            inbox,
+            outbox,
+            header,
+            packet,
+            lock: [AtomicU32::new(0)],
+        }
+    }
+
+    #[inline(always)]
+    fn view(&self) -> View {
+        // SAFETY: the fields are plain data inside `self`; volatile reads keep the compiler from
+        // replacing them with the values of a static's initializer that the loader overwrote.
+        unsafe {
+            View {
+                port_count: ptr::read_volatile(&self.port_count),
+                inbox: ptr::read_volatile(&self.inbox),
+                outbox: ptr::read_volatile(&self.outbox),
+                header: ptr::read_volatile(&self.header),
+                packet: ptr::read_volatile(&self.packet),
+            }
+        }
+    }
+
+    /// Takes port `index` for the lanes in `mask` if no other warp holds it.
+    #[inline(always)]
+    fn try_lock<L: Lanes>(&self, lanes: &L, mask: u64, index: u32) -> bool {
+        let word = &self.lock[(index / 32) as usize];
+        let bit = 1u32 << (index % 32);
+        // Every executing lane takes part; lanes outside `mask` OR in nothing, so that a thread
+        // running alongside the warp (independent thread scheduling) can never own the lock.
+        let in_mask = mask & (1u64 << lanes.lane_id()) != 0;
+        let before = sync::lock_fetch_or(word, if in_mask { bit } else { 0 });
+        let already_set = lanes.ballot(mask, before & bit != 0);
+        // At most one lane can have found the bit clear; if one did, the warp holds the lock.
+        let holding = already_set != mask;
+        if holding {
+            sync::acquire_fence();
+        }
+        holding
+    }
+
+    #[inline(always)]
+    fn unlock<L: Lanes>(&self, lanes: &L, mask: u64, index: u32) {
+        sync::release_fence();
+        if lanes.is_first_lane(mask) {
+            let word = &self.lock[(index / 32) as usize];
+            sync::lock_fetch_and(word, !(1u32 << (index % 32)));
+        }
+        lanes.sync(mask);
+    }
+
+    /// Opens a port for the calling warp with `opcode` (the same on every lane), spinning until
+    /// one is free. Returns `None` only if the loader never filled in this client (no ports).
+    pub fn open<'a, L: Lanes>(&'a self, lanes: &'a L, opcode: u32) -> Option<Port<'a, L>> {
+        let view = self.view();
+        if view.port_count == 0 || view.port_count > MAX_PORT_COUNT {
+            return None;
+        }
+        let mut index = 0u32;
+        loop {
+            let mask = lanes.lane_mask();
+            // Lanes that diverged and re-converged must agree on the port they try.
+            index = lanes.broadcast(mask, index);
+            if self.try_lock(lanes, mask, index) {
+                // SAFETY: `index < port_count`, inside the mailbox arrays of the allocation.
+                let (inbox, outbox) = unsafe {
+                    (
+                        sync::load_mailbox(&*view.inbox.add(index as usize)),
+                        sync::load_mailbox(&*view.outbox.add(index as usize)),
+                    )
+                };
+                let inbox = lanes.broadcast(mask, inbox);
+                let outbox = lanes.broadcast(mask, outbox);
+                if inbox == outbox {
+                    if lanes.is_first_lane(mask) {
+                        // SAFETY: the port is ours (locked and client-owned), so nobody else
+                        // touches its header until our first send publishes it.
+                        unsafe {
+                            let header = view.header.add(index as usize);
+                            ptr::addr_of_mut!((*header).opcode).write(opcode);
+                            ptr::addr_of_mut!((*header).mask).write(mask);
+                        }
+                    }
+                    lanes.sync(mask);
+                    return Some(Port {
+                        client: self,
+                        lanes,
+                        view,
+                        lane_mask: mask,
+                        index,
+                        out: outbox,
+                        receive: false,
+                        owns_buffer: true,
+                    });
+                }
+                // Still with the server (a fire-and-forget send not yet read): try the next.
+                self.unlock(lanes, mask, index);
+            }
+            index += 1;
+            if index == view.port_count {
+                index = 0;
+                lanes.sleep_briefly();
+            }
+        }
+    }
+}
+
+/// A port held by one warp; closes (unlocks) on drop.
+pub struct Port<'a, L: Lanes> {
+    client: &'a Client,
+    lanes: &'a L,
+    view: View,
+    lane_mask: u64,
+    index: u32,
+    /// Our last outbox value; never re-read from memory.
+    out: u32,
+    /// The previous operation was a `recv`.
+    receive: bool,
+    /// We own the packet (it is safe to write without waiting).
+    owns_buffer: bool,
+}
+
+impl<L: Lanes> Port<'_, L> {
+    /// The port's index in the shared allocation.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// The lanes taking part (the active mask at open).
+    pub fn lane_mask(&self) -> u64 {
+        self.lane_mask
+    }
+
+    #[inline(always)]
+    fn load_inbox(&self) -> u32 {
+        // SAFETY: `index < port_count`: inside the client inbox array.
+        let value = unsafe { sync::load_mailbox(&*self.view.inbox.add(self.index as usize)) };
+        self.lanes.broadcast(self.lane_mask, value)
+    }
+
+    #[inline(always)]
+    fn wait_for_ownership(&self, mut inbox: u32) {
+        // The client owns the packet when both mailboxes agree.
+        while inbox != self.out {
+            self.lanes.sleep_briefly();
+            inbox = self.load_inbox();
+        }
+        sync::acquire_fence();
+    }
+
+    #[inline(always)]
+    fn invert_outbox(&mut self) {
+        let next = self.out ^ 1;
+        self.lanes.sync(self.lane_mask);
+        sync::release_fence();
+        if self.lanes.is_first_lane(self.lane_mask) {
+            // SAFETY: `index < port_count`: inside the client outbox array.
+            unsafe { sync::store_mailbox(&*self.view.outbox.add(self.index as usize), next) };
+        }
+        self.out = next;
+    }
+
+    #[inline(always)]
+    fn my_slot(&self) -> *mut Buffer {
+        let slot =
+            self.index as usize * self.lanes.lane_size() as usize + self.lanes.lane_id() as usize;
+        // SAFETY: `index < port_count` and `lane_id < lane_size`: inside the packet array.
+        unsafe { self.view.packet.add(slot) }
+    }
+
+    /// Fills this lane's 64-byte slot with `fill(slot, lane_id)` and hands the packet over.
+    pub fn send(&mut self, fill: impl FnOnce(&mut Buffer, u32)) {
+        let inbox = if self.owns_buffer {
+            self.out
+        } else {
+            self.load_inbox()
+        };
+        self.wait_for_ownership(inbox);
+        // SAFETY: the packet is ours until we flip the outbox, and only this lane uses its slot.
+        fill(unsafe { &mut *self.my_slot() }, self.lanes.lane_id());
+        self.invert_outbox();
+        self.owns_buffer = false;
+        self.receive = false;
+    }
+
+    /// Waits for the server's reply and reads this lane's slot with `use_reply(slot, lane_id)`.
+    pub fn recv(&mut self, use_reply: impl FnOnce(&Buffer, u32)) {
+        if self.receive {
+            // Two receives in a row: hand the previous packet back first.
+            self.invert_outbox();
+            self.owns_buffer = false;
+        }
+        let inbox = if self.owns_buffer {
+            self.out
+        } else {
+            self.load_inbox()
+        };
+        self.wait_for_ownership(inbox);
+        // SAFETY: the packet is ours until we flip the outbox again.
+        use_reply(unsafe { &*self.my_slot() }, self.lanes.lane_id());
+        self.receive = true;
+        self.owns_buffer = true;
+    }
+
+    /// `send(fill)` then `recv(use_reply)`.
+    pub fn send_and_recv(
+        &mut self,
+        fill: impl FnOnce(&mut Buffer, u32),
+        use_reply: impl FnOnce(&Buffer, u32),
+    ) {
+        self.send(fill);
+        self.recv(use_reply);
+    }
+
+    /// Sends `data` (this lane's own bytes; lanes may send different lengths): a first packet
+    /// with the length and up to 56 bytes, then 64 bytes per packet until every lane is done.
+    pub fn send_n(&mut self, data: &[u8]) {
+        let size = data.len() as u64;
+        self.send(|buffer, _| {
+            buffer.data[0] = size;
+            let first = data.len().min(FIRST_PACKET_PAYLOAD);
+            buffer.as_bytes_mut()[8..8 + first].copy_from_slice(&data[..first]);
+        });
+        let mut offset = FIRST_PACKET_PAYLOAD;
+        while self.lanes.ballot(self.lane_mask, offset < data.len()) != 0 {
+            self.send(|buffer, _| {
+                if offset < data.len() {
+                    let chunk = &data[offset..data.len().min(offset + 64)];
+                    buffer.as_bytes_mut()[..chunk.len()].copy_from_slice(chunk);
+                }
+            });
+            offset += 64;
+        }
+    }
+
+    /// Receives a byte string sent with `send_n` into `dst`, returning its full length. Bytes past
+    /// `dst.len()` are received and dropped.
+    pub fn recv_n(&mut self, dst: &mut [u8]) -> u64 {
+        let mut size = 0u64;
+        self.recv(|buffer, _| {
+            size = buffer.data[0];
+            let first = clamp(size, FIRST_PACKET_PAYLOAD).min(dst.len());
+            dst[..first].copy_from_slice(&buffer.as_bytes()[8..8 + first]);
+        });
+        let mut offset = FIRST_PACKET_PAYLOAD as u64;
+        while self.lanes.ballot(self.lane_mask, offset < size) != 0 {
+            self.recv(|buffer, _| {
+                if offset < size {
+                    let len = clamp(size - offset, 64);
+                    let start = clamp(offset, dst.len());
+                    let end = clamp(offset + len as u64, dst.len());
+                    dst[start..end].copy_from_slice(&buffer.as_bytes()[..end - start]);
+                }
+            });
+            offset += 64;
+        }
+        size
+    }
+}
+
+/// `min(value, limit)` as a usize.
+#[inline(always)]
+fn clamp(value: u64, limit: usize) -> usize {
+    if value < limit as u64 {
+        value as usize
+    } else {
+        limit
+    }
+}
+
+impl<L: Lanes> Drop for Port<'_, L> {
+    fn drop(&mut self) {
+        self.lanes.sync(self.lane_mask);
+        // The client never hands the packet back on close: after a send it is the server's,
+        // after a recv the next opener may write it directly.
+        self.client.unlock(self.lanes, self.lane_mask, self.index);
+    }
+}

@@ -1,0 +1,483 @@
+//! The host side: finds ports with pending requests and answers them.
+//!
+//! Nothing in the shared allocation is trusted. The lane mask is cut to the layout's lane size,
+//! the opcode is read once and only reported, packet contents are copied in and out with
+//! volatile accesses (the device may scribble on them at any time), and every length a device
+//! sends in `send_n` decides only how many packets are drained: bytes go to destinations the
+//! caller chooses and sizes. No method panics or indexes memory by a device-provided value.
+//!
+//! A wait for the device (the next packet of a conversation) can be abandoned from any thread
+//! with [`Server::cancel`]; the port operation then returns [`ServerError::Cancelled`].
+//!
+//! Typical loop (the port closes on drop, handing the packet back if the server still has it):
+//!
+//! ```no_run
+//! # fn demo(server: &gpurun_rpc::Server) -> Result<(), gpurun_rpc::ServerError> {
+//! let mut resume = 0;
+//! loop {
+//!     let Some(mut port) = server.try_open(resume) else {
+//!         resume = 0;
+//!         continue; // back off here
+//!     };
+//!     resume = port.index() + 1;
+//!     match port.opcode() {
+//!         gpurun_rpc::opcode::TEST_INCREMENT => port.recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))?,
+//!         _ => { /* handle or report the unknown opcode */ }
+//!     }
+//! }
+//! # }
+//! ```
+
+use crate::client::LOCK_WORDS;
+use crate::layout::{Buffer, Header, Layout, FIRST_PACKET_PAYLOAD};
+use crate::sync::{self, AtomicBool, AtomicU32};
+use core::fmt;
+use core::ptr;
+use core::sync::atomic::Ordering;
+
+/// Why a server port operation stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ServerError {
+    /// [`Server::cancel`] was called while the operation waited for the device.
+    Cancelled,
+}
+
+impl fmt::Display for ServerError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerError::Cancelled => f.write_str("RPC wait for the device was cancelled"),
+        }
+    }
+}
+
+impl core::error::Error for ServerError {}
+
+/// The host's view of one shared allocation, with its own (host-private) port locks so that
+/// several host threads may serve the same allocation.
+pub struct Server {
+    port_count: u32,
+    lane_size: u32,
+    /// Mailbox B: the client's outbox.
+    inbox: *const AtomicU32,
+    /// Mailbox A: the client's inbox.
+    outbox: *const AtomicU32,
+    header: *const Header,
+    packet: *mut Buffer,
+    lock: [AtomicU32; LOCK_WORDS],
+    cancelled: AtomicBool,
+}
+
+// SAFETY: the pointers are fixed at construction; the memory they address is accessed with
+// atomics (mailboxes) or only while holding a port (lock bit + ownership), and the locks and the
+// cancel flag are atomics. The server is meant to be shared by host threads.
+unsafe impl Sync for Server {}
+// SAFETY: as above; no thread-affine state.
+unsafe impl Send for Server {}
+
+impl Server {
+    /// A server over the shared allocation at `base` (a host pointer).
+    ///
+    /// # Safety
+    /// `base` must point to `layout.allocation_size()` bytes, aligned to 64, zeroed before the
+    /// first client used them (see [`Layout::zero`]), valid for reads and writes for the life of
+    /// the server, and shared with clients only through this protocol (the device may write any
+    /// bytes at any time; the server tolerates that).
+    #[cfg(not(loom))]
+    pub unsafe fn new(layout: &Layout, base: *mut u8) -> Server {
+        // SAFETY: all offsets are within the allocation the caller vouches for.
+        unsafe {
+            Server {
+                port_count: layout.port_count(),
+                lane_size: layout.lane_size(),
+                inbox: base.add(layout.client_outbox_offset()) as *const AtomicU32,
+                outbox: base.add(layout.client_inbox_offset()) as *const AtomicU32,
+                header: base.add(layout.header_offset()) as *const Header,
+                packet: base.add(layout.packet_offset()) as *mut Buffer,
+                lock: [const { AtomicU32::new(0) }; LOCK_WORDS],
+                cancelled: AtomicBool::new(false),
+            }
+        }
+    }
+
+    /// A server over separately allocated regions (loom models). `inbox` is the client's outbox.
+    ///
+    /// # Safety
+    /// As for [`crate::Client::from_parts`], with the mailbox roles swapped.
+    #[cfg(loom)]
+    pub unsafe fn from_parts(
+        port_count: u32,
+        lane_size: u32,
+        inbox: *const AtomicU32,
+        outbox: *const AtomicU32,
+        header: *const Header,
+        packet: *mut Buffer,
+    ) -> Server {
+        Server {
+            port_count,
+            lane_size,
+            inbox,
+            outbox,
+            header,
+            packet,
+            lock: [AtomicU32::new(0)],
+            cancelled: AtomicBool::new(false),
+        }
+    }
+
+    /// Number of ports.
+    pub fn port_count(&self) -> u32 {
+        self.port_count
+    }
+
+    /// Lanes per port.
+    pub fn lane_size(&self) -> u32 {
+        self.lane_size
+    }
+
+    /// Makes every current and future wait for the device return [`ServerError::Cancelled`]
+    /// (e.g. when the kernel ended or faulted mid-conversation) until [`Server::resume`].
+    pub fn cancel(&self) {
+        self.cancelled.store(true, Ordering::Release);
+    }
+
+    /// Lets waits for the device block again after [`Server::cancel`].
+    pub fn resume(&self) {
+        self.cancelled.store(false, Ordering::Release);
+    }
+
+    fn mailboxes(&self, index: u32) -> (u32, u32) {
+        // SAFETY: callers pass `index < port_count`: inside both mailbox arrays.
+        unsafe {
+            (
+                sync::load_mailbox(&*self.inbox.add(index as usize)),
+                sync::load_mailbox(&*self.outbox.add(index as usize)),
+            )
+        }
+    }
+
+    fn try_lock(&self, index: u32) -> bool {
+        let bit = 1u32 << (index % 32);
+        let before = sync::lock_fetch_or(&self.lock[(index / 32) as usize], bit);
+        let holding = before & bit == 0;
+        if holding {
+            sync::acquire_fence();
+        }
+        holding
+    }
+
+    fn unlock(&self, index: u32) {
+        sync::release_fence();
+        sync::lock_fetch_and(&self.lock[(index / 32) as usize], !(1u32 << (index % 32)));
+    }
+
+    /// The first port at or after `start` with a pending request that no other host thread
+    /// holds. Scans to the end once; callers resume at `port.index() + 1` for fairness and wrap
+    /// to 0 when this returns `None`.
+    pub fn try_open(&self, start: u32) -> Option<ServerPort<'_>> {
+        for index in start..self.port_count {
+            // Cheap unlocked look first: the server owns a port when the mailboxes differ.
+            let (inbox, outbox) = self.mailboxes(index);
+            if inbox == outbox || !self.try_lock(index) {
+                continue;
+            }
+            let (inbox, outbox) = self.mailboxes(index);
+            if inbox == outbox {
+                self.unlock(index);
+                continue;
+            }
+            sync::acquire_fence();
+            // SAFETY: `index < port_count`; the header is plain data that the device may change
+            // at any time, so it is read once, volatile, and only used as bounded values.
+            let header = unsafe { ptr::read_volatile(self.header.add(index as usize)) };
+            let lanes = if self.lane_size >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << self.lane_size) - 1
+            };
+            return Some(ServerPort {
+                server: self,
+                index,
+                opcode: header.opcode,
+                lane_mask: header.mask & lanes,
+                out: outbox,
+                receive: false,
+                owns_buffer: true,
+            });
+        }
+        None
+    }
+}
+
+/// Per-lane lengths of a received `send_n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaneSizes {
+    /// Lanes that sent (the port's lane mask).
+    pub mask: u64,
+    /// Length each lane announced (0 for lanes outside `mask`).
+    pub sizes: [u64; 64],
+}
+
+impl LaneSizes {
+    /// The length lane `lane` announced, if it took part.
+    pub fn get(&self, lane: u32) -> Option<u64> {
+        if lane < 64 && self.mask & (1u64 << lane) != 0 {
+            Some(self.sizes[lane as usize])
+        } else {
+            None
+        }
+    }
+}
+
+/// A port with a pending request, held by this host thread; closes on drop.
+pub struct ServerPort<'a> {
+    server: &'a Server,
+    index: u32,
+    opcode: u32,
+    lane_mask: u64,
+    out: u32,
+    receive: bool,
+    owns_buffer: bool,
+}
+
+impl ServerPort<'_> {
+    /// The request's opcode as the client wrote it (untrusted: match it, never index by it).
+    pub fn opcode(&self) -> u32 {
+        self.opcode
+    }
+
+    /// Lanes taking part, limited to the layout's lane size.
+    pub fn lane_mask(&self) -> u64 {
+        self.lane_mask
+    }
+
+    /// The port's index in the shared allocation.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    fn lanes(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.server.lane_size.min(64)).filter(move |lane| self.lane_mask & (1u64 << lane) != 0)
+    }
+
+    fn slot(&self, lane: u32) -> *mut Buffer {
+        let slot = self.index as usize * self.server.lane_size as usize + lane as usize;
+        // SAFETY: `index < port_count`, `lane < lane_size`: inside the packet array.
+        unsafe { self.server.packet.add(slot) }
+    }
+
+    fn read_slot(&self, lane: u32) -> Buffer {
+        // SAFETY: the slot is inside the allocation (see `slot`) and aligned; the device may race
+        // on it only if it breaks the protocol, so the read is volatile and copies plain words.
+        unsafe { ptr::read_volatile(self.slot(lane)) }
+    }
+
+    fn write_slot(&self, lane: u32, buffer: &Buffer) {
+        // SAFETY: as in `read_slot`; we own the packet while writing it.
+        unsafe { ptr::write_volatile(self.slot(lane), *buffer) }
+    }
+
+    fn load_inbox(&self) -> u32 {
+        self.server.mailboxes(self.index).0
+    }
+
+    fn wait_for_ownership(&self, mut inbox: u32) -> Result<(), ServerError> {
+        // The server owns the packet when the mailboxes differ.
+        let mut spins = 0;
+        while inbox == self.out {
+            if self.server.cancelled.load(Ordering::Acquire) {
+                return Err(ServerError::Cancelled);
+            }
+            sync::host_backoff(&mut spins);
+            inbox = self.load_inbox();
+        }
+        sync::acquire_fence();
+        Ok(())
+    }
+
+    fn invert_outbox(&mut self) {
+        let next = self.out ^ 1;
+        sync::release_fence();
+        // SAFETY: `index < port_count`: inside the server outbox array.
+        unsafe { sync::store_mailbox(&*self.server.outbox.add(self.index as usize), next) };
+        self.out = next;
+    }
+
+    fn acquire(&mut self) -> Result<(), ServerError> {
+        let inbox = if self.owns_buffer {
+            self.out ^ 1
+        } else {
+            self.load_inbox()
+        };
+        self.wait_for_ownership(inbox)
+    }
+
+    /// Fills each lane's slot with `fill(slot, lane)` and hands the packet to the client.
+    pub fn send(&mut self, mut fill: impl FnMut(&mut Buffer, u32)) -> Result<(), ServerError> {
+        self.acquire()?;
+        for lane in self.lanes() {
+            let mut buffer = Buffer::default();
+            fill(&mut buffer, lane);
+            self.write_slot(lane, &buffer);
+        }
+        self.invert_outbox();
+        self.owns_buffer = false;
+        self.receive = false;
+        Ok(())
+    }
+
+    /// Waits for the client's next packet and shows each lane's slot to `use_packet`.
+    pub fn recv(&mut self, mut use_packet: impl FnMut(&Buffer, u32)) -> Result<(), ServerError> {
+        if self.receive {
+            self.invert_outbox();
+            self.owns_buffer = false;
+        }
+        self.acquire()?;
+        for lane in self.lanes() {
+            use_packet(&self.read_slot(lane), lane);
+        }
+        self.receive = true;
+        self.owns_buffer = true;
+        Ok(())
+    }
+
+    /// Receives a packet, lets `work` change each lane's slot in place, and sends it back.
+    pub fn recv_and_send(
+        &mut self,
+        mut work: impl FnMut(&mut Buffer, u32),
+    ) -> Result<(), ServerError> {
+        let mut replies = [Buffer::default(); 64];
+        self.recv(|buffer, lane| {
+            let mut reply = *buffer;
+            work(&mut reply, lane);
+            replies[lane as usize] = reply;
+        })?;
+        self.send(|buffer, lane| *buffer = replies[lane as usize])
+    }
+
+    /// Sends each lane the bytes `data(lane)` (lengths may differ), mirroring the client's
+    /// [`crate::client::Port::recv_n`].
+    pub fn send_n<'d>(&mut self, mut data: impl FnMut(u32) -> &'d [u8]) -> Result<(), ServerError> {
+        let mut slices: [&[u8]; 64] = [&[]; 64];
+        let mut longest = 0;
+        for lane in self.lanes() {
+            let bytes = data(lane);
+            longest = longest.max(bytes.len());
+            slices[lane as usize] = bytes;
+        }
+        self.send(|buffer, lane| {
+            let bytes = slices[lane as usize];
+            buffer.data[0] = bytes.len() as u64;
+            let first = bytes.len().min(FIRST_PACKET_PAYLOAD);
+            buffer.as_bytes_mut()[8..8 + first].copy_from_slice(&bytes[..first]);
+        })?;
+        let mut offset = FIRST_PACKET_PAYLOAD;
+        while offset < longest {
+            self.send(|buffer, lane| {
+                let bytes = slices[lane as usize];
+                if offset < bytes.len() {
+                    let chunk = &bytes[offset..bytes.len().min(offset + 64)];
+                    buffer.as_bytes_mut()[..chunk.len()].copy_from_slice(chunk);
+                }
+            })?;
+            offset += 64;
+        }
+        Ok(())
+    }
+
+    /// Receives one `send_n` and streams it: `sink(lane, announced_len, offset, bytes)` is called
+    /// once per lane with the first packet's bytes (`offset` 0, possibly empty) and again for each
+    /// later chunk. The number of packets drained follows the longest announced length, so the
+    /// conversation stays in step with the client; cancel the server to give up on a device that
+    /// announced more than it sends.
+    pub fn recv_n_chunks(
+        &mut self,
+        mut sink: impl FnMut(u32, u64, u64, &[u8]),
+    ) -> Result<LaneSizes, ServerError> {
+        let mut sizes = LaneSizes {
+            mask: self.lane_mask,
+            sizes: [0; 64],
+        };
+        let mut longest = 0u64;
+        self.recv(|buffer, lane| {
+            let size = buffer.data[0];
+            sizes.sizes[lane as usize] = size;
+            longest = longest.max(size);
+            let first = size.min(FIRST_PACKET_PAYLOAD as u64) as usize;
+            sink(lane, size, 0, &buffer.as_bytes()[8..8 + first]);
+        })?;
+        let mut offset = FIRST_PACKET_PAYLOAD as u64;
+        while offset < longest {
+            self.recv(|buffer, lane| {
+                let size = sizes.sizes[lane as usize];
+                if offset < size {
+                    let len = (size - offset).min(64) as usize;
+                    sink(lane, size, offset, &buffer.as_bytes()[..len]);
+                }
+            })?;
+            offset += 64;
+        }
+        Ok(sizes)
+    }
+
+    /// Receives one `send_n` into caller-chosen buffers: `dest(lane, announced_len)` is asked
+    /// once per lane for where its bytes go (`None` drops them); bytes past the end of the given
+    /// slice are dropped. Returns what each lane announced.
+    pub fn recv_n<'d>(
+        &mut self,
+        mut dest: impl FnMut(u32, u64) -> Option<&'d mut [u8]>,
+    ) -> Result<LaneSizes, ServerError> {
+        let mut targets: [Option<&'d mut [u8]>; 64] = [const { None }; 64];
+        self.recv_n_chunks(|lane, size, offset, bytes| {
+            let target = &mut targets[lane as usize];
+            if offset == 0 {
+                *target = dest(lane, size);
+            }
+            if let Some(target) = target.as_deref_mut() {
+                copy_clamped(target, offset, bytes);
+            }
+        })
+    }
+
+    /// Receives one `send_n` into vectors, keeping at most `limit` bytes per lane (the
+    /// allocation never follows an unchecked device length). Returns `(lane, announced_len,
+    /// bytes)` for every lane of the mask.
+    #[cfg(feature = "alloc")]
+    pub fn recv_n_to_vecs(
+        &mut self,
+        limit: usize,
+    ) -> Result<alloc::vec::Vec<(u32, u64, alloc::vec::Vec<u8>)>, ServerError> {
+        use alloc::vec::Vec;
+        let mut out: Vec<(u32, u64, Vec<u8>)> = Vec::new();
+        self.recv_n_chunks(|lane, size, offset, bytes| {
+            if offset == 0 {
+                let keep = size.min(limit as u64) as usize;
+                out.push((lane, size, Vec::with_capacity(keep)));
+            }
+            if let Some((_, _, data)) = out.iter_mut().rev().find(|(l, _, _)| *l == lane) {
+                let room = limit.saturating_sub(data.len());
+                data.extend_from_slice(&bytes[..bytes.len().min(room)]);
+            }
+        })?;
+        Ok(out)
+    }
+}
+
+/// Copies `bytes` to `target[offset..]`, dropping whatever does not fit.
+fn copy_clamped(target: &mut [u8], offset: u64, bytes: &[u8]) {
+    if offset >= target.len() as u64 {
+        return;
+    }
+    let start = offset as usize;
+    let len = bytes.len().min(target.len() - start);
+    target[start..start + len].copy_from_slice(&bytes[..len]);
+}
+
+impl Drop for ServerPort<'_> {
+    fn drop(&mut self) {
+        if self.owns_buffer {
+            // Still holding the client's packet (last operation was a recv): give it back.
+            self.invert_outbox();
+        }
+        self.server.unlock(self.index);
+    }
+}

@@ -1,0 +1,116 @@
+//! The atomic operations of the protocol, each with the scope it needs.
+//!
+//! - Mailbox words are shared with the other side of the PCIe/fabric link: relaxed loads and
+//!   stores at **system** scope, ordered by acquire/release fences at system scope. On nvptx rustc
+//!   emits `ld.relaxed.sys`, `st.relaxed.sys` and `fence.acq_rel.sys` for these (checked on the
+//!   emitted PTX by `tests/ptx_scopes.rs`).
+//! - Lock bits live in the client object in device memory and are contended only by warps of
+//!   the same device: relaxed read-modify-writes at **device** scope. On nvptx the installed
+//!   toolchain lowers `fetch_or`/`fetch_and` to `atom.global.or.b32` with no explicit scope or
+//!   ordering, so there we write `atom.relaxed.gpu.{or,and}.b32` by hand.
+//!
+//! Under `cfg(loom)` the same functions use loom's atomics so the model checker sees every step.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32};
+
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::{fence, AtomicBool, AtomicU32};
+
+use core::sync::atomic::Ordering;
+
+/// Relaxed system-scope load of a mailbox word.
+#[inline(always)]
+pub(crate) fn load_mailbox(word: &AtomicU32) -> u32 {
+    word.load(Ordering::Relaxed)
+}
+
+/// Relaxed system-scope store of a mailbox word.
+#[inline(always)]
+pub(crate) fn store_mailbox(word: &AtomicU32, value: u32) {
+    word.store(value, Ordering::Relaxed)
+}
+
+/// Makes what the other side wrote before its release visible (system scope).
+#[inline(always)]
+pub(crate) fn acquire_fence() {
+    fence(Ordering::Acquire)
+}
+
+/// Publishes our writes before the following mailbox store (system scope).
+#[inline(always)]
+pub(crate) fn release_fence() {
+    fence(Ordering::Release)
+}
+
+/// Relaxed device-scope `fetch_or` on a lock word; returns the previous value.
+#[inline(always)]
+pub(crate) fn lock_fetch_or(word: &AtomicU32, bits: u32) -> u32 {
+    #[cfg(all(target_arch = "nvptx64", not(loom)))]
+    {
+        let previous: u32;
+        // SAFETY: `word.as_ptr()` points to a live, aligned u32 that is only accessed
+        // atomically; the instruction is an atomic OR on that word (generic addressing) with
+        // explicit relaxed ordering at GPU scope, which is what `fetch_or(Relaxed)` means here.
+        unsafe {
+            core::arch::asm!(
+                "atom.relaxed.gpu.or.b32 {previous}, [{word}], {bits};",
+                previous = out(reg32) previous,
+                word = in(reg64) word.as_ptr(),
+                bits = in(reg32) bits,
+                options(nostack),
+            );
+        }
+        previous
+    }
+    #[cfg(not(all(target_arch = "nvptx64", not(loom))))]
+    {
+        word.fetch_or(bits, Ordering::Relaxed)
+    }
+}
+
+/// Relaxed device-scope `fetch_and` on a lock word; returns the previous value.
+#[inline(always)]
+pub(crate) fn lock_fetch_and(word: &AtomicU32, bits: u32) -> u32 {
+    #[cfg(all(target_arch = "nvptx64", not(loom)))]
+    {
+        let previous: u32;
+        // SAFETY: as in `lock_fetch_or`: an atomic AND on a live, aligned u32.
+        unsafe {
+            core::arch::asm!(
+                "atom.relaxed.gpu.and.b32 {previous}, [{word}], {bits};",
+                previous = out(reg32) previous,
+                word = in(reg64) word.as_ptr(),
+                bits = in(reg32) bits,
+                options(nostack),
+            );
+        }
+        previous
+    }
+    #[cfg(not(all(target_arch = "nvptx64", not(loom))))]
+    {
+        word.fetch_and(bits, Ordering::Relaxed)
+    }
+}
+
+/// One step of a host-side wait: a spin hint for the first few rounds, then a yield to the OS
+/// scheduler (with `std`), so that many emulated lanes on few cores still make progress. Under
+/// loom every step yields, as loom requires of spin loops.
+#[inline]
+pub fn host_backoff(spins: &mut u32) {
+    #[cfg(loom)]
+    {
+        let _ = spins;
+        loom::thread::yield_now();
+    }
+    #[cfg(not(loom))]
+    {
+        *spins = spins.saturating_add(1);
+        #[cfg(feature = "std")]
+        if *spins > 64 {
+            std::thread::yield_now();
+            return;
+        }
+        core::hint::spin_loop();
+    }
+}

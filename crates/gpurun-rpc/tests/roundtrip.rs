@@ -1,0 +1,169 @@
+//! End-to-end conversations between host clients and a server thread over one allocation.
+
+mod common;
+
+use common::{pattern, Shared};
+use gpurun_rpc::{opcode, HostLane, Layout, Server};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Serves TEST_INCREMENT, TEST_STREAM (echo) and FREE-like fire-and-forget NOOPs until `done`.
+fn serve(server: &Server, done: &AtomicBool) -> u64 {
+    let mut handled = 0;
+    let mut resume = 0;
+    while !done.load(Ordering::Acquire) {
+        let Some(mut port) = server.try_open(resume) else {
+            resume = 0;
+            std::thread::yield_now();
+            continue;
+        };
+        resume = port.index() + 1;
+        match port.opcode() {
+            opcode::TEST_INCREMENT => port
+                .recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))
+                .unwrap(),
+            opcode::TEST_STREAM => {
+                let received = port.recv_n_to_vecs(1 << 20).unwrap();
+                port.send_n(|lane| &received.iter().find(|(l, _, _)| *l == lane).unwrap().2[..])
+                    .unwrap();
+            }
+            opcode::NOOP => port.recv(|_, _| {}).unwrap(),
+            other => panic!("unexpected opcode {other:#x}"),
+        }
+        handled += 1;
+    }
+    handled
+}
+
+fn with_server(layout: Layout, clients: impl FnOnce(&gpurun_rpc::Client) + Send) {
+    let mut shared = Shared::new(layout);
+    let (client, server) = shared.endpoints();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let server_thread = scope.spawn(|| serve(&server, &done));
+        clients(&client);
+        done.store(true, Ordering::Release);
+        server_thread.join().unwrap();
+    });
+}
+
+#[test]
+fn increment_round_trip_single_lane() {
+    with_server(Layout::new(4, 1).unwrap(), |client| {
+        for value in 0..200u64 {
+            let lane = HostLane::SINGLE;
+            let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+            let mut reply = 0;
+            port.send_and_recv(|b, _| b.data[0] = value, |b, _| reply = b.data[0]);
+            assert_eq!(reply, value + 1);
+        }
+    });
+}
+
+#[test]
+fn send_n_echo_at_packet_boundaries() {
+    with_server(Layout::new(2, 1).unwrap(), |client| {
+        let lane = HostLane::SINGLE;
+        for len in [0usize, 1, 55, 56, 57, 119, 120, 121, 184, 185, 4096, 70_001] {
+            let data = pattern(1, len as u64, len);
+            let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+            port.send_n(&data);
+            let mut back = vec![0u8; len];
+            assert_eq!(port.recv_n(&mut back), len as u64);
+            assert_eq!(back, data, "length {len}");
+        }
+    });
+}
+
+#[test]
+fn client_recv_n_truncates_into_a_short_buffer() {
+    with_server(Layout::new(1, 1).unwrap(), |client| {
+        let lane = HostLane::SINGLE;
+        let data = pattern(2, 0, 300);
+        let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+        port.send_n(&data);
+        let mut short = [0u8; 100];
+        assert_eq!(port.recv_n(&mut short), 300);
+        assert_eq!(&short[..], &data[..100]);
+        drop(port);
+        // The conversation stayed in step: the port works for the next caller.
+        let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+        let mut reply = 0;
+        port.send_and_recv(|b, _| b.data[0] = 9, |b, _| reply = b.data[0]);
+        assert_eq!(reply, 10);
+    });
+}
+
+#[test]
+fn fire_and_forget_then_reuse_single_port() {
+    // One port: every open after a NOOP must wait until the server has read it.
+    with_server(Layout::new(1, 1).unwrap(), |client| {
+        let lane = HostLane::SINGLE;
+        for i in 0..100u64 {
+            let mut port = client.open(&lane, opcode::NOOP).unwrap();
+            port.send(|b, _| b.data[0] = i);
+            drop(port);
+            let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+            let mut reply = 0;
+            port.send_and_recv(|b, _| b.data[0] = i, |b, _| reply = b.data[0]);
+            assert_eq!(reply, i + 1);
+        }
+    });
+}
+
+#[test]
+fn emulated_threads_of_wide_warps_use_their_own_slots() {
+    for (layout, lane_size) in [
+        (Layout::new(3, 32).unwrap(), 32),
+        (Layout::legacy(3, 64).unwrap(), 64),
+    ] {
+        with_server(layout, |client| {
+            std::thread::scope(|scope| {
+                for lane_id in [0, 1, lane_size / 2, lane_size - 1] {
+                    scope.spawn(move || {
+                        let lane = HostLane::new(lane_size, lane_id).unwrap();
+                        for i in 0..50u64 {
+                            let data = pattern(u64::from(lane_id), i, (i * 37) as usize);
+                            let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+                            assert_eq!(port.lane_mask(), 1 << lane_id);
+                            port.send_n(&data);
+                            let mut back = vec![0; data.len()];
+                            assert_eq!(port.recv_n(&mut back), data.len() as u64);
+                            assert_eq!(back, data);
+                        }
+                    });
+                }
+            });
+        });
+    }
+}
+
+#[test]
+fn uninitialised_client_has_no_ports() {
+    let client = gpurun_rpc::Client::uninit();
+    assert!(client.open(&HostLane::SINGLE, opcode::NOOP).is_none());
+}
+
+#[test]
+fn cancel_ends_a_server_wait() {
+    let mut shared = Shared::new(Layout::new(1, 1).unwrap());
+    let (client, server) = shared.endpoints();
+    let lane = HostLane::SINGLE;
+    // The client sends the first half of an EXIT handshake and then never talks again.
+    let mut port = client.open(&lane, opcode::EXIT).unwrap();
+    port.send(|_, _| {});
+    std::mem::forget(port);
+    let mut server_port = server.try_open(0).unwrap();
+    assert_eq!(server_port.opcode(), opcode::EXIT);
+    server_port.recv(|_, _| {}).unwrap();
+    server_port.send(|_, _| {}).unwrap();
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            server.cancel();
+        });
+        assert_eq!(
+            server_port.recv(|_, _| {}),
+            Err(gpurun_rpc::ServerError::Cancelled)
+        );
+    });
+}
