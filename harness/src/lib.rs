@@ -1,1 +1,32 @@
-//! The libtest-mimic harness.
+//! The test harness of cargo-gpurun: given the tests read from a GPU image and an [`Executor`]
+//! that runs one test, it behaves like libtest. It takes libtest's command line
+//! ([`HarnessArgs`], including the flags libtest-mimic rejects), filters and lists tests, runs
+//! them on `--test-threads` threads, applies `#[should_panic(expected = ..)]`, shows each failed
+//! test's captured device output with its panic message and location, and prints libtest's
+//! pretty, terse or JSON output, plus JUnit XML and GitHub annotations.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use gpurun_harness::{run_to_exit_code, HarnessArgs, TestCase};
+//! # fn executor() -> Arc<dyn gpurun_harness::Executor> { unimplemented!() }
+//! let args = HarnessArgs::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
+//! let tests = vec![TestCase::new("tests::adds")];
+//! std::process::exit(run_to_exit_code(&args, tests, executor()));
+//! ```
+//!
+//! See `README.md` for the known differences from libtest.
+
+pub mod args;
+pub mod exit_code;
+pub mod filter;
+pub mod outcome;
+mod report;
+pub mod runner;
+#[doc(hidden)]
+pub mod testing;
+
+pub use args::{ColorChoice, Format, HarnessArgs, Partition, PartitionKind};
+pub use exit_code::ExitCode;
+pub use outcome::{Executor, PanicReport, ShouldPanic, TestCase, TestEnd, TestRun};
+pub use report::junit::JunitError;
+pub use runner::{run, run_to_exit_code, run_with_output, Conclusion, HarnessError};

@@ -1,0 +1,399 @@
+//! The libtest command line ([`HarnessArgs`]), including the flags cargo, nextest and IDEs pass
+//! that libtest-mimic rejects, plus our extras (`--test-timeout`, `--junit`, `--partition`).
+
+use std::ffi::OsString;
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// Output format of the test run (`--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// One line per test.
+    Pretty,
+    /// One character per test.
+    Terse,
+    /// libtest's (unstable) JSON events, one object per line.
+    Json,
+}
+
+/// When to colour the output (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    /// Colour when stdout is a terminal and `NO_COLOR` is unset.
+    Auto,
+    /// Always colour.
+    Always,
+    /// Never colour.
+    Never,
+}
+
+/// How `--partition` assigns tests to shards.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionKind {
+    /// Round robin over the sorted, filtered list (nextest's `count:`).
+    Count,
+    /// By a stable hash of the test name (`hash:`): a test stays in its shard when others are added.
+    Hash,
+}
+
+/// `--partition count:K/N` or `hash:K/N`: run only shard `K` (1-based) of `N`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partition {
+    /// How tests are assigned to shards.
+    pub kind: PartitionKind,
+    /// The shard to run, `1..=total`.
+    pub shard: u64,
+    /// How many shards there are.
+    pub total: u64,
+}
+
+/// Why a `--partition` value was rejected.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PartitionParseError {
+    /// Not of the form `KIND:K/N`.
+    #[error("expected `count:K/N` or `hash:K/N`, found `{0}`")]
+    Syntax(String),
+    /// `K` or `N` out of range.
+    #[error("shard {shard} of {total} is out of range: need 1 <= K <= N")]
+    Range {
+        /// The shard asked for.
+        shard: u64,
+        /// The number of shards.
+        total: u64,
+    },
+}
+
+impl FromStr for Partition {
+    type Err = PartitionParseError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let syntax = || PartitionParseError::Syntax(text.to_owned());
+        let (kind, rest) = text.split_once(':').ok_or_else(syntax)?;
+        let kind = match kind {
+            "count" => PartitionKind::Count,
+            "hash" => PartitionKind::Hash,
+            _ => return Err(syntax()),
+        };
+        let (shard, total) = rest.split_once('/').ok_or_else(syntax)?;
+        let shard: u64 = shard.parse().map_err(|_| syntax())?;
+        let total: u64 = total.parse().map_err(|_| syntax())?;
+        if shard == 0 || total == 0 || shard > total {
+            return Err(PartitionParseError::Range { shard, total });
+        }
+        Ok(Self { kind, shard, total })
+    }
+}
+
+impl fmt::Display for Partition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.kind {
+            PartitionKind::Count => "count",
+            PartitionKind::Hash => "hash",
+        };
+        write!(f, "{kind}:{}/{}", self.shard, self.total)
+    }
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, found `{text}`"))?;
+    if seconds.is_nan() || seconds <= 0.0 {
+        return Err(format!("the timeout must be positive, found `{text}`"));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("timeout `{text}` is too large"))
+}
+
+/// The libtest command line, as cargo, nextest and IDEs pass it, plus cargo-gpurun's extras.
+///
+/// Parse it with [`HarnessArgs::parse_args`], or build it with [`Default`] and set fields.
+#[derive(Debug, Clone, Default, PartialEq, Parser)]
+#[command(
+    name = "gpurun-test",
+    about = "Runs the #[gpurun::test] tests of a GPU image, with libtest's command line and output",
+    disable_version_flag = true
+)]
+pub struct HarnessArgs {
+    /// Run only tests whose names contain one of these (equal one of them, with --exact).
+    #[arg(value_name = "FILTER")]
+    pub filters: Vec<String>,
+
+    /// Filters and --skip match whole test names, not substrings.
+    #[arg(long)]
+    pub exact: bool,
+
+    /// Skip tests whose names contain FILTER (repeatable).
+    #[arg(long, value_name = "FILTER")]
+    pub skip: Vec<String>,
+
+    /// List the tests instead of running them.
+    #[arg(long)]
+    pub list: bool,
+
+    /// Output format.
+    #[arg(long, value_enum, value_name = "pretty|terse|json")]
+    pub format: Option<Format>,
+
+    /// Terse output (same as --format terse).
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+
+    /// Run only the ignored tests.
+    #[arg(long, conflicts_with = "include_ignored")]
+    pub ignored: bool,
+
+    /// Run the ignored tests too.
+    #[arg(long)]
+    pub include_ignored: bool,
+
+    /// Skip tests marked #[should_panic].
+    #[arg(long)]
+    pub exclude_should_panic: bool,
+
+    /// Number of tests run at once (default: RUST_TEST_THREADS, else the number of CPUs).
+    #[arg(long, value_name = "N")]
+    pub test_threads: Option<NonZeroUsize>,
+
+    /// Print each test's device output as soon as the test ends instead of capturing it.
+    #[arg(long)]
+    pub nocapture: bool,
+
+    /// Also show the captured output of successful tests.
+    #[arg(long)]
+    pub show_output: bool,
+
+    /// Colour the output.
+    #[arg(long, value_enum, value_name = "auto|always|never")]
+    pub color: Option<ColorChoice>,
+
+    /// Also write one line per test result (libtest's log format) to this file.
+    #[arg(long, value_name = "PATH")]
+    pub logfile: Option<PathBuf>,
+
+    /// Show each test's execution time.
+    #[arg(long)]
+    pub report_time: bool,
+
+    /// Accepted for compatibility; has no effect (time limits come from --test-timeout).
+    #[arg(long, hide = true)]
+    pub ensure_time: bool,
+
+    /// Accepted for compatibility; has no effect (tests run in name order).
+    #[arg(long, hide = true)]
+    pub shuffle: bool,
+
+    /// Accepted for compatibility; has no effect.
+    #[arg(long, value_name = "SEED", hide = true)]
+    pub shuffle_seed: Option<u64>,
+
+    /// Accepted for compatibility; has no effect (there are no device benchmarks).
+    #[arg(long, hide = true)]
+    pub bench: bool,
+
+    /// Accepted for compatibility; has no effect.
+    #[arg(long, hide = true)]
+    pub test: bool,
+
+    /// Accepted for compatibility; has no effect.
+    #[arg(long, hide = true)]
+    pub force_run_in_process: bool,
+
+    /// Unstable libtest options (`-Z unstable-options`): accepted, have no effect.
+    #[arg(short = 'Z', value_name = "OPTION", hide = true)]
+    pub unstable_options: Vec<String>,
+
+    /// Fail a test that runs longer than SECS seconds (enforced by the executor).
+    #[arg(long, value_name = "SECS", value_parser = parse_timeout)]
+    pub test_timeout: Option<Duration>,
+
+    /// Write a JUnit XML report to PATH.
+    #[arg(long, value_name = "PATH")]
+    pub junit: Option<PathBuf>,
+
+    /// Run only one shard of the tests: count:K/N or hash:K/N.
+    #[arg(long, value_name = "count:K/N")]
+    pub partition: Option<Partition>,
+
+    /// Name of the JUnit `<testsuite>` (the test image), set by the caller; default `gpurun`.
+    #[arg(skip)]
+    pub suite_name: Option<String>,
+
+    /// Print GitHub Actions `::error` annotations for failures (set from `GITHUB_ACTIONS=true`).
+    #[arg(skip)]
+    pub github_actions: bool,
+}
+
+impl HarnessArgs {
+    /// Parses a libtest command line. `argv[0]` is the program name, as in `std::env::args_os`.
+    /// Sets [`github_actions`](Self::github_actions) from `GITHUB_ACTIONS=true`.
+    ///
+    /// `--help` also comes back as an `Err`: `err.exit()` prints it and exits 0; a usage error
+    /// exits 2 ([`ExitCode::USAGE`](crate::exit_code::ExitCode::USAGE)).
+    pub fn parse_args<I, T>(argv: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let mut args = Self::try_parse_from(argv)?;
+        args.github_actions = std::env::var_os("GITHUB_ACTIONS").is_some_and(|v| v == "true");
+        Ok(args)
+    }
+
+    /// The output format after `-q`.
+    pub fn effective_format(&self) -> Format {
+        match self.format {
+            Some(format) => format,
+            None if self.quiet => Format::Terse,
+            None => Format::Pretty,
+        }
+    }
+
+    /// Whether ignored tests run, and whether only they do.
+    pub fn run_ignored(&self) -> RunIgnored {
+        if self.ignored {
+            RunIgnored::Only
+        } else if self.include_ignored {
+            RunIgnored::Yes
+        } else {
+            RunIgnored::No
+        }
+    }
+}
+
+/// What happens to `#[ignore]`d tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunIgnored {
+    /// They are reported as ignored.
+    No,
+    /// They run with the others (`--include-ignored`).
+    Yes,
+    /// Only they run (`--ignored`).
+    Only,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<HarnessArgs, clap::Error> {
+        HarnessArgs::parse_args(std::iter::once("bin").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn takes_several_filters_and_repeated_skips() {
+        let args = parse(&["add", "--skip", "slow", "mul", "--skip=io", "--exact"]).unwrap();
+        assert_eq!(args.filters, ["add", "mul"]);
+        assert_eq!(args.skip, ["slow", "io"]);
+        assert!(args.exact);
+    }
+
+    #[test]
+    fn accepts_what_nextest_and_cargo_pass() {
+        let list = parse(&["--list", "--format", "terse", "--ignored"]).unwrap();
+        assert!(list.list && list.ignored);
+        assert_eq!(list.effective_format(), Format::Terse);
+        let one = parse(&["--exact", "tests::adds", "--nocapture"]).unwrap();
+        assert_eq!(one.filters, ["tests::adds"]);
+        assert!(one.nocapture && one.exact);
+        let noise = parse(&[
+            "-Z",
+            "unstable-options",
+            "--report-time",
+            "--shuffle",
+            "--shuffle-seed",
+            "7",
+            "--ensure-time",
+            "--bench",
+            "--test",
+            "-Zunstable-options",
+            "--format=json",
+            "--show-output",
+            "--color",
+            "never",
+            "-q",
+        ])
+        .unwrap();
+        assert_eq!(noise.effective_format(), Format::Json);
+        assert_eq!(
+            noise.unstable_options,
+            ["unstable-options", "unstable-options"]
+        );
+        assert_eq!(noise.color, Some(ColorChoice::Never));
+    }
+
+    #[test]
+    fn quiet_means_terse_unless_a_format_is_given() {
+        assert_eq!(parse(&["-q"]).unwrap().effective_format(), Format::Terse);
+        assert_eq!(parse(&[]).unwrap().effective_format(), Format::Pretty);
+    }
+
+    #[test]
+    fn extras_parse_and_bad_values_are_usage_errors() {
+        let args = parse(&[
+            "--test-timeout",
+            "2.5",
+            "--junit",
+            "out.xml",
+            "--partition",
+            "count:2/3",
+            "--test-threads",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!(args.test_timeout, Some(Duration::from_millis(2500)));
+        assert_eq!(args.junit, Some(PathBuf::from("out.xml")));
+        assert_eq!(
+            args.partition,
+            Some(Partition {
+                kind: PartitionKind::Count,
+                shard: 2,
+                total: 3
+            })
+        );
+        assert_eq!(args.test_threads, NonZeroUsize::new(4));
+        for bad in [
+            &["--test-timeout", "0"][..],
+            &["--test-timeout", "soon"],
+            &["--test-timeout", "NaN"],
+            &["--partition", "count:0/3"],
+            &["--partition", "count:4/3"],
+            &["--partition", "slice:1/3"],
+            &["--test-threads", "0"],
+            &["--format", "junit"],
+            &["--ignored", "--include-ignored"],
+            &["--no-such-flag"],
+        ] {
+            let err = parse(bad).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{bad:?} should be a usage error");
+        }
+    }
+
+    #[test]
+    fn partition_round_trips_through_text() {
+        for text in ["count:1/1", "hash:3/8"] {
+            assert_eq!(text.parse::<Partition>().unwrap().to_string(), text);
+        }
+        assert_eq!(
+            "count:1-2".parse::<Partition>(),
+            Err(PartitionParseError::Syntax("count:1-2".into()))
+        );
+    }
+
+    #[test]
+    fn run_ignored_follows_the_flags() {
+        assert_eq!(parse(&[]).unwrap().run_ignored(), RunIgnored::No);
+        assert_eq!(
+            parse(&["--ignored"]).unwrap().run_ignored(),
+            RunIgnored::Only
+        );
+        assert_eq!(
+            parse(&["--include-ignored"]).unwrap().run_ignored(),
+            RunIgnored::Yes
+        );
+    }
+}

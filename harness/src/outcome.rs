@@ -1,0 +1,393 @@
+//! What the harness knows about a test before it runs ([`TestCase`]), what an [`Executor`] tells it
+//! afterwards ([`TestRun`]), and how the two combine into libtest's verdict ([`Verdict`]).
+
+use std::time::Duration;
+
+/// One test as read from an image: everything the harness needs to list, filter and judge it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestCase {
+    /// The libtest name, e.g. `tests::adds` (module path without the crate name).
+    pub name: String,
+    /// The kernel symbol the executor launches for this test.
+    pub kernel: String,
+    /// `#[ignore]` was given.
+    pub ignored: bool,
+    /// The reason of `#[ignore = "..."]`.
+    pub ignore_reason: Option<String>,
+    /// `#[should_panic]`, with or without `expected`.
+    pub should_panic: ShouldPanic,
+    /// Threads per block (x, y, z).
+    pub threads: [u32; 3],
+    /// Blocks per grid (x, y, z).
+    pub blocks: [u32; 3],
+    /// Source file of the test, for annotations when no panic location is known.
+    pub source_file: Option<String>,
+}
+
+impl TestCase {
+    /// A test with a one-thread launch and no attributes; handy for tests and mock scripts.
+    pub fn new(name: impl Into<String>) -> Self {
+        let name = name.into();
+        Self {
+            kernel: format!("__gpurun_test_{}", name.replace("::", "_")),
+            name,
+            ignored: false,
+            ignore_reason: None,
+            should_panic: ShouldPanic::No,
+            threads: [1, 1, 1],
+            blocks: [1, 1, 1],
+            source_file: None,
+        }
+    }
+
+    /// Number of device threads in the launch (saturating: shapes come from the image).
+    pub fn total_threads(&self) -> u64 {
+        self.threads
+            .iter()
+            .chain(self.blocks.iter())
+            .fold(1u64, |acc, &n| acc.saturating_mul(u64::from(n)))
+    }
+}
+
+/// `#[should_panic]` as libtest knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShouldPanic {
+    /// No attribute.
+    No,
+    /// `#[should_panic]`.
+    Yes,
+    /// `#[should_panic(expected = "...")]`: the panic message must contain this text.
+    Expected(String),
+}
+
+/// The first panic a device thread reported during a test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PanicReport {
+    /// The formatted panic message.
+    pub message: String,
+    /// Source file of the panic location.
+    pub file: String,
+    /// Line of the panic location.
+    pub line: u32,
+    /// Column of the panic location.
+    pub column: u32,
+    /// Thread id within the block (x, y, z).
+    pub thread: [u32; 3],
+    /// Block id within the grid (x, y, z).
+    pub block: [u32; 3],
+}
+
+/// How a test's launch ended, as the executor saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TestEnd {
+    /// The kernel finished; some threads may have panicked (and ended themselves cleanly).
+    Completed {
+        /// The first panic reported, if any.
+        first_panic: Option<PanicReport>,
+        /// How many device threads reported a panic.
+        panicked_threads: u64,
+    },
+    /// A device fault (illegal address, trap) or a crashed worker (the signal named).
+    Faulted {
+        /// The backend's error text.
+        error: String,
+    },
+    /// The test ran past its time limit and was stopped.
+    TimedOut {
+        /// The limit it ran past.
+        after: Duration,
+    },
+    /// The device called `exit()` inside the test.
+    Exited {
+        /// The exit code it passed.
+        code: i32,
+    },
+    /// The device called `abort()`.
+    Aborted,
+    /// The test could not be run at all (worker failed to start, image failed to load, ...).
+    Infrastructure {
+        /// What went wrong.
+        error: String,
+    },
+}
+
+/// Everything an executor reports about one test.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestRun {
+    /// How the launch ended.
+    pub end: TestEnd,
+    /// What the device printed to stdout during the test.
+    pub stdout: Vec<u8>,
+    /// What the device printed to stderr during the test.
+    pub stderr: Vec<u8>,
+    /// Wall time of the test.
+    pub duration: Duration,
+}
+
+/// Runs one test: launches its kernel and waits for it, enforcing the time limit it was given
+/// (see [`HarnessArgs::test_timeout`](crate::HarnessArgs::test_timeout)).
+///
+/// Called concurrently from the harness's test threads when `--test-threads` is above 1. A test's
+/// failure, however severe, is reported in the returned [`TestRun`]; the executor must stay usable
+/// for the next test (rebuilding its context or worker as needed).
+pub trait Executor: Send + Sync {
+    /// Runs `test` and reports how it ended.
+    fn run(&self, test: &TestCase) -> TestRun;
+}
+
+/// libtest's verdict on one test that was run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The test passed.
+    Passed,
+    /// The test failed; libtest shows the captured output only.
+    Failed,
+    /// The test failed for a reason libtest adds to the output as `note: <message>`.
+    FailedWithMessage(String),
+}
+
+impl Verdict {
+    /// Whether the test counts as passed.
+    pub fn passed(&self) -> bool {
+        matches!(self, Verdict::Passed)
+    }
+}
+
+/// Applies libtest's rules (`should_panic`, `expected`) to how a test ended.
+pub fn judge(test: &TestCase, end: &TestEnd) -> Verdict {
+    match end {
+        TestEnd::Completed {
+            first_panic,
+            panicked_threads,
+        } => {
+            let panicked = first_panic.is_some() || *panicked_threads > 0;
+            match (&test.should_panic, panicked) {
+                (ShouldPanic::No, false) | (ShouldPanic::Yes, true) => Verdict::Passed,
+                (ShouldPanic::No, true) => Verdict::Failed,
+                (ShouldPanic::Yes | ShouldPanic::Expected(_), false) => {
+                    let location = match &test.source_file {
+                        Some(file) => format!(" at {file}"),
+                        None => String::new(),
+                    };
+                    Verdict::FailedWithMessage(format!(
+                        "test did not panic as expected{location}"
+                    ))
+                }
+                (ShouldPanic::Expected(expected), true) => match first_panic {
+                    Some(report) if report.message.contains(expected.as_str()) => Verdict::Passed,
+                    // Same wording and `{:?}` quoting as libtest, so tools that parse it keep working.
+                    Some(report) => Verdict::FailedWithMessage(format!(
+                        "panic did not contain expected string\n      panic message: {:?}\n expected substring: {:?}",
+                        report.message, expected
+                    )),
+                    None => Verdict::FailedWithMessage(format!(
+                        "expected panic with a message,\n found no panic report from the device\n     expected substring: {expected:?}"
+                    )),
+                },
+            }
+        }
+        TestEnd::Faulted { error } => Verdict::FailedWithMessage(format!("device fault: {error}")),
+        TestEnd::TimedOut { after } => {
+            Verdict::FailedWithMessage(format!("test timed out after {}", format_duration(*after)))
+        }
+        TestEnd::Exited { code } => {
+            Verdict::FailedWithMessage(format!("the device called exit({code}) during the test"))
+        }
+        TestEnd::Aborted => {
+            Verdict::FailedWithMessage("the device called abort() during the test".to_owned())
+        }
+        TestEnd::Infrastructure { error } => {
+            Verdict::FailedWithMessage(format!("could not run the test: {error}"))
+        }
+    }
+}
+
+/// The text Rust's panic hook would have printed for this device panic, with the device thread
+/// and block in place of the host thread id. Empty when nothing panicked.
+pub fn panic_text(test: &TestCase, end: &TestEnd) -> String {
+    let TestEnd::Completed {
+        first_panic,
+        panicked_threads,
+    } = end
+    else {
+        return String::new();
+    };
+    let panicked_threads = *panicked_threads;
+    let mut text = String::new();
+    match first_panic {
+        Some(report) => {
+            let [tx, ty, tz] = report.thread;
+            let [bx, by, bz] = report.block;
+            text.push_str(&format!(
+                "\nthread '{}' (block ({bx},{by},{bz}), thread ({tx},{ty},{tz})) panicked at {}:{}:{}:\n{}\n",
+                test.name, report.file, report.line, report.column, report.message
+            ));
+            if panicked_threads > 1 {
+                text.push_str(&format!(
+                    "note: {panicked_threads} of {} device threads panicked; the first report is shown\n",
+                    test.total_threads()
+                ));
+            }
+        }
+        None if panicked_threads > 0 => text.push_str(&format!(
+            "\nthread '{}' panicked on the device without a report: {panicked_threads} of {} device threads panicked\n",
+            test.name,
+            test.total_threads()
+        )),
+        None => {}
+    }
+    text
+}
+
+/// `10s`, `1.5s`, `250ms`: short and exact enough for a timeout message.
+pub(crate) fn format_duration(duration: Duration) -> String {
+    if duration.subsec_nanos() == 0 {
+        format!("{}s", duration.as_secs())
+    } else if duration < Duration::from_secs(1) {
+        format!("{}ms", duration.as_millis())
+    } else {
+        format!("{:.3}s", duration.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn panicking(message: &str) -> TestEnd {
+        TestEnd::Completed {
+            first_panic: Some(PanicReport {
+                message: message.to_owned(),
+                file: "src/lib.rs".to_owned(),
+                line: 12,
+                column: 5,
+                thread: [3, 0, 0],
+                block: [0, 0, 0],
+            }),
+            panicked_threads: 1,
+        }
+    }
+
+    const CLEAN: TestEnd = TestEnd::Completed {
+        first_panic: None,
+        panicked_threads: 0,
+    };
+
+    fn with_should_panic(should_panic: ShouldPanic) -> TestCase {
+        TestCase {
+            should_panic,
+            ..TestCase::new("tests::t")
+        }
+    }
+
+    #[test]
+    fn plain_test_passes_without_panic_and_fails_with_one() {
+        let test = TestCase::new("tests::t");
+        assert_eq!(judge(&test, &CLEAN), Verdict::Passed);
+        assert_eq!(judge(&test, &panicking("boom")), Verdict::Failed);
+    }
+
+    #[test]
+    fn should_panic_needs_a_panic() {
+        let test = with_should_panic(ShouldPanic::Yes);
+        assert_eq!(judge(&test, &panicking("anything")), Verdict::Passed);
+        assert_eq!(
+            judge(&test, &CLEAN),
+            Verdict::FailedWithMessage("test did not panic as expected".into())
+        );
+        let located = TestCase {
+            source_file: Some("src/lib.rs".into()),
+            ..test
+        };
+        assert_eq!(
+            judge(&located, &CLEAN),
+            Verdict::FailedWithMessage("test did not panic as expected at src/lib.rs".into())
+        );
+    }
+
+    #[test]
+    fn expected_substring_is_checked_with_libtest_wording() {
+        let test = with_should_panic(ShouldPanic::Expected("abc".into()));
+        assert_eq!(judge(&test, &panicking("xxabcxx")), Verdict::Passed);
+        assert_eq!(
+            judge(&test, &panicking("nope \"q\"")),
+            Verdict::FailedWithMessage(
+                "panic did not contain expected string\n      panic message: \"nope \\\"q\\\"\"\n expected substring: \"abc\"".into()
+            )
+        );
+        assert_eq!(
+            judge(&test, &CLEAN),
+            Verdict::FailedWithMessage("test did not panic as expected".into())
+        );
+    }
+
+    #[test]
+    fn abnormal_ends_fail_even_when_a_panic_is_expected() {
+        let test = with_should_panic(ShouldPanic::Yes);
+        let cases = [
+            (
+                TestEnd::Faulted {
+                    error: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+                },
+                "device fault: CUDA_ERROR_ILLEGAL_ADDRESS",
+            ),
+            (
+                TestEnd::TimedOut {
+                    after: Duration::from_secs(10),
+                },
+                "test timed out after 10s",
+            ),
+            (
+                TestEnd::Exited { code: 3 },
+                "the device called exit(3) during the test",
+            ),
+            (
+                TestEnd::Aborted,
+                "the device called abort() during the test",
+            ),
+            (
+                TestEnd::Infrastructure {
+                    error: "worker did not start".into(),
+                },
+                "could not run the test: worker did not start",
+            ),
+        ];
+        for (end, message) in cases {
+            assert_eq!(
+                judge(&test, &end),
+                Verdict::FailedWithMessage(message.into())
+            );
+        }
+    }
+
+    #[test]
+    fn panic_text_names_device_ids_and_counts() {
+        let test = TestCase {
+            threads: [64, 1, 1],
+            blocks: [4, 1, 1],
+            ..TestCase::new("tests::t")
+        };
+        let mut end = panicking("boom");
+        assert_eq!(
+            panic_text(&test, &end),
+            "\nthread 'tests::t' (block (0,0,0), thread (3,0,0)) panicked at src/lib.rs:12:5:\nboom\n"
+        );
+        if let TestEnd::Completed {
+            panicked_threads, ..
+        } = &mut end
+        {
+            *panicked_threads = 4;
+        }
+        assert!(panic_text(&test, &end).ends_with(
+            "boom\nnote: 4 of 256 device threads panicked; the first report is shown\n"
+        ));
+        assert_eq!(panic_text(&test, &CLEAN), "");
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(format_duration(Duration::from_secs(10)), "10s");
+        assert_eq!(format_duration(Duration::from_millis(250)), "250ms");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1.500s");
+    }
+}

@@ -1,0 +1,59 @@
+//! GitHub Actions annotations (`::error file=..,line=..::message`) for failed tests, so a failure
+//! shows up on the line of the panic in the pull request.
+
+use crate::outcome::TestEnd;
+use crate::report::{Finished, ResultKind};
+
+/// One `::error` workflow command for a failed test, or `None` if the test did not fail.
+pub(crate) fn annotation(finished: &Finished<'_>) -> Option<String> {
+    let ResultKind::Failed { message } = &finished.reported.kind else {
+        return None;
+    };
+    let report = finished.run.and_then(|run| match &run.end {
+        TestEnd::Completed { first_panic, .. } => first_panic.as_ref(),
+        _ => None,
+    });
+    let mut properties = Vec::new();
+    if let Some(report) = report {
+        properties.push(format!("file={}", escape_property(&report.file)));
+        properties.push(format!("line={}", report.line));
+        properties.push(format!("col={}", report.column));
+    } else if let Some(file) = &finished.test.source_file {
+        properties.push(format!("file={}", escape_property(file)));
+    }
+    properties.push(format!("title={}", escape_property(&finished.test.name)));
+    let text = match (report, message) {
+        (Some(report), None) => format!("test panicked: {}", report.message),
+        (Some(report), Some(message)) => format!("{message}\n(panic: {})", report.message),
+        (None, Some(message)) => message.clone(),
+        (None, None) => "test failed".to_owned(),
+    };
+    Some(format!(
+        "::error {}::{}\n",
+        properties.join(","),
+        escape_data(&text)
+    ))
+}
+
+/// Escaping for the message part of a workflow command, per GitHub's runner.
+fn escape_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// Escaping for a property value (`file=`, `title=`): also `:` and `,`, which delimit properties.
+fn escape_property(text: &str) -> String {
+    escape_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_follow_githubs_rules() {
+        assert_eq!(escape_data("50% done\r\nnext"), "50%25 done%0D%0Anext");
+        assert_eq!(escape_property("tests::a,b"), "tests%3A%3Aa%2Cb");
+    }
+}

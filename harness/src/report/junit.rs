@@ -1,0 +1,122 @@
+//! JUnit XML (through `quick-junit`): one `<testsuite>` per run, one `<testcase>` per reported
+//! test, failures with their message, the device's stdout/stderr kept as system-out/err.
+
+use std::path::Path;
+use std::time::Duration;
+
+use quick_junit::{NonSuccessKind, Report, TestCase as JunitCase, TestCaseStatus, TestSuite};
+
+use crate::outcome::TestEnd;
+use crate::report::{Finished, ResultKind};
+
+/// Collects test results and writes the report at the end of the run.
+pub(crate) struct JunitReport {
+    suite: TestSuite,
+}
+
+impl JunitReport {
+    pub(crate) fn new(suite_name: &str) -> Self {
+        Self {
+            suite: TestSuite::new(suite_name),
+        }
+    }
+
+    pub(crate) fn add(&mut self, finished: &Finished<'_>) {
+        let status = match &finished.reported.kind {
+            ResultKind::Passed => TestCaseStatus::success(),
+            ResultKind::Ignored => {
+                let mut status = TestCaseStatus::skipped();
+                if let Some(reason) = &finished.test.ignore_reason {
+                    status.set_message(reason.as_str());
+                }
+                status
+            }
+            ResultKind::Failed { message } => {
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                let (kind, summary) = failure_summary(finished, message.as_deref());
+                status.set_type(kind);
+                status.set_message(summary);
+                let mut description = finished.panic_text.trim_start().to_owned();
+                if let Some(message) = message {
+                    description.push_str(message);
+                }
+                if !description.is_empty() {
+                    status.set_description(description);
+                }
+                status
+            }
+        };
+        let mut case = JunitCase::new(finished.test.name.as_str(), status);
+        case.set_classname(self.suite.name.as_str());
+        case.set_time(finished.reported.duration);
+        if let Some(run) = finished.run {
+            if !run.stdout.is_empty() {
+                case.set_system_out_lossy(&run.stdout);
+            }
+            let mut stderr = run.stderr.clone();
+            stderr.extend_from_slice(finished.panic_text.as_bytes());
+            if !stderr.is_empty() {
+                case.set_system_err_lossy(&stderr);
+            }
+        }
+        self.suite.add_test_case(case);
+    }
+
+    /// Writes the XML to `path`.
+    pub(crate) fn write(mut self, path: &Path, elapsed: Duration) -> Result<(), JunitError> {
+        self.suite.set_time(elapsed);
+        let mut report = Report::new("gpurun");
+        report.set_time(elapsed);
+        report.add_test_suite(self.suite);
+        let xml = report.to_string().map_err(JunitError::Serialize)?;
+        std::fs::write(path, xml).map_err(|source| JunitError::Write {
+            path: path.to_owned(),
+            source,
+        })
+    }
+}
+
+/// The failure's type attribute and one-line summary (CI dashboards show the first line).
+fn failure_summary(finished: &Finished<'_>, message: Option<&str>) -> (&'static str, String) {
+    let Some(run) = finished.run else {
+        return ("failure", message.unwrap_or("test failed").to_owned());
+    };
+    let kind = match &run.end {
+        TestEnd::Completed { first_panic, .. } => {
+            return match (first_panic, message) {
+                (_, Some(message)) => ("should_panic", message.to_owned()),
+                (Some(report), None) => (
+                    "panic",
+                    format!(
+                        "{} at {}:{}:{}",
+                        report.message, report.file, report.line, report.column
+                    ),
+                ),
+                (None, None) => ("panic", "test panicked".to_owned()),
+            };
+        }
+        TestEnd::Faulted { .. } => "fault",
+        TestEnd::TimedOut { .. } => "timeout",
+        TestEnd::Exited { .. } => "exit",
+        TestEnd::Aborted => "abort",
+        TestEnd::Infrastructure { .. } => "infrastructure",
+    };
+    (kind, message.unwrap_or("test failed").to_owned())
+}
+
+/// Why the JUnit report could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum JunitError {
+    /// quick-junit could not serialize the report.
+    #[error("failed to serialize the JUnit report: {0}")]
+    Serialize(#[source] quick_junit::SerializeError),
+    /// The file could not be written.
+    #[error("failed to write the JUnit report to `{}`: {source}", path.display())]
+    Write {
+        /// Where it was to be written.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}

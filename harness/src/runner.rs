@@ -1,0 +1,427 @@
+//! Runs the selected tests through an [`Executor`] and feeds every result to the reporters as it
+//! arrives. With `--test-threads N > 1`, N worker threads call the executor at once; all printing
+//! happens on the calling thread, one test at a time, so output is never mixed between tests.
+
+use std::fs::File;
+use std::io::{self, IsTerminal, Write};
+use std::num::NonZeroUsize;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::args::{ColorChoice, Format, HarnessArgs};
+use crate::exit_code::ExitCode;
+use crate::filter::select;
+use crate::outcome::{judge, panic_text, Executor, TestCase, TestEnd, TestRun, Verdict};
+use crate::report::console::{log_line, Console, ConsoleOptions};
+use crate::report::github::annotation;
+use crate::report::junit::{JunitError, JunitReport};
+use crate::report::{Finished, Reported, ResultKind};
+
+/// The counts of a finished run; [`exit_code`](Self::exit_code) is libtest's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Conclusion {
+    /// Tests that passed.
+    pub num_passed: u64,
+    /// Tests that failed.
+    pub num_failed: u64,
+    /// Tests reported as ignored.
+    pub num_ignored: u64,
+    /// Benchmarks measured (always 0: there are no device benchmarks).
+    pub num_measured: u64,
+    /// Tests removed by filters, `--skip`, `--ignored` or `--partition`.
+    pub num_filtered_out: u64,
+}
+
+impl Conclusion {
+    /// Whether any test failed.
+    pub fn has_failed(&self) -> bool {
+        self.num_failed > 0
+    }
+
+    /// [`ExitCode::TESTS_FAILED`] (101) if any test failed, else [`ExitCode::OK`].
+    pub fn exit_code(&self) -> i32 {
+        if self.has_failed() {
+            ExitCode::TESTS_FAILED
+        } else {
+            ExitCode::OK
+        }
+    }
+}
+
+/// Why the harness could not complete a run (test failures are not errors: see [`Conclusion`]).
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    /// Writing the test output failed (a closed pipe, a full disk).
+    #[error("failed to write the test output: {0}")]
+    Output(#[source] io::Error),
+    /// `--logfile` could not be created or written.
+    #[error("failed to write the log file `{}`: {source}", path.display())]
+    Logfile {
+        /// The log file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
+    /// `--junit` could not be written.
+    #[error(transparent)]
+    Junit(#[from] JunitError),
+    /// `RUST_TEST_THREADS` is set but is not a positive integer.
+    #[error("RUST_TEST_THREADS is `{0}`, should be a positive integer")]
+    TestThreadsEnv(String),
+}
+
+impl HarnessError {
+    /// The process exit code for this error ([`ExitCode::HARNESS_ERROR`]).
+    pub fn exit_code(&self) -> i32 {
+        ExitCode::HARNESS_ERROR
+    }
+}
+
+/// Lists or runs `tests` as libtest would with `args`, printing to stdout (and device stderr,
+/// with `--nocapture`, to stderr).
+pub fn run(
+    args: &HarnessArgs,
+    tests: Vec<TestCase>,
+    executor: Arc<dyn Executor>,
+) -> Result<Conclusion, HarnessError> {
+    let mut stdout = io::stdout();
+    let mut stderr = io::stderr();
+    let color = match args.color.unwrap_or(ColorChoice::Auto) {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+    };
+    run_with_output(args, tests, executor, color, &mut stdout, &mut stderr)
+}
+
+/// Like [`run`], and prints any error to stderr: returns the process exit code.
+pub fn run_to_exit_code(
+    args: &HarnessArgs,
+    tests: Vec<TestCase>,
+    executor: Arc<dyn Executor>,
+) -> i32 {
+    match run(args, tests, executor) {
+        Ok(conclusion) => conclusion.exit_code(),
+        Err(error) => {
+            eprintln!("error: {error}");
+            error.exit_code()
+        }
+    }
+}
+
+/// [`run`] with explicit output streams and colour decision (for tests and embedding).
+pub fn run_with_output(
+    args: &HarnessArgs,
+    tests: Vec<TestCase>,
+    executor: Arc<dyn Executor>,
+    color: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<Conclusion, HarnessError> {
+    let threads = test_threads(args)?;
+    let selection = select(args, tests);
+    let format = args.effective_format();
+    let mut logfile = match &args.logfile {
+        Some(path) => Some(LogFile::create(path.clone())?),
+        None => None,
+    };
+    let mut console = Console::new(
+        out,
+        ConsoleOptions {
+            format,
+            color,
+            multithreaded: threads > 1,
+            report_time: args.report_time,
+            show_output: args.show_output,
+        },
+    );
+
+    if args.list {
+        console
+            .list(&selection.tests)
+            .map_err(HarnessError::Output)?;
+        if let Some(log) = &mut logfile {
+            for test in &selection.tests {
+                log.write(&format!("test {}\n", test.name))?;
+            }
+        }
+        return Ok(Conclusion::default());
+    }
+
+    let started = Instant::now();
+    console
+        .run_start(selection.tests.len(), selection.filtered_out)
+        .map_err(HarnessError::Output)?;
+    let mut sinks = Sinks {
+        console,
+        err,
+        logfile,
+        junit: args
+            .junit
+            .as_ref()
+            .map(|_| JunitReport::new(args.suite_name.as_deref().unwrap_or("gpurun"))),
+        annotations: Vec::new(),
+        nocapture: args.nocapture,
+        github: args.github_actions,
+    };
+    let tests = &selection.tests;
+    if threads == 1 {
+        for test in tests {
+            sinks
+                .console
+                .test_start(test)
+                .map_err(HarnessError::Output)?;
+            let run = if test.ignored {
+                None
+            } else {
+                Some(run_one(executor.as_ref(), test))
+            };
+            sinks.report(test, run)?;
+        }
+    } else {
+        run_concurrently(tests, executor.as_ref(), threads, &mut sinks)?;
+    }
+    let elapsed = started.elapsed();
+    sinks
+        .console
+        .run_finish(elapsed)
+        .map_err(HarnessError::Output)?;
+
+    let counts = sinks.console.counts;
+    if let (Some(junit), Some(path)) = (sinks.junit.take(), &args.junit) {
+        junit.write(path, elapsed)?;
+    }
+    if !sinks.annotations.is_empty() {
+        // Workflow commands must start a line; after the summary nothing else is printed. In
+        // json mode stdout must stay parseable, and the runner reads commands on stderr too.
+        let text = sinks.annotations.concat();
+        let result = if format == Format::Json {
+            sinks.err.write_all(text.as_bytes())
+        } else {
+            sinks.console_write(text.as_bytes())
+        };
+        result.map_err(HarnessError::Output)?;
+    }
+    Ok(Conclusion {
+        num_passed: counts.passed as u64,
+        num_failed: counts.failed as u64,
+        num_ignored: counts.ignored as u64,
+        num_measured: 0,
+        num_filtered_out: counts.filtered_out as u64,
+    })
+}
+
+fn test_threads(args: &HarnessArgs) -> Result<usize, HarnessError> {
+    if let Some(n) = args.test_threads {
+        return Ok(n.get());
+    }
+    if let Some(value) = std::env::var_os("RUST_TEST_THREADS") {
+        let text = value.to_string_lossy().into_owned();
+        return text
+            .parse::<NonZeroUsize>()
+            .map(NonZeroUsize::get)
+            .map_err(|_| HarnessError::TestThreadsEnv(text));
+    }
+    Ok(std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+}
+
+/// Calls the executor; a panic inside it fails this test only.
+fn run_one(executor: &dyn Executor, test: &TestCase) -> TestRun {
+    let started = Instant::now();
+    catch_unwind(AssertUnwindSafe(|| executor.run(test))).unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("non-string panic payload");
+        TestRun {
+            end: TestEnd::Infrastructure {
+                error: format!("the executor panicked: {message}"),
+            },
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            duration: started.elapsed(),
+        }
+    })
+}
+
+/// Hands tests to `threads` workers in name order, reporting ignored tests when their turn comes
+/// and every result as soon as it arrives (libtest's scheduling).
+fn run_concurrently(
+    tests: &[TestCase],
+    executor: &dyn Executor,
+    threads: usize,
+    sinks: &mut Sinks<'_, '_>,
+) -> Result<(), HarnessError> {
+    let runnable = tests.iter().filter(|t| !t.ignored).count();
+    std::thread::scope(|scope| {
+        let (job_tx, job_rx) = crossbeam_channel::unbounded::<usize>();
+        let (done_tx, done_rx) = crossbeam_channel::unbounded::<(usize, TestRun)>();
+        for _ in 0..threads.min(runnable) {
+            let job_rx = job_rx.clone();
+            let done_tx = done_tx.clone();
+            scope.spawn(move || {
+                for index in job_rx {
+                    let run = run_one(executor, &tests[index]);
+                    if done_tx.send((index, run)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(done_tx);
+        let mut in_flight = 0usize;
+        for (index, test) in tests.iter().enumerate() {
+            if test.ignored {
+                sinks
+                    .console
+                    .test_start(test)
+                    .map_err(HarnessError::Output)?;
+                sinks.report(test, None)?;
+                continue;
+            }
+            while in_flight >= threads {
+                receive_one(tests, &done_rx, sinks)?;
+                in_flight -= 1;
+            }
+            sinks
+                .console
+                .test_start(test)
+                .map_err(HarnessError::Output)?;
+            // The workers outlive this loop, so the channel is open.
+            if job_tx.send(index).is_err() {
+                break;
+            }
+            in_flight += 1;
+        }
+        drop(job_tx);
+        for _ in 0..in_flight {
+            receive_one(tests, &done_rx, sinks)?;
+        }
+        Ok(())
+    })
+}
+
+fn receive_one(
+    tests: &[TestCase],
+    done_rx: &crossbeam_channel::Receiver<(usize, TestRun)>,
+    sinks: &mut Sinks<'_, '_>,
+) -> Result<(), HarnessError> {
+    match done_rx.recv() {
+        Ok((index, run)) => sinks.report(&tests[index], Some(run)),
+        // Only reachable if every worker died, which `run_one`'s catch_unwind prevents.
+        Err(_) => Err(HarnessError::Output(io::Error::other(
+            "all test threads exited early",
+        ))),
+    }
+}
+
+struct LogFile {
+    path: PathBuf,
+    file: File,
+}
+
+impl LogFile {
+    fn create(path: PathBuf) -> Result<Self, HarnessError> {
+        match File::create(&path) {
+            Ok(file) => Ok(Self { path, file }),
+            Err(source) => Err(HarnessError::Logfile { path, source }),
+        }
+    }
+
+    fn write(&mut self, line: &str) -> Result<(), HarnessError> {
+        self.file
+            .write_all(line.as_bytes())
+            .map_err(|source| HarnessError::Logfile {
+                path: self.path.clone(),
+                source,
+            })
+    }
+}
+
+/// Where each result goes.
+struct Sinks<'w, 'e> {
+    console: Console<'w>,
+    err: &'e mut dyn Write,
+    logfile: Option<LogFile>,
+    junit: Option<JunitReport>,
+    annotations: Vec<String>,
+    nocapture: bool,
+    github: bool,
+}
+
+impl Sinks<'_, '_> {
+    fn console_write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.console.write_raw(bytes)
+    }
+
+    fn report(&mut self, test: &TestCase, run: Option<TestRun>) -> Result<(), HarnessError> {
+        let (reported, panic) = match &run {
+            None => (
+                Reported {
+                    kind: ResultKind::Ignored,
+                    captured: Vec::new(),
+                    duration: Duration::ZERO,
+                },
+                String::new(),
+            ),
+            Some(run) => {
+                let kind = match judge(test, &run.end) {
+                    Verdict::Passed => ResultKind::Passed,
+                    Verdict::Failed => ResultKind::Failed { message: None },
+                    Verdict::FailedWithMessage(message) => ResultKind::Failed {
+                        message: Some(message),
+                    },
+                };
+                let panic = panic_text(test, &run.end);
+                let captured = if self.nocapture {
+                    // Shown now, right after the test, as libtest shows uncaptured output while
+                    // the test runs; the failures section then has only the `note:` lines.
+                    self.console_write(&run.stdout)
+                        .and_then(|()| self.err.write_all(&run.stderr))
+                        .and_then(|()| self.err.write_all(panic.as_bytes()))
+                        .and_then(|()| self.err.flush())
+                        .map_err(HarnessError::Output)?;
+                    Vec::new()
+                } else {
+                    let mut captured = run.stdout.clone();
+                    captured.extend_from_slice(&run.stderr);
+                    captured.extend_from_slice(panic.as_bytes());
+                    captured
+                };
+                (
+                    Reported {
+                        kind,
+                        captured,
+                        duration: run.duration,
+                    },
+                    panic,
+                )
+            }
+        };
+        self.console
+            .test_result(test, &reported)
+            .map_err(HarnessError::Output)?;
+        if let Some(log) = &mut self.logfile {
+            log.write(&log_line(test, &reported))?;
+        }
+        let finished = Finished {
+            test,
+            run: run.as_ref(),
+            reported: &reported,
+            panic_text: &panic,
+        };
+        if let Some(junit) = &mut self.junit {
+            junit.add(&finished);
+        }
+        if self.github {
+            if let Some(line) = annotation(&finished) {
+                self.annotations.push(line);
+            }
+        }
+        Ok(())
+    }
+}

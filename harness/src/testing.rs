@@ -1,0 +1,118 @@
+//! A scripted [`Executor`] for tests of the harness and of its callers: each test name maps to
+//! a fixed [`TestRun`]; unknown names pass. Records what ran and how many ran at once.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::outcome::{Executor, PanicReport, TestCase, TestEnd, TestRun};
+
+/// One scripted result, plus how long the mock pretends the test takes.
+#[derive(Debug, Clone)]
+pub struct Scripted {
+    /// What the executor reports.
+    pub run: TestRun,
+    /// Sleep this long before reporting (to exercise concurrency and ordering).
+    pub delay: Duration,
+}
+
+/// An [`Executor`] that returns scripted results keyed by test name.
+#[derive(Debug, Default)]
+pub struct MockExecutor {
+    script: HashMap<String, Scripted>,
+    ran: Mutex<Vec<String>>,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+}
+
+/// A clean completion with the given output.
+pub fn passed(stdout: &str) -> TestRun {
+    TestRun {
+        end: TestEnd::Completed {
+            first_panic: None,
+            panicked_threads: 0,
+        },
+        stdout: stdout.as_bytes().to_vec(),
+        stderr: Vec::new(),
+        duration: Duration::from_millis(1),
+    }
+}
+
+/// A completion in which `panicked_threads` threads panicked, the first with `message` at
+/// `src/lib.rs:line:5` in block (0,0,0) thread (0,0,0).
+pub fn panicked(message: &str, line: u32, panicked_threads: u64) -> TestRun {
+    TestRun {
+        end: TestEnd::Completed {
+            first_panic: Some(PanicReport {
+                message: message.to_owned(),
+                file: "src/lib.rs".to_owned(),
+                line,
+                column: 5,
+                thread: [0, 0, 0],
+                block: [0, 0, 0],
+            }),
+            panicked_threads,
+        },
+        ..passed("")
+    }
+}
+
+/// A run that ended with `end` and no output.
+pub fn ended(end: TestEnd) -> TestRun {
+    TestRun { end, ..passed("") }
+}
+
+impl MockExecutor {
+    /// An executor under which every test passes silently.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Scripts `name` to report `run`.
+    pub fn with(mut self, name: &str, run: TestRun) -> Self {
+        self.script.insert(
+            name.to_owned(),
+            Scripted {
+                run,
+                delay: Duration::ZERO,
+            },
+        );
+        self
+    }
+
+    /// Scripts `name` to report `run` after sleeping `delay`.
+    pub fn with_delay(mut self, name: &str, run: TestRun, delay: Duration) -> Self {
+        self.script.insert(name.to_owned(), Scripted { run, delay });
+        self
+    }
+
+    /// Names of the tests run so far, in the order they started.
+    pub fn ran(&self) -> Vec<String> {
+        self.ran.lock().map(|ran| ran.clone()).unwrap_or_default()
+    }
+
+    /// The most tests that were running at the same time.
+    pub fn max_concurrency(&self) -> usize {
+        self.max_running.load(Ordering::SeqCst)
+    }
+}
+
+impl Executor for MockExecutor {
+    fn run(&self, test: &TestCase) -> TestRun {
+        if let Ok(mut ran) = self.ran.lock() {
+            ran.push(test.name.clone());
+        }
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        let scripted = self.script.get(&test.name).cloned().unwrap_or(Scripted {
+            run: passed(""),
+            delay: Duration::ZERO,
+        });
+        if !scripted.delay.is_zero() {
+            std::thread::sleep(scripted.delay);
+        }
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        scripted.run
+    }
+}
