@@ -1,0 +1,173 @@
+//! Items only the attribute macros use. Not a stable API.
+
+/// Version of the test descriptor layout (`docs/abi.md`).
+pub const TEST_ABI_VERSION: u32 = 1;
+
+#[unsafe(no_mangle)]
+#[used]
+pub static __gpurun_test_abi_version: u32 = TEST_ABI_VERSION;
+
+const HEADER_LEN: usize = 40;
+
+/// Size of the descriptor for these strings.
+pub const fn descriptor_len(path: &str, expected: &str, ignore_reason: &str) -> usize {
+    HEADER_LEN + path.len() + expected.len() + ignore_reason.len()
+}
+
+const fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> usize {
+    let mut i = 0;
+    while i < bytes.len() {
+        out[at + i] = bytes[i];
+        i += 1;
+    }
+    at + bytes.len()
+}
+
+const fn put_u32s(out: &mut [u8], at: usize, values: [u32; 3]) -> usize {
+    let mut at = at;
+    let mut i = 0;
+    while i < 3 {
+        at = put(out, at, &values[i].to_le_bytes());
+        i += 1;
+    }
+    at
+}
+
+const fn short_len(text: &str) -> [u8; 2] {
+    assert!(
+        text.len() <= u16::MAX as usize,
+        "test descriptor string too long"
+    );
+    (text.len() as u16).to_le_bytes()
+}
+
+/// Builds a test descriptor (`docs/abi.md`) at compile time.
+pub const fn descriptor<const N: usize>(
+    path: &str,
+    expected: &str,
+    ignore_reason: &str,
+    flags: u8,
+    threads: [u32; 3],
+    blocks: [u32; 3],
+) -> [u8; N] {
+    assert!(N == descriptor_len(path, expected, ignore_reason));
+    let mut out = [0u8; N];
+    let mut at = put(&mut out, 0, b"GPRT");
+    out[at] = TEST_ABI_VERSION as u8;
+    out[at + 1] = flags;
+    at += 4; // version, flags, two reserved bytes
+    at = put_u32s(&mut out, at, threads);
+    at = put_u32s(&mut out, at, blocks);
+    at = put(&mut out, at, &short_len(path));
+    at = put(&mut out, at, &short_len(expected));
+    at = put(&mut out, at, &short_len(ignore_reason));
+    at += 2;
+    at = put(&mut out, at, path.as_bytes());
+    at = put(&mut out, at, expected.as_bytes());
+    put(&mut out, at, ignore_reason.as_bytes());
+    out
+}
+
+/// Body of every test kernel: run the test on this thread. A panic is reported by the panic
+/// handler (GPU) or the panic hook (host); either way the thread then ends and the launch goes
+/// on.
+#[inline(always)]
+pub fn run_test(test: fn()) {
+    run_thread(test);
+}
+
+#[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
+fn run_thread(body: fn()) {
+    body()
+}
+
+#[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+fn run_thread(body: fn()) {
+    // The hook has already sent the report; the unwind only has to stop here, before the
+    // `extern "C"` boundary.
+    let _ = std::panic::catch_unwind(body);
+}
+
+/// Converts what `main` returns into the status `_start` ORs into the result.
+pub trait ExitStatus {
+    fn status(self) -> i32;
+}
+
+impl ExitStatus for () {
+    fn status(self) -> i32 {
+        0
+    }
+}
+
+impl ExitStatus for i32 {
+    fn status(self) -> i32 {
+        self
+    }
+}
+
+/// `_begin`: remembers the environment for `env::var`.
+///
+/// # Safety
+/// `argv`/`envp` must be null or null-terminated arrays of NUL-terminated strings that stay
+/// valid for the whole run (the loader keeps them alive).
+pub unsafe fn begin(argc: i32, argv: *const *const u8, envp: *const *const u8) {
+    // SAFETY: forwarded from the caller.
+    unsafe { crate::env::set(argc, argv, envp) }
+}
+
+/// `_start`: runs `main` on this thread and ORs its status into `*ret`.
+///
+/// # Safety
+/// As [`begin`]; `ret` must be null or point at an `i32` the loader reads after the launch.
+pub unsafe fn start(
+    argc: i32,
+    argv: *const *const u8,
+    envp: *const *const u8,
+    ret: *mut i32,
+    main: impl FnOnce() -> i32,
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { crate::env::set(argc, argv, envp) };
+    let status = run_main(main);
+    if !ret.is_null() {
+        // SAFETY: `ret` is valid per the contract; atomics make concurrent threads' ORs safe.
+        let slot = unsafe { core::sync::atomic::AtomicI32::from_ptr(ret) };
+        slot.fetch_or(status, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+#[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
+fn run_main(main: impl FnOnce() -> i32) -> i32 {
+    main()
+}
+
+#[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+fn run_main(main: impl FnOnce() -> i32) -> i32 {
+    // A panic was already reported over RPC; the thread contributes the status a GPU thread that
+    // ended early would: nothing. The host sees the panic report and fails the run.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(main)).unwrap_or(0)
+}
+
+/// `_end`: nothing to tear down yet (no atexit handlers on the device).
+pub fn end() {}
+
+/// Installs (once per process) the hook that reports host-emulation panics over RPC, as the GPU
+/// panic handler does. `end_thread` unwinds with `resume_unwind`, which skips the hook.
+#[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+pub fn install_host_panic_hook() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+                .unwrap_or("Box<dyn Any>");
+            let (file, line, column) = info
+                .location()
+                .map_or(("<unknown>", 0, 0), |l| (l.file(), l.line(), l.column()));
+            crate::rpc::report_panic(message.as_bytes(), file, line, column);
+        }));
+    });
+}
