@@ -1,0 +1,290 @@
+//! Finding the driver, listing devices and opening one (its primary context).
+
+use super::error::{check, DriverError};
+use crate::{BackendError, BackendKind, DeviceInfo};
+use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute, CUresult};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+
+/// What a missing `libcuda.so` is reported as, everywhere.
+pub const NO_DRIVER: &str = "no NVIDIA driver found (libcuda.so)";
+
+/// Set once the driver library was found: only then may any `sys::cu*` function be called,
+/// because cudarc panics when asked to load a missing library.
+static DRIVER_LOADED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the driver library has been found (and so driver calls are safe to make).
+pub(crate) fn driver_loaded() -> bool {
+    DRIVER_LOADED.load(Ordering::Acquire)
+}
+
+/// The outcome of `cuInit`, which the driver allows once per process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Driver {
+    Ready,
+    /// `cuInit` said there is no device (none installed, or `CUDA_VISIBLE_DEVICES` hides all).
+    NoDevice,
+}
+
+/// Decides from the probe alone whether the driver can be used. Split out so both answers are
+/// tested on every machine.
+fn availability(library_present: bool) -> Result<(), BackendError> {
+    if library_present {
+        Ok(())
+    } else {
+        Err(BackendError::NotAvailable(NO_DRIVER.into()))
+    }
+}
+
+/// Probes for `libcuda.so` and runs `cuInit(0)` once. Never panics: the probe comes before any
+/// call that would make cudarc load the library.
+pub(crate) fn init() -> Result<Driver, BackendError> {
+    static INIT: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
+    // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names and drops the handle.
+    availability(unsafe { sys::is_culib_present() })?;
+    DRIVER_LOADED.store(true, Ordering::Release);
+    let outcome = INIT.get_or_init(|| {
+        // SAFETY: plain driver call with a flags value of 0, the only one defined.
+        match unsafe { sys::cuInit(0) } {
+            CUresult::CUDA_SUCCESS => Ok(Driver::Ready),
+            CUresult::CUDA_ERROR_NO_DEVICE => Ok(Driver::NoDevice),
+            other => Err(other),
+        }
+    });
+    match *outcome {
+        Ok(driver) => Ok(driver),
+        Err(code) => Err(DriverError {
+            call: "cuInit",
+            code,
+        }
+        .into()),
+    }
+}
+
+/// `sm_NN` for a compute capability.
+pub fn sm_arch(major: i32, minor: i32) -> String {
+    format!("sm_{major}{minor}")
+}
+
+/// The number in `sm_90` / `sm_90a` / `compute_90` (90), or `None` for anything else.
+pub fn sm_number(arch: &str) -> Option<u32> {
+    let digits = arch
+        .strip_prefix("sm_")
+        .or_else(|| arch.strip_prefix("compute_"))?;
+    let digits = digits.trim_end_matches(['a', 'f']);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// `cuDriverGetVersion`'s integer (1000 * major + 10 * minor) as `CUDA 12.8`.
+pub fn driver_version_text(version: i32) -> String {
+    format!("CUDA {}.{}", version / 1000, (version % 1000) / 10)
+}
+
+fn attribute(device: CUdevice, which: CUdevice_attribute) -> Result<i32, DriverError> {
+    let mut value = 0;
+    // SAFETY: `value` is a valid out-pointer and `device` came from `cuDeviceGet`.
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut value, which, device)
+    })?;
+    Ok(value)
+}
+
+/// Number of devices the driver shows this process (after `CUDA_VISIBLE_DEVICES`).
+pub(crate) fn device_count() -> Result<usize, BackendError> {
+    if init()? == Driver::NoDevice {
+        return Ok(0);
+    }
+    let mut count = 0;
+    // SAFETY: `count` is a valid out-pointer; the driver is initialised.
+    check("cuDeviceGetCount", unsafe {
+        sys::cuDeviceGetCount(&mut count)
+    })?;
+    Ok(usize::try_from(count).unwrap_or(0))
+}
+
+/// The driver's handle for `ordinal`, with a clear error for an ordinal out of range.
+pub(crate) fn device_handle(ordinal: usize) -> Result<CUdevice, BackendError> {
+    let count = device_count()?;
+    if ordinal >= count {
+        return Err(BackendError::InvalidArgument(format!(
+            "no CUDA device {ordinal}: {count} visible{}",
+            if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+                " (CUDA_VISIBLE_DEVICES is set)"
+            } else {
+                ""
+            }
+        )));
+    }
+    let ordinal_c = i32::try_from(ordinal)
+        .map_err(|_| BackendError::InvalidArgument(format!("no CUDA device {ordinal}")))?;
+    let mut device: CUdevice = 0;
+    // SAFETY: `device` is a valid out-pointer and the ordinal is below the device count.
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut device, ordinal_c)
+    })?;
+    Ok(device)
+}
+
+/// Everything `cargo gpurun info` shows about one device.
+pub(crate) fn describe(ordinal: usize) -> Result<DeviceInfo, BackendError> {
+    let device = device_handle(ordinal)?;
+    let mut name = [0 as std::ffi::c_char; 256];
+    // SAFETY: the buffer is 256 bytes and its length is passed; the driver NUL-terminates.
+    check("cuDeviceGetName", unsafe {
+        sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
+    })?;
+    // SAFETY: the driver wrote a NUL-terminated string into `name` (zeroed beforehand, so a
+    // terminator exists even if the driver filled fewer bytes).
+    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
+        .to_string_lossy()
+        .into_owned();
+    let major = attribute(
+        device,
+        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+    )?;
+    let minor = attribute(
+        device,
+        CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+    )?;
+    let warp = attribute(device, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?;
+    let mut memory = 0usize;
+    // SAFETY: `memory` is a valid out-pointer; `device` is a valid handle.
+    check("cuDeviceTotalMem", unsafe {
+        sys::cuDeviceTotalMem_v2(&mut memory, device)
+    })?;
+    let mut version = 0;
+    // SAFETY: `version` is a valid out-pointer.
+    check("cuDriverGetVersion", unsafe {
+        sys::cuDriverGetVersion(&mut version)
+    })?;
+    Ok(DeviceInfo {
+        backend: BackendKind::Cuda,
+        ordinal,
+        name,
+        arch: sm_arch(major, minor),
+        lane_size: u32::try_from(warp).unwrap_or(32),
+        memory_bytes: Some(memory as u64),
+        driver: Some(driver_version_text(version)),
+    })
+}
+
+/// Every visible device, in ordinal order.
+pub(crate) fn list() -> Result<Vec<DeviceInfo>, BackendError> {
+    (0..device_count()?).map(describe).collect()
+}
+
+/// One device with its primary context retained (released on drop).
+pub struct CudaDevice {
+    pub(crate) handle: CUdevice,
+    pub(crate) context: sys::CUcontext,
+    pub(crate) info: DeviceInfo,
+}
+
+impl CudaDevice {
+    pub(crate) fn open(ordinal: usize) -> Result<CudaDevice, BackendError> {
+        let info = describe(ordinal)?;
+        let handle = device_handle(ordinal)?;
+        let mut context: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: `context` is a valid out-pointer; `handle` came from `cuDeviceGet`.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut context, handle)
+        })?;
+        let device = CudaDevice {
+            handle,
+            context,
+            info,
+        };
+        device.make_current()?;
+        Ok(device)
+    }
+
+    /// Makes the primary context current on the calling thread. Contexts are per thread in the
+    /// driver API, and callers may move between threads, so every entry point calls this.
+    pub(crate) fn make_current(&self) -> Result<(), DriverError> {
+        // SAFETY: the context was retained in `open` and is released only in `drop`.
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(self.context)
+        })
+    }
+
+    /// Whether `cuMemAllocAsync` works here (stream-ordered allocation needs memory pools).
+    pub(crate) fn supports_memory_pools(&self) -> bool {
+        attribute(
+            self.handle,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
+        )
+        .is_ok_and(|value| value != 0)
+    }
+
+    /// The device's compute capability as a number (90 for sm_90).
+    pub(crate) fn sm(&self) -> u32 {
+        sm_number(&self.info.arch).unwrap_or(0)
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        // SAFETY: balances the retain in `open`; errors cannot be reported from drop and leave
+        // nothing to clean up.
+        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.handle) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn missing_library_is_reported_not_panicked() {
+        match availability(false) {
+            Err(BackendError::NotAvailable(message)) => assert_eq!(message, NO_DRIVER),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(availability(true).is_ok());
+    }
+
+    #[test]
+    fn real_probe_never_panics() {
+        // On CI (no NVIDIA driver) this takes the missing-library path for real; on a GPU
+        // machine it initialises the driver. Either way it must return, not panic.
+        // SAFETY: only dlopen attempts.
+        let present = unsafe { sys::is_culib_present() };
+        match init() {
+            Err(BackendError::NotAvailable(message)) => {
+                assert!(!present);
+                assert_eq!(message, NO_DRIVER);
+                assert!(list().is_err());
+                assert!(matches!(
+                    CudaDevice::open(0),
+                    Err(BackendError::NotAvailable(_))
+                ));
+            }
+            Ok(_) | Err(BackendError::Runtime { .. }) => assert!(present),
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn compute_capability_names() {
+        assert_eq!(sm_arch(9, 0), "sm_90");
+        assert_eq!(sm_arch(8, 6), "sm_86");
+        assert_eq!(sm_arch(12, 0), "sm_120");
+        assert_eq!(sm_number("sm_90"), Some(90));
+        assert_eq!(sm_number("sm_90a"), Some(90));
+        assert_eq!(sm_number("sm_100f"), Some(100));
+        assert_eq!(sm_number("compute_75"), Some(75));
+        assert_eq!(sm_number("sm_"), None);
+        assert_eq!(sm_number("gfx90a"), None);
+        assert_eq!(sm_number("sm_9x"), None);
+    }
+
+    #[test]
+    fn driver_versions() {
+        assert_eq!(driver_version_text(12080), "CUDA 12.8");
+        assert_eq!(driver_version_text(13000), "CUDA 13.0");
+        assert_eq!(driver_version_text(11040), "CUDA 11.4");
+    }
+}

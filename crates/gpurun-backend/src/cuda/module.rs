@@ -1,0 +1,464 @@
+//! A loaded image: the CUDA module, its streams, the RPC buffer and everything else the seed
+//! loader sets up before the first launch (constructor arrays, clock frequency, client object).
+
+use super::device::CudaDevice;
+use super::error::{check, runtime, DriverError};
+use super::image::{
+    check_ptx_target, choose_image, cubin_arch, init_fini_objects, pack_init_arrays, ptx_version,
+    ImageChoice, CLOCK_FREQ_GLOBAL, GLOBALTIMER_HZ, INIT_ARRAY_BOUNDS,
+};
+use super::memory::{DeviceHeap, PinnedHost};
+use crate::server::RpcServer;
+use crate::{BackendError, LoadOptions, ResourceUsage, SharedAlloc};
+use cudarc::driver::sys::{self, CUfunction, CUjit_option, CUmodule, CUresult, CUstream};
+use gpurun_rpc::Layout;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::path::Path;
+
+/// The symbol an RPC-using image defines (see docs/abi.md).
+pub const RPC_CLIENT_GLOBAL: &str = "__llvm_rpc_client";
+/// NVIDIA warps are 32 lanes: the RPC packet of a port has 32 buffers.
+pub const LANE_SIZE: u32 = 32;
+
+/// What loading needs to know about an image, independent of how it was parsed.
+#[derive(Clone, Debug)]
+pub struct ImageFacts<'a> {
+    /// Where the image came from (cubins are looked up next to a PTX file).
+    pub path: Option<&'a Path>,
+    /// The image's bytes: PTX text or a cubin.
+    pub bytes: &'a [u8],
+    pub is_cubin: bool,
+    /// Names of the image's global variables.
+    pub globals: Vec<&'a str>,
+}
+
+/// The RPC buffer shared with the device and the server reading it.
+pub(crate) struct RpcChannel {
+    /// Declared first so it is dropped before the memory it reads.
+    pub(crate) server: RpcServer,
+    /// Only owned here, so the mailboxes outlive the server and the module.
+    pub(crate) _buffer: PinnedHost,
+}
+
+/// What serves the device during a launch: the RPC channel (when the image talks RPC) and the
+/// device memory handed out through it. Lives as long as the module: memory a constructor
+/// allocated in `_begin` is still in use in `_start`.
+pub(crate) struct Serving {
+    pub(crate) rpc: Option<RpcChannel>,
+    pub(crate) heap: DeviceHeap,
+}
+
+/// An image loaded into a device's primary context.
+pub struct CudaModule<'d> {
+    pub(crate) device: &'d CudaDevice,
+    pub(crate) module: CUmodule,
+    /// Runs the kernels; non-blocking so it never waits on the legacy default stream.
+    pub(crate) stream: CUstream,
+    /// Serves device `malloc`/`free` while a kernel runs on `stream`.
+    pub(crate) memory_stream: CUstream,
+    /// `None` only while a launch is using it.
+    pub(crate) serving: Option<Serving>,
+    pub(crate) functions: HashMap<String, CUfunction>,
+    /// Host-visible blocks handed out by `alloc_shared` (argv, envp, return value, ...).
+    pub(crate) shared: Vec<PinnedHost>,
+    /// The constructor/destructor array the start code walks; must outlive the module.
+    pub(crate) init_arrays: Option<PinnedHost>,
+    /// Set after a fault or a timeout: the context cannot run anything any more.
+    pub(crate) broken: Option<String>,
+    /// `CUDA_LAUNCH_BLOCKING=1` makes `cuLaunchKernel` wait for the kernel, which would wait
+    /// for our RPC server: launches then happen on a helper thread.
+    pub(crate) launch_blocking: bool,
+}
+
+/// Loads an image: cubin when one for this GPU exists next to the PTX, else the PTX through the
+/// driver's JIT.
+pub(crate) fn load<'d>(
+    device: &'d CudaDevice,
+    facts: &ImageFacts<'_>,
+    options: &LoadOptions,
+) -> Result<CudaModule<'d>, BackendError> {
+    device.make_current()?;
+    if let Some(bytes) = options.stack_size {
+        // SAFETY: plain driver call on the current context.
+        check("cuCtxSetLimit(CU_LIMIT_STACK_SIZE)", unsafe {
+            sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
+        })?;
+    }
+    let module = load_module(device, facts)?;
+    let mut loaded = CudaModule {
+        device,
+        module,
+        stream: std::ptr::null_mut(),
+        memory_stream: std::ptr::null_mut(),
+        serving: None,
+        functions: HashMap::new(),
+        shared: Vec::new(),
+        init_arrays: None,
+        broken: None,
+        launch_blocking: std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1"),
+    };
+    loaded.stream = new_stream()?;
+    loaded.memory_stream = new_stream()?;
+    loaded.serving = Some(Serving {
+        rpc: None,
+        heap: DeviceHeap::new(loaded.memory_stream, device.supports_memory_pools()),
+    });
+    loaded.set_up_init_arrays(&facts.globals)?;
+    if facts.globals.contains(&CLOCK_FREQ_GLOBAL) {
+        loaded.write_global_bytes(CLOCK_FREQ_GLOBAL, &GLOBALTIMER_HZ.to_le_bytes())?;
+    }
+    if facts.globals.contains(&RPC_CLIENT_GLOBAL) {
+        loaded.set_up_rpc(options.rpc_ports)?;
+    }
+    Ok(loaded)
+}
+
+fn new_stream() -> Result<CUstream, DriverError> {
+    let mut stream: CUstream = std::ptr::null_mut();
+    // SAFETY: valid out-pointer; the context is current.
+    check("cuStreamCreate", unsafe {
+        sys::cuStreamCreate(
+            &mut stream,
+            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+        )
+    })?;
+    Ok(stream)
+}
+
+/// Size of each JIT log buffer: ptxas errors for a whole crate fit easily.
+const JIT_LOG_BYTES: usize = 64 * 1024;
+
+fn load_module(device: &CudaDevice, facts: &ImageFacts<'_>) -> Result<CUmodule, BackendError> {
+    let device_sm = device.sm();
+    let shown = facts
+        .path
+        .map_or_else(|| "the image".to_owned(), |p| format!("`{}`", p.display()));
+    if facts.is_cubin {
+        return load_with_log(facts.bytes, &shown, "cubin");
+    }
+    let text = String::from_utf8_lossy(facts.bytes);
+    check_ptx_target(&text, device_sm, &device.info.name)?;
+    if let Some(path) = facts.path {
+        if let ImageChoice::Cubin(cubin) = choose_image(path, device_sm, |candidate| {
+            std::fs::read(candidate)
+                .ok()
+                .as_deref()
+                .and_then(cubin_arch)
+        }) {
+            let bytes = std::fs::read(&cubin).map_err(|source| BackendError::Io {
+                context: format!("failed to read `{}`", cubin.display()),
+                source,
+            })?;
+            return load_with_log(&bytes, &format!("`{}`", cubin.display()), "cubin");
+        }
+    }
+    // The driver reads PTX as a C string.
+    let mut ptx = facts.bytes.to_vec();
+    if ptx.last() != Some(&0) {
+        ptx.push(0);
+    }
+    load_with_log(&ptx, &shown, "PTX").map_err(|error| match error {
+        BackendError::Runtime { backend, message }
+            if message.contains("CUDA_ERROR_UNSUPPORTED_PTX_VERSION") =>
+        {
+            BackendError::Runtime {
+                backend,
+                message: format!(
+                    "{message}\nthe PTX ISA version ({}) is newer than this driver ({}) \
+                     supports: update the NVIDIA driver or build with an older PTX version",
+                    ptx_version(&text).unwrap_or("unknown"),
+                    device.info.driver.as_deref().unwrap_or("unknown version"),
+                ),
+            }
+        }
+        other => other,
+    })
+}
+
+/// `cuModuleLoadDataEx` with the JIT's error and info logs captured; the error log is part of
+/// the error message (cudarc's `load_module` offers no JIT options, hence the `sys` call).
+fn load_with_log(image: &[u8], shown: &str, what: &str) -> Result<CUmodule, BackendError> {
+    let mut error_log = vec![0u8; JIT_LOG_BYTES];
+    let mut info_log = vec![0u8; JIT_LOG_BYTES];
+    let mut options = [
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+        CUjit_option::CU_JIT_INFO_LOG_BUFFER,
+        CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+    ];
+    // Integer option values travel in the pointer slots themselves (the driver's convention).
+    let mut values: [*mut c_void; 4] = [
+        error_log.as_mut_ptr().cast(),
+        JIT_LOG_BYTES as *mut c_void,
+        info_log.as_mut_ptr().cast(),
+        JIT_LOG_BYTES as *mut c_void,
+    ];
+    let mut module: CUmodule = std::ptr::null_mut();
+    // SAFETY: `image` is a complete cubin or NUL-terminated PTX; the option arrays have the
+    // same length, and the log buffers outlive the call with their sizes passed alongside.
+    let status = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut module,
+            image.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    if status == CUresult::CUDA_SUCCESS {
+        return Ok(module);
+    }
+    let error = DriverError {
+        call: "cuModuleLoadDataEx",
+        code: status,
+    };
+    let log = log_text(&error_log);
+    let mut message = format!("failed to load {shown} ({what}): {}", error.describe());
+    if !log.is_empty() {
+        message.push_str("\nJIT log:\n");
+        message.push_str(&log);
+    }
+    Err(runtime(message))
+}
+
+/// The text in a JIT log buffer, up to its NUL.
+pub(crate) fn log_text(buffer: &[u8]) -> String {
+    let end = buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len());
+    String::from_utf8_lossy(&buffer[..end])
+        .trim_end()
+        .to_owned()
+}
+
+fn c_name(name: &str) -> Result<CString, BackendError> {
+    CString::new(name)
+        .map_err(|_| BackendError::InvalidArgument(format!("symbol name `{name}` contains NUL")))
+}
+
+impl CudaModule<'_> {
+    /// Address and size of a global, or `MissingSymbol`.
+    pub(crate) fn global(&self, name: &str) -> Result<(u64, usize), BackendError> {
+        let c = c_name(name)?;
+        let mut address = 0;
+        let mut size = 0;
+        // SAFETY: valid out-pointers, a NUL-terminated name and a loaded module.
+        let status =
+            unsafe { sys::cuModuleGetGlobal_v2(&mut address, &mut size, self.module, c.as_ptr()) };
+        match status {
+            CUresult::CUDA_SUCCESS => Ok((address, size)),
+            CUresult::CUDA_ERROR_NOT_FOUND => Err(BackendError::MissingSymbol {
+                what: "global",
+                name: name.to_owned(),
+            }),
+            code => Err(DriverError {
+                call: "cuModuleGetGlobal",
+                code,
+            }
+            .into()),
+        }
+    }
+
+    pub(crate) fn write_global_bytes(&self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {
+        let (address, size) = self.global(name)?;
+        if bytes.len() > size {
+            return Err(BackendError::InvalidArgument(format!(
+                "{} bytes do not fit the {size}-byte global `{name}`",
+                bytes.len()
+            )));
+        }
+        // SAFETY: the destination global holds at least `bytes.len()` bytes (checked above).
+        check("cuMemcpyHtoD", unsafe {
+            sys::cuMemcpyHtoD_v2(address, bytes.as_ptr().cast(), bytes.len())
+        })?;
+        Ok(())
+    }
+
+    pub(crate) fn read_global_bytes(
+        &self,
+        name: &str,
+        len: usize,
+    ) -> Result<Vec<u8>, BackendError> {
+        let (address, size) = self.global(name)?;
+        if len > size {
+            return Err(BackendError::InvalidArgument(format!(
+                "cannot read {len} bytes from the {size}-byte global `{name}`"
+            )));
+        }
+        let mut bytes = vec![0u8; len];
+        // SAFETY: `bytes` has room for `len` bytes and the global holds at least that many.
+        check("cuMemcpyDtoH", unsafe {
+            sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), address, len)
+        })?;
+        Ok(bytes)
+    }
+
+    /// Builds the constructor/destructor array the NVPTX start code walks (nvlink makes none):
+    /// each `__init_array_object_*` global holds a function address, collected in priority
+    /// order into pinned memory whose bounds go into `__init_array_start` and friends.
+    fn set_up_init_arrays(&mut self, globals: &[&str]) -> Result<(), BackendError> {
+        let objects = init_fini_objects(globals.iter().copied())?;
+        if objects.is_empty() {
+            return Ok(());
+        }
+        let read_address = |name: &String| -> Result<u64, BackendError> {
+            let bytes = self.read_global_bytes(name, 8)?;
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes);
+            Ok(u64::from_le_bytes(word))
+        };
+        let ctors = objects
+            .ctors
+            .iter()
+            .map(read_address)
+            .collect::<Result<Vec<_>, _>>()?;
+        let dtors = objects
+            .dtors
+            .iter()
+            .map(read_address)
+            .collect::<Result<Vec<_>, _>>()?;
+        let count = ctors.len() + dtors.len();
+        let mut block = PinnedHost::new(count * 8)?;
+        let arrays = pack_init_arrays(&ctors, &dtors, block.device());
+        block.write(&arrays.bytes);
+        for (name, bound) in INIT_ARRAY_BOUNDS.iter().zip(arrays.bounds) {
+            self.write_global_bytes(name, &bound.to_le_bytes())
+                .map_err(|error| match error {
+                    BackendError::MissingSymbol { .. } => BackendError::Incompatible(format!(
+                        "the image has constructors or destructors but no `{name}` global for \
+                         the start code to find them"
+                    )),
+                    other => other,
+                })?;
+        }
+        self.init_arrays = Some(block);
+        Ok(())
+    }
+
+    /// Allocates the zeroed RPC buffer in host memory the device can reach, and copies the
+    /// client object pointing at it into `__llvm_rpc_client` (its size picks the layout).
+    fn set_up_rpc(&mut self, ports: u32) -> Result<(), BackendError> {
+        let (_, symbol_size) = self.global(RPC_CLIENT_GLOBAL)?;
+        let layout = Layout::for_client_symbol_size(symbol_size as u64, ports, LANE_SIZE).map_err(
+            |error| {
+                BackendError::Incompatible(format!("unsupported `{RPC_CLIENT_GLOBAL}`: {error}"))
+            },
+        )?;
+        let buffer = PinnedHost::new(layout.allocation_size())?;
+        let client = layout.client_image(buffer.device());
+        self.write_global_bytes(RPC_CLIENT_GLOBAL, client.as_bytes())?;
+        // SAFETY: the buffer holds `allocation_size()` zeroed bytes, page-aligned by the
+        // driver, and lives in the same `RpcChannel` as the server (dropped after it).
+        let server = unsafe { RpcServer::new(&layout, buffer.host()) };
+        if let Some(serving) = self.serving.as_mut() {
+            serving.rpc = Some(RpcChannel {
+                server,
+                _buffer: buffer,
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn function(&mut self, kernel: &str) -> Result<CUfunction, BackendError> {
+        if let Some(&function) = self.functions.get(kernel) {
+            return Ok(function);
+        }
+        let c = c_name(kernel)?;
+        let mut function: CUfunction = std::ptr::null_mut();
+        // SAFETY: valid out-pointer, NUL-terminated name, loaded module.
+        let status = unsafe { sys::cuModuleGetFunction(&mut function, self.module, c.as_ptr()) };
+        match status {
+            CUresult::CUDA_SUCCESS => {
+                self.functions.insert(kernel.to_owned(), function);
+                Ok(function)
+            }
+            CUresult::CUDA_ERROR_NOT_FOUND => Err(BackendError::MissingSymbol {
+                what: "kernel",
+                name: kernel.to_owned(),
+            }),
+            code => Err(DriverError {
+                call: "cuModuleGetFunction",
+                code,
+            }
+            .into()),
+        }
+    }
+
+    pub(crate) fn usage(&self, kernel: &str) -> Option<ResourceUsage> {
+        let c = c_name(kernel).ok()?;
+        let mut function: CUfunction = std::ptr::null_mut();
+        // SAFETY: valid out-pointer, NUL-terminated name, loaded module.
+        let status = unsafe { sys::cuModuleGetFunction(&mut function, self.module, c.as_ptr()) };
+        if status != CUresult::CUDA_SUCCESS {
+            return None;
+        }
+        let attribute = |which| {
+            let mut value = 0;
+            // SAFETY: valid out-pointer and a function of the loaded module.
+            let status = unsafe { sys::cuFuncGetAttribute(&mut value, which, function) };
+            (status == CUresult::CUDA_SUCCESS).then_some(value)
+        };
+        use sys::CUfunction_attribute as A;
+        Some(ResourceUsage {
+            registers: attribute(A::CU_FUNC_ATTRIBUTE_NUM_REGS).and_then(|v| u32::try_from(v).ok()),
+            local_bytes: attribute(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+                .and_then(|v| u64::try_from(v).ok()),
+            shared_bytes: attribute(A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+                .and_then(|v| u64::try_from(v).ok()),
+        })
+    }
+
+    pub(crate) fn shared_alloc(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        self.device.make_current()?;
+        let block = PinnedHost::new(size)?;
+        let alloc = SharedAlloc {
+            host: block.host(),
+            device: block.device(),
+            len: block.len(),
+        };
+        self.shared.push(block);
+        Ok(alloc)
+    }
+}
+
+impl Drop for CudaModule<'_> {
+    fn drop(&mut self) {
+        // Errors cannot be reported from here; after a fault every call fails and the process
+        // is about to be replaced anyway.
+        let _ = self.device.make_current();
+        // Device memory first, on the stream it was allocated on, then the streams, then the
+        // module. Pinned host blocks are freed by their own drops afterwards.
+        if let Some(serving) = self.serving.as_mut() {
+            serving.heap.release_all();
+        }
+        // SAFETY: the streams and the module were created by `load` and are destroyed once;
+        // nothing uses them after this point.
+        unsafe {
+            if self.broken.is_none() {
+                let _ = sys::cuStreamSynchronize(self.memory_stream);
+            }
+            for stream in [self.stream, self.memory_stream] {
+                if !stream.is_null() {
+                    let _ = sys::cuStreamDestroy_v2(stream);
+                }
+            }
+            let _ = sys::cuModuleUnload(self.module);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jit_log_stops_at_nul() {
+        let mut buffer = b"ptxas fatal   : Unresolved extern function 'x'\n".to_vec();
+        buffer.resize(128, 0);
+        assert_eq!(
+            log_text(&buffer),
+            "ptxas fatal   : Unresolved extern function 'x'"
+        );
+        assert_eq!(log_text(&[0; 16]), "");
+        assert_eq!(log_text(b"no terminator"), "no terminator");
+    }
+}
