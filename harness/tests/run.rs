@@ -1,0 +1,648 @@
+//! The harness end to end with the scripted `MockExecutor`: counts and summary line, failure
+//! reports, recovery from faults and hangs, concurrency, JSON, JUnit, GitHub annotations,
+//! `--nocapture`, `--list`, partitions and error paths.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gpurun_harness::testing::{ended, panicked, passed, MockExecutor};
+use gpurun_harness::{
+    run_with_output, Conclusion, HarnessArgs, HarnessError, PanicReport, ShouldPanic, TestCase,
+    TestEnd, TestRun,
+};
+
+struct Outcome {
+    conclusion: Conclusion,
+    stdout: String,
+    stderr: String,
+    executor: Arc<MockExecutor>,
+}
+
+fn parse(argv: &[&str]) -> HarnessArgs {
+    let mut args = HarnessArgs::parse_args(std::iter::once("test-bin").chain(argv.iter().copied()))
+        .expect("valid arguments");
+    // Independent of the CI environment; tests that want annotations set it.
+    args.github_actions = false;
+    args
+}
+
+fn run_args(args: &HarnessArgs, tests: Vec<TestCase>, executor: MockExecutor) -> Outcome {
+    let executor = Arc::new(executor);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let conclusion = run_with_output(args, tests, executor.clone(), false, &mut out, &mut err)
+        .expect("the run completes");
+    Outcome {
+        conclusion,
+        stdout: String::from_utf8(out).unwrap(),
+        stderr: String::from_utf8(err).unwrap(),
+        executor,
+    }
+}
+
+fn run(argv: &[&str], tests: Vec<TestCase>, executor: MockExecutor) -> Outcome {
+    run_args(&parse(argv), tests, executor)
+}
+
+fn tests(names: &[&str]) -> Vec<TestCase> {
+    names.iter().map(|name| TestCase::new(*name)).collect()
+}
+
+fn summary_line(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|line| line.starts_with("test result: "))
+        .expect("a summary line")
+}
+
+#[test]
+fn summary_line_counts_passed_failed_ignored_and_filtered_out() {
+    let mut suite = tests(&[
+        "suite::pass_1",
+        "suite::pass_2",
+        "suite::pass_3",
+        "suite::fail_1",
+        "suite::fail_2",
+        "suite::skipped",
+        "other::a",
+        "other::b",
+        "other::c",
+        "suite_but_not::d",
+    ]);
+    suite[5].ignored = true;
+    let executor = MockExecutor::new()
+        .with("suite::fail_1", panicked("one", 10, 1))
+        .with("suite::fail_2", panicked("two", 20, 1));
+    let outcome = run(&["suite::", "--test-threads", "1"], suite, executor);
+    let summary = summary_line(&outcome.stdout);
+    assert!(
+        summary.starts_with(
+            "test result: FAILED. 3 passed; 2 failed; 1 ignored; 0 measured; 4 filtered out; finished in "
+        ),
+        "{summary}"
+    );
+    assert!(summary.ends_with('s'));
+    assert_eq!(outcome.conclusion.exit_code(), 101);
+    assert_eq!(
+        (
+            outcome.conclusion.num_passed,
+            outcome.conclusion.num_failed,
+            outcome.conclusion.num_ignored,
+            outcome.conclusion.num_filtered_out
+        ),
+        (3, 2, 1, 4)
+    );
+    assert!(outcome.stdout.starts_with("\nrunning 6 tests\n"));
+    // Ignored tests never reach the executor; filtered ones neither.
+    assert_eq!(outcome.executor.ran().len(), 5);
+}
+
+#[test]
+fn all_passing_exits_zero() {
+    let outcome = run(&[], tests(&["a", "b"]), MockExecutor::new());
+    assert_eq!(outcome.conclusion.exit_code(), 0);
+    assert!(summary_line(&outcome.stdout)
+        .starts_with("test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out"));
+    assert!(!outcome.stdout.contains("failures:"));
+}
+
+#[test]
+fn a_fault_a_hang_and_other_abnormal_ends_fail_only_their_own_tests() {
+    let suite = tests(&[
+        "t1_pass", "t2_fault", "t3_pass", "t4_hang", "t5_pass", "t6_exit", "t7_abort", "t8_infra",
+        "t9_pass",
+    ]);
+    let executor = MockExecutor::new()
+        .with(
+            "t2_fault",
+            TestRun {
+                stdout: b"before the fault\n".to_vec(),
+                ..ended(TestEnd::Faulted {
+                    error: "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered"
+                        .into(),
+                })
+            },
+        )
+        .with(
+            "t4_hang",
+            ended(TestEnd::TimedOut {
+                after: Duration::from_secs(10),
+            }),
+        )
+        .with("t6_exit", ended(TestEnd::Exited { code: 3 }))
+        .with("t7_abort", ended(TestEnd::Aborted))
+        .with(
+            "t8_infra",
+            ended(TestEnd::Infrastructure {
+                error: "worker exited with signal 9 (SIGKILL)".into(),
+            }),
+        );
+    let outcome = run(&["--test-threads", "1"], suite, executor);
+    let out = &outcome.stdout;
+    for (name, result) in [
+        ("t1_pass", "ok"),
+        ("t2_fault", "FAILED"),
+        ("t3_pass", "ok"),
+        ("t4_hang", "FAILED"),
+        ("t5_pass", "ok"),
+        ("t6_exit", "FAILED"),
+        ("t7_abort", "FAILED"),
+        ("t8_infra", "FAILED"),
+        ("t9_pass", "ok"),
+    ] {
+        assert!(
+            out.contains(&format!("test {name} ... {result}\n")),
+            "{name}: {out}"
+        );
+    }
+    assert!(out.contains(
+        "---- t2_fault stdout ----\nbefore the fault\nnote: device fault: CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered\n"
+    ));
+    assert!(out.contains("---- t4_hang stdout ----\nnote: test timed out after 10s\n"));
+    assert!(out.contains("note: the device called exit(3) during the test\n"));
+    assert!(out.contains("note: the device called abort() during the test\n"));
+    assert!(out.contains("note: could not run the test: worker exited with signal 9 (SIGKILL)\n"));
+    assert!(summary_line(out).starts_with("test result: FAILED. 4 passed; 5 failed; 0 ignored"));
+    assert_eq!(outcome.executor.ran().len(), 9);
+}
+
+#[test]
+fn a_failed_test_shows_its_output_the_panic_location_and_device_ids() {
+    let test = TestCase {
+        threads: [64, 1, 1],
+        blocks: [4, 1, 1],
+        ..TestCase::new("tests::lanes")
+    };
+    let run_result = TestRun {
+        end: TestEnd::Completed {
+            first_panic: Some(PanicReport {
+                message: "lane 3 saw 7".into(),
+                file: "src/lib.rs".into(),
+                line: 12,
+                column: 5,
+                thread: [3, 0, 0],
+                block: [1, 0, 0],
+            }),
+            panicked_threads: 4,
+        },
+        stdout: b"lane output\n".to_vec(),
+        stderr: b"lane warning\n".to_vec(),
+        duration: Duration::from_millis(3),
+    };
+    let outcome = run(
+        &["--test-threads", "1"],
+        vec![test],
+        MockExecutor::new().with("tests::lanes", run_result),
+    );
+    let expected = "\nfailures:\n\n---- tests::lanes stdout ----\nlane output\nlane warning\n\nthread 'tests::lanes' (block (1,0,0), thread (3,0,0)) panicked at src/lib.rs:12:5:\nlane 3 saw 7\nnote: 4 of 256 device threads panicked; the first report is shown\n\n\nfailures:\n    tests::lanes\n\ntest result: FAILED.";
+    assert!(outcome.stdout.contains(expected), "{}", outcome.stdout);
+}
+
+#[test]
+fn should_panic_with_and_without_expected() {
+    let mut suite = tests(&["sp_yes", "sp_none", "exp_match", "exp_other", "exp_none"]);
+    suite[0].should_panic = ShouldPanic::Yes;
+    suite[1].should_panic = ShouldPanic::Yes;
+    for test in &mut suite[2..] {
+        test.should_panic = ShouldPanic::Expected("overflow".into());
+    }
+    let executor = MockExecutor::new()
+        .with("sp_yes", panicked("anything", 1, 1))
+        .with("exp_match", panicked("attempt to add with overflow", 2, 1))
+        .with("exp_other", panicked("index out of bounds", 3, 1));
+    let outcome = run(&["--test-threads", "1"], suite, executor);
+    let out = &outcome.stdout;
+    assert!(out.contains("test sp_yes - should panic ... ok\n"));
+    assert!(out.contains("test sp_none - should panic ... FAILED\n"));
+    assert!(out.contains("test exp_match - should panic ... ok\n"));
+    assert!(out.contains("test exp_other - should panic ... FAILED\n"));
+    assert!(out.contains("test exp_none - should panic ... FAILED\n"));
+    assert!(out.contains("---- sp_none stdout ----\nnote: test did not panic as expected\n"));
+    assert!(out.contains(
+        "index out of bounds\nnote: panic did not contain expected string\n      panic message: \"index out of bounds\"\n expected substring: \"overflow\"\n"
+    ));
+    assert!(summary_line(out).starts_with("test result: FAILED. 2 passed; 3 failed;"));
+}
+
+#[test]
+fn concurrent_tests_overlap_and_their_output_stays_whole() {
+    let names: Vec<String> = (0..8).map(|i| format!("par::t{i}")).collect();
+    let mut executor = MockExecutor::new();
+    for (i, name) in names.iter().enumerate() {
+        let output: String = (0..50)
+            .map(|line| format!("{name} line {line}\n"))
+            .collect();
+        let run = if i % 2 == 0 {
+            passed(&output)
+        } else {
+            TestRun {
+                stdout: output.into_bytes(),
+                ..panicked(&format!("{name} failed"), 1, 1)
+            }
+        };
+        executor = executor.with_delay(name, run, Duration::from_millis(150));
+    }
+    let mut suite: Vec<TestCase> = names.iter().map(|n| TestCase::new(n.as_str())).collect();
+    suite.push(TestCase {
+        ignored: true,
+        ..TestCase::new("par::ignored")
+    });
+    let outcome = run(&["--test-threads", "4"], suite, executor);
+    assert_eq!(outcome.executor.max_concurrency(), 4);
+    let out = &outcome.stdout;
+    // Every result line is whole.
+    for (i, name) in names.iter().enumerate() {
+        let verdict = if i % 2 == 0 { "ok" } else { "FAILED" };
+        assert!(
+            out.contains(&format!("test {name} ... {verdict}\n")),
+            "{out}"
+        );
+    }
+    assert!(out.contains("test par::ignored ... ignored\n"));
+    // Each failure block holds exactly its own test's output, in order.
+    for name in names.iter().skip(1).step_by(2) {
+        let header = format!("---- {name} stdout ----\n");
+        let start = out.find(&header).expect("a failure block") + header.len();
+        let block = &out[start..];
+        let expected: String = (0..50)
+            .map(|line| format!("{name} line {line}\n"))
+            .collect();
+        assert!(block.starts_with(&expected), "block of {name} is mixed");
+    }
+    assert!(summary_line(out).starts_with("test result: FAILED. 4 passed; 4 failed; 1 ignored"));
+}
+
+#[test]
+fn json_events_follow_libtest() {
+    let mut suite = tests(&["j::ok", "j::fail", "j::ign", "j::sp"]);
+    suite[2].ignored = true;
+    suite[2].ignore_reason = Some("slow \"gpu\"".into());
+    suite[3].should_panic = ShouldPanic::Yes;
+    let executor = MockExecutor::new().with("j::ok", passed("quiet\n")).with(
+        "j::fail",
+        TestRun {
+            stdout: b"tab\there\n".to_vec(),
+            ..panicked("bad", 9, 1)
+        },
+    );
+    let outcome = run(
+        &[
+            "-Z",
+            "unstable-options",
+            "--format",
+            "json",
+            "--test-threads",
+            "1",
+        ],
+        suite,
+        executor,
+    );
+    let events: Vec<serde_json::Value> = outcome
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect();
+    assert_eq!(events[0]["type"], "suite");
+    assert_eq!(events[0]["event"], "started");
+    assert_eq!(events[0]["test_count"], 4);
+    let result = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["name"] == name && e["event"] != "started")
+            .unwrap_or_else(|| panic!("no result for {name}"))
+            .clone()
+    };
+    assert_eq!(result("j::ok")["event"], "ok");
+    assert!(
+        result("j::ok").get("stdout").is_none(),
+        "passing output is hidden"
+    );
+    let fail = result("j::fail");
+    assert_eq!(fail["event"], "failed");
+    let stdout = fail["stdout"].as_str().unwrap();
+    assert!(stdout.starts_with("tab\there\n\nthread 'j::fail' (block (0,0,0), thread (0,0,0)) panicked at src/lib.rs:9:5:\nbad\n"));
+    assert_eq!(result("j::ign")["event"], "ignored");
+    assert_eq!(result("j::ign")["message"], "slow \"gpu\"");
+    assert_eq!(result("j::sp")["event"], "failed");
+    assert_eq!(result("j::sp")["message"], "test did not panic as expected");
+    let last = events.last().unwrap();
+    assert_eq!(last["event"], "failed");
+    assert_eq!(
+        (
+            &last["passed"],
+            &last["failed"],
+            &last["ignored"],
+            &last["filtered_out"]
+        ),
+        (&1.into(), &2.into(), &1.into(), &0.into())
+    );
+    assert!(last["exec_time"].is_f64());
+    let started = events.iter().filter(|e| e["event"] == "started").count();
+    assert_eq!(started, 5, "suite start + one per test");
+}
+
+fn child<'a, 'i>(node: roxmltree::Node<'a, 'i>, tag: &str) -> Option<roxmltree::Node<'a, 'i>> {
+    node.children().find(|n| n.has_tag_name(tag))
+}
+
+#[test]
+fn junit_report_is_valid_xml_with_failures_skips_and_output() {
+    let dir = std::env::temp_dir().join(format!("gpurun-harness-junit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("report.xml");
+    let mut suite = tests(&["x::pass", "x::panics", "x::faults", "x::skip"]);
+    suite[3].ignored = true;
+    suite[3].ignore_reason = Some("needs <gpu> & more".into());
+    let executor = MockExecutor::new()
+        .with("x::pass", passed("hello & <world>\n"))
+        .with(
+            "x::panics",
+            TestRun {
+                stderr: b"warn\n".to_vec(),
+                ..panicked("expected 1, got 2", 40, 1)
+            },
+        )
+        .with(
+            "x::faults",
+            ended(TestEnd::Faulted {
+                error: "trap".into(),
+            }),
+        );
+    let mut args = parse(&["--test-threads", "2", "--junit", path.to_str().unwrap()]);
+    args.suite_name = Some("my-crate::lib".into());
+    let outcome = run_args(&args, suite, executor);
+    assert_eq!(outcome.conclusion.num_failed, 2);
+    let xml = std::fs::read_to_string(&path).unwrap();
+    let doc =
+        roxmltree::Document::parse(&xml).unwrap_or_else(|e| panic!("invalid XML: {e}\n{xml}"));
+    let testsuite = doc
+        .descendants()
+        .find(|n| n.has_tag_name("testsuite"))
+        .unwrap();
+    assert_eq!(testsuite.attribute("name"), Some("my-crate::lib"));
+    assert_eq!(testsuite.attribute("tests"), Some("4"));
+    assert_eq!(testsuite.attribute("failures"), Some("2"));
+    let case = |name: &str| {
+        doc.descendants()
+            .find(|n| n.has_tag_name("testcase") && n.attribute("name") == Some(name))
+            .unwrap_or_else(|| panic!("no testcase {name}"))
+    };
+    let pass = case("x::pass");
+    assert!(child(pass, "failure").is_none());
+    assert_eq!(
+        child(pass, "system-out").and_then(|n| n.text()),
+        Some("hello & <world>\n")
+    );
+    let failure = child(case("x::panics"), "failure").unwrap();
+    assert_eq!(
+        failure.attribute("message"),
+        Some("expected 1, got 2 at src/lib.rs:40:5")
+    );
+    assert_eq!(failure.attribute("type"), Some("panic"));
+    let stderr = child(case("x::panics"), "system-err")
+        .and_then(|n| n.text())
+        .unwrap();
+    assert!(stderr.starts_with("warn\n\nthread 'x::panics'"));
+    let fault = child(case("x::faults"), "failure").unwrap();
+    assert_eq!(fault.attribute("message"), Some("device fault: trap"));
+    assert_eq!(fault.attribute("type"), Some("fault"));
+    let skipped = child(case("x::skip"), "skipped").unwrap();
+    assert_eq!(skipped.attribute("message"), Some("needs <gpu> & more"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn github_annotations_point_at_the_panic_location() {
+    let mut suite = tests(&["gh::panics", "gh::faults", "gh::passes"]);
+    suite[1].source_file = Some("src/fault.rs".into());
+    let executor = MockExecutor::new()
+        .with("gh::panics", panicked("left: 1\nright: 2 (100%)", 12, 1))
+        .with(
+            "gh::faults",
+            ended(TestEnd::Faulted {
+                error: "illegal address".into(),
+            }),
+        );
+    let mut args = parse(&["--test-threads", "1"]);
+    args.github_actions = true;
+    let outcome = run_args(&args, suite.clone(), executor);
+    let tail = outcome.stdout.split("test result: ").nth(1).unwrap();
+    assert!(tail.contains(
+        "\n::error file=src/lib.rs,line=12,col=5,title=gh%3A%3Apanics::test panicked: left: 1%0Aright: 2 (100%25)\n"
+    ), "{tail}");
+    assert!(tail.contains(
+        "\n::error file=src/fault.rs,title=gh%3A%3Afaults::device fault: illegal address\n"
+    ));
+    assert_eq!(tail.matches("::error").count(), 2);
+
+    // In json mode stdout stays pure JSON; annotations go to stderr.
+    let mut json = parse(&["--format", "json", "--test-threads", "1"]);
+    json.github_actions = true;
+    let outcome = run_args(
+        &json,
+        suite,
+        MockExecutor::new().with("gh::panics", panicked("p", 1, 1)),
+    );
+    assert!(!outcome.stdout.contains("::error"));
+    assert!(outcome
+        .stderr
+        .starts_with("::error file=src/lib.rs,line=1,col=5,"));
+}
+
+#[test]
+fn nocapture_prints_output_as_each_test_ends() {
+    let executor = MockExecutor::new().with("a", passed("from a\n")).with(
+        "b",
+        TestRun {
+            stdout: b"from b\n".to_vec(),
+            stderr: b"err b\n".to_vec(),
+            ..panicked("b broke", 3, 1)
+        },
+    );
+    let outcome = run(
+        &["--nocapture", "--test-threads", "1"],
+        tests(&["a", "b"]),
+        executor,
+    );
+    assert!(outcome
+        .stdout
+        .contains("test a ... from a\nok\ntest b ... from b\nFAILED\n"));
+    // libtest: output already shown, so the failures section lists the name only.
+    assert!(outcome.stdout.contains("\nfailures:\n\nfailures:\n    b\n"));
+    assert_eq!(
+        outcome.stderr,
+        "err b\n\nthread 'b' (block (0,0,0), thread (0,0,0)) panicked at src/lib.rs:3:5:\nb broke\n"
+    );
+}
+
+#[test]
+fn show_output_lists_successes_with_their_output() {
+    let outcome = run(
+        &["--show-output", "--test-threads", "1"],
+        tests(&["a", "b"]),
+        MockExecutor::new().with("a", passed("from a\n")),
+    );
+    assert!(outcome
+        .stdout
+        .contains("\nsuccesses:\n\n---- a stdout ----\nfrom a\n\n\nsuccesses:\n    a\n    b\n"));
+}
+
+#[test]
+fn list_prints_names_only_and_runs_nothing() {
+    let mut suite = tests(&["b::two", "a::one", "c::three"]);
+    suite[2].ignored = true;
+    let outcome = run(
+        &["--list", "--format", "terse"],
+        suite.clone(),
+        MockExecutor::new(),
+    );
+    assert_eq!(
+        outcome.stdout,
+        "a::one: test\nb::two: test\nc::three: test\n"
+    );
+    assert!(outcome.executor.ran().is_empty());
+    let ignored = run(
+        &["--list", "--format", "terse", "--ignored"],
+        suite.clone(),
+        MockExecutor::new(),
+    );
+    assert_eq!(ignored.stdout, "c::three: test\n");
+    let pretty = run(&["--list", "one", "two"], suite, MockExecutor::new());
+    assert_eq!(
+        pretty.stdout,
+        "a::one: test\nb::two: test\n\n2 tests, 0 benchmarks\n"
+    );
+}
+
+#[test]
+fn exact_filter_runs_one_test_as_nextest_asks() {
+    let outcome = run(
+        &["--exact", "m::t", "--nocapture"],
+        tests(&["m::t", "m::t2", "x::m::t"]),
+        MockExecutor::new(),
+    );
+    assert_eq!(outcome.executor.ran(), ["m::t"]);
+    assert!(summary_line(&outcome.stdout)
+        .contains("1 passed; 0 failed; 0 ignored; 0 measured; 2 filtered out"));
+}
+
+#[test]
+fn partitions_split_the_run_between_jobs() {
+    let names: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
+    let suite: Vec<TestCase> = names.iter().map(|n| TestCase::new(n.as_str())).collect();
+    let mut all = Vec::new();
+    for shard in 1..=3 {
+        let outcome = run(
+            &[
+                "--partition",
+                &format!("count:{shard}/3"),
+                "--test-threads",
+                "1",
+            ],
+            suite.clone(),
+            MockExecutor::new(),
+        );
+        let ran = outcome.executor.ran();
+        assert_eq!(
+            outcome.conclusion.num_filtered_out as usize,
+            7 - ran.len(),
+            "shard {shard}"
+        );
+        all.extend(ran);
+    }
+    all.sort();
+    assert_eq!(all, names);
+}
+
+#[test]
+fn an_executor_panic_fails_only_that_test() {
+    struct Flaky;
+    impl gpurun_harness::Executor for Flaky {
+        fn run(&self, test: &TestCase) -> TestRun {
+            assert!(test.name != "boom", "executor bug");
+            passed("")
+        }
+    }
+    for threads in ["1", "2"] {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let conclusion = run_with_output(
+            &parse(&["--test-threads", threads]),
+            tests(&["a", "boom", "c"]),
+            Arc::new(Flaky),
+            false,
+            &mut out,
+            &mut err,
+        )
+        .unwrap();
+        assert_eq!((conclusion.num_passed, conclusion.num_failed), (2, 1));
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("note: could not run the test: the executor panicked: executor bug"));
+    }
+}
+
+#[test]
+fn terse_output_wraps_with_a_progress_count() {
+    let names: Vec<String> = (0..100).map(|i| format!("t{i:03}")).collect();
+    let suite: Vec<TestCase> = names.iter().map(|n| TestCase::new(n.as_str())).collect();
+    let outcome = run(&["-q", "--test-threads", "1"], suite, MockExecutor::new());
+    let expected = format!(
+        "\nrunning 100 tests\n{} 87/100\n{}\ntest result: ok.",
+        ".".repeat(87),
+        ".".repeat(13)
+    );
+    assert!(outcome.stdout.starts_with(&expected), "{}", outcome.stdout);
+}
+
+#[test]
+fn colour_marks_the_verdicts_when_asked() {
+    let executor = Arc::new(MockExecutor::new().with("b", panicked("x", 1, 1)));
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    run_with_output(
+        &parse(&["--test-threads", "1"]),
+        tests(&["a", "b"]),
+        executor,
+        true,
+        &mut out,
+        &mut err,
+    )
+    .unwrap();
+    let out = String::from_utf8(out).unwrap();
+    assert!(out.contains("test a ... \u{1b}[32mok\u{1b}[0m\n"));
+    assert!(out.contains("test b ... \u{1b}[31mFAILED\u{1b}[0m\n"));
+}
+
+#[test]
+fn unwritable_logfile_and_junit_paths_are_errors_not_panics() {
+    let missing = std::env::temp_dir().join("gpurun-harness-no-such-dir/sub/file");
+    let mut args = parse(&[]);
+    args.logfile = Some(missing.clone());
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let error = run_with_output(
+        &args,
+        tests(&["a"]),
+        Arc::new(MockExecutor::new()),
+        false,
+        &mut out,
+        &mut err,
+    )
+    .unwrap_err();
+    assert!(matches!(error, HarnessError::Logfile { .. }), "{error}");
+    assert_eq!(error.exit_code(), 102);
+
+    let mut args = parse(&[]);
+    args.junit = Some(missing);
+    let error = run_with_output(
+        &args,
+        tests(&["a"]),
+        Arc::new(MockExecutor::new()),
+        false,
+        &mut out,
+        &mut err,
+    )
+    .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("failed to write the JUnit report to"),
+        "{error}"
+    );
+}
