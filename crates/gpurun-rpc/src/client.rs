@@ -149,7 +149,7 @@ impl Client {
     /// Takes port `index` for the lanes in `mask` if no other warp holds it.
     #[inline(always)]
     fn try_lock<L: Lanes>(&self, lanes: &L, mask: u64, index: u32) -> bool {
-        let word = &self.lock[(index / 32) as usize];
+        let word = &self.lock[(index / 32) as usize % LOCK_WORDS];
         let bit = 1u32 << (index % 32);
         // Every executing lane takes part; lanes outside `mask` OR in nothing, so that a thread
         // running alongside the warp (independent thread scheduling) can never own the lock.
@@ -168,7 +168,7 @@ impl Client {
     fn unlock<L: Lanes>(&self, lanes: &L, mask: u64, index: u32) {
         sync::release_fence();
         if lanes.is_first_lane(mask) {
-            let word = &self.lock[(index / 32) as usize];
+            let word = &self.lock[(index / 32) as usize % LOCK_WORDS];
             sync::lock_fetch_and(word, !(1u32 << (index % 32)));
         }
         lanes.sync(mask);
@@ -343,15 +343,13 @@ impl<L: Lanes> Port<'_, L> {
         let size = data.len() as u64;
         self.send(|buffer, _| {
             buffer.data[0] = size;
-            let first = data.len().min(FIRST_PACKET_PAYLOAD);
-            buffer.as_bytes_mut()[8..8 + first].copy_from_slice(&data[..first]);
+            copy_into(&mut buffer.as_bytes_mut()[8..], data);
         });
         let mut offset = FIRST_PACKET_PAYLOAD;
         while self.lanes.ballot(self.lane_mask, offset < data.len()) != 0 {
             self.send(|buffer, _| {
-                if offset < data.len() {
-                    let chunk = &data[offset..data.len().min(offset + 64)];
-                    buffer.as_bytes_mut()[..chunk.len()].copy_from_slice(chunk);
+                if let Some(rest) = data.get(offset..) {
+                    copy_into(buffer.as_bytes_mut(), rest);
                 }
             });
             offset += 64;
@@ -364,22 +362,37 @@ impl<L: Lanes> Port<'_, L> {
         let mut size = 0u64;
         self.recv(|buffer, _| {
             size = buffer.data[0];
-            let first = clamp(size, FIRST_PACKET_PAYLOAD).min(dst.len());
-            dst[..first].copy_from_slice(&buffer.as_bytes()[8..8 + first]);
+            let payload = &buffer.as_bytes()[8..];
+            copy_into(
+                dst,
+                payload.get(..clamp(size, payload.len())).unwrap_or(&[]),
+            );
         });
         let mut offset = FIRST_PACKET_PAYLOAD as u64;
         while self.lanes.ballot(self.lane_mask, offset < size) != 0 {
             self.recv(|buffer, _| {
                 if offset < size {
-                    let len = clamp(size - offset, 64);
-                    let start = clamp(offset, dst.len());
-                    let end = clamp(offset + len as u64, dst.len());
-                    dst[start..end].copy_from_slice(&buffer.as_bytes()[..end - start]);
+                    let chunk = buffer
+                        .as_bytes()
+                        .get(..clamp(size - offset, 64))
+                        .unwrap_or(&[]);
+                    if let Some(rest) = dst.get_mut(clamp(offset, dst.len())..) {
+                        copy_into(rest, chunk);
+                    }
                 }
             });
             offset += 64;
         }
         size
+    }
+}
+
+/// Copies as many bytes as fit (`min` of both lengths). Written without slicing so that the
+/// client path has no panic branch: the device panic handler itself reports through it.
+#[inline(always)]
+fn copy_into(dst: &mut [u8], src: &[u8]) {
+    for (to, from) in dst.iter_mut().zip(src) {
+        *to = *from;
     }
 }
 

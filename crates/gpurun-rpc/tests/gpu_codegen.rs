@@ -1,0 +1,236 @@
+//! Builds `tests/gpu-probe` (kernels using the generic client with the real GPU lanes) for
+//! nvptx64-nvidia-cuda and amdgcn-amd-amdhsa (gfx90a) with the nightly toolchain, and checks the
+//! generated code:
+//!
+//! - PTX: every `atom` names its scope (`.sys` or `.gpu`; the lock bits are device-scope), every
+//!   fence is system-scope, mailbox accesses are `ld/st.relaxed.sys`, no scoped access is narrower
+//!   than `.sys` except the lock atoms, there is no panic path, and `ptxas` accepts it for sm_70.
+//! - AMDGPU: the fences are system-scope (`buffer_wbl2` release, `buffer_invl2` acquire on
+//!   gfx90a), mailbox loads bypass the cache (`glc`), the wave operations are there, no panic path.
+//!
+//! Needs nightly with rust-src (and ptxas for the assembly check). When they are missing the test
+//! says why and passes, except under `CI=true`, where CI is supposed to have them: then it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// Reports a missing tool: a failure in CI, a visible note elsewhere.
+fn missing(what: &str) {
+    if in_ci() {
+        panic!("CI=true but {what}; scripts/setup.sh installs it");
+    }
+    eprintln!("gpu_codegen: SKIPPED because {what} (this would fail under CI=true)");
+}
+
+fn nightly_sysroot() -> Result<PathBuf, String> {
+    let output = Command::new("rustup")
+        .args(["run", "nightly", "rustc", "--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("rustup cannot be run ({e})"))?;
+    if !output.status.success() {
+        return Err("the nightly toolchain is not installed".into());
+    }
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    if !sysroot
+        .join("lib/rustlib/src/rust/library/core/Cargo.toml")
+        .exists()
+    {
+        return Err("nightly has no rust-src component".into());
+    }
+    Ok(sysroot)
+}
+
+/// Builds the probe for `target` and returns its assembly text.
+fn build_probe(target: &str, rustflags: &[&str]) -> String {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu-probe/Cargo.toml");
+    let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu-probe");
+    let output = Command::new("rustup")
+        .args([
+            "run",
+            "nightly",
+            "cargo",
+            "rustc",
+            "--release",
+            "-Zbuild-std=core",
+        ])
+        .arg("--manifest-path")
+        .arg(&manifest)
+        .args(["--target", target, "--", "--emit=asm"])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .env("CARGO_ENCODED_RUSTFLAGS", rustflags.join("\x1f"))
+        .env_remove("RUSTFLAGS")
+        .env_remove("RUSTC")
+        .env_remove("RUSTC_WRAPPER")
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .expect("run cargo");
+    assert!(
+        output.status.success(),
+        "building the probe for {target} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let deps = target_dir.join(target).join("release/deps");
+    let newest = std::fs::read_dir(&deps)
+        .expect("probe deps dir")
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("gpurun_rpc_gpu_probe") && name.ends_with(".s")
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .expect("the probe's .s file");
+    std::fs::read_to_string(newest.path()).expect("read assembly")
+}
+
+fn find_ptxas() -> Option<PathBuf> {
+    if let Ok(path) = which_in_path("ptxas") {
+        return Some(path);
+    }
+    let output = Command::new("python3")
+        .args([
+            "-c",
+            "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])",
+        ])
+        .output()
+        .ok()?;
+    let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+    let ptxas = dir.join("bin/ptxas");
+    (output.status.success() && ptxas.exists()).then_some(ptxas)
+}
+
+fn which_in_path(name: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(name))
+                .find(|candidate| candidate.is_file())
+        })
+        .ok_or(())
+}
+
+/// Instruction lines (no directives, comments or embedded data).
+fn instructions(asm: &str) -> impl Iterator<Item = &str> {
+    asm.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('.') && !l.starts_with("//"))
+}
+
+#[test]
+fn nvptx_client_path_uses_system_scope() {
+    if let Err(why) = nightly_sysroot() {
+        return missing(&why);
+    }
+    let ptx = build_probe("nvptx64-nvidia-cuda", &[]);
+    assert!(ptx.contains(".entry gpurun_probe_increment"), "{ptx}");
+    assert!(ptx.contains(".entry gpurun_probe_stream"));
+
+    let atoms: Vec<&str> = instructions(&ptx)
+        .filter(|l| l.starts_with("atom"))
+        .collect();
+    assert!(!atoms.is_empty(), "no atomics in the client path?");
+    for atom in &atoms {
+        assert!(
+            atom.contains(".sys.") || atom.contains(".gpu."),
+            "atomic without an explicit scope: {atom}"
+        );
+        // Only the lock bits (device memory, device-wide contention) may be GPU-scoped.
+        if atom.contains(".gpu.") {
+            assert!(
+                atom.starts_with("atom.relaxed.gpu.or.b32")
+                    || atom.starts_with("atom.relaxed.gpu.and.b32"),
+                "unexpected GPU-scoped atomic: {atom}"
+            );
+        }
+    }
+    assert!(atoms
+        .iter()
+        .any(|a| a.starts_with("atom.relaxed.gpu.or.b32")));
+    assert!(atoms
+        .iter()
+        .any(|a| a.starts_with("atom.relaxed.gpu.and.b32")));
+
+    let fences: Vec<&str> = instructions(&ptx)
+        .filter(|l| l.starts_with("fence") || l.starts_with("membar"))
+        .collect();
+    assert!(!fences.is_empty());
+    for fence in &fences {
+        assert!(
+            fence.starts_with("fence.acq_rel.sys"),
+            "narrow fence: {fence}"
+        );
+    }
+
+    // Mailbox traffic: relaxed system-scope loads and stores, nothing narrower.
+    let ordered: Vec<&str> = instructions(&ptx)
+        .filter(|l| {
+            (l.starts_with("ld.") || l.starts_with("st."))
+                && [".relaxed", ".acquire", ".release"]
+                    .iter()
+                    .any(|s| l.contains(s))
+        })
+        .collect();
+    assert!(ordered.iter().any(|l| l.starts_with("ld.relaxed.sys")));
+    assert!(ordered.iter().any(|l| l.starts_with("st.relaxed.sys")));
+    for access in &ordered {
+        assert!(
+            access.contains(".sys"),
+            "mailbox access not system-scoped: {access}"
+        );
+    }
+
+    // The client runs inside the device panic handler: it must not panic itself.
+    assert!(!ptx.contains("panic"), "the client path can panic");
+
+    match find_ptxas() {
+        Some(ptxas) => {
+            let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu-probe.ptx");
+            std::fs::write(&file, &ptx).unwrap();
+            let cubin = file.with_extension("cubin");
+            let status = Command::new(&ptxas)
+                .args(["-arch=sm_70", "-o"])
+                .arg(&cubin)
+                .arg(&file)
+                .status()
+                .expect("run ptxas");
+            assert!(status.success(), "ptxas rejected the probe's PTX");
+        }
+        None => missing("ptxas is not installed (pip install nvidia-cuda-nvcc-cu12)"),
+    }
+}
+
+#[test]
+fn amdgpu_client_path_builds_with_system_scope_fences() {
+    if let Err(why) = nightly_sysroot() {
+        return missing(&why);
+    }
+    let asm = build_probe("amdgcn-amd-amdhsa", &["-Ctarget-cpu=gfx90a"]);
+    let code: Vec<&str> = instructions(&asm).collect();
+    assert!(asm.contains("gpurun_probe_increment:"));
+    assert!(asm.contains("gpurun_probe_stream:"));
+    // gfx90a: a system-scope release writes back L2, a system-scope acquire invalidates it.
+    assert!(
+        code.iter().any(|l| l.starts_with("buffer_wbl2")),
+        "no system-scope release"
+    );
+    assert!(
+        code.iter().any(|l| l.starts_with("buffer_invl2")),
+        "no system-scope acquire"
+    );
+    // Mailbox loads bypass the caches.
+    assert!(code
+        .iter()
+        .any(|l| l.starts_with("flat_load_dword ") && l.ends_with("glc")));
+    assert!(code.iter().any(|l| l.contains("atomic")), "no lock atomics");
+    assert!(code.iter().any(|l| l.starts_with("v_readfirstlane_b32")));
+    assert!(code.iter().any(|l| l.starts_with("v_mbcnt_hi_u32_b32")));
+    assert!(code.iter().any(|l| l.starts_with("s_sleep 2")));
+    assert!(
+        !code.iter().any(|l| l.contains("panic")),
+        "the client path can panic"
+    );
+}
