@@ -181,6 +181,9 @@ pub struct CudaDevice {
     pub(crate) handle: CUdevice,
     pub(crate) context: sys::CUcontext,
     pub(crate) info: DeviceInfo,
+    /// Set when a module saw a fault or a timeout: the context may still be running a kernel
+    /// that never ends, so it is not released (the process exit does that).
+    pub(crate) poisoned: std::cell::Cell<bool>,
 }
 
 impl CudaDevice {
@@ -196,6 +199,7 @@ impl CudaDevice {
             handle,
             context,
             info,
+            poisoned: std::cell::Cell::new(false),
         };
         device.make_current()?;
         Ok(device)
@@ -227,6 +231,9 @@ impl CudaDevice {
 
 impl Drop for CudaDevice {
     fn drop(&mut self) {
+        if self.poisoned.get() {
+            return;
+        }
         // SAFETY: balances the retain in `open`; errors cannot be reported from drop and leave
         // nothing to clean up.
         let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.handle) };

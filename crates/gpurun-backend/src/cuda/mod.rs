@@ -106,7 +106,7 @@ impl Module for CudaModule<'_> {
 /// The parts of a parsed image that loading uses.
 fn image_facts(image: &Image) -> Result<ImageFacts<'_>, BackendError> {
     use gpurun_image::ImageKind;
-    let is_cubin = match image.kind {
+    let is_cubin = match image.kind() {
         ImageKind::Ptx => false,
         ImageKind::Cubin => true,
         other => {
@@ -116,9 +116,36 @@ fn image_facts(image: &Image) -> Result<ImageFacts<'_>, BackendError> {
         }
     };
     Ok(ImageFacts {
-        path: image.path.as_deref(),
-        bytes: &image.bytes,
+        path: image.path(),
+        bytes: image.bytes(),
         is_cubin,
-        globals: image.globals.iter().map(String::as_str).collect(),
+        globals: image.globals().iter().map(|g| g.name.as_str()).collect(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backend_without_driver_reports_it_through_the_trait() {
+        let backend = crate::select::backend(BackendKind::Cuda);
+        assert_eq!(backend.kind(), BackendKind::Cuda);
+        // SAFETY: only dlopen attempts.
+        if unsafe { cudarc::driver::sys::is_culib_present() } {
+            // A GPU machine: listing must work (possibly with zero devices).
+            let devices = backend.devices().unwrap();
+            assert!(devices.iter().all(|d| d.arch.starts_with("sm_")));
+            return;
+        }
+        match backend.devices() {
+            Err(BackendError::NotAvailable(message)) => assert_eq!(message, NO_DRIVER),
+            other => panic!("expected the missing-driver error, got {other:?}"),
+        }
+        match backend.open(0) {
+            Err(BackendError::NotAvailable(message)) => assert_eq!(message, NO_DRIVER),
+            Err(other) => panic!("expected the missing-driver error, got {other}"),
+            Ok(_) => panic!("opened a CUDA device without a driver"),
+        }
+    }
 }

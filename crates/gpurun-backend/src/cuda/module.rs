@@ -141,10 +141,7 @@ fn load_module(device: &CudaDevice, facts: &ImageFacts<'_>) -> Result<CUmodule, 
     check_ptx_target(&text, device_sm, &device.info.name)?;
     if let Some(path) = facts.path {
         if let ImageChoice::Cubin(cubin) = choose_image(path, device_sm, |candidate| {
-            std::fs::read(candidate)
-                .ok()
-                .as_deref()
-                .and_then(cubin_arch)
+            fresh_cubin_arch(candidate, path)
         }) {
             let bytes = std::fs::read(&cubin).map_err(|source| BackendError::Io {
                 context: format!("failed to read `{}`", cubin.display()),
@@ -422,8 +419,17 @@ impl CudaModule<'_> {
 
 impl Drop for CudaModule<'_> {
     fn drop(&mut self) {
-        // Errors cannot be reported from here; after a fault every call fails and the process
-        // is about to be replaced anyway.
+        if self.broken.is_some() {
+            // After a fault or a timeout, freeing pinned memory or unloading the module can
+            // wait for a kernel that never finishes. Leak everything instead: the worker
+            // process is about to exit, and exiting frees it all.
+            self.device.poisoned.set(true);
+            std::mem::forget(self.serving.take());
+            std::mem::forget(std::mem::take(&mut self.shared));
+            std::mem::forget(self.init_arrays.take());
+            return;
+        }
+        // Errors cannot be reported from here.
         let _ = self.device.make_current();
         // Device memory first, on the stream it was allocated on, then the streams, then the
         // module. Pinned host blocks are freed by their own drops afterwards.
@@ -433,9 +439,7 @@ impl Drop for CudaModule<'_> {
         // SAFETY: the streams and the module were created by `load` and are destroyed once;
         // nothing uses them after this point.
         unsafe {
-            if self.broken.is_none() {
-                let _ = sys::cuStreamSynchronize(self.memory_stream);
-            }
+            let _ = sys::cuStreamSynchronize(self.memory_stream);
             for stream in [self.stream, self.memory_stream] {
                 if !stream.is_null() {
                     let _ = sys::cuStreamDestroy_v2(stream);
@@ -444,6 +448,17 @@ impl Drop for CudaModule<'_> {
             let _ = sys::cuModuleUnload(self.module);
         }
     }
+}
+
+/// The architecture of the cubin at `candidate`, if it exists, parses, and is at least as new
+/// as the PTX it was assembled from (a stale cubin would run old code).
+pub(crate) fn fresh_cubin_arch(candidate: &Path, ptx: &Path) -> Option<super::image::CubinArch> {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let (cubin_time, ptx_time) = (modified(candidate)?, modified(ptx)?);
+    if cubin_time < ptx_time {
+        return None;
+    }
+    cubin_arch(&std::fs::read(candidate).ok()?)
 }
 
 #[cfg(test)]
@@ -460,5 +475,52 @@ mod tests {
         );
         assert_eq!(log_text(&[0; 16]), "");
         assert_eq!(log_text(b"no terminator"), "no terminator");
+    }
+
+    #[test]
+    fn stale_or_foreign_cubins_are_not_used() {
+        use std::time::{Duration, SystemTime};
+        let dir = std::env::temp_dir().join(format!("gpurun-cuda-cubin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ptx = dir.join("k.ptx");
+        let cubin = dir.join("k.cubin");
+        std::fs::write(&ptx, ".version 7.0\n.target sm_70\n").unwrap();
+        let mut header = vec![0u8; 64];
+        header[0..4].copy_from_slice(b"\x7fELF");
+        header[4] = 2;
+        header[5] = 1;
+        header[8] = 7;
+        header[18..20].copy_from_slice(&190u16.to_le_bytes());
+        header[48..52].copy_from_slice(&0x46_055au32.to_le_bytes());
+        std::fs::write(&cubin, &header).unwrap();
+        let set_time = |path: &Path, time: SystemTime| {
+            std::fs::File::options()
+                .write(true)
+                .open(path)
+                .unwrap()
+                .set_modified(time)
+                .unwrap();
+        };
+        let now = SystemTime::now();
+        set_time(&ptx, now - Duration::from_secs(10));
+        set_time(&cubin, now);
+        let arch = fresh_cubin_arch(&cubin, &ptx).unwrap();
+        assert_eq!(arch.sm, 90);
+        assert_eq!(
+            choose_image(&ptx, 90, |c| fresh_cubin_arch(c, &ptx)),
+            ImageChoice::Cubin(cubin.clone())
+        );
+        // The PTX was rebuilt after the cubin: the cubin is stale.
+        set_time(&ptx, now + Duration::from_secs(10));
+        assert_eq!(fresh_cubin_arch(&cubin, &ptx), None);
+        assert_eq!(
+            choose_image(&ptx, 90, |c| fresh_cubin_arch(c, &ptx)),
+            ImageChoice::Ptx
+        );
+        // Not a cubin at all.
+        std::fs::write(&cubin, b"not an elf").unwrap();
+        set_time(&ptx, now - Duration::from_secs(10));
+        assert_eq!(fresh_cubin_arch(&cubin, &ptx), None);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
