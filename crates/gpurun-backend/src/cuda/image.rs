@@ -401,4 +401,114 @@ mod tests {
         assert!(empty.bytes.is_empty());
         assert_eq!(empty.bounds, [0x40; 4]);
     }
+
+    /// ptxas from PATH, else from the `nvidia-cuda-nvcc-cu12` wheel that scripts/setup.sh
+    /// installs.
+    fn find_ptxas() -> Option<PathBuf> {
+        let in_path = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("ptxas"))
+                .find(|candidate| candidate.is_file())
+        });
+        if in_path.is_some() {
+            return in_path;
+        }
+        let output = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])",
+            ])
+            .output()
+            .ok()?;
+        let ptxas = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()).join("bin/ptxas");
+        (output.status.success() && ptxas.is_file()).then_some(ptxas)
+    }
+
+    #[test]
+    fn decodes_cubins_from_the_real_ptxas() {
+        let Some(ptxas) = find_ptxas() else {
+            let why = "ptxas is not installed (scripts/setup.sh installs it)";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("skipping: {why}");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("gpurun-cuda-ptxas-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ptx = dir.join("k.ptx");
+        std::fs::write(
+            &ptx,
+            ".version 7.0\n.target sm_70\n.address_size 64\n.visible .entry _start() { ret; }\n",
+        )
+        .unwrap();
+        for (arch, expected) in [
+            (
+                "sm_70",
+                CubinArch {
+                    sm: 70,
+                    arch_specific: false,
+                },
+            ),
+            (
+                "sm_80",
+                CubinArch {
+                    sm: 80,
+                    arch_specific: false,
+                },
+            ),
+            (
+                "sm_86",
+                CubinArch {
+                    sm: 86,
+                    arch_specific: false,
+                },
+            ),
+            (
+                "sm_90",
+                CubinArch {
+                    sm: 90,
+                    arch_specific: false,
+                },
+            ),
+            (
+                "sm_90a",
+                CubinArch {
+                    sm: 90,
+                    arch_specific: true,
+                },
+            ),
+            (
+                "sm_100",
+                CubinArch {
+                    sm: 100,
+                    arch_specific: false,
+                },
+            ),
+            (
+                "sm_120",
+                CubinArch {
+                    sm: 120,
+                    arch_specific: false,
+                },
+            ),
+        ] {
+            let cubin = dir.join(format!("k.{arch}.cubin"));
+            let output = std::process::Command::new(&ptxas)
+                .arg(format!("-arch={arch}"))
+                .arg("-o")
+                .arg(&cubin)
+                .arg(&ptx)
+                .output()
+                .unwrap();
+            if !output.status.success() {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                // An older ptxas may not know the newest GPUs; everything up to sm_90 it must.
+                assert!(expected.sm > 90, "ptxas failed for {arch}: {stderr}");
+                eprintln!("note: this ptxas cannot target {arch}: {stderr}");
+                continue;
+            }
+            let bytes = std::fs::read(&cubin).unwrap();
+            assert_eq!(cubin_arch(&bytes), Some(expected), "{arch}");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
