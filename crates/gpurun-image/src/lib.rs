@@ -1,1 +1,531 @@
-//! Parse GPU images once, up front.
+//! Parse a GPU image once, up front, before any backend sees it.
+//!
+//! [`Image::read`] / [`Image::parse`] take PTX text, an NVIDIA cubin, an AMDGPU code object
+//! or a host emulation `.so` (the kind comes from the content, never the file name) and
+//! return an [`Image`]: its kernels, its globals with their sizes and statically known
+//! bytes, and its test table decoded from the `__gpurun_desc_*` descriptors of
+//! `docs/abi.md`. Every problem is an [`ImageError`] whose message reads well after
+//! "failed to load image `x`: "; no input makes this crate panic (the crate is fuzzed, and
+//! a unit test runs mutated samples through it).
+
+mod desc;
+mod elf;
+mod error;
+mod ptx;
+
+use std::path::{Path, PathBuf};
+
+pub use desc::{
+    decode_descriptor, encode_descriptor, EncodeError, ShouldPanic, TestDesc,
+    DESCRIPTOR_HEADER_LEN, DESCRIPTOR_MAGIC, DESC_PREFIX, TEST_ABI_VERSION, TEST_KERNEL_PREFIX,
+};
+pub use error::ImageError;
+
+/// The symbol holding the image's test ABI version (`u32`).
+pub const TEST_ABI_VERSION_SYMBOL: &str = "__gpurun_test_abi_version";
+/// The symbol a host emulation image exports with its host ABI version (`u32`).
+pub const HOST_ABI_VERSION_SYMBOL: &str = "__gpurun_host_abi_version";
+/// The global the loader fills with the RPC client before any launch.
+pub const RPC_CLIENT_SYMBOL: &str = "__llvm_rpc_client";
+/// Prefix of constructor objects (LLVM libc's NVPTX start-up convention).
+pub const CTOR_PREFIX: &str = "__init_array_object_";
+/// Prefix of destructor objects.
+pub const DTOR_PREFIX: &str = "__fini_array_object_";
+
+/// What kind of image a file holds, decided from its content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ImageKind {
+    /// PTX text, for the CUDA driver's JIT.
+    Ptx,
+    /// An NVIDIA cubin (ELF, `EM_CUDA`).
+    Cubin,
+    /// An AMDGPU code object (ELF, `EM_AMDGPU`).
+    Amdgpu,
+    /// A host emulation shared library (ELF for the host's machine).
+    Host,
+}
+
+impl ImageKind {
+    /// The kind in words, for messages.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ImageKind::Ptx => "PTX",
+            ImageKind::Cubin => "cubin",
+            ImageKind::Amdgpu => "AMDGPU",
+            ImageKind::Host => "host emulation",
+        }
+    }
+}
+
+/// What is known statically about a global's initial contents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GlobalInit {
+    /// These bytes, followed by zeros up to the global's size. ELF globals hold their full
+    /// contents as stored in the file (before relocation); PTX initializers may be shorter
+    /// than the variable, and PTX zero-fills the rest.
+    Bytes(Vec<u8>),
+    /// All zeros (PTX variables without initializer, ELF `NOBITS` sections).
+    Zeroed,
+    /// Not known without loading (addresses of symbols, expressions, data outside the file).
+    Unknown,
+}
+
+/// A global variable of the image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Global {
+    /// The symbol name.
+    pub name: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// ELF: the symbol value (an address in shared objects, a section offset in cubins).
+    /// PTX: `None`.
+    pub address: Option<u64>,
+    /// ELF: the section name. PTX: the state space (`.global` or `.const`).
+    pub section: Option<String>,
+    /// The initial contents, where statically known.
+    pub init: GlobalInit,
+}
+
+impl Global {
+    /// `len` bytes at `offset` of the initial contents, if statically known and in range.
+    pub fn read_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
+        let end = offset.checked_add(len as u64)?;
+        if end > self.size {
+            return None;
+        }
+        match &self.init {
+            GlobalInit::Unknown => None,
+            GlobalInit::Zeroed => Some(vec![0; len]),
+            GlobalInit::Bytes(prefix) => {
+                let mut out = vec![0; len];
+                let start = usize::try_from(offset).ok();
+                if let Some(start) = start.filter(|s| *s < prefix.len()) {
+                    let avail = (prefix.len() - start).min(len);
+                    out[..avail].copy_from_slice(&prefix[start..start + avail]);
+                }
+                Some(out)
+            }
+        }
+    }
+
+    /// The little-endian `u32` at `offset`, if statically known.
+    pub fn read_u32_at(&self, offset: u64) -> Option<u32> {
+        let bytes = self.read_at(offset, 4)?;
+        Some(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]))
+    }
+}
+
+/// An AMDHSA kernel descriptor (`NAME.kd`), fields per LLVM's AMDGPUUsage "Kernel Descriptor".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelDescriptor {
+    /// Address of the `.kd` symbol in the code object.
+    pub address: u64,
+    /// LDS bytes the kernel needs (offset 0).
+    pub group_segment_fixed_size: u32,
+    /// Scratch bytes per work-item (offset 4).
+    pub private_segment_fixed_size: u32,
+    /// Kernel argument segment size (offset 8).
+    pub kernarg_size: u32,
+    /// `kernel_code_properties` bits (offset 56).
+    pub kernel_code_properties: u16,
+}
+
+impl KernelDescriptor {
+    const WAVEFRONT_SIZE32: u16 = 1 << 10;
+    const USES_DYNAMIC_STACK: u16 = 1 << 11;
+
+    fn from_bytes(address: u64, bytes: &[u8]) -> Self {
+        let u32_at = |at: usize| {
+            bytes
+                .get(at..at + 4)
+                .map_or(0, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        KernelDescriptor {
+            address,
+            group_segment_fixed_size: u32_at(0),
+            private_segment_fixed_size: u32_at(4),
+            kernarg_size: u32_at(8),
+            kernel_code_properties: bytes
+                .get(56..58)
+                .map_or(0, |b| u16::from_le_bytes([b[0], b[1]])),
+        }
+    }
+
+    /// The kernel runs in wave32 mode (`ENABLE_WAVEFRONT_SIZE32`); otherwise wave64.
+    pub fn wave32(&self) -> bool {
+        self.kernel_code_properties & Self::WAVEFRONT_SIZE32 != 0
+    }
+
+    /// The wavefront size the kernel was compiled for.
+    pub fn wavefront_size(&self) -> u32 {
+        if self.wave32() {
+            32
+        } else {
+            64
+        }
+    }
+
+    /// The kernel's stack size is not known statically (`USES_DYNAMIC_STACK`).
+    pub fn uses_dynamic_stack(&self) -> bool {
+        self.kernel_code_properties & Self::USES_DYNAMIC_STACK != 0
+    }
+}
+
+/// A kernel (entry point) of the image.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Kernel {
+    /// The symbol name, as the runtime looks it up.
+    pub name: String,
+    /// AMDGPU only: the kernel descriptor.
+    pub descriptor: Option<KernelDescriptor>,
+}
+
+/// Facts about an AMDGPU code object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AmdgpuInfo {
+    /// `EF_AMDGPU_MACH` (the low byte of `e_flags`).
+    pub mach: u32,
+    /// The `NT_AMDGPU_METADATA` note (owner "AMDGPU", type 32) is present.
+    pub has_metadata_note: bool,
+}
+
+impl AmdgpuInfo {
+    /// The processor name (`gfx90a`, ...) for the common `EF_AMDGPU_MACH` values.
+    pub fn gfx_name(&self) -> Option<&'static str> {
+        Some(match self.mach {
+            0x2c => "gfx900",
+            0x2f => "gfx906",
+            0x30 => "gfx908",
+            0x3f => "gfx90a",
+            0x4c => "gfx942",
+            0x4f => "gfx950",
+            0x36 => "gfx1030",
+            0x41 => "gfx1100",
+            0x46 => "gfx1101",
+            0x47 => "gfx1102",
+            0x48 => "gfx1200",
+            0x4e => "gfx1201",
+            _ => return None,
+        })
+    }
+}
+
+/// A parsed image. Built once by [`Image::read`] or [`Image::parse`]; read-only afterwards.
+#[derive(Debug, Clone)]
+pub struct Image {
+    kind: ImageKind,
+    path: Option<PathBuf>,
+    bytes: Vec<u8>,
+    kernels: Vec<Kernel>,
+    globals: Vec<Global>,
+    tests: Vec<TestDesc>,
+    test_abi_version: Option<u32>,
+    ptx_version: Option<(u32, u32)>,
+    ptx_target: Option<String>,
+    elf_machine: Option<String>,
+    elf_flags: Option<u32>,
+    cuda_sm: Option<u32>,
+    amdgpu: Option<AmdgpuInfo>,
+    ctors: Vec<usize>,
+    dtors: Vec<usize>,
+}
+
+/// Longest kernel list quoted in a [`ImageError::MissingKernel`] message.
+const MAX_LISTED_KERNELS: usize = 12;
+
+impl Image {
+    /// Reads and parses the image at `path`.
+    pub fn read(path: impl AsRef<Path>) -> Result<Image, ImageError> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|source| ImageError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Image::parse(bytes, Some(path))
+    }
+
+    /// Parses an image from its bytes; `path_hint` is kept for messages only.
+    pub fn parse(bytes: Vec<u8>, path_hint: Option<&Path>) -> Result<Image, ImageError> {
+        if bytes.is_empty() {
+            return Err(ImageError::Empty);
+        }
+        let mut image = Image {
+            kind: ImageKind::Ptx,
+            path: path_hint.map(Path::to_owned),
+            bytes: Vec::new(),
+            kernels: Vec::new(),
+            globals: Vec::new(),
+            tests: Vec::new(),
+            test_abi_version: None,
+            ptx_version: None,
+            ptx_target: None,
+            elf_machine: None,
+            elf_flags: None,
+            cuda_sm: None,
+            amdgpu: None,
+            ctors: Vec::new(),
+            dtors: Vec::new(),
+        };
+        if bytes.starts_with(b"\x7fELF") {
+            let module = elf::parse(&bytes)?;
+            image.kind = module.kind;
+            image.kernels = module.kernels;
+            image.globals = module.globals;
+            image.elf_machine = Some(module.machine);
+            image.elf_flags = Some(module.e_flags);
+            image.cuda_sm = module.cuda_sm;
+            image.amdgpu = module.amdgpu;
+        } else if ptx::looks_like_ptx(&bytes) {
+            // looks_like_ptx checked UTF-8 already; a failure here is still an error, not a panic.
+            let text = std::str::from_utf8(&bytes).map_err(|_| ImageError::UnknownFormat)?;
+            let module = ptx::parse(text)?;
+            image.kernels = module
+                .kernels
+                .into_iter()
+                .map(|name| Kernel {
+                    name,
+                    descriptor: None,
+                })
+                .collect();
+            image.globals = module.globals;
+            image.ptx_version = module.version;
+            image.ptx_target = module.target;
+        } else {
+            return Err(ImageError::UnknownFormat);
+        }
+        if image.kernels.is_empty() {
+            return Err(ImageError::NoKernels {
+                kind: image.kind.describe(),
+            });
+        }
+        image.kernels.sort_by(|a, b| a.name.cmp(&b.name));
+        image.globals.sort_by(|a, b| a.name.cmp(&b.name));
+        image.read_test_table()?;
+        image.find_ctors_dtors()?;
+        image.bytes = bytes;
+        Ok(image)
+    }
+
+    fn read_test_table(&mut self) -> Result<(), ImageError> {
+        if let Some(version) = self.global(TEST_ABI_VERSION_SYMBOL) {
+            let value = if version.size != 4 {
+                return Err(ImageError::BadTestAbiVersion {
+                    reason: format!("it is {} bytes, expected 4", version.size),
+                });
+            } else {
+                version
+                    .read_u32_at(0)
+                    .ok_or_else(|| ImageError::BadTestAbiVersion {
+                        reason: "its value is not stored in the image".to_owned(),
+                    })?
+            };
+            if value != TEST_ABI_VERSION {
+                return Err(ImageError::UnsupportedTestAbi {
+                    found: value,
+                    supported: TEST_ABI_VERSION,
+                });
+            }
+            self.test_abi_version = Some(value);
+        }
+        let mut tests = Vec::new();
+        for global in self
+            .globals
+            .iter()
+            .filter(|g| g.name.starts_with(DESC_PREFIX))
+        {
+            if self.test_abi_version.is_none() {
+                return Err(ImageError::MissingTestAbiVersion);
+            }
+            let id = &global.name[DESC_PREFIX.len()..];
+            let kernel = format!("{TEST_KERNEL_PREFIX}{id}");
+            let bad = |reason: String| ImageError::BadDescriptor {
+                symbol: global.name.clone(),
+                reason,
+            };
+            if self.kernel(&kernel).is_none() {
+                return Err(bad(format!("its kernel `{kernel}` is not in the image")));
+            }
+            let max_len = DESCRIPTOR_HEADER_LEN + 3 * usize::from(u16::MAX);
+            let len = usize::try_from(global.size)
+                .ok()
+                .filter(|len| *len <= max_len)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{} bytes is longer than any descriptor",
+                        global.size
+                    ))
+                })?;
+            let bytes = global
+                .read_at(0, len)
+                .ok_or_else(|| bad("its contents are not stored in the image".to_owned()))?;
+            tests.push(decode_descriptor(&global.name, &kernel, &bytes)?);
+        }
+        tests.sort_by(|a, b| a.name.cmp(&b.name));
+        if let Some(pair) = tests.windows(2).find(|pair| pair[0].name == pair[1].name) {
+            return Err(ImageError::BadDescriptor {
+                symbol: format!("{DESC_PREFIX}*"),
+                reason: format!("two tests are named `{}`", pair[1].full_path),
+            });
+        }
+        self.tests = tests;
+        Ok(())
+    }
+
+    fn find_ctors_dtors(&mut self) -> Result<(), ImageError> {
+        let mut ctors = Vec::new();
+        let mut dtors = Vec::new();
+        for (index, global) in self.globals.iter().enumerate() {
+            let list = if global.name.starts_with(CTOR_PREFIX) {
+                &mut ctors
+            } else if global.name.starts_with(DTOR_PREFIX) {
+                &mut dtors
+            } else {
+                continue;
+            };
+            let priority = global
+                .name
+                .rsplit_once('_')
+                .and_then(|(_, digits)| {
+                    // `u16::from_str` accepts a leading `+`; the convention is digits only.
+                    digits
+                        .bytes()
+                        .all(|b| b.is_ascii_digit())
+                        .then(|| digits.parse::<u16>().ok())?
+                })
+                .ok_or_else(|| ImageError::BadCtorDtorPriority {
+                    symbol: global.name.clone(),
+                })?;
+            list.push((priority, index));
+        }
+        // Stable sort: equal priorities keep name order, so the result is deterministic.
+        ctors.sort_by_key(|(priority, _)| *priority);
+        dtors.sort_by_key(|(priority, _)| *priority);
+        self.ctors = ctors.into_iter().map(|(_, i)| i).collect();
+        self.dtors = dtors.into_iter().map(|(_, i)| i).collect();
+        Ok(())
+    }
+
+    /// What kind of image this is.
+    pub fn kind(&self) -> ImageKind {
+        self.kind
+    }
+
+    /// The path it was read from, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The image's bytes, to hand to the runtime's module loader.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// All kernels, sorted by name.
+    pub fn kernels(&self) -> &[Kernel] {
+        &self.kernels
+    }
+
+    /// All globals (defined, exported data symbols), sorted by name.
+    pub fn globals(&self) -> &[Global] {
+        &self.globals
+    }
+
+    /// The tests of the image, sorted by libtest name; empty for a plain image.
+    pub fn tests(&self) -> &[TestDesc] {
+        &self.tests
+    }
+
+    /// The kernel named `name`.
+    pub fn kernel(&self, name: &str) -> Option<&Kernel> {
+        self.kernels
+            .binary_search_by(|k| k.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.kernels[i])
+    }
+
+    /// The global named `name`.
+    pub fn global(&self, name: &str) -> Option<&Global> {
+        self.globals
+            .binary_search_by(|g| g.name.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.globals[i])
+    }
+
+    /// The kernel `name`, or an error listing the kernels that exist (the loader calls this
+    /// with `_start` before running an image in loader mode).
+    pub fn require_entry(&self, name: &str) -> Result<&Kernel, ImageError> {
+        self.kernel(name).ok_or_else(|| {
+            let mut available: Vec<String> = self
+                .kernels
+                .iter()
+                .take(MAX_LISTED_KERNELS)
+                .map(|k| k.name.clone())
+                .collect();
+            if self.kernels.len() > MAX_LISTED_KERNELS {
+                available.push(format!(
+                    "... ({} more)",
+                    self.kernels.len() - MAX_LISTED_KERNELS
+                ));
+            }
+            ImageError::MissingKernel {
+                name: name.to_owned(),
+                available,
+            }
+        })
+    }
+
+    /// True when the image has LLVM libc's `_start` entry kernel.
+    pub fn has_entry_points(&self) -> bool {
+        self.kernel("_start").is_some()
+    }
+
+    /// The global the loader fills with the RPC client (`__llvm_rpc_client`), if the image
+    /// talks RPC.
+    pub fn rpc_client(&self) -> Option<&Global> {
+        self.global(RPC_CLIENT_SYMBOL)
+    }
+
+    /// The value of `__gpurun_test_abi_version` (already checked to be supported).
+    pub fn test_abi_version(&self) -> Option<u32> {
+        self.test_abi_version
+    }
+
+    /// PTX: `.version` as (major, minor).
+    pub fn ptx_version(&self) -> Option<(u32, u32)> {
+        self.ptx_version
+    }
+
+    /// PTX: the architecture named by `.target` (e.g. `sm_70`).
+    pub fn ptx_target(&self) -> Option<&str> {
+        self.ptx_target.as_deref()
+    }
+
+    /// Cubin: the SM number (e.g. 70) from `e_flags`, for cubins of ELF ABI version 7.
+    pub fn cuda_sm(&self) -> Option<u32> {
+        self.cuda_sm
+    }
+
+    /// ELF: the machine in words.
+    pub fn elf_machine(&self) -> Option<&str> {
+        self.elf_machine.as_deref()
+    }
+
+    /// ELF: the raw `e_flags`.
+    pub fn elf_flags(&self) -> Option<u32> {
+        self.elf_flags
+    }
+
+    /// AMDGPU: code-object facts.
+    pub fn amdgpu(&self) -> Option<&AmdgpuInfo> {
+        self.amdgpu.as_ref()
+    }
+
+    /// Constructor and destructor objects (`__init_array_object_*_PRIO`,
+    /// `__fini_array_object_*_PRIO`), each list sorted by ascending priority. The loader runs
+    /// constructors in this order and destructors in reverse, as LLVM libc's NVPTX start-up
+    /// code expects.
+    pub fn ctor_dtor_objects(&self) -> (Vec<&Global>, Vec<&Global>) {
+        let pick = |indices: &[usize]| indices.iter().map(|i| &self.globals[*i]).collect();
+        (pick(&self.ctors), pick(&self.dtors))
+    }
+}

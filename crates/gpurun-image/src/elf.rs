@@ -1,0 +1,367 @@
+//! ELF images: AMDGPU code objects, NVIDIA cubins and host emulation libraries.
+//!
+//! The `object` crate does the ELF parsing; this module decides what the image is from its
+//! machine and exports, finds kernels the way each runtime does (AMDGPU: `NAME.kd`
+//! descriptors; cubin: entry functions; host: the ABI's exported entry points), and reads
+//! globals with their bytes as stored in the file (before any relocation).
+
+use object::elf::{EM_AMDGPU, EM_CUDA, SHT_NOBITS, STT_FUNC, STT_OBJECT};
+use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
+use object::{Endianness, Object, ObjectSection, ObjectSymbol, SectionIndex};
+
+use crate::{AmdgpuInfo, Global, GlobalInit, ImageError, ImageKind, Kernel, KernelDescriptor};
+
+/// `st_other` bit that marks a CUDA kernel entry in a cubin's symbol table.
+const STO_CUDA_ENTRY: u8 = 0x10;
+/// Note type of the AMDGPU code object metadata (msgpack), owner "AMDGPU".
+const NT_AMDGPU_METADATA: u32 = 32;
+/// Size of an AMDHSA kernel descriptor.
+const KERNEL_DESCRIPTOR_LEN: usize = 64;
+
+pub(crate) struct ElfModule {
+    pub kind: ImageKind,
+    pub machine: String,
+    pub e_flags: u32,
+    pub kernels: Vec<Kernel>,
+    pub globals: Vec<Global>,
+    pub amdgpu: Option<AmdgpuInfo>,
+    pub cuda_sm: Option<u32>,
+}
+
+/// The fields of the ELF header that decide how to read the rest, read by hand so that a
+/// truncated or foreign file still gets a precise message.
+struct RawHeader {
+    is_64: bool,
+    machine: u16,
+    section_table_end: u64,
+    program_table_end: u64,
+}
+
+fn raw_header(bytes: &[u8]) -> Result<RawHeader, ImageError> {
+    let class = bytes.get(4).copied();
+    let little = match bytes.get(5) {
+        Some(1) => true,
+        Some(2) => false,
+        Some(other) => {
+            return Err(ImageError::BadElf {
+                reason: format!("unknown data encoding {other}"),
+            })
+        }
+        None => false,
+    };
+    let (is_64, header_len) = match class {
+        Some(1) => (false, 52),
+        Some(2) => (true, 64),
+        Some(other) => {
+            return Err(ImageError::BadElf {
+                reason: format!("unknown ELF class {other}"),
+            })
+        }
+        None => (true, 64),
+    };
+    if bytes.len() < header_len {
+        return Err(ImageError::Truncated {
+            reason: format!(
+                "{} bytes is shorter than the {header_len}-byte ELF header",
+                bytes.len()
+            ),
+        });
+    }
+    let read = |at: usize, len: usize| -> u64 {
+        let field = &bytes[at..at + len];
+        let mut value = 0u64;
+        for i in 0..len {
+            let byte = if little { field[len - 1 - i] } else { field[i] };
+            value = (value << 8) | u64::from(byte);
+        }
+        value
+    };
+    let (phoff, shoff, phentsize, phnum, shentsize, shnum) = if is_64 {
+        (
+            read(0x20, 8),
+            read(0x28, 8),
+            read(0x36, 2),
+            read(0x38, 2),
+            read(0x3a, 2),
+            read(0x3c, 2),
+        )
+    } else {
+        (
+            read(0x1c, 4),
+            read(0x20, 4),
+            read(0x2a, 2),
+            read(0x2c, 2),
+            read(0x2e, 2),
+            read(0x30, 2),
+        )
+    };
+    let table_end = |off: u64, entsize: u64, num: u64| {
+        if num == 0 {
+            0
+        } else {
+            off.saturating_add(entsize.saturating_mul(num))
+        }
+    };
+    Ok(RawHeader {
+        is_64,
+        machine: read(0x12, 2) as u16,
+        section_table_end: table_end(shoff, shentsize, shnum),
+        program_table_end: table_end(phoff, phentsize, phnum),
+    })
+}
+
+/// The ELF machine in words, for messages.
+pub(crate) fn machine_name(machine: u16) -> String {
+    match machine {
+        3 => "x86".into(),
+        8 => "MIPS".into(),
+        20 => "PowerPC".into(),
+        21 => "PowerPC64".into(),
+        22 => "s390".into(),
+        40 => "ARM".into(),
+        62 => "x86-64".into(),
+        183 => "AArch64".into(),
+        EM_CUDA => "NVIDIA CUDA".into(),
+        EM_AMDGPU => "AMDGPU".into(),
+        243 => "RISC-V".into(),
+        258 => "LoongArch".into(),
+        other => format!("machine {other}"),
+    }
+}
+
+/// One defined, non-local symbol, from `.symtab` or `.dynsym`.
+struct Sym {
+    name: String,
+    st_type: u8,
+    st_other: u8,
+    address: u64,
+    size: u64,
+    section: Option<SectionIndex>,
+    /// In `.dynsym`: visible to `dlsym`, which is all a host emulation image offers.
+    dynamic: bool,
+}
+
+pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
+    let raw = raw_header(bytes)?;
+    let file_len = bytes.len() as u64;
+    for (what, end) in [
+        ("section header table", raw.section_table_end),
+        ("program header table", raw.program_table_end),
+    ] {
+        if end > file_len {
+            return Err(ImageError::Truncated {
+                reason: format!("the {what} ends at byte {end} but the file has {file_len}"),
+            });
+        }
+    }
+    let machine = machine_name(raw.machine);
+    if !raw.is_64 {
+        return Err(ImageError::NotAGpuImage {
+            machine: format!("32-bit {machine}"),
+        });
+    }
+    let elf = ElfFile64::<Endianness>::parse(bytes).map_err(|e| ImageError::BadElf {
+        reason: e.to_string(),
+    })?;
+    let endian = elf.endian();
+    for section in elf.sections() {
+        let header = section.elf_section_header();
+        if header.sh_type(endian) == SHT_NOBITS {
+            continue;
+        }
+        let end = header
+            .sh_offset(endian)
+            .saturating_add(header.sh_size(endian));
+        if end > file_len {
+            return Err(ImageError::Truncated {
+                reason: format!(
+                    "section `{}` ends at byte {end} but the file has {file_len}",
+                    section.name().unwrap_or("?")
+                ),
+            });
+        }
+    }
+
+    let symbols = collect_symbols(&elf)?;
+    let e_flags = elf.elf_header().e_flags(endian);
+    let (kind, kernels, symbols) = match raw.machine {
+        EM_AMDGPU => (ImageKind::Amdgpu, amdgpu_kernels(&elf, &symbols)?, symbols),
+        EM_CUDA => (ImageKind::Cubin, cubin_kernels(&symbols), symbols),
+        _ => {
+            // A host image is used through dlopen/dlsym, so only its exports count. This also
+            // keeps ordinary executables (whose `.symtab` has a `_start`) out.
+            let exported: Vec<Sym> = symbols.into_iter().filter(|s| s.dynamic).collect();
+            if !is_host_image(&exported) {
+                return Err(ImageError::NotAGpuImage { machine });
+            }
+            (ImageKind::Host, host_kernels(&exported), exported)
+        }
+    };
+    let globals = symbols
+        .iter()
+        .filter(|s| {
+            s.st_type == STT_OBJECT && !(kind == ImageKind::Amdgpu && s.name.ends_with(".kd"))
+        })
+        .map(|s| global(&elf, s))
+        .collect();
+    let amdgpu = (kind == ImageKind::Amdgpu).then(|| AmdgpuInfo {
+        mach: e_flags & 0xff,
+        has_metadata_note: has_amdgpu_metadata(&elf),
+    });
+    // In cubins of ELF ABI version 7 (CUDA 12 and earlier) the low byte of e_flags is the SM.
+    let ident = &elf.elf_header().e_ident;
+    let cuda_sm = (kind == ImageKind::Cubin && ident.abi_version == 7).then_some(e_flags & 0xff);
+    Ok(ElfModule {
+        kind,
+        machine,
+        e_flags,
+        kernels,
+        globals,
+        amdgpu,
+        cuda_sm,
+    })
+}
+
+fn collect_symbols(elf: &ElfFile64<'_, Endianness>) -> Result<Vec<Sym>, ImageError> {
+    let mut out: Vec<Sym> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    // `.dynsym` first, so a symbol in both tables is recorded as exported.
+    let dynamic = elf.dynamic_symbols().map(|s| (s, true));
+    for (symbol, is_dynamic) in dynamic.chain(elf.symbols().map(|s| (s, false))) {
+        if symbol.is_local() || symbol.is_undefined() {
+            continue;
+        }
+        let name = symbol.name().map_err(|e| ImageError::BadElf {
+            reason: format!("unreadable symbol name: {e}"),
+        })?;
+        if name.is_empty() || !seen.insert(name.to_owned()) {
+            continue;
+        }
+        let raw = symbol.elf_symbol();
+        let endian = elf.endian();
+        use object::read::elf::Sym as _;
+        out.push(Sym {
+            name: name.to_owned(),
+            st_type: raw.st_type(),
+            st_other: raw.st_other(),
+            address: raw.st_value(endian),
+            size: raw.st_size(endian),
+            section: symbol.section_index(),
+            dynamic: is_dynamic,
+        });
+    }
+    Ok(out)
+}
+
+/// The bytes a symbol covers in its section, as stored in the file.
+fn symbol_bytes<'a>(elf: &ElfFile64<'a, Endianness>, sym: &Sym) -> GlobalInit {
+    let Some(index) = sym.section else {
+        return GlobalInit::Unknown;
+    };
+    let Ok(section) = elf.section_by_index(index) else {
+        return GlobalInit::Unknown;
+    };
+    if section.elf_section_header().sh_type(elf.endian()) == SHT_NOBITS {
+        return GlobalInit::Zeroed;
+    }
+    match section.data_range(sym.address, sym.size) {
+        Ok(Some(data)) => GlobalInit::Bytes(data.to_vec()),
+        _ => GlobalInit::Unknown,
+    }
+}
+
+fn global(elf: &ElfFile64<'_, Endianness>, sym: &Sym) -> Global {
+    let section = sym
+        .section
+        .and_then(|i| elf.section_by_index(i).ok())
+        .and_then(|s| s.name().ok().map(str::to_owned));
+    Global {
+        name: sym.name.clone(),
+        size: sym.size,
+        address: Some(sym.address),
+        section,
+        init: symbol_bytes(elf, sym),
+    }
+}
+
+fn amdgpu_kernels(
+    elf: &ElfFile64<'_, Endianness>,
+    symbols: &[Sym],
+) -> Result<Vec<Kernel>, ImageError> {
+    let mut kernels = Vec::new();
+    for sym in symbols {
+        let Some(name) = sym.name.strip_suffix(".kd") else {
+            continue;
+        };
+        let bad = |reason: String| ImageError::BadKernelDescriptor {
+            symbol: sym.name.clone(),
+            reason,
+        };
+        if sym.size != KERNEL_DESCRIPTOR_LEN as u64 {
+            return Err(bad(format!(
+                "{} bytes, expected {KERNEL_DESCRIPTOR_LEN}",
+                sym.size
+            )));
+        }
+        let bytes = match symbol_bytes(elf, sym) {
+            GlobalInit::Bytes(bytes) if bytes.len() == KERNEL_DESCRIPTOR_LEN => bytes,
+            _ => return Err(bad("its bytes are not in the file".to_owned())),
+        };
+        kernels.push(Kernel {
+            name: name.to_owned(),
+            descriptor: Some(KernelDescriptor::from_bytes(sym.address, &bytes)),
+        });
+    }
+    Ok(kernels)
+}
+
+fn cubin_kernels(symbols: &[Sym]) -> Vec<Kernel> {
+    symbols
+        .iter()
+        .filter(|s| s.st_type == STT_FUNC && s.st_other & STO_CUDA_ENTRY != 0)
+        .map(|s| Kernel {
+            name: s.name.clone(),
+            descriptor: None,
+        })
+        .collect()
+}
+
+/// Names a host emulation image exports as entry points (see docs/abi.md).
+fn is_host_kernel_name(name: &str) -> bool {
+    matches!(name, "_begin" | "_start" | "_end")
+        || name.starts_with(crate::desc::TEST_KERNEL_PREFIX)
+}
+
+fn is_host_image(symbols: &[Sym]) -> bool {
+    symbols.iter().any(|s| {
+        s.name == crate::HOST_ABI_VERSION_SYMBOL
+            || (s.st_type == STT_FUNC && is_host_kernel_name(&s.name))
+    })
+}
+
+fn host_kernels(symbols: &[Sym]) -> Vec<Kernel> {
+    symbols
+        .iter()
+        .filter(|s| s.st_type == STT_FUNC && is_host_kernel_name(&s.name))
+        .map(|s| Kernel {
+            name: s.name.clone(),
+            descriptor: None,
+        })
+        .collect()
+}
+
+fn has_amdgpu_metadata(elf: &ElfFile64<'_, Endianness>) -> bool {
+    let endian = elf.endian();
+    let data = elf.data();
+    for header in elf.elf_section_table().iter() {
+        let Ok(Some(mut notes)) = header.notes(endian, data) else {
+            continue;
+        };
+        while let Ok(Some(note)) = notes.next() {
+            if note.name() == b"AMDGPU" && note.n_type(endian) == NT_AMDGPU_METADATA {
+                return true;
+            }
+        }
+    }
+    false
+}

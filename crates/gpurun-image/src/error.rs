@@ -1,0 +1,125 @@
+//! Errors raised while reading and validating an image.
+//!
+//! Every message is a lowercase fragment meant to follow
+//! "failed to load image `x`: ", so callers add the path themselves.
+
+use std::path::PathBuf;
+
+/// Why an image could not be read or is not usable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ImageError {
+    /// The file could not be read.
+    #[error("cannot read `{}`: {source}", path.display())]
+    Io {
+        /// The path that was read.
+        path: PathBuf,
+        /// The underlying I/O error.
+        source: std::io::Error,
+    },
+    /// The file has no bytes at all.
+    #[error("the file is empty")]
+    Empty,
+    /// Neither an ELF file nor PTX text.
+    #[error(
+        "unrecognized image format: not an ELF file and not PTX text (expected `.version` first)"
+    )]
+    UnknownFormat,
+    /// An ELF file that ends before the data its headers point to.
+    #[error("truncated ELF file: {reason}")]
+    Truncated {
+        /// What was cut off.
+        reason: String,
+    },
+    /// An ELF file that is malformed in some other way.
+    #[error("malformed ELF file: {reason}")]
+    BadElf {
+        /// What is wrong, as the ELF reader reported it.
+        reason: String,
+    },
+    /// A valid ELF file for a machine we do not run (and not a host emulation image).
+    #[error(
+        "ELF for {machine} is not a GPU image (expected AMDGPU or NVIDIA CUDA code, or a host \
+         emulation library exporting `__gpurun_host_abi_version`, `_start` or `__gpurun_test_*`)"
+    )]
+    NotAGpuImage {
+        /// The ELF machine, in words (e.g. "x86-64").
+        machine: String,
+    },
+    /// PTX text that cannot be parsed.
+    #[error("invalid PTX at line {line}: {reason}")]
+    BadPtx {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong there.
+        reason: String,
+    },
+    /// An image that defines no kernel at all.
+    #[error("the {kind} image defines no kernels")]
+    NoKernels {
+        /// The kind of image, in words.
+        kind: &'static str,
+    },
+    /// An AMDGPU kernel descriptor (`NAME.kd`) that cannot be read.
+    #[error("bad kernel descriptor `{symbol}`: {reason}")]
+    BadKernelDescriptor {
+        /// The `.kd` symbol.
+        symbol: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A test descriptor (`__gpurun_desc_*`) that does not follow docs/abi.md.
+    #[error("invalid test descriptor `{symbol}`: {reason}")]
+    BadDescriptor {
+        /// The descriptor symbol.
+        symbol: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The image has test descriptors but no `__gpurun_test_abi_version`.
+    #[error("the image has test descriptors but no `__gpurun_test_abi_version` symbol")]
+    MissingTestAbiVersion,
+    /// `__gpurun_test_abi_version` exists but its value cannot be read.
+    #[error("cannot read `__gpurun_test_abi_version`: {reason}")]
+    BadTestAbiVersion {
+        /// Why the value is unreadable.
+        reason: String,
+    },
+    /// The image was built for a test ABI this version does not understand.
+    #[error(
+        "the image uses test ABI version {found}, but this cargo-gpurun supports version \
+         {supported}; update cargo-gpurun"
+    )]
+    UnsupportedTestAbi {
+        /// The version found in the image.
+        found: u32,
+        /// The version this crate reads.
+        supported: u32,
+    },
+    /// A constructor/destructor object whose name does not end in a `u16` priority.
+    #[error("invalid priority in constructor/destructor symbol `{symbol}` (expected a trailing `_N`, N in 0..=65535)")]
+    BadCtorDtorPriority {
+        /// The offending symbol.
+        symbol: String,
+    },
+    /// A kernel the caller needs (e.g. `_start`) is not in the image.
+    #[error("the image has no kernel `{name}`; it defines: {}", list_or_none(.available))]
+    MissingKernel {
+        /// The kernel that was asked for.
+        name: String,
+        /// The kernels that do exist (possibly abbreviated).
+        available: Vec<String>,
+    },
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "(nothing)".to_owned()
+    } else {
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

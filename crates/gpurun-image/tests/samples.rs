@@ -1,0 +1,334 @@
+//! The parser against real images built from `tests/data/gen.py`'s sample crate (see
+//! `tests/data/README.md`), and the error cases the loader must report clearly.
+
+use std::path::{Path, PathBuf};
+
+use gpurun_image::{GlobalInit, Image, ImageError, ImageKind, ShouldPanic, TestDesc};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn load(name: &str) -> Image {
+    Image::read(data(name)).unwrap_or_else(|e| panic!("failed to load image `{name}`: {e}"))
+}
+
+fn parse_err(bytes: Vec<u8>) -> String {
+    Image::parse(bytes, None).unwrap_err().to_string()
+}
+
+const SAMPLES: [(&str, ImageKind); 5] = [
+    ("sample.ptx", ImageKind::Ptx),
+    ("sample.cubin", ImageKind::Cubin),
+    ("sample-gfx90a.elf", ImageKind::Amdgpu),
+    ("sample-gfx1100.elf", ImageKind::Amdgpu),
+    ("libsample-host.so", ImageKind::Host),
+];
+
+/// The tests gen.py put into the sample crate, written out by hand.
+fn expected_tests() -> Vec<TestDesc> {
+    let test = |id: &str, path: &str| TestDesc {
+        name: path.split_once("::").unwrap().1.to_owned(),
+        full_path: path.to_owned(),
+        kernel: format!("__gpurun_test_{id}"),
+        ignored: false,
+        ignore_reason: None,
+        should_panic: ShouldPanic::No,
+        threads: [1, 1, 1],
+        blocks: [1, 1, 1],
+    };
+    vec![
+        test("adds_0123456789abcdef", "sample::adds"),
+        TestDesc {
+            threads: [64, 2, 1],
+            blocks: [4, 1, 1],
+            ..test("lanes_fedcba9876543210", "sample::math::lanes")
+        },
+        TestDesc {
+            should_panic: ShouldPanic::Expected("index out of bounds".into()),
+            ..test("boom_00000000000000bb", "sample::panics::boom")
+        },
+        TestDesc {
+            ignored: true,
+            ignore_reason: Some("takes too long".into()),
+            ..test("slow_00000000000000aa", "sample::slow")
+        },
+    ]
+}
+
+#[test]
+fn every_sample_yields_kernels_tests_and_globals() {
+    for (name, kind) in SAMPLES {
+        let image = load(name);
+        assert_eq!(image.kind(), kind, "{name}");
+        let kernels: Vec<&str> = image.kernels().iter().map(|k| k.name.as_str()).collect();
+        for entry in ["_begin", "_start", "_end"] {
+            assert!(kernels.contains(&entry), "{name}: {kernels:?}");
+        }
+        assert!(image.has_entry_points());
+        assert_eq!(image.tests(), expected_tests(), "{name}");
+        assert_eq!(image.test_abi_version(), Some(1), "{name}");
+
+        let rpc = image.rpc_client().expect("rpc client");
+        assert_eq!(rpc.size, 2096, "{name}");
+        let counter = image.global("COUNTER").unwrap();
+        assert_eq!(
+            (counter.size, counter.read_u32_at(0)),
+            (4, Some(7)),
+            "{name}"
+        );
+        let greeting = image.global("GREETING").unwrap();
+        assert_eq!(
+            greeting.read_at(0, 6).as_deref(),
+            Some(&b"hello\n"[..]),
+            "{name}"
+        );
+        let result = image.global("RESULT").unwrap();
+        assert_eq!(result.size, 8);
+        assert_eq!(result.read_at(0, 8), Some(vec![0; 8]), "{name}");
+        assert!(
+            result.read_at(4, 8).is_none(),
+            "out-of-range reads give None"
+        );
+        // Device-private helpers are not exported.
+        assert!(image.kernel("bump").is_none());
+        assert_eq!(image.bytes(), std::fs::read(data(name)).unwrap());
+        assert_eq!(image.path(), Some(data(name).as_path()));
+    }
+}
+
+#[test]
+fn ctor_and_dtor_objects_sorted_by_priority() {
+    for (name, _) in SAMPLES {
+        let image = load(name);
+        let (ctors, dtors) = image.ctor_dtor_objects();
+        let ctors: Vec<&str> = ctors.iter().map(|g| g.name.as_str()).collect();
+        let dtors: Vec<&str> = dtors.iter().map(|g| g.name.as_str()).collect();
+        // Name order would put `init_hook_101` first; priority 7 must win.
+        assert_eq!(
+            ctors,
+            [
+                "__init_array_object_sample_early_7",
+                "__init_array_object_sample_init_hook_101"
+            ],
+            "{name}"
+        );
+        assert_eq!(
+            dtors,
+            ["__fini_array_object_sample_fini_hook_65535"],
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn ptx_facts() {
+    let image = load("sample.ptx");
+    assert_eq!(image.ptx_version(), Some((7, 0)));
+    assert_eq!(image.ptx_target(), Some("sm_70"));
+    let hook = image.global("__init_array_object_sample_early_7").unwrap();
+    assert_eq!(hook.size, 8);
+    assert_eq!(
+        hook.init,
+        GlobalInit::Unknown,
+        "a function address is only known after loading"
+    );
+    assert_eq!(
+        image
+            .global("__llvm_rpc_client")
+            .unwrap()
+            .section
+            .as_deref(),
+        Some(".global")
+    );
+}
+
+#[test]
+fn cubin_facts() {
+    let image = load("sample.cubin");
+    assert_eq!(image.cuda_sm(), Some(70));
+    assert_eq!(image.elf_machine(), Some("NVIDIA CUDA"));
+    assert_eq!(
+        image.global("RESULT").unwrap().section.as_deref(),
+        Some(".nv.global")
+    );
+    assert_eq!(
+        image.global("GREETING").unwrap().section.as_deref(),
+        Some(".nv.global.init")
+    );
+    assert_eq!(
+        image.kernels().len(),
+        7,
+        "entries only, no device functions"
+    );
+}
+
+#[test]
+fn amdgpu_kernel_descriptors() {
+    for (name, gfx, wave) in [
+        ("sample-gfx90a.elf", "gfx90a", 64),
+        ("sample-gfx1100.elf", "gfx1100", 32),
+    ] {
+        let image = load(name);
+        let info = image.amdgpu().unwrap();
+        assert_eq!(info.gfx_name(), Some(gfx));
+        assert!(info.has_metadata_note, "{name}");
+        assert_eq!(image.kernels().len(), 7, "{name}");
+        for kernel in image.kernels() {
+            let kd = kernel
+                .descriptor
+                .unwrap_or_else(|| panic!("{name}: {} has no .kd", kernel.name));
+            assert_eq!(kd.wavefront_size(), wave, "{name} {}", kernel.name);
+            assert_eq!(kd.group_segment_fixed_size, 0);
+        }
+        // Values cross-checked against llvm-readobj --notes (.kernarg_segment_size).
+        let kernarg = |k: &str| image.kernel(k).unwrap().descriptor.unwrap().kernarg_size;
+        assert_eq!(
+            (kernarg("_start"), kernarg("_begin"), kernarg("_end")),
+            (32, 24, 0),
+            "{name}"
+        );
+        assert!(
+            image.global("_start.kd").is_none(),
+            "descriptors are not globals"
+        );
+    }
+}
+
+#[test]
+fn missing_entry_lists_what_exists() {
+    let image = load("sample.ptx");
+    assert!(image.require_entry("_start").is_ok());
+    let err = image.require_entry("main").unwrap_err().to_string();
+    assert!(
+        err.starts_with("the image has no kernel `main`; it defines: "),
+        "{err}"
+    );
+    assert!(
+        err.contains("`_start`") && err.contains("`__gpurun_test_adds_0123456789abcdef`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn file_errors() {
+    let missing = Image::read(data("does-not-exist.ptx")).unwrap_err();
+    assert!(matches!(missing, ImageError::Io { .. }));
+    assert!(
+        missing.to_string().contains("does-not-exist.ptx"),
+        "{missing}"
+    );
+    assert_eq!(parse_err(Vec::new()), "the file is empty");
+    assert!(parse_err(b"hello world".to_vec()).starts_with("unrecognized image format"));
+}
+
+#[test]
+fn truncated_elf_is_reported_as_truncated() {
+    for (name, kind) in SAMPLES {
+        if kind == ImageKind::Ptx {
+            continue;
+        }
+        let bytes = std::fs::read(data(name)).unwrap();
+        for len in [4, 40, 64, 200, bytes.len() / 2, bytes.len() - 1] {
+            let err = parse_err(bytes[..len].to_vec());
+            assert!(
+                err.starts_with("truncated ELF file"),
+                "{name} at {len}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn foreign_elf_is_not_a_gpu_image() {
+    // This test binary is an ordinary executable for the host: it has a `_start` in its
+    // `.symtab`, but exports none of the host emulation ABI, so it must be refused.
+    let exe = std::env::current_exe().unwrap();
+    let err = Image::read(&exe).unwrap_err();
+    assert!(matches!(err, ImageError::NotAGpuImage { .. }), "{err}");
+    let err = err.to_string();
+    if cfg!(target_arch = "x86_64") {
+        assert!(
+            err.starts_with("ELF for x86-64 is not a GPU image"),
+            "{err}"
+        );
+    }
+    // The stripped-down case: a host sample with its exports renamed away.
+    let mut bytes = std::fs::read(data("libsample-host.so")).unwrap();
+    for marker in [&b"__gpurun_"[..], b"_start\0", b"_begin\0", b"_end\0"] {
+        let replacement: Vec<u8> = marker
+            .iter()
+            .map(|b| if *b == b'_' { b'X' } else { *b })
+            .collect();
+        while let Some(at) = bytes.windows(marker.len()).position(|w| w == marker) {
+            bytes[at..at + marker.len()].copy_from_slice(&replacement);
+        }
+    }
+    let err = parse_err(bytes);
+    assert!(err.contains("is not a GPU image"), "{err}");
+}
+
+#[test]
+fn ptx_without_kernels() {
+    let err = parse_err(b".version 7.0\n.target sm_70\n.global .u32 x = 1;\n".to_vec());
+    assert_eq!(err, "the PTX image defines no kernels");
+}
+
+/// Replaces `from` with `to` (same length) in the PTX sample.
+fn patched_ptx(from: &str, to: &str) -> Vec<u8> {
+    let text = std::fs::read_to_string(data("sample.ptx")).unwrap();
+    assert!(text.contains(from), "sample lacks `{from}`");
+    text.replacen(from, to, 1).into_bytes()
+}
+
+#[test]
+fn unsupported_test_abi_version() {
+    let bytes = patched_ptx(
+        "__gpurun_test_abi_version[4] = {1}",
+        "__gpurun_test_abi_version[4] = {2}",
+    );
+    let err = parse_err(bytes);
+    assert!(
+        err.contains("version 2") && err.ends_with("update cargo-gpurun"),
+        "{err}"
+    );
+    // The version byte inside a descriptor is checked too.
+    let bytes = patched_ptx("{71, 80, 82, 84, 1, 0", "{71, 80, 82, 84, 9, 0");
+    assert!(parse_err(bytes).contains("version 9"));
+}
+
+#[test]
+fn descriptor_problems() {
+    let no_version = patched_ptx(
+        "__gpurun_test_abi_version[4]",
+        "__gpurun_test_abi_versioX[4]",
+    );
+    assert!(parse_err(no_version).contains("no `__gpurun_test_abi_version`"));
+    let orphan = patched_ptx(
+        ".entry __gpurun_test_adds_0123456789abcdef(",
+        ".entry __gpurun_test_adds_0123456789abcdeX(",
+    );
+    let err = parse_err(orphan);
+    assert!(
+        err.contains("invalid test descriptor `__gpurun_desc_adds_0123456789abcdef`"),
+        "{err}"
+    );
+    assert!(err.contains("is not in the image"), "{err}");
+    let bad_magic = patched_ptx("{71, 80, 82, 84, 1, 0", "{72, 80, 82, 84, 1, 0");
+    assert!(parse_err(bad_magic).contains("bad magic"));
+}
+
+#[test]
+fn bad_ctor_priority() {
+    let bytes = patched_ptx(
+        "__init_array_object_sample_early_7",
+        "__init_array_object_sample_early_x",
+    );
+    let err = parse_err(bytes);
+    assert!(
+        err.contains("`__init_array_object_sample_early_x`"),
+        "{err}"
+    );
+}
