@@ -53,19 +53,24 @@ pub fn select(args: &HarnessArgs, mut tests: Vec<TestCase>) -> Selection {
     }
 }
 
+/// Ignored tests that will not run take no turn in the round robin (as in nextest, whose
+/// partitioner only sees tests that run) and are reported as ignored by every shard.
 fn partition_tests(partition: &Partition, tests: Vec<TestCase>) -> Vec<TestCase> {
     let shard_index = partition.shard - 1;
+    let mut position = 0u64;
     tests
         .into_iter()
-        .enumerate()
-        .filter(|(position, test)| {
+        .filter(|test| {
+            if test.ignored {
+                return true;
+            }
             let key = match partition.kind {
-                PartitionKind::Count => *position as u64,
+                PartitionKind::Count => position,
                 PartitionKind::Hash => fnv1a(test.name.as_bytes()),
             };
+            position += 1;
             key % partition.total == shard_index
         })
-        .map(|(_, test)| test)
         .collect()
 }
 
@@ -158,13 +163,24 @@ mod tests {
     }
 
     #[test]
-    fn count_partitions_are_round_robin_over_the_filtered_list_and_cover_it() {
+    fn count_partitions_are_round_robin_over_the_tests_that_run() {
         let first = select(&args(&["--partition", "count:1/2"]), suite());
         let second = select(&args(&["--partition", "count:2/2"]), suite());
         assert_eq!(names(&first), ["a::add", "b::mul", "c::slow"]);
-        assert_eq!(names(&second), ["a::add_big", "c::io"]);
+        assert_eq!(names(&second), ["a::add_big", "c::io", "c::slow"]);
         assert_eq!(first.filtered_out, 2);
-        assert_eq!(second.filtered_out, 3);
+        assert_eq!(second.filtered_out, 2);
+        // With --include-ignored the ignored test runs, so it takes its turn.
+        let third = select(
+            &args(&["--include-ignored", "--partition", "count:1/2"]),
+            suite(),
+        );
+        assert_eq!(names(&third), ["a::add", "b::mul", "c::slow"]);
+        let fourth = select(
+            &args(&["--include-ignored", "--partition", "count:2/2"]),
+            suite(),
+        );
+        assert_eq!(names(&fourth), ["a::add_big", "c::io"]);
     }
 
     #[test]
