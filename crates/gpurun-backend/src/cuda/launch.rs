@@ -74,6 +74,13 @@ impl Default for Backoff {
     }
 }
 
+/// Requests served between two stream queries.
+const SERVE_BATCH: u32 = 64;
+
+/// How long the other threads may keep running after one called `exit()` or `abort()`.
+/// LLVM's loader ends the process at once; waiting a little keeps their output.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
 /// Remembers an `exit()` or `abort()` seen while serving: it decides how the launch ends.
 fn note_end(served: Served, end: &mut Option<LaunchEnd>) {
     if let Served::End(how) = served {
@@ -138,6 +145,111 @@ impl RawLaunch {
     }
 }
 
+/// When a launch must end without the kernel's help.
+pub(crate) struct WaitLimits {
+    pub(crate) started: Instant,
+    pub(crate) timeout: Option<Duration>,
+    /// See [`EXIT_GRACE`].
+    pub(crate) exit_grace: Duration,
+}
+
+/// How a wait ended: the launch's end, and why the context is unusable if it is.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Finish {
+    pub(crate) end: LaunchEnd,
+    pub(crate) broken: Option<String>,
+}
+
+#[derive(Debug)]
+pub(crate) enum WaitError {
+    /// The stream query failed: a fault if the code is sticky.
+    Driver(DriverError),
+    /// The RPC server failed.
+    Serve(BackendError),
+}
+
+/// The serving loop, apart from the driver: `query` reports the stream's state
+/// (`cuStreamQuery`), `serve` answers one request. Returns once the stream is done (after
+/// draining what the kernel sent last), a deadline passes, or either side fails.
+pub(crate) fn serve_until_done(
+    query: &mut dyn FnMut() -> CUresult,
+    serve: &mut dyn FnMut() -> Result<Served, BackendError>,
+    limits: &WaitLimits,
+    mut ended: Option<LaunchEnd>,
+) -> Result<Finish, WaitError> {
+    let mut backoff = Backoff::new();
+    // Set when the device called exit() or abort(): the other threads get a short while to
+    // finish (their output is still served), then the launch ends regardless.
+    let mut grace_until = None;
+    loop {
+        match query() {
+            CUresult::CUDA_SUCCESS => {
+                // Requests sent right before the kernel returned (fire-and-forget ones such as
+                // frees and output) are still pending: drain them.
+                loop {
+                    let served = serve().map_err(WaitError::Serve)?;
+                    if served == Served::Idle {
+                        break;
+                    }
+                    note_end(served, &mut ended);
+                }
+                return Ok(Finish {
+                    end: ended.unwrap_or(LaunchEnd::Completed),
+                    broken: None,
+                });
+            }
+            CUresult::CUDA_ERROR_NOT_READY => {}
+            code => {
+                return Err(WaitError::Driver(DriverError {
+                    call: "cuStreamQuery",
+                    code,
+                }))
+            }
+        }
+        // Serve a batch before asking the driver again: under heavy output the stream query
+        // would otherwise cost as much as the requests.
+        let mut handled = 0;
+        while handled < SERVE_BATCH {
+            let served = serve().map_err(WaitError::Serve)?;
+            if served == Served::Idle {
+                break;
+            }
+            note_end(served, &mut ended);
+            handled += 1;
+        }
+        if handled == 0 {
+            match backoff.next_pause() {
+                Some(pause) => std::thread::sleep(pause),
+                None => std::hint::spin_loop(),
+            }
+        } else {
+            backoff.reset();
+        }
+        if let Some(end) = &ended {
+            let deadline = *grace_until.get_or_insert_with(|| Instant::now() + limits.exit_grace);
+            if Instant::now() >= deadline {
+                return Ok(Finish {
+                    end: end.clone(),
+                    broken: Some(format!(
+                        "the kernel was still running {:?} after the device's exit/abort",
+                        limits.exit_grace
+                    )),
+                });
+            }
+        }
+        if let Some(limit) = limits.timeout {
+            if limits.started.elapsed() >= limit {
+                // A running kernel cannot be stopped: only tearing down the context (the
+                // worker process) ends it.
+                return Ok(Finish {
+                    end: LaunchEnd::TimedOut(limit),
+                    broken: Some(format!("a kernel ran past its {limit:?} timeout")),
+                });
+            }
+        }
+    }
+}
+
 impl CudaModule<'_> {
     /// [`crate::Module::launch`]: runs the kernel, serving the image's RPC requests (if it
     /// talks RPC at all) with device memory from the module's heap.
@@ -198,23 +310,30 @@ impl CudaModule<'_> {
             // With CUDA_LAUNCH_BLOCKING=1 the launch call returns only when the kernel has
             // finished, and the kernel may be waiting for us: issue it from another thread
             // and serve here meanwhile.
-            std::thread::scope(|scope| -> Result<_, BackendError> {
+            let mut broken = None;
+            let issued = std::thread::scope(|scope| {
                 let handle = scope.spawn(move || launch.issue());
                 while !handle.is_finished() {
                     match serve() {
                         Ok(served) => note_end(served, &mut ended),
                         Err(error) => {
-                            // The launch thread still finishes once the kernel does.
-                            ended = Some(LaunchEnd::Faulted(error.to_string()));
+                            // Nothing more can be served; the join below returns once the
+                            // kernel ends by itself.
+                            broken = Some(error);
                             break;
                         }
                     }
                 }
-                Ok(handle.join().unwrap_or(Err(DriverError {
+                handle.join().unwrap_or(Err(DriverError {
                     call: "cuLaunchKernel",
                     code: CUresult::CUDA_ERROR_UNKNOWN,
-                })))
-            })?
+                }))
+            });
+            if let Some(error) = broken {
+                self.broken = Some(error.to_string());
+                return Err(error);
+            }
+            issued
         } else {
             launch.issue()
         };
@@ -232,60 +351,32 @@ impl CudaModule<'_> {
         &mut self,
         started: Instant,
         timeout: Option<Duration>,
-        mut exit: Option<LaunchEnd>,
+        ended: Option<LaunchEnd>,
         serve: &mut dyn FnMut() -> Result<Served, BackendError>,
     ) -> Result<LaunchEnd, BackendError> {
-        let mut backoff = Backoff::new();
-        loop {
-            // SAFETY: the stream is live for the module's lifetime.
-            let status = unsafe { sys::cuStreamQuery(self.stream) };
-            match status {
-                CUresult::CUDA_SUCCESS => {
-                    // Requests sent right before the kernel returned (fire-and-forget ones
-                    // such as frees and output) are still pending: drain them.
-                    loop {
-                        let served = self.checked(serve())?;
-                        if served == Served::Idle {
-                            break;
-                        }
-                        note_end(served, &mut exit);
-                    }
-                    return Ok(exit.unwrap_or(LaunchEnd::Completed));
+        let stream = self.stream;
+        // SAFETY: the stream is live for the module's lifetime.
+        let mut query = || unsafe { sys::cuStreamQuery(stream) };
+        let limits = WaitLimits {
+            started,
+            timeout,
+            exit_grace: EXIT_GRACE,
+        };
+        match serve_until_done(&mut query, serve, &limits, ended) {
+            Ok(Finish { end, broken }) => {
+                if broken.is_some() {
+                    self.broken = broken;
                 }
-                CUresult::CUDA_ERROR_NOT_READY => {}
-                code => {
-                    return self.fail(DriverError {
-                        call: "cuStreamQuery",
-                        code,
-                    })
-                }
+                Ok(end)
             }
-            let served = self.checked(serve())?;
-            if served == Served::Idle {
-                match backoff.next_pause() {
-                    Some(pause) => std::thread::sleep(pause),
-                    None => std::hint::spin_loop(),
-                }
-            } else {
-                backoff.reset();
-                // After exit/abort the calling thread is gone; the others run to their end.
-                note_end(served, &mut exit);
-            }
-            if let Some(limit) = timeout {
-                if started.elapsed() >= limit {
-                    // A running kernel cannot be stopped: only tearing down the context (the
-                    // worker process) ends it.
-                    self.broken = Some(format!("a kernel ran past its {limit:?} timeout"));
-                    return Ok(LaunchEnd::TimedOut(limit));
-                }
+            Err(WaitError::Driver(error)) => self.fail(error),
+            Err(WaitError::Serve(error)) => {
+                // A broken RPC conversation leaves the kernel waiting for an answer that
+                // never comes.
+                self.broken = Some(error.to_string());
+                Err(error)
             }
         }
-    }
-
-    /// A broken RPC conversation leaves the kernel waiting for an answer that never comes:
-    /// the module is unusable after it.
-    fn checked(&mut self, served: Result<Served, BackendError>) -> Result<Served, BackendError> {
-        served.inspect_err(|error| self.broken = Some(error.to_string()))
     }
 
     /// A sticky error ends the launch as a fault and marks the module unusable; anything
@@ -351,6 +442,141 @@ mod tests {
         assert_eq!(end, Some(LaunchEnd::Exited(3)));
         note_end(Served::End(LaunchEnd::Aborted), &mut end);
         assert_eq!(end, Some(LaunchEnd::Aborted));
+    }
+
+    fn limits(timeout: Option<Duration>) -> WaitLimits {
+        WaitLimits {
+            started: Instant::now(),
+            timeout,
+            exit_grace: Duration::from_millis(20),
+        }
+    }
+
+    /// A stream that is busy for `busy` queries, then reports `last`.
+    fn stream(busy: u32, last: CUresult) -> impl FnMut() -> CUresult {
+        let mut queries = 0;
+        move || {
+            queries += 1;
+            if queries > busy {
+                last
+            } else {
+                CUresult::CUDA_ERROR_NOT_READY
+            }
+        }
+    }
+
+    /// A server that answers the scripted results in order, then stays idle.
+    fn script(steps: Vec<Served>) -> impl FnMut() -> Result<Served, BackendError> {
+        let mut steps = steps.into_iter();
+        move || Ok(steps.next().unwrap_or(Served::Idle))
+    }
+
+    #[test]
+    fn completed_kernel_drains_pending_requests() {
+        let mut served = 0;
+        let mut requests = script(vec![Served::Handled, Served::Handled, Served::Handled]);
+        let mut serve = || {
+            let result = requests();
+            if result.as_ref().is_ok_and(|s| *s == Served::Handled) {
+                served += 1;
+            }
+            result
+        };
+        // Done at the first query: the three requests are still answered.
+        let finish = serve_until_done(
+            &mut stream(0, CUresult::CUDA_SUCCESS),
+            &mut serve,
+            &limits(None),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            finish,
+            Finish {
+                end: LaunchEnd::Completed,
+                broken: None
+            }
+        );
+        assert_eq!(served, 3);
+    }
+
+    #[test]
+    fn exit_seen_while_running_decides_the_end() {
+        let steps = vec![Served::Handled, Served::End(LaunchEnd::Exited(3))];
+        let finish = serve_until_done(
+            &mut stream(5, CUresult::CUDA_SUCCESS),
+            &mut script(steps),
+            &limits(None),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            finish,
+            Finish {
+                end: LaunchEnd::Exited(3),
+                broken: None
+            }
+        );
+    }
+
+    #[test]
+    fn kernel_still_running_after_exit_ends_the_launch_and_breaks_the_context() {
+        let finish = serve_until_done(
+            &mut stream(u32::MAX, CUresult::CUDA_SUCCESS),
+            &mut script(vec![Served::End(LaunchEnd::Aborted)]),
+            &limits(None),
+            None,
+        )
+        .unwrap();
+        assert_eq!(finish.end, LaunchEnd::Aborted);
+        assert!(finish.broken.unwrap().contains("exit/abort"));
+    }
+
+    #[test]
+    fn hung_kernel_times_out() {
+        let started = Instant::now();
+        let finish = serve_until_done(
+            &mut stream(u32::MAX, CUresult::CUDA_SUCCESS),
+            &mut script(vec![]),
+            &limits(Some(Duration::from_millis(30))),
+            None,
+        )
+        .unwrap();
+        assert_eq!(finish.end, LaunchEnd::TimedOut(Duration::from_millis(30)));
+        assert!(finish.broken.is_some());
+        assert!(started.elapsed() >= Duration::from_millis(30));
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn stream_error_is_reported_with_its_code() {
+        let error = serve_until_done(
+            &mut stream(2, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS),
+            &mut script(vec![]),
+            &limits(None),
+            None,
+        )
+        .unwrap_err();
+        match error {
+            WaitError::Driver(error) => {
+                assert_eq!(error.code, CUresult::CUDA_ERROR_ILLEGAL_ADDRESS);
+                assert!(error.is_sticky());
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn server_error_stops_the_wait() {
+        let mut serve = || Err(BackendError::Rpc("unknown opcode 0x1234".into()));
+        let error = serve_until_done(
+            &mut stream(u32::MAX, CUresult::CUDA_SUCCESS),
+            &mut serve,
+            &limits(None),
+            None,
+        )
+        .unwrap_err();
+        assert!(matches!(error, WaitError::Serve(BackendError::Rpc(_))));
     }
 
     #[test]
