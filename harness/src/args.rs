@@ -151,7 +151,7 @@ pub struct HarnessArgs {
     #[arg(long)]
     pub include_ignored: bool,
 
-    /// Skip tests marked #[should_panic].
+    /// Skip the tests that should panic.
     #[arg(long)]
     pub exclude_should_panic: bool,
 
