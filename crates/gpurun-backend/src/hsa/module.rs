@@ -1,0 +1,688 @@
+//! A code object loaded on one GPU agent: the frozen, validated executable, its queue, the RPC
+//! buffer in fine-grained host memory, and what `malloc` over RPC handed out.
+
+use super::device::{agent_attribute, Opened};
+use super::error::{runtime, runtime_message};
+use super::memory::{copy_and_wait, PoolBuffer};
+use super::packet::KernelFacts;
+use super::result::{HsaError, StatusExt};
+use crate::server::{DeviceMemory, RpcServer};
+use crate::{BackendError, LoadOptions, ResourceUsage, SharedAlloc};
+use gpurun_rpc::Layout;
+use hsa_sys::*;
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex};
+
+/// The global LLVM libc's RPC client lives in.
+pub const RPC_CLIENT_GLOBAL: &str = "__llvm_rpc_client";
+/// The global LLVM libc's `clock()` divides by (ticks per second of `s_memrealtime`).
+pub const CLOCK_FREQ_GLOBAL: &str = "__llvm_libc_clock_freq";
+
+/// An executable, destroyed on drop.
+struct Executable {
+    lib: Arc<HsaLib>,
+    handle: hsa_executable_t,
+}
+
+impl Drop for Executable {
+    fn drop(&mut self) {
+        // SAFETY: created by hsa_executable_create_alt and destroyed once; no kernel of it runs
+        // any more (a module whose launch faulted or timed out is leaked instead, see launch.rs).
+        let _ = unsafe { (self.lib.hsa_executable_destroy)(self.handle) };
+    }
+}
+
+/// What the queue error callback records; boxed so its address stays fixed for the runtime.
+#[derive(Default)]
+pub(crate) struct QueueState {
+    pub error: Mutex<Option<hsa_status_t>>,
+}
+
+/// A user-mode AQL queue on the GPU agent, destroyed on drop.
+pub(crate) struct Queue {
+    lib: Arc<HsaLib>,
+    pub raw: *mut hsa_queue_t,
+    pub state: Box<QueueState>,
+}
+
+impl Queue {
+    fn create(lib: &Arc<HsaLib>, gpu: hsa_agent_t) -> Result<Queue, HsaError> {
+        // SAFETY: QUEUE_MIN_SIZE and QUEUE_MAX_SIZE are uint32_t.
+        let min: u32 = unsafe {
+            agent_attribute(
+                lib,
+                gpu,
+                HSA_AGENT_INFO_QUEUE_MIN_SIZE,
+                "hsa_agent_get_info",
+            )
+        }?;
+        // SAFETY: as above.
+        let max: u32 = unsafe {
+            agent_attribute(
+                lib,
+                gpu,
+                HSA_AGENT_INFO_QUEUE_MAX_SIZE,
+                "hsa_agent_get_info",
+            )
+        }?;
+        let size = queue_size(min, max);
+        let state = Box::new(QueueState::default());
+        let mut raw: *mut hsa_queue_t = std::ptr::null_mut();
+        // SAFETY: `on_queue_error` matches the callback type; `data` points to the boxed state,
+        // which outlives the queue (Drop destroys the queue before the box goes). u32::MAX for
+        // both segment sizes means "no limit".
+        unsafe {
+            (lib.hsa_queue_create)(
+                gpu,
+                size,
+                HSA_QUEUE_TYPE_MULTI,
+                Some(on_queue_error),
+                (&*state as *const QueueState).cast_mut().cast(),
+                u32::MAX,
+                u32::MAX,
+                &mut raw,
+            )
+        }
+        .result(lib, "hsa_queue_create")?;
+        if raw.is_null() {
+            return Err(HsaError {
+                call: "hsa_queue_create",
+                status: HSA_STATUS_ERROR_INVALID_QUEUE,
+                description: Some("the runtime returned no queue".into()),
+            });
+        }
+        Ok(Queue {
+            lib: Arc::clone(lib),
+            raw,
+            state,
+        })
+    }
+
+    /// The status the runtime reported for this queue, once it failed.
+    pub(crate) fn error(&self) -> Option<hsa_status_t> {
+        *self
+            .state
+            .error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn lib(&self) -> &HsaLib {
+        &self.lib
+    }
+}
+
+/// A power-of-two queue size within the agent's limits; small, since one launch runs at a time.
+pub(crate) fn queue_size(min: u32, max: u32) -> u32 {
+    const WANTED: u32 = 64;
+    let size = WANTED.clamp(min.max(1), max.max(1));
+    size.checked_next_power_of_two()
+        .unwrap_or(max)
+        .min(max.max(1))
+}
+
+/// Runs on a runtime thread when the queue breaks (a fault, an illegal instruction, ...).
+unsafe extern "C" fn on_queue_error(
+    status: hsa_status_t,
+    _queue: *mut hsa_queue_t,
+    data: *mut c_void,
+) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: `data` is the QueueState boxed by `Queue::create`, alive while the queue exists.
+    let state = unsafe { &*data.cast::<QueueState>() };
+    if let Ok(mut error) = state.error.lock() {
+        error.get_or_insert(status);
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        // SAFETY: created by hsa_queue_create and destroyed once, before `state` is dropped.
+        let _ = unsafe { (self.lib.hsa_queue_destroy)(self.raw) };
+    }
+}
+
+/// Device memory handed out through RPC MALLOC, from the GPU's coarse-grained pool.
+pub(crate) struct DeviceHeap {
+    lib: Arc<HsaLib>,
+    pool: hsa_amd_memory_pool_t,
+    gpu: hsa_agent_t,
+    blocks: HashMap<u64, PoolBuffer>,
+}
+
+impl DeviceMemory for DeviceHeap {
+    fn malloc(&mut self, size: u64) -> u64 {
+        let Ok(size) = usize::try_from(size) else {
+            return 0;
+        };
+        match PoolBuffer::allocate(&self.lib, self.pool, size, self.gpu) {
+            Ok(block) => {
+                let address = block.address();
+                self.blocks.insert(address, block);
+                address
+            }
+            Err(_) => 0,
+        }
+    }
+
+    fn free(&mut self, address: u64) {
+        // Dropping the block frees it; unknown addresses are ignored.
+        self.blocks.remove(&address);
+    }
+}
+
+/// The RPC buffer and its server.
+pub(crate) struct RpcChannel {
+    pub server: RpcServer,
+    /// Kept alive (and in place) for the server and the device's client.
+    _buffer: PoolBuffer,
+}
+
+/// An image loaded on one GPU.
+pub struct HsaModule<'d> {
+    pub(crate) device: &'d Opened,
+    /// Everything a running kernel may touch; leaked instead of freed once a launch faulted or
+    /// timed out (see `Drop`).
+    pub(crate) res: ManuallyDrop<Resources>,
+    kernels: HashMap<String, KernelFacts>,
+    /// Set after a fault or a timeout: the queue and executable cannot be trusted any more.
+    pub(crate) broken: Option<String>,
+}
+
+/// The objects of a module, dropped in field order: the queue before what its kernels use.
+pub(crate) struct Resources {
+    pub queue: Queue,
+    pub rpc: Option<RpcChannel>,
+    pub heap: DeviceHeap,
+    shared: Vec<PoolBuffer>,
+    executable: Executable,
+}
+
+/// Loads `code_object` on the device: read, create, load, freeze and validate the executable;
+/// then the queue, the clock frequency and, when the image talks RPC, the RPC buffer.
+pub(crate) fn load<'d>(
+    device: &'d Opened,
+    code_object: &[u8],
+    lane_size: u32,
+    options: &LoadOptions,
+) -> Result<HsaModule<'d>, BackendError> {
+    let lib = Arc::clone(device.runtime.lib_arc());
+    let executable = load_executable(&lib, device, code_object)?;
+    let queue = Queue::create(&lib, device.gpu.agent).map_err(runtime)?;
+    let heap = DeviceHeap {
+        lib: Arc::clone(&lib),
+        pool: device.pools.coarse_grained,
+        gpu: device.gpu.agent,
+        blocks: HashMap::new(),
+    };
+    let mut module = HsaModule {
+        device,
+        res: ManuallyDrop::new(Resources {
+            queue,
+            rpc: None,
+            heap,
+            shared: Vec::new(),
+            executable,
+        }),
+        kernels: HashMap::new(),
+        broken: None,
+    };
+    module.set_clock_frequency()?;
+    if module.symbol(RPC_CLIENT_GLOBAL).is_ok() {
+        module.set_up_rpc(options.rpc_ports, lane_size)?;
+    }
+    Ok(module)
+}
+
+fn load_executable(
+    lib: &Arc<HsaLib>,
+    device: &Opened,
+    code_object: &[u8],
+) -> Result<Executable, BackendError> {
+    let mut reader = hsa_code_object_reader_t::default();
+    // SAFETY: the bytes outlive the reader, which is destroyed below before returning.
+    unsafe {
+        (lib.hsa_code_object_reader_create_from_memory)(
+            code_object.as_ptr().cast(),
+            code_object.len(),
+            &mut reader,
+        )
+    }
+    .result(lib, "hsa_code_object_reader_create_from_memory")
+    .map_err(runtime)?;
+    let result = load_with_reader(lib, device, reader);
+    // SAFETY: created above; the loaded executable does not depend on the reader.
+    let _ = unsafe { (lib.hsa_code_object_reader_destroy)(reader) };
+    result
+}
+
+fn load_with_reader(
+    lib: &Arc<HsaLib>,
+    device: &Opened,
+    reader: hsa_code_object_reader_t,
+) -> Result<Executable, BackendError> {
+    let mut handle = hsa_executable_t::default();
+    let empty = c"";
+    // SAFETY: valid out-pointer and an empty options string.
+    unsafe {
+        (lib.hsa_executable_create_alt)(
+            HSA_PROFILE_FULL,
+            HSA_DEFAULT_FLOAT_ROUNDING_MODE_ZERO,
+            empty.as_ptr(),
+            &mut handle,
+        )
+    }
+    .result(lib, "hsa_executable_create_alt")
+    .map_err(runtime)?;
+    let executable = Executable {
+        lib: Arc::clone(lib),
+        handle,
+    };
+    let arch = device.info.arch.clone();
+    // SAFETY: live executable and reader, the GPU agent, empty options; we do not need the
+    // loaded-code-object handle (null is allowed).
+    unsafe {
+        (lib.hsa_executable_load_agent_code_object)(
+            handle,
+            device.gpu.agent,
+            reader,
+            empty.as_ptr(),
+            std::ptr::null_mut(),
+        )
+    }
+    .result(lib, "hsa_executable_load_agent_code_object")
+    .map_err(|error| {
+        BackendError::Incompatible(format!("the code object does not load on {arch}: {error}"))
+    })?;
+    // SAFETY: live executable, empty options. No change is allowed after this.
+    unsafe { (lib.hsa_executable_freeze)(handle, empty.as_ptr()) }
+        .result(lib, "hsa_executable_freeze")
+        .map_err(runtime)?;
+    let mut problems = 0u32;
+    // SAFETY: live executable, valid out-pointer.
+    unsafe { (lib.hsa_executable_validate)(handle, &mut problems) }
+        .result(lib, "hsa_executable_validate")
+        .map_err(runtime)?;
+    if problems != 0 {
+        return Err(BackendError::Incompatible(format!(
+            "the code object does not match the GPU ({arch}): hsa_executable_validate reported \
+             {problems:#x} (built for another gfx target or feature set?)"
+        )));
+    }
+    Ok(executable)
+}
+
+impl<'d> HsaModule<'d> {
+    fn lib(&self) -> &Arc<HsaLib> {
+        self.device.runtime.lib_arc()
+    }
+
+    /// Looks a symbol up by name (`foo.kd` for kernels, `foo` for variables).
+    fn symbol(&self, name: &str) -> Result<hsa_executable_symbol_t, BackendError> {
+        let c_name = CString::new(name).map_err(|_| {
+            BackendError::InvalidArgument(format!("symbol name `{name}` contains NUL"))
+        })?;
+        let lib = self.lib();
+        let mut symbol = hsa_executable_symbol_t::default();
+        // SAFETY: live executable, NUL-terminated name, the GPU agent, valid out-pointer.
+        let status = unsafe {
+            (lib.hsa_executable_get_symbol_by_name)(
+                self.res.executable.handle,
+                c_name.as_ptr(),
+                &self.device.gpu.agent,
+                &mut symbol,
+            )
+        };
+        match status {
+            HSA_STATUS_SUCCESS => Ok(symbol),
+            HSA_STATUS_ERROR_INVALID_SYMBOL_NAME => Err(BackendError::MissingSymbol {
+                what: if name.ends_with(".kd") {
+                    "kernel"
+                } else {
+                    "global"
+                },
+                name: name.trim_end_matches(".kd").to_owned(),
+            }),
+            other => Err(runtime(
+                other
+                    .result(lib, "hsa_executable_get_symbol_by_name")
+                    .unwrap_err(),
+            )),
+        }
+    }
+
+    /// Reads one symbol attribute of plain type `T`.
+    ///
+    /// # Safety
+    /// `attribute` must be documented with a value of type `T`.
+    unsafe fn symbol_attribute<T: Default>(
+        &self,
+        symbol: hsa_executable_symbol_t,
+        attribute: hsa_executable_symbol_info_t,
+    ) -> Result<T, BackendError> {
+        let lib = self.lib();
+        let mut value = T::default();
+        // SAFETY: per the caller, the attribute writes exactly a `T`.
+        unsafe {
+            (lib.hsa_executable_symbol_get_info)(symbol, attribute, (&mut value as *mut T).cast())
+        }
+        .result(lib, "hsa_executable_symbol_get_info")
+        .map_err(runtime)?;
+        Ok(value)
+    }
+
+    /// Address and size of the global `name`.
+    fn global(&self, name: &str) -> Result<(u64, u64), BackendError> {
+        let symbol = self.symbol(name)?;
+        // SAFETY: VARIABLE_ADDRESS is a uint64_t, VARIABLE_SIZE a uint32_t.
+        let address: u64 =
+            unsafe { self.symbol_attribute(symbol, HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS) }?;
+        // SAFETY: as above.
+        let size: u32 =
+            unsafe { self.symbol_attribute(symbol, HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE) }?;
+        Ok((address, u64::from(size)))
+    }
+
+    /// Facts about kernel `name` (with or without the `.kd` suffix), cached.
+    pub(crate) fn kernel(&mut self, name: &str) -> Result<KernelFacts, BackendError> {
+        if let Some(facts) = self.kernels.get(name) {
+            return Ok(*facts);
+        }
+        let facts = self.query_kernel(name)?;
+        self.kernels.insert(name.to_owned(), facts);
+        Ok(facts)
+    }
+
+    fn query_kernel(&self, name: &str) -> Result<KernelFacts, BackendError> {
+        let descriptor = kernel_descriptor_name(name);
+        let symbol = self.symbol(&descriptor)?;
+        // SAFETY: each attribute's documented type is used: KERNEL_OBJECT uint64_t, the segment
+        // sizes and alignment uint32_t, DYNAMIC_CALLSTACK bool.
+        let facts = unsafe {
+            KernelFacts {
+                kernel_object: self
+                    .symbol_attribute(symbol, HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT)?,
+                kernarg_segment_size: self.symbol_attribute(
+                    symbol,
+                    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE,
+                )?,
+                kernarg_segment_alignment: self.symbol_attribute(
+                    symbol,
+                    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_ALIGNMENT,
+                )?,
+                group_segment_size: self.symbol_attribute(
+                    symbol,
+                    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE,
+                )?,
+                private_segment_size: self.symbol_attribute(
+                    symbol,
+                    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE,
+                )?,
+                dynamic_stack: self.symbol_attribute::<bool>(
+                    symbol,
+                    HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_DYNAMIC_CALLSTACK,
+                )?,
+            }
+        };
+        Ok(facts)
+    }
+
+    /// Copies `bytes` into device memory at `address` through a fine-grained staging buffer.
+    fn copy_to_device(&self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        let lib = self.lib();
+        let staging = PoolBuffer::allocate(
+            lib,
+            self.device.pools.fine_grained,
+            bytes.len(),
+            self.device.gpu.agent,
+        )
+        .map_err(runtime)?;
+        // SAFETY: fine-grained memory is host-accessible and nothing else uses it yet.
+        unsafe { staging.write_host(bytes) };
+        // SAFETY: `address` is a loaded global of at least `bytes.len()` bytes (checked by the
+        // callers) and `staging` holds `bytes.len()` runtime-allocated bytes.
+        unsafe {
+            copy_and_wait(
+                lib,
+                address as *mut c_void,
+                self.device.gpu.agent,
+                staging.as_mut_ptr().cast(),
+                self.device.cpu.agent,
+                bytes.len(),
+            )
+        }
+    }
+
+    fn copy_from_device(&self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        let lib = self.lib();
+        let staging = PoolBuffer::allocate(
+            lib,
+            self.device.pools.fine_grained,
+            len,
+            self.device.gpu.agent,
+        )
+        .map_err(runtime)?;
+        // SAFETY: as in `copy_to_device`, in the other direction.
+        unsafe {
+            copy_and_wait(
+                lib,
+                staging.as_mut_ptr().cast(),
+                self.device.cpu.agent,
+                address as *const c_void,
+                self.device.gpu.agent,
+                len,
+            )?;
+        }
+        let mut bytes = vec![0u8; len];
+        // SAFETY: the copy finished; `staging` holds `len` host-readable bytes.
+        unsafe { std::ptr::copy_nonoverlapping(staging.as_mut_ptr(), bytes.as_mut_ptr(), len) };
+        Ok(bytes)
+    }
+
+    /// Writes the GPU's timestamp frequency into `__llvm_libc_clock_freq` when the image has it.
+    fn set_clock_frequency(&mut self) -> Result<(), BackendError> {
+        let Ok((address, size)) = self.global(CLOCK_FREQ_GLOBAL) else {
+            return Ok(());
+        };
+        if size < 8 {
+            return Ok(());
+        }
+        // SAFETY: TIMESTAMP_FREQUENCY is a uint64_t. Runtimes older than ROCm 5.3 do not know
+        // the attribute; the image then keeps its built-in default.
+        let frequency: Result<u64, _> = unsafe {
+            agent_attribute(
+                self.lib(),
+                self.device.gpu.agent,
+                HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY,
+                "hsa_agent_get_info",
+            )
+        };
+        match frequency {
+            Ok(hz) if hz > 0 => self.copy_to_device(address, &hz.to_le_bytes()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Allocates the RPC buffer in fine-grained host memory, zeroes it and copies the client
+    /// object pointing at it into `__llvm_rpc_client`.
+    fn set_up_rpc(&mut self, ports: u32, lane_size: u32) -> Result<(), BackendError> {
+        let (address, symbol_size) = self.global(RPC_CLIENT_GLOBAL)?;
+        let layout =
+            Layout::for_client_symbol_size(symbol_size, ports, lane_size).map_err(|error| {
+                BackendError::Incompatible(format!("unsupported `{RPC_CLIENT_GLOBAL}`: {error}"))
+            })?;
+        let buffer = PoolBuffer::allocate(
+            self.lib(),
+            self.device.pools.fine_grained,
+            layout.allocation_size(),
+            self.device.gpu.agent,
+        )
+        .map_err(runtime)?;
+        if buffer.address() % 64 != 0 {
+            return Err(runtime_message(
+                "the fine-grained pool returned an RPC buffer not aligned to 64",
+            ));
+        }
+        // SAFETY: host-accessible, `allocation_size()` bytes long, not shared with anyone yet.
+        unsafe { layout.zero(buffer.as_mut_ptr()) };
+        let client = layout.client_image(buffer.address());
+        if (client.as_bytes().len() as u64) > symbol_size {
+            return Err(runtime_message(
+                "the RPC client object is larger than its global",
+            ));
+        }
+        self.copy_to_device(address, client.as_bytes())?;
+        // SAFETY: the buffer is zeroed, 64-aligned, `allocation_size()` long, and lives in the
+        // same RpcChannel as the server.
+        let server = unsafe { RpcServer::new(&layout, buffer.as_mut_ptr()) };
+        self.res.rpc = Some(RpcChannel {
+            server,
+            _buffer: buffer,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn write_global_bytes(
+        &mut self,
+        name: &str,
+        bytes: &[u8],
+    ) -> Result<(), BackendError> {
+        let (address, size) = self.global(name)?;
+        if bytes.len() as u64 > size {
+            return Err(BackendError::InvalidArgument(format!(
+                "{} bytes do not fit the {size}-byte global `{name}`",
+                bytes.len()
+            )));
+        }
+        self.copy_to_device(address, bytes)
+    }
+
+    pub(crate) fn read_global_bytes(
+        &mut self,
+        name: &str,
+        len: usize,
+    ) -> Result<Vec<u8>, BackendError> {
+        let (address, size) = self.global(name)?;
+        if len as u64 > size {
+            return Err(BackendError::InvalidArgument(format!(
+                "cannot read {len} bytes from the {size}-byte global `{name}`"
+            )));
+        }
+        self.copy_from_device(address, len)
+    }
+
+    pub(crate) fn alloc_shared_block(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        let buffer = PoolBuffer::allocate(
+            self.lib(),
+            self.device.pools.fine_grained,
+            size,
+            self.device.gpu.agent,
+        )
+        .map_err(runtime)?;
+        // SAFETY: fine-grained host memory of at least `size` bytes, unused so far.
+        unsafe { std::ptr::write_bytes(buffer.as_mut_ptr(), 0, size) };
+        let shared = SharedAlloc {
+            host: buffer.as_mut_ptr(),
+            device: buffer.address(),
+            len: size,
+        };
+        self.res.shared.push(buffer);
+        Ok(shared)
+    }
+
+    pub(crate) fn cached_usage(&self, kernel: &str) -> Option<ResourceUsage> {
+        let facts = match self.kernels.get(kernel) {
+            Some(facts) => *facts,
+            None => self.query_kernel(kernel).ok()?,
+        };
+        Some(resource_usage(&facts))
+    }
+
+    pub(crate) fn kernarg_pool(&self) -> hsa_amd_memory_pool_t {
+        self.device.pools.kernarg
+    }
+}
+
+impl Drop for HsaModule<'_> {
+    fn drop(&mut self) {
+        if self.broken.is_some() {
+            // A kernel may still be running on this queue and using these objects: leak them
+            // rather than free memory under a live kernel. The worker process that owns this
+            // module is replaced right after.
+            return;
+        }
+        // SAFETY: dropped exactly once, here, and never used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.res) };
+    }
+}
+
+/// `NAME.kd`: HSA looks kernels up by their descriptor symbol.
+pub fn kernel_descriptor_name(kernel: &str) -> String {
+    if kernel.ends_with(".kd") {
+        kernel.to_owned()
+    } else {
+        format!("{kernel}.kd")
+    }
+}
+
+/// Resource usage from the kernel's descriptor as the runtime reports it: private (scratch)
+/// bytes per work-item and group (LDS) bytes per workgroup. Register counts are not exposed by
+/// HSA and are left out.
+pub fn resource_usage(facts: &KernelFacts) -> ResourceUsage {
+    ResourceUsage {
+        registers: None,
+        local_bytes: Some(u64::from(facts.private_segment_size)),
+        shared_bytes: Some(u64::from(facts.group_segment_size)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_are_found_by_descriptor_name() {
+        assert_eq!(kernel_descriptor_name("_start"), "_start.kd");
+        assert_eq!(kernel_descriptor_name("_start.kd"), "_start.kd");
+    }
+
+    #[test]
+    fn queue_size_is_a_power_of_two_within_limits() {
+        assert_eq!(queue_size(1, 131072), 64);
+        assert_eq!(queue_size(128, 131072), 128);
+        assert_eq!(queue_size(1, 16), 16);
+        assert_eq!(queue_size(0, 0), 1);
+    }
+
+    #[test]
+    fn resource_usage_reports_segments() {
+        let usage = resource_usage(&KernelFacts {
+            private_segment_size: 48,
+            group_segment_size: 1024,
+            ..KernelFacts::default()
+        });
+        assert_eq!(usage.local_bytes, Some(48));
+        assert_eq!(usage.shared_bytes, Some(1024));
+        assert_eq!(usage.registers, None);
+    }
+
+    #[test]
+    fn queue_error_callback_keeps_the_first_status() {
+        let state = Box::new(QueueState::default());
+        let data = (&*state as *const QueueState).cast_mut().cast();
+        // SAFETY: `data` points to a live QueueState, as the runtime would pass it.
+        unsafe {
+            on_queue_error(HSA_STATUS_ERROR_EXCEPTION, std::ptr::null_mut(), data);
+            on_queue_error(HSA_STATUS_ERROR, std::ptr::null_mut(), data);
+            on_queue_error(HSA_STATUS_ERROR, std::ptr::null_mut(), std::ptr::null_mut());
+        }
+        assert_eq!(
+            *state.error.lock().unwrap(),
+            Some(HSA_STATUS_ERROR_EXCEPTION)
+        );
+    }
+}

@@ -1,0 +1,370 @@
+//! Pure packing of what a launch writes: the AQL kernel dispatch packet and the kernel-argument
+//! block (explicit arguments followed by the code object v5 implicit arguments). No runtime
+//! calls here, so every byte is unit-tested.
+
+use crate::{BackendError, LaunchShape};
+use hsa_sys::*;
+
+/// Size of the code object v5 implicit-argument block that follows the explicit arguments.
+pub const IMPLICIT_ARGS_SIZE: usize = 256;
+/// Offsets inside the implicit block (AMDGPU code object v5 hidden arguments).
+pub const IMPLICIT_BLOCK_COUNT_X: usize = 0;
+pub const IMPLICIT_GROUP_SIZE_X: usize = 12;
+pub const IMPLICIT_GRID_DIMS: usize = 64;
+/// Private segment per work-item when the kernel's call stack size is not known statically
+/// (recursion, indirect calls): LLVM's loader uses 16 KiB.
+pub const DYNAMIC_STACK_PRIVATE_SIZE: u32 = 16 * 1024;
+
+/// The 16-bit AQL header of a kernel dispatch: the barrier bit (the packet starts only after
+/// the previous one finished), the packet type, and system-scope acquire and release fences so
+/// host-visible memory (RPC buffer, arguments) is coherent at the start and the end.
+pub fn dispatch_header() -> u16 {
+    let header = (1u32 << HSA_PACKET_HEADER_BARRIER)
+        | (HSA_PACKET_TYPE_KERNEL_DISPATCH << HSA_PACKET_HEADER_TYPE)
+        | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE)
+        | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE);
+    header as u16
+}
+
+/// The first 32 bits of the packet (header, then setup), which are stored last and with release
+/// ordering: the packet processor may start reading the packet as soon as they change.
+pub fn header_word(header: u16, setup: u16) -> u32 {
+    u32::from(header) | (u32::from(setup) << 16)
+}
+
+/// Private segment size to request: the kernel's static size, or at least
+/// [`DYNAMIC_STACK_PRIVATE_SIZE`] when its stack is dynamic.
+pub fn private_segment_size(static_size: u32, dynamic_stack: bool) -> u32 {
+    if dynamic_stack {
+        static_size.max(DYNAMIC_STACK_PRIVATE_SIZE)
+    } else {
+        static_size
+    }
+}
+
+/// What the runtime tells us about a kernel symbol (`NAME.kd`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelFacts {
+    /// `HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT`: the descriptor's device address.
+    pub kernel_object: u64,
+    pub kernarg_segment_size: u32,
+    pub kernarg_segment_alignment: u32,
+    pub group_segment_size: u32,
+    pub private_segment_size: u32,
+    pub dynamic_stack: bool,
+}
+
+/// Checks a launch shape against AQL's field widths (workgroup sizes are 16-bit, grid sizes
+/// 32-bit in work-items) and rejects empty dimensions.
+pub fn check_shape(shape: &LaunchShape) -> Result<(), BackendError> {
+    for axis in 0..3 {
+        let threads = shape.threads[axis];
+        let blocks = shape.blocks[axis];
+        if threads == 0 || blocks == 0 {
+            return Err(BackendError::InvalidArgument(format!(
+                "launch shape {shape} has an empty dimension"
+            )));
+        }
+        if threads > u32::from(u16::MAX) {
+            return Err(BackendError::InvalidArgument(format!(
+                "launch shape {shape}: {threads} threads per block in one dimension do not fit \
+                 an AQL packet (at most 65535)"
+            )));
+        }
+        if u64::from(threads) * u64::from(blocks) > u64::from(u32::MAX) {
+            return Err(BackendError::InvalidArgument(format!(
+                "launch shape {shape}: more than 2^32-1 threads in one dimension"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The dispatch packet for `shape`, with its header word left 0 (the caller publishes it last
+/// with [`header_word`]). `setup` carries the number of dimensions.
+pub fn dispatch_packet(
+    shape: &LaunchShape,
+    kernel: &KernelFacts,
+    kernarg_address: u64,
+    completion_signal: hsa_signal_t,
+) -> Result<hsa_kernel_dispatch_packet_t, BackendError> {
+    check_shape(shape)?;
+    let [tx, ty, tz] = shape.threads;
+    let [bx, by, bz] = shape.blocks;
+    // check_shape bounded every product and width.
+    Ok(hsa_kernel_dispatch_packet_t {
+        header: 0,
+        setup: (shape.dimensions() as u16) << HSA_KERNEL_DISPATCH_PACKET_SETUP_DIMENSIONS,
+        workgroup_size_x: tx as u16,
+        workgroup_size_y: ty as u16,
+        workgroup_size_z: tz as u16,
+        reserved0: 0,
+        grid_size_x: bx * tx,
+        grid_size_y: by * ty,
+        grid_size_z: bz * tz,
+        private_segment_size: private_segment_size(
+            kernel.private_segment_size,
+            kernel.dynamic_stack,
+        ),
+        group_segment_size: kernel.group_segment_size,
+        kernel_object: kernel.kernel_object,
+        kernarg_address,
+        reserved2: 0,
+        completion_signal,
+    })
+}
+
+/// The packet's 64 bytes as the packet processor reads them (little-endian, hsa.h field order).
+pub fn packet_bytes(packet: &hsa_kernel_dispatch_packet_t) -> [u8; 64] {
+    let mut bytes = [0u8; 64];
+    let mut at = 0;
+    let mut put = |field: &[u8]| {
+        bytes[at..at + field.len()].copy_from_slice(field);
+        at += field.len();
+    };
+    put(&packet.header.to_le_bytes());
+    put(&packet.setup.to_le_bytes());
+    put(&packet.workgroup_size_x.to_le_bytes());
+    put(&packet.workgroup_size_y.to_le_bytes());
+    put(&packet.workgroup_size_z.to_le_bytes());
+    put(&packet.reserved0.to_le_bytes());
+    put(&packet.grid_size_x.to_le_bytes());
+    put(&packet.grid_size_y.to_le_bytes());
+    put(&packet.grid_size_z.to_le_bytes());
+    put(&packet.private_segment_size.to_le_bytes());
+    put(&packet.group_segment_size.to_le_bytes());
+    put(&packet.kernel_object.to_le_bytes());
+    put(&packet.kernarg_address.to_le_bytes());
+    put(&packet.reserved2.to_le_bytes());
+    put(&packet.completion_signal.handle.to_le_bytes());
+    bytes
+}
+
+/// Where the implicit arguments start: right after the explicit ones, 8-byte aligned (every
+/// hidden argument block in code object v5 is 8-aligned).
+pub fn implicit_args_offset(explicit_len: usize) -> usize {
+    explicit_len.div_ceil(8) * 8
+}
+
+/// The whole kernel-argument block: the explicit arguments (laid out as the kernel's C
+/// signature), zero padding, then the code object v5 implicit arguments: block counts (u32 x, y,
+/// z), workgroup sizes (u16 x, y, z), grid dimensions (u16 at offset 64); the rest stays zero.
+/// At least `kernarg_segment_size` bytes long, so the kernel never reads past it.
+pub fn kernarg_block(
+    explicit: &[u8],
+    shape: &LaunchShape,
+    kernarg_segment_size: u32,
+) -> Result<Vec<u8>, BackendError> {
+    check_shape(shape)?;
+    let segment = kernarg_segment_size as usize;
+    if explicit.len() > segment {
+        return Err(BackendError::InvalidArgument(format!(
+            "{} bytes of kernel arguments for a kernel whose argument segment holds {segment}",
+            explicit.len()
+        )));
+    }
+    let implicit = implicit_args_offset(explicit.len());
+    let mut block = vec![0u8; segment.max(implicit + IMPLICIT_ARGS_SIZE)];
+    block[..explicit.len()].copy_from_slice(explicit);
+    for axis in 0..3 {
+        let at = implicit + IMPLICIT_BLOCK_COUNT_X + 4 * axis;
+        block[at..at + 4].copy_from_slice(&shape.blocks[axis].to_le_bytes());
+        let at = implicit + IMPLICIT_GROUP_SIZE_X + 2 * axis;
+        // check_shape bounded threads to 16 bits.
+        block[at..at + 2].copy_from_slice(&(shape.threads[axis] as u16).to_le_bytes());
+    }
+    let at = implicit + IMPLICIT_GRID_DIMS;
+    block[at..at + 2].copy_from_slice(&(shape.dimensions() as u16).to_le_bytes());
+    Ok(block)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(threads: [u32; 3], blocks: [u32; 3]) -> LaunchShape {
+        LaunchShape { threads, blocks }
+    }
+
+    fn u16_at(bytes: &[u8], at: usize) -> u16 {
+        u16::from_le_bytes([bytes[at], bytes[at + 1]])
+    }
+
+    fn u32_at(bytes: &[u8], at: usize) -> u32 {
+        u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap())
+    }
+
+    fn u64_at(bytes: &[u8], at: usize) -> u64 {
+        u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn header_has_barrier_dispatch_type_and_system_fences() {
+        // hsa.h: type in bits 0-7 (KERNEL_DISPATCH = 2), barrier bit 8, acquire scope bits 9-10,
+        // release scope bits 11-12 (SYSTEM = 2).
+        let header = dispatch_header();
+        assert_eq!(header & 0xff, 2);
+        assert_eq!((header >> 8) & 1, 1);
+        assert_eq!((header >> 9) & 3, 2);
+        assert_eq!((header >> 11) & 3, 2);
+        assert_eq!(header, 0x1502);
+        assert_eq!(header_word(header, 3), 0x0003_1502);
+    }
+
+    #[test]
+    fn packet_fields_land_at_the_header_offsets() {
+        let kernel = KernelFacts {
+            kernel_object: 0x7f00_0000_1000,
+            kernarg_segment_size: 288,
+            kernarg_segment_alignment: 8,
+            group_segment_size: 512,
+            private_segment_size: 64,
+            dynamic_stack: false,
+        };
+        let mut packet = dispatch_packet(
+            &shape([64, 2, 1], [10, 3, 1]),
+            &kernel,
+            0x7f00_0000_2000,
+            hsa_signal_t { handle: 0xabcd },
+        )
+        .unwrap();
+        packet.header = dispatch_header();
+        let bytes = packet_bytes(&packet);
+        // Offsets of hsa_kernel_dispatch_packet_t in hsa.h (checked against the header by
+        // hsa-sys's layout test).
+        assert_eq!(u16_at(&bytes, 0), 0x1502);
+        assert_eq!(u16_at(&bytes, 2), 2, "setup: two dimensions");
+        assert_eq!(u16_at(&bytes, 4), 64);
+        assert_eq!(u16_at(&bytes, 6), 2);
+        assert_eq!(u16_at(&bytes, 8), 1);
+        assert_eq!(u16_at(&bytes, 10), 0);
+        assert_eq!(u32_at(&bytes, 12), 640, "grid x is in work-items");
+        assert_eq!(u32_at(&bytes, 16), 6);
+        assert_eq!(u32_at(&bytes, 20), 1);
+        assert_eq!(u32_at(&bytes, 24), 64);
+        assert_eq!(u32_at(&bytes, 28), 512);
+        assert_eq!(u64_at(&bytes, 32), 0x7f00_0000_1000);
+        assert_eq!(u64_at(&bytes, 40), 0x7f00_0000_2000);
+        assert_eq!(u64_at(&bytes, 48), 0);
+        assert_eq!(u64_at(&bytes, 56), 0xabcd);
+        // Our struct and the byte image agree (same layout, little-endian host).
+        assert_eq!(std::mem::size_of_val(&packet), 64);
+        assert_eq!(
+            std::mem::offset_of!(hsa_kernel_dispatch_packet_t, completion_signal),
+            56
+        );
+    }
+
+    #[test]
+    fn dynamic_stack_gets_sixteen_kib_of_private_memory() {
+        assert_eq!(private_segment_size(48, false), 48);
+        assert_eq!(private_segment_size(48, true), 16 * 1024);
+        assert_eq!(private_segment_size(40_000, true), 40_000);
+        let kernel = KernelFacts {
+            private_segment_size: 48,
+            dynamic_stack: true,
+            kernarg_segment_size: 256,
+            ..KernelFacts::default()
+        };
+        let packet =
+            dispatch_packet(&LaunchShape::SINGLE, &kernel, 0, hsa_signal_t::default()).unwrap();
+        assert_eq!(packet.private_segment_size, 16 * 1024);
+        assert_eq!(packet.setup, 1);
+    }
+
+    #[test]
+    fn three_dimensional_setup() {
+        let packet = dispatch_packet(
+            &shape([4, 4, 4], [2, 2, 2]),
+            &KernelFacts::default(),
+            0,
+            hsa_signal_t::default(),
+        )
+        .unwrap();
+        assert_eq!(packet.setup, 3);
+        assert_eq!(
+            [packet.grid_size_x, packet.grid_size_y, packet.grid_size_z],
+            [8, 8, 8]
+        );
+    }
+
+    #[test]
+    fn shapes_that_do_not_fit_are_rejected() {
+        let facts = KernelFacts::default();
+        let signal = hsa_signal_t::default();
+        for bad in [
+            shape([0, 1, 1], [1, 1, 1]),
+            shape([1, 1, 1], [1, 0, 1]),
+            shape([65536, 1, 1], [1, 1, 1]),
+            shape([1024, 1, 1], [1 << 23, 1, 1]),
+        ] {
+            let error = dispatch_packet(&bad, &facts, 0, signal).unwrap_err();
+            assert!(
+                matches!(error, BackendError::InvalidArgument(_)),
+                "{bad}: {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn start_arguments_then_implicit_block() {
+        // _start(argc, argv, envp, ret): 32 explicit bytes, implicit args at 32.
+        let explicit =
+            crate::args::pack_c_struct(&crate::args::start_args(2, 0x1000, 0x2000, 0x3000));
+        assert_eq!(explicit.len(), 32);
+        let block = kernarg_block(&explicit, &shape([32, 1, 1], [4, 2, 1]), 288).unwrap();
+        assert_eq!(block.len(), 32 + 256);
+        assert_eq!(&block[..32], &explicit[..]);
+        assert_eq!(u32_at(&block, 32), 4, "block count x");
+        assert_eq!(u32_at(&block, 36), 2, "block count y");
+        assert_eq!(u32_at(&block, 40), 1, "block count z");
+        assert_eq!(u16_at(&block, 44), 32, "group size x");
+        assert_eq!(u16_at(&block, 46), 1);
+        assert_eq!(u16_at(&block, 48), 1);
+        assert_eq!(u16_at(&block, 32 + 64), 2, "grid dims");
+        let untouched: usize = block[50..96]
+            .iter()
+            .chain(&block[98..])
+            .map(|&b| b as usize)
+            .sum();
+        assert_eq!(
+            untouched, 0,
+            "everything else in the implicit block is zero"
+        );
+    }
+
+    #[test]
+    fn kernels_without_arguments_start_implicit_args_at_zero() {
+        let block = kernarg_block(&[], &LaunchShape::SINGLE, 256).unwrap();
+        assert_eq!(block.len(), 256);
+        assert_eq!(u32_at(&block, 0), 1);
+        assert_eq!(u16_at(&block, 12), 1);
+        assert_eq!(u16_at(&block, 64), 1);
+    }
+
+    #[test]
+    fn odd_explicit_sizes_are_padded_to_eight() {
+        assert_eq!(implicit_args_offset(0), 0);
+        assert_eq!(implicit_args_offset(4), 8);
+        assert_eq!(implicit_args_offset(24), 24);
+        let block = kernarg_block(&[1, 2, 3, 4], &shape([2, 1, 1], [3, 1, 1]), 264).unwrap();
+        assert_eq!(&block[4..8], &[0; 4]);
+        assert_eq!(u32_at(&block, 8), 3);
+        assert_eq!(block.len(), 264);
+    }
+
+    #[test]
+    fn a_larger_segment_is_kept_whole() {
+        let block = kernarg_block(&[7; 8], &LaunchShape::SINGLE, 1024).unwrap();
+        assert_eq!(block.len(), 1024);
+    }
+
+    #[test]
+    fn more_arguments_than_the_segment_holds_is_an_error() {
+        let error = kernarg_block(&[0; 40], &LaunchShape::SINGLE, 32).unwrap_err();
+        assert!(
+            error.to_string().contains("40 bytes of kernel arguments"),
+            "{error}"
+        );
+    }
+}
