@@ -135,7 +135,8 @@ fn load_module(device: &CudaDevice, facts: &ImageFacts<'_>) -> Result<CUmodule, 
         .path
         .map_or_else(|| "the image".to_owned(), |p| format!("`{}`", p.display()));
     if facts.is_cubin {
-        return load_with_log(facts.bytes, &shown, "cubin");
+        return load_with_log(facts.bytes)
+            .map_err(|failure| runtime(failure.message(&shown, "cubin", None)));
     }
     let text = String::from_utf8_lossy(facts.bytes);
     check_ptx_target(&text, device_sm, &device.info.name)?;
@@ -147,7 +148,9 @@ fn load_module(device: &CudaDevice, facts: &ImageFacts<'_>) -> Result<CUmodule, 
                 context: format!("failed to read `{}`", cubin.display()),
                 source,
             })?;
-            return load_with_log(&bytes, &format!("`{}`", cubin.display()), "cubin");
+            return load_with_log(&bytes).map_err(|failure| {
+                runtime(failure.message(&format!("`{}`", cubin.display()), "cubin", None))
+            });
         }
     }
     // The driver reads PTX as a C string.
@@ -155,27 +158,51 @@ fn load_module(device: &CudaDevice, facts: &ImageFacts<'_>) -> Result<CUmodule, 
     if ptx.last() != Some(&0) {
         ptx.push(0);
     }
-    load_with_log(&ptx, &shown, "PTX").map_err(|error| match error {
-        BackendError::Runtime { backend, message }
-            if message.contains("CUDA_ERROR_UNSUPPORTED_PTX_VERSION") =>
-        {
-            BackendError::Runtime {
-                backend,
-                message: format!(
-                    "{message}\nthe PTX ISA version ({}) is newer than this driver ({}) \
-                     supports: update the NVIDIA driver or build with an older PTX version",
-                    ptx_version(&text).unwrap_or("unknown"),
-                    device.info.driver.as_deref().unwrap_or("unknown version"),
-                ),
-            }
-        }
-        other => other,
-    })
+    let versions = PtxVersions {
+        ptx: ptx_version(&text).unwrap_or("unknown"),
+        driver: device.info.driver.as_deref().unwrap_or("unknown version"),
+    };
+    load_with_log(&ptx).map_err(|failure| runtime(failure.message(&shown, "PTX", Some(versions))))
 }
 
-/// `cuModuleLoadDataEx` with the JIT's error and info logs captured; the error log is part of
-/// the error message (cudarc's `load_module` offers no JIT options, hence the `sys` call).
-fn load_with_log(image: &[u8], shown: &str, what: &str) -> Result<CUmodule, BackendError> {
+/// A failed `cuModuleLoadDataEx` and what the JIT logged.
+pub(crate) struct LoadFailure {
+    pub(crate) error: DriverError,
+    pub(crate) log: String,
+}
+
+/// The PTX ISA version of an image and the driver's version, for the "too new" hint.
+#[derive(Clone, Copy)]
+pub(crate) struct PtxVersions<'a> {
+    pub(crate) ptx: &'a str,
+    pub(crate) driver: &'a str,
+}
+
+impl LoadFailure {
+    /// `failed to load `x.ptx` (PTX): CUDA_ERROR_INVALID_PTX (...)`, the JIT log, and a hint
+    /// when the PTX is newer than the driver understands.
+    pub(crate) fn message(&self, shown: &str, what: &str, ptx: Option<PtxVersions<'_>>) -> String {
+        let mut message = format!("failed to load {shown} ({what}): {}", self.error.describe());
+        if !self.log.is_empty() {
+            message.push_str("\nJIT log:\n");
+            message.push_str(&self.log);
+        }
+        if let Some(versions) = ptx {
+            if self.error.code == CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION {
+                message.push_str(&format!(
+                    "\nthe PTX ISA version ({}) is newer than this driver ({}) supports: update \
+                     the NVIDIA driver or build with an older PTX version",
+                    versions.ptx, versions.driver
+                ));
+            }
+        }
+        message
+    }
+}
+
+/// `cuModuleLoadDataEx` with the JIT's error and info logs captured (cudarc's `load_module`
+/// offers no JIT options, hence the `sys` call).
+fn load_with_log(image: &[u8]) -> Result<CUmodule, LoadFailure> {
     let mut error_log = vec![0u8; JIT_LOG_BYTES];
     let mut info_log = vec![0u8; JIT_LOG_BYTES];
     let mut options = [
@@ -206,17 +233,13 @@ fn load_with_log(image: &[u8], shown: &str, what: &str) -> Result<CUmodule, Back
     if status == CUresult::CUDA_SUCCESS {
         return Ok(module);
     }
-    let error = DriverError {
-        call: "cuModuleLoadDataEx",
-        code: status,
-    };
-    let log = log_text(&error_log);
-    let mut message = format!("failed to load {shown} ({what}): {}", error.describe());
-    if !log.is_empty() {
-        message.push_str("\nJIT log:\n");
-        message.push_str(&log);
-    }
-    Err(runtime(message))
+    Err(LoadFailure {
+        error: DriverError {
+            call: "cuModuleLoadDataEx",
+            code: status,
+        },
+        log: log_text(&error_log),
+    })
 }
 
 /// The text in a JIT log buffer, up to its NUL.
@@ -475,6 +498,41 @@ mod tests {
         );
         assert_eq!(log_text(&[0; 16]), "");
         assert_eq!(log_text(b"no terminator"), "no terminator");
+    }
+
+    #[test]
+    fn load_failure_shows_code_log_and_version_hint() {
+        let versions = PtxVersions {
+            ptx: "8.8",
+            driver: "CUDA 12.2",
+        };
+        let failure = |code| LoadFailure {
+            error: DriverError {
+                call: "cuModuleLoadDataEx",
+                code,
+            },
+            log: "ptxas application ptx input, line 5; fatal : Unsupported .version 8.8".into(),
+        };
+        let text = failure(CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION).message(
+            "`k.ptx`",
+            "PTX",
+            Some(versions),
+        );
+        assert!(
+            text.starts_with("failed to load `k.ptx` (PTX): CUDA_ERROR_UNSUPPORTED_PTX_VERSION"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nJIT log:\nptxas application ptx input"),
+            "{text}"
+        );
+        assert!(text.contains("PTX ISA version (8.8) is newer than this driver (CUDA 12.2)"));
+        // Other codes get no version hint; an empty log adds nothing.
+        let mut other = failure(CUresult::CUDA_ERROR_INVALID_PTX);
+        other.log.clear();
+        let text = other.message("`k.ptx`", "PTX", Some(versions));
+        assert!(!text.contains("newer than"), "{text}");
+        assert!(!text.contains("JIT log"), "{text}");
     }
 
     #[test]
