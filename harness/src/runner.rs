@@ -121,6 +121,18 @@ pub fn run_with_output(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Conclusion, HarnessError> {
+    run_inner(args, tests, executor, color, out, err, SLOW_TEST_WARNING)
+}
+
+fn run_inner(
+    args: &HarnessArgs,
+    tests: Vec<TestCase>,
+    executor: Arc<dyn Executor>,
+    color: bool,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+    warn_after: Duration,
+) -> Result<Conclusion, HarnessError> {
     let threads = test_threads(args)?;
     let selection = select(args, tests);
     let format = args.effective_format();
@@ -167,23 +179,13 @@ pub fn run_with_output(
         nocapture: args.nocapture,
         github: args.github_actions,
     };
-    let tests = &selection.tests;
-    if threads == 1 {
-        for test in tests {
-            sinks
-                .console
-                .test_start(test)
-                .map_err(HarnessError::Output)?;
-            let run = if test.ignored {
-                None
-            } else {
-                Some(run_one(executor.as_ref(), test))
-            };
-            sinks.report(test, run)?;
-        }
-    } else {
-        run_concurrently(tests, executor.as_ref(), threads, &mut sinks)?;
-    }
+    run_tests(
+        &selection.tests,
+        executor.as_ref(),
+        threads,
+        warn_after,
+        &mut sinks,
+    )?;
     let elapsed = started.elapsed();
     sinks
         .console
@@ -248,12 +250,18 @@ fn run_one(executor: &dyn Executor, test: &TestCase) -> TestRun {
     })
 }
 
+/// libtest warns about a test still running after this long.
+const SLOW_TEST_WARNING: Duration = Duration::from_secs(60);
+
 /// Hands tests to `threads` workers in name order, reporting ignored tests when their turn comes
-/// and every result as soon as it arrives (libtest's scheduling).
-fn run_concurrently(
+/// and every result as soon as it arrives (libtest's scheduling). Even with one thread the
+/// executor runs on a worker, so the reporting thread can warn about a test running longer than
+/// `warn_after`, as libtest does.
+fn run_tests(
     tests: &[TestCase],
     executor: &dyn Executor,
     threads: usize,
+    warn_after: Duration,
     sinks: &mut Sinks<'_, '_>,
 ) -> Result<(), HarnessError> {
     let runnable = tests.iter().filter(|t| !t.ignored).count();
@@ -273,8 +281,13 @@ fn run_concurrently(
             });
         }
         drop(done_tx);
-        let mut in_flight = 0usize;
+        let mut in_flight = InFlight::default();
         for (index, test) in tests.iter().enumerate() {
+            // An ignored test also waits for a free slot, as in libtest: with one thread it is
+            // reported only after the test before it.
+            while in_flight.started.len() >= threads {
+                in_flight.receive_one(tests, &done_rx, warn_after, sinks)?;
+            }
             if test.ignored {
                 sinks
                     .console
@@ -282,10 +295,6 @@ fn run_concurrently(
                     .map_err(HarnessError::Output)?;
                 sinks.report(test, None)?;
                 continue;
-            }
-            while in_flight >= threads {
-                receive_one(tests, &done_rx, sinks)?;
-                in_flight -= 1;
             }
             sinks
                 .console
@@ -295,27 +304,69 @@ fn run_concurrently(
             if job_tx.send(index).is_err() {
                 break;
             }
-            in_flight += 1;
+            in_flight.started.push((index, Instant::now(), false));
         }
         drop(job_tx);
-        for _ in 0..in_flight {
-            receive_one(tests, &done_rx, sinks)?;
+        while !in_flight.started.is_empty() {
+            in_flight.receive_one(tests, &done_rx, warn_after, sinks)?;
         }
         Ok(())
     })
 }
 
-fn receive_one(
-    tests: &[TestCase],
-    done_rx: &crossbeam_channel::Receiver<(usize, TestRun)>,
-    sinks: &mut Sinks<'_, '_>,
-) -> Result<(), HarnessError> {
-    match done_rx.recv() {
-        Ok((index, run)) => sinks.report(&tests[index], Some(run)),
-        // Only reachable if every worker died, which `run_one`'s catch_unwind prevents.
-        Err(_) => Err(HarnessError::Output(io::Error::other(
-            "all test threads exited early",
-        ))),
+/// The tests handed to workers and not yet reported: index, start, whether already warned about.
+#[derive(Default)]
+struct InFlight {
+    started: Vec<(usize, Instant, bool)>,
+}
+
+impl InFlight {
+    /// Waits for the next result and reports it, warning about slow tests meanwhile.
+    fn receive_one(
+        &mut self,
+        tests: &[TestCase],
+        done_rx: &crossbeam_channel::Receiver<(usize, TestRun)>,
+        warn_after: Duration,
+        sinks: &mut Sinks<'_, '_>,
+    ) -> Result<(), HarnessError> {
+        loop {
+            let next_warning = self
+                .started
+                .iter()
+                .filter(|(_, _, warned)| !warned)
+                .map(|(_, start, _)| *start + warn_after)
+                .min();
+            let received = match next_warning {
+                Some(deadline) => done_rx.recv_deadline(deadline),
+                None => done_rx
+                    .recv()
+                    .map_err(|_| crossbeam_channel::RecvTimeoutError::Disconnected),
+            };
+            match received {
+                Ok((index, run)) => {
+                    self.started.retain(|(i, _, _)| *i != index);
+                    return sinks.report(&tests[index], Some(run));
+                }
+                Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                    let now = Instant::now();
+                    for (index, start, warned) in &mut self.started {
+                        if !*warned && now >= *start + warn_after {
+                            *warned = true;
+                            sinks
+                                .console
+                                .slow_test(&tests[*index], warn_after)
+                                .map_err(HarnessError::Output)?;
+                        }
+                    }
+                }
+                // Only reachable if every worker died, which `run_one`'s catch_unwind prevents.
+                Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                    return Err(HarnessError::Output(io::Error::other(
+                        "all test threads exited early",
+                    )))
+                }
+            }
+        }
     }
 }
 
@@ -423,5 +474,50 @@ impl Sinks<'_, '_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{passed, MockExecutor};
+
+    #[test]
+    fn a_long_test_gets_libtests_warning_once_and_still_reports() {
+        for (threads, format) in [("1", "pretty"), ("2", "pretty"), ("1", "json")] {
+            let args =
+                HarnessArgs::parse_args(["bin", "--test-threads", threads, "--format", format])
+                    .unwrap();
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let tests = vec![TestCase::new("fast"), TestCase::new("slow")];
+            let executor: Arc<dyn Executor> = Arc::new(MockExecutor::new().with_delay(
+                "slow",
+                passed(""),
+                Duration::from_millis(1300),
+            ));
+            let conclusion = run_inner(
+                &args,
+                tests,
+                executor,
+                false,
+                &mut out,
+                &mut err,
+                Duration::from_secs(1),
+            )
+            .unwrap();
+            assert_eq!(conclusion.num_passed, 2);
+            let out = String::from_utf8(out).unwrap();
+            let warning = if format == "json" {
+                "{ \"type\": \"test\", \"event\": \"timeout\", \"name\": \"slow\" }\n"
+            } else {
+                "test slow has been running for over 1 seconds\n"
+            };
+            assert_eq!(out.matches(warning).count(), 1, "{out}");
+            if threads == "1" && format == "pretty" {
+                // As in libtest: the warning lands after the pending `test slow ... `.
+                assert!(out
+                    .contains("test slow ... test slow has been running for over 1 seconds\nok\n"));
+            }
+        }
     }
 }

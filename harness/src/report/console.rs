@@ -127,6 +127,21 @@ impl<'w> Console<'w> {
         }
     }
 
+    /// libtest's warning about a test that is still running.
+    pub(crate) fn slow_test(&mut self, test: &TestCase, after: Duration) -> io::Result<()> {
+        match self.format {
+            Format::Pretty | Format::Terse => self.plain(&format!(
+                "test {} has been running for over {} seconds\n",
+                test.name,
+                after.as_secs()
+            )),
+            Format::Json => self.plain(&format!(
+                "{{ \"type\": \"test\", \"event\": \"timeout\", \"name\": \"{}\" }}\n",
+                json_escape(&test.name)
+            )),
+        }
+    }
+
     /// Reports one finished (or ignored) test.
     pub(crate) fn test_result(&mut self, test: &TestCase, reported: &Reported) -> io::Result<()> {
         match reported.kind {
