@@ -116,16 +116,22 @@ impl Device for HsaDevice {
         image: &Image,
         options: &LoadOptions,
     ) -> Result<Box<dyn Module + '_>, BackendError> {
-        if image.kind() != ImageKind::Amdgpu {
-            return Err(BackendError::Incompatible(format!(
-                "the HSA backend runs AMDGPU code objects, not {}",
-                image.kind().describe()
-            )));
-        }
+        check_image_kind(image)?;
         let lane_size = rpc_lane_size(image, self.opened.gpu.wavefront_size);
         let module = module::load(&self.opened, image.bytes(), lane_size, options)?;
         Ok(Box::new(module))
     }
+}
+
+/// Refuses images this backend cannot load, before any runtime call.
+pub fn check_image_kind(image: &Image) -> Result<(), BackendError> {
+    if image.kind() == ImageKind::Amdgpu {
+        return Ok(());
+    }
+    Err(BackendError::Incompatible(format!(
+        "the HSA backend runs AMDGPU code objects, not {}",
+        image.kind().describe()
+    )))
 }
 
 /// The RPC lane size: the wavefront size the image's kernels were compiled for (wave32 or

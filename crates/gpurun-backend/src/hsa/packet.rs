@@ -54,6 +54,27 @@ pub struct KernelFacts {
     pub dynamic_stack: bool,
 }
 
+impl KernelFacts {
+    /// The same facts read from the code object's kernel descriptor (`NAME.kd`, 64 bytes):
+    /// what a launch would use if the runtime did not report them. `kernel_object` is the
+    /// descriptor's address once loaded. Used to cross-check the runtime's answers.
+    pub fn from_descriptor(
+        descriptor: &gpurun_image::KernelDescriptor,
+        kernel_object: u64,
+    ) -> KernelFacts {
+        KernelFacts {
+            kernel_object,
+            kernarg_segment_size: descriptor.kernarg_size,
+            // Code object v5 requires 8-byte kernarg alignment at least; the descriptor does not
+            // record more.
+            kernarg_segment_alignment: 8,
+            group_segment_size: descriptor.group_segment_fixed_size,
+            private_segment_size: descriptor.private_segment_fixed_size,
+            dynamic_stack: descriptor.uses_dynamic_stack(),
+        }
+    }
+}
+
 /// Checks a launch shape against AQL's field widths (workgroup sizes are 16-bit, grid sizes
 /// 32-bit in work-items) and rejects empty dimensions.
 pub fn check_shape(shape: &LaunchShape) -> Result<(), BackendError> {
