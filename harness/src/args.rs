@@ -159,8 +159,9 @@ pub struct HarnessArgs {
     #[arg(long, value_name = "N")]
     pub test_threads: Option<NonZeroUsize>,
 
-    /// Print each test's device output as soon as the test ends instead of capturing it.
-    #[arg(long)]
+    /// Print each test's device output as soon as the test ends instead of capturing it
+    /// (also: RUST_TEST_NOCAPTURE set to anything but 0).
+    #[arg(long, alias = "no-capture")]
     pub nocapture: bool,
 
     /// Also show the captured output of successful tests.
@@ -230,7 +231,8 @@ pub struct HarnessArgs {
 
 impl HarnessArgs {
     /// Parses a libtest command line. `argv[0]` is the program name, as in `std::env::args_os`.
-    /// Sets [`github_actions`](Self::github_actions) from `GITHUB_ACTIONS=true`.
+    /// Sets [`github_actions`](Self::github_actions) from `GITHUB_ACTIONS=true`, and
+    /// [`nocapture`](Self::nocapture) from `RUST_TEST_NOCAPTURE` as libtest does.
     ///
     /// `--help` also comes back as an `Err`: `err.exit()` prints it and exits 0; a usage error
     /// exits 2 ([`ExitCode::USAGE`](crate::exit_code::ExitCode::USAGE)).
@@ -241,6 +243,8 @@ impl HarnessArgs {
     {
         let mut args = Self::try_parse_from(argv)?;
         args.github_actions = std::env::var_os("GITHUB_ACTIONS").is_some_and(|v| v == "true");
+        // libtest's environment fallback for --nocapture.
+        args.nocapture |= std::env::var_os("RUST_TEST_NOCAPTURE").is_some_and(|v| v != "0");
         Ok(args)
     }
 

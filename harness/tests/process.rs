@@ -8,6 +8,7 @@ fn mock(args: &[&str], env: &[(&str, &str)]) -> Output {
     command
         .args(args)
         .env_remove("GITHUB_ACTIONS")
+        .env_remove("RUST_TEST_NOCAPTURE")
         .env_remove("RUST_TEST_THREADS");
     for (key, value) in env {
         command.env(key, value);
@@ -103,4 +104,27 @@ fn unwritable_logfile_is_a_clear_error() {
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"));
+}
+
+#[test]
+fn rust_test_nocapture_env_and_no_capture_alias_disable_capture() {
+    let uncaptured = "test tests::adds ... out of adds\nok\n";
+    for (args, env) in [
+        (
+            &["adds", "--test-threads", "1"][..],
+            &[("RUST_TEST_NOCAPTURE", "1")][..],
+        ),
+        (&["adds", "--test-threads", "1", "--no-capture"], &[]),
+        (&["adds", "--test-threads", "1", "--nocapture"], &[]),
+    ] {
+        assert!(
+            text(&mock(args, env).stdout).contains(uncaptured),
+            "{args:?} {env:?}"
+        );
+    }
+    let captured = mock(
+        &["adds", "--test-threads", "1"],
+        &[("RUST_TEST_NOCAPTURE", "0")],
+    );
+    assert!(text(&captured.stdout).contains("test tests::adds ... ok\n"));
 }

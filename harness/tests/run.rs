@@ -21,8 +21,9 @@ struct Outcome {
 fn parse(argv: &[&str]) -> HarnessArgs {
     let mut args = HarnessArgs::parse_args(std::iter::once("test-bin").chain(argv.iter().copied()))
         .expect("valid arguments");
-    // Independent of the CI environment; tests that want annotations set it.
+    // Independent of the environment; tests that want annotations set them.
     args.github_actions = false;
+    args.nocapture = argv.contains(&"--nocapture");
     args
 }
 
