@@ -204,7 +204,7 @@ pub const CLOCK_FREQ_GLOBAL: &str = "__llvm_libc_clock_freq";
 pub const GLOBALTIMER_HZ: u64 = 1_000_000_000;
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// A minimal 64-byte ELF header as ptxas writes it (values from real ptxas 12.9 output).
@@ -404,7 +404,7 @@ mod tests {
 
     /// ptxas from PATH, else from the `nvidia-cuda-nvcc-cu12` wheel that scripts/setup.sh
     /// installs.
-    fn find_ptxas() -> Option<PathBuf> {
+    pub(crate) fn find_ptxas() -> Option<PathBuf> {
         let in_path = std::env::var_os("PATH").and_then(|paths| {
             std::env::split_paths(&paths)
                 .map(|dir| dir.join("ptxas"))

@@ -126,6 +126,235 @@ fn image_facts(image: &Image) -> Result<ImageFacts<'_>, BackendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::args::KernelArg;
+    use crate::server::PanicReport;
+
+    /// Hand-written PTX for the hardware tests: a store through a pointer argument, a global
+    /// with an initial value, an illegal address and an endless loop. `ptx_for_hardware_tests_
+    /// assembles` checks it with ptxas on every machine.
+    const TEST_PTX: &str = "\
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .global .align 8 .u64 gpurun_counter = 5;
+
+.visible .entry gpurun_store(
+    .param .u64 gpurun_store_param_0,
+    .param .u32 gpurun_store_param_1
+)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [gpurun_store_param_0];
+    ld.param.u32 %r1, [gpurun_store_param_1];
+    st.u32 [%rd1], %r1;
+    ret;
+}
+
+.visible .entry gpurun_fault()
+{
+    .reg .b64 %rd<2>;
+    mov.u64 %rd1, 16;
+    st.global.u32 [%rd1], 1;
+    ret;
+}
+
+.visible .entry gpurun_spin()
+{
+$L_spin:
+    bra.uni $L_spin;
+}
+";
+
+    #[derive(Default)]
+    struct Collect {
+        stdout: Vec<u8>,
+        panics: Vec<PanicReport>,
+    }
+
+    impl server::Sink for Collect {
+        fn stdout(&mut self, bytes: &[u8]) {
+            self.stdout.extend_from_slice(bytes);
+        }
+        fn stderr(&mut self, bytes: &[u8]) {
+            self.stdout.extend_from_slice(bytes);
+        }
+        fn panic(&mut self, report: PanicReport) {
+            self.panics.push(report);
+        }
+    }
+
+    /// The first GPU, or `None` (with the reason printed) where there is none. CI machines
+    /// have no NVIDIA GPU by design, so this is not a failure there.
+    fn first_gpu() -> Option<Box<dyn Device>> {
+        match CudaBackend.devices() {
+            Ok(devices) if !devices.is_empty() => Some(CudaBackend.open(0).unwrap()),
+            Ok(_) => {
+                eprintln!("skipping: the NVIDIA driver reports no device");
+                None
+            }
+            Err(error) => {
+                eprintln!("skipping: {error}");
+                None
+            }
+        }
+    }
+
+    fn test_image() -> Image {
+        Image::parse(TEST_PTX.as_bytes().to_vec(), None).unwrap()
+    }
+
+    #[test]
+    fn test_ptx_is_parsed_as_expected() {
+        let image = test_image();
+        let facts = image_facts(&image).unwrap();
+        assert!(!facts.is_cubin);
+        assert!(
+            facts.globals.contains(&"gpurun_counter"),
+            "{:?}",
+            facts.globals
+        );
+        assert_eq!(image::ptx_target(TEST_PTX), Some(70));
+    }
+
+    #[test]
+    fn ptx_for_hardware_tests_assembles() {
+        let Some(ptxas) = image::tests::find_ptxas() else {
+            let why = "ptxas is not installed (scripts/setup.sh installs it)";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{why}");
+            eprintln!("skipping: {why}");
+            return;
+        };
+        let dir = std::env::temp_dir().join(format!("gpurun-cuda-hwptx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ptx = dir.join("hw.ptx");
+        std::fs::write(&ptx, TEST_PTX).unwrap();
+        let output = std::process::Command::new(ptxas)
+            .args(["-arch=sm_70", "-o"])
+            .arg(dir.join("hw.cubin"))
+            .arg(&ptx)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn hardware_launch_globals_and_usage() {
+        let Some(mut device) = first_gpu() else {
+            return;
+        };
+        assert!(device.info().arch.starts_with("sm_"));
+        let image = test_image();
+        let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+        let out = module.alloc_shared(4).unwrap();
+        let mut sink = Collect::default();
+        let args = [KernelArg::U64(out.device), KernelArg::U32(42)];
+        let limit = Some(Duration::from_secs(20));
+        let end = module
+            .launch("gpurun_store", LaunchShape::SINGLE, &args, limit, &mut sink)
+            .unwrap();
+        assert_eq!(end, LaunchEnd::Completed);
+        // SAFETY: `out.host` is the host side of a 4-byte pinned block; the kernel is done.
+        let value = unsafe { out.host.cast::<u32>().read_volatile() };
+        assert_eq!(value, 42);
+        assert_eq!(
+            module.read_global("gpurun_counter", 8).unwrap(),
+            5u64.to_le_bytes()
+        );
+        module
+            .write_global("gpurun_counter", &9u64.to_le_bytes())
+            .unwrap();
+        assert_eq!(
+            module.read_global("gpurun_counter", 8).unwrap(),
+            9u64.to_le_bytes()
+        );
+        assert!(matches!(
+            module.read_global("gpurun_counter", 16),
+            Err(BackendError::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            module.read_global("no_such_global", 8),
+            Err(BackendError::MissingSymbol { .. })
+        ));
+        assert!(matches!(
+            module.launch("no_such_kernel", LaunchShape::SINGLE, &[], limit, &mut sink),
+            Err(BackendError::MissingSymbol { .. })
+        ));
+        let usage = module.resource_usage("gpurun_store").unwrap();
+        assert!(usage.registers.is_some_and(|n| n > 0), "{usage:?}");
+        assert!(sink.stdout.is_empty() && sink.panics.is_empty());
+    }
+
+    /// Which failure `hardware_child` provokes (set by `hardware_faults_end_the_launch`).
+    const CHILD_MODE: &str = "GPURUN_CUDA_TEST_CHILD";
+
+    /// Runs in a child process: a fault or a hung kernel poisons the process's primary
+    /// context, which must not break the other tests.
+    #[test]
+    #[ignore = "run by hardware_faults_end_the_launch in a child process"]
+    fn hardware_child() {
+        let mode = std::env::var(CHILD_MODE).expect("started by hardware_faults_end_the_launch");
+        let mut device = first_gpu().expect("the parent saw a GPU");
+        let image = test_image();
+        let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+        let mut sink = Collect::default();
+        let limit = Duration::from_millis(500);
+        let (kernel, check): (&str, fn(&LaunchEnd) -> bool) = match mode.as_str() {
+            "fault" => (
+                "gpurun_fault",
+                |end| matches!(end, LaunchEnd::Faulted(text) if text.contains("CUDA_ERROR_ILLEGAL_ADDRESS")),
+            ),
+            "timeout" => ("gpurun_spin", |end| matches!(end, LaunchEnd::TimedOut(_))),
+            other => panic!("unknown mode {other}"),
+        };
+        let end = module
+            .launch(kernel, LaunchShape::SINGLE, &[], Some(limit), &mut sink)
+            .unwrap();
+        assert!(check(&end), "{mode}: {end:?}");
+        // The module refuses further launches instead of hanging or faulting again.
+        let again = module.launch(
+            "gpurun_store",
+            LaunchShape::SINGLE,
+            &[],
+            Some(limit),
+            &mut sink,
+        );
+        assert!(again.is_err(), "{again:?}");
+        println!("child ok: {end:?}");
+        // Leave without tearing down a context that may still run the kernel.
+        std::process::exit(0);
+    }
+
+    #[test]
+    fn hardware_faults_end_the_launch() {
+        if first_gpu().is_none() {
+            return;
+        }
+        for mode in ["fault", "timeout"] {
+            let output = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "cuda::tests::hardware_child",
+                    "--ignored",
+                    "--nocapture",
+                ])
+                .env(CHILD_MODE, mode)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            assert!(
+                output.status.success() && stdout.contains("child ok"),
+                "{mode}: {stdout}\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
 
     #[test]
     fn backend_without_driver_reports_it_through_the_trait() {
