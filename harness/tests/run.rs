@@ -350,7 +350,7 @@ fn junit_report_is_valid_xml_with_failures_skips_and_output() {
     let dir = std::env::temp_dir().join(format!("gpurun-harness-junit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("report.xml");
-    let mut suite = tests(&["x::pass", "x::panics", "x::faults", "x::skip"]);
+    let mut suite = tests(&["x::pass", "x::panics", "x::faults", "x::skip", "x::binary"]);
     suite[3].ignored = true;
     suite[3].ignore_reason = Some("needs <gpu> & more".into());
     let executor = MockExecutor::new()
@@ -367,6 +367,13 @@ fn junit_report_is_valid_xml_with_failures_skips_and_output() {
             ended(TestEnd::Faulted {
                 error: "trap".into(),
             }),
+        )
+        .with(
+            "x::binary",
+            TestRun {
+                stdout: b"\x1b[31mred\x1b[0m\x00 \xff\n".to_vec(),
+                ..passed("")
+            },
         );
     let mut args = parse(&["--test-threads", "2", "--junit", path.to_str().unwrap()]);
     args.suite_name = Some("my-crate::lib".into());
@@ -380,7 +387,7 @@ fn junit_report_is_valid_xml_with_failures_skips_and_output() {
         .find(|n| n.has_tag_name("testsuite"))
         .unwrap();
     assert_eq!(testsuite.attribute("name"), Some("my-crate::lib"));
-    assert_eq!(testsuite.attribute("tests"), Some("4"));
+    assert_eq!(testsuite.attribute("tests"), Some("5"));
     assert_eq!(testsuite.attribute("failures"), Some("2"));
     let case = |name: &str| {
         doc.descendants()
@@ -406,6 +413,11 @@ fn junit_report_is_valid_xml_with_failures_skips_and_output() {
     let fault = child(case("x::faults"), "failure").unwrap();
     assert_eq!(fault.attribute("message"), Some("device fault: trap"));
     assert_eq!(fault.attribute("type"), Some("fault"));
+    // Colour codes, NUL and invalid UTF-8 from the device cannot break the XML.
+    assert_eq!(
+        child(case("x::binary"), "system-out").and_then(|n| n.text()),
+        Some("red \u{fffd}\n")
+    );
     let skipped = child(case("x::skip"), "skipped").unwrap();
     assert_eq!(skipped.attribute("message"), Some("needs <gpu> & more"));
     std::fs::remove_dir_all(&dir).unwrap();
