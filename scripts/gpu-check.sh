@@ -6,6 +6,8 @@
 #   scripts/gpu-check.sh --make-bundle DIR    only build: DIR gets the binary, the images and
 #                                             this script (copy DIR to a GPU machine)
 #   scripts/gpu-check.sh --bundle DIR         run from a bundle; needs no Rust on that machine
+#   scripts/gpu-check.sh --self-test          check this script's table and verdicts against a
+#                                             fake runner (no GPU, no build)
 #
 # Options: --arch sm_NN (default: the first GPU's, from nvidia-smi, else sm_90).
 # GPURUN_CHECK_RUNNER replaces the runner command (for testing this script without a GPU): it is
@@ -13,14 +15,15 @@
 # Exit status: 0 when every row matches, 1 otherwise, 2 on bad usage or a failed build.
 set -uo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-bundle="" make_bundle="" arch=""
+bundle="" make_bundle="" arch="" self_test=""
 while (($#)); do
     case "$1" in
         --bundle) bundle="${2:?--bundle needs a directory}"; shift 2 ;;
         --make-bundle) make_bundle="${2:?--make-bundle needs a directory}"; shift 2 ;;
         --arch) arch="${2:?--arch needs sm_NN}"; shift 2 ;;
+        --self-test) self_test=1; shift ;;
         -h|--help) usage ;;
         *) echo "gpu-check: unknown argument '$1'" >&2; usage ;;
     esac
@@ -123,6 +126,45 @@ run_cases() {
     ((failures == 0))
 }
 
+# A fake bundle whose runner exits as each fixture should, except one row that must be
+# flagged; the table must show both verdicts and the run must fail.
+self_test() {
+    local dir fixture table status
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-self-test.XXXXXX")
+    mkdir -p "$dir/images"
+    for fixture in $(fixture_names); do : >"$dir/images/$fixture.ptx"; done
+    cat >"$dir/fake-runner" <<'FAKE'
+#!/usr/bin/env bash
+case "$(basename "$1" .ptx) ${2:-} ${3:-}" in
+    "hello  ") exit 42 ;;
+    "args-env-exit exit 3") exit 3 ;;
+    "args-env-exit return 5") exit 5 ;;
+    "args-env-exit abort ") exit 134 ;;
+    "panics  ") exit 1 ;;
+    "basic  ") exit 101 ;;
+    "recovery  ") exit 0 ;;   # wrong on purpose: expected 101
+    *) exit 0 ;;
+esac
+FAKE
+    chmod +x "$dir/fake-runner"
+    table=$(GPURUN_CHECK_RUNNER="$dir/fake-runner" run_cases "$dir" 2>/dev/null)
+    status=$?
+    rm -rf "$dir"
+    echo "$table"
+    [[ $status != 0 ]] || { echo "self-test: a mismatching row did not fail the run" >&2; return 1; }
+    grep -Eq '^hello +- +42 +42 .* ok$' <<<"$table" || { echo "self-test: hello row wrong" >&2; return 1; }
+    grep -Eq '^args-env-exit +abort +nonzero +134 .* ok$' <<<"$table" ||
+        { echo "self-test: nonzero expectation not honoured" >&2; return 1; }
+    grep -Eq '^recovery +- +101 +0 .* MISMATCH$' <<<"$table" ||
+        { echo "self-test: mismatch not flagged" >&2; return 1; }
+    [[ $(grep -c ' ok$' <<<"$table") == 8 ]] || { echo "self-test: expected 8 ok rows" >&2; return 1; }
+    echo "self-test: ok" >&2
+}
+
+if [[ -n "$self_test" ]]; then
+    self_test
+    exit $?
+fi
 if [[ -n "$make_bundle" ]]; then
     build_bundle "$make_bundle"
     echo "gpu-check: bundle ready in $make_bundle (run: $make_bundle/gpu-check.sh --bundle $make_bundle)" >&2
