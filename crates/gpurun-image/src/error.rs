@@ -96,6 +96,23 @@ pub enum ImageError {
         /// The version this crate reads.
         supported: u32,
     },
+    /// A host emulation image without a readable `__gpurun_host_abi_version`.
+    #[error("host emulation image without a readable `__gpurun_host_abi_version` ({reason}); rebuild it with gpurun-device")]
+    MissingHostAbiVersion {
+        /// What is missing or unreadable.
+        reason: String,
+    },
+    /// A host emulation image built for a host ABI this version does not understand.
+    #[error(
+        "the host emulation image uses host ABI version {found}, but this cargo-gpurun supports \
+         version {supported}; update cargo-gpurun"
+    )]
+    UnsupportedHostAbi {
+        /// The version found in the image.
+        found: u32,
+        /// The version this crate reads.
+        supported: u32,
+    },
     /// A constructor/destructor object whose name does not end in a `u16` priority.
     #[error("invalid priority in constructor/destructor symbol `{symbol}` (expected a trailing `_N`, N in 0..=65535)")]
     BadCtorDtorPriority {

@@ -25,6 +25,8 @@ pub use error::ImageError;
 pub const TEST_ABI_VERSION_SYMBOL: &str = "__gpurun_test_abi_version";
 /// The symbol a host emulation image exports with its host ABI version (`u32`).
 pub const HOST_ABI_VERSION_SYMBOL: &str = "__gpurun_host_abi_version";
+/// The host ABI version this crate supports (`HostThreadInfo` layout, `__gpurun_host_enter_thread`).
+pub const HOST_ABI_VERSION: u32 = 1;
 /// The global the loader fills with the RPC client before any launch.
 pub const RPC_CLIENT_SYMBOL: &str = "__llvm_rpc_client";
 /// Prefix of constructor objects (LLVM libc's NVPTX start-up convention).
@@ -220,6 +222,7 @@ pub struct Image {
     globals: Vec<Global>,
     tests: Vec<TestDesc>,
     test_abi_version: Option<u32>,
+    host_abi_version: Option<u32>,
     ptx_version: Option<(u32, u32)>,
     ptx_target: Option<String>,
     elf_machine: Option<String>,
@@ -257,6 +260,7 @@ impl Image {
             globals: Vec::new(),
             tests: Vec::new(),
             test_abi_version: None,
+            host_abi_version: None,
             ptx_version: None,
             ptx_target: None,
             elf_machine: None,
@@ -300,10 +304,38 @@ impl Image {
         }
         image.kernels.sort_by(|a, b| a.name.cmp(&b.name));
         image.globals.sort_by(|a, b| a.name.cmp(&b.name));
+        if image.kind == ImageKind::Host {
+            image.check_host_abi()?;
+        }
         image.read_test_table()?;
         image.find_ctors_dtors()?;
         image.bytes = bytes;
         Ok(image)
+    }
+
+    /// The host backend calls into a host image through `__gpurun_host_enter_thread`, whose
+    /// signature is fixed by the host ABI version: refuse any image that does not state it.
+    fn check_host_abi(&mut self) -> Result<(), ImageError> {
+        let missing = |reason: &str| ImageError::MissingHostAbiVersion {
+            reason: reason.to_owned(),
+        };
+        let global = self
+            .global(HOST_ABI_VERSION_SYMBOL)
+            .ok_or_else(|| missing("the symbol is not exported"))?;
+        if global.size != 4 {
+            return Err(missing("it is not 4 bytes"));
+        }
+        let found = global
+            .read_u32_at(0)
+            .ok_or_else(|| missing("its value is not stored in the image"))?;
+        if found != HOST_ABI_VERSION {
+            return Err(ImageError::UnsupportedHostAbi {
+                found,
+                supported: HOST_ABI_VERSION,
+            });
+        }
+        self.host_abi_version = Some(found);
+        Ok(())
     }
 
     fn read_test_table(&mut self) -> Result<(), ImageError> {
@@ -479,6 +511,8 @@ impl Image {
         self.kernel("_start").is_some()
     }
 
+    /// The host ABI version this crate supports (`HostThreadInfo` layout, `__gpurun_host_enter_thread`).
+    pub const HOST_ABI_VERSION: u32 = 1;
     /// The global the loader fills with the RPC client (`__llvm_rpc_client`), if the image
     /// talks RPC.
     pub fn rpc_client(&self) -> Option<&Global> {
@@ -488,6 +522,12 @@ impl Image {
     /// The value of `__gpurun_test_abi_version` (already checked to be supported).
     pub fn test_abi_version(&self) -> Option<u32> {
         self.test_abi_version
+    }
+
+    /// Host images: the value of `__gpurun_host_abi_version` (already checked to be
+    /// [`HOST_ABI_VERSION`]).
+    pub fn host_abi_version(&self) -> Option<u32> {
+        self.host_abi_version
     }
 
     /// PTX: `.version` as (major, minor).

@@ -332,3 +332,38 @@ fn bad_ctor_priority() {
         "{err}"
     );
 }
+
+#[test]
+fn host_abi_version_is_checked() {
+    let image = load("libsample-host.so");
+    assert_eq!(image.host_abi_version(), Some(1));
+    assert_eq!(load("sample.ptx").host_abi_version(), None);
+
+    let original = std::fs::read(data("libsample-host.so")).unwrap();
+    // In this library `.rodata` is mapped at its file offset, so the symbol value is where
+    // the bytes are; check that before relying on it.
+    let at = image
+        .global("__gpurun_host_abi_version")
+        .unwrap()
+        .address
+        .unwrap() as usize;
+    assert_eq!(original[at..at + 4], [1, 0, 0, 0]);
+    let mut newer = original.clone();
+    newer[at] = 2;
+    let err = parse_err(newer);
+    assert!(
+        err.contains("host ABI version 2") && err.ends_with("update cargo-gpurun"),
+        "{err}"
+    );
+
+    let mut unversioned = original;
+    let name = b"__gpurun_host_abi_version";
+    while let Some(pos) = unversioned.windows(name.len()).position(|w| w == name) {
+        unversioned[pos + name.len() - 1] = b'X';
+    }
+    let err = parse_err(unversioned);
+    assert!(
+        err.starts_with("host emulation image without a readable `__gpurun_host_abi_version`"),
+        "{err}"
+    );
+}
