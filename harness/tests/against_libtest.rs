@@ -2,28 +2,40 @@
 //! with `rustc --test`, and it and `gpurun-mock-suite` (the same tests, scripted) run with the
 //! same arguments. After masking what must differ (the host thread id that Rust prints where we
 //! print device ids, the backtrace hint, the run time) stdout, stderr and exit code must match.
+//! The JSON format is compared against a nightly libtest, which CI has.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn reference_binary() -> PathBuf {
+/// Builds the reference with `rustc` (plus `toolchain_args`, e.g. `+nightly`) into a fresh
+/// temporary directory. `Err` if that toolchain cannot be run at all.
+fn build_reference(name: &str, toolchain_args: &[&str]) -> Result<PathBuf, String> {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
-    let out_dir = std::env::temp_dir().join(format!("gpurun-harness-ref-{}", std::process::id()));
+    let out_dir =
+        std::env::temp_dir().join(format!("gpurun-harness-ref-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).unwrap();
     let binary = out_dir.join("libtest_reference");
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     // Relative source path, so panic locations read `libtest_reference.rs:L:C` as in the mock.
-    let status = Command::new(&rustc)
+    let output = Command::new(&rustc)
         .current_dir(&data)
+        .args(toolchain_args)
         .args(["--edition", "2021", "--test", "libtest_reference.rs", "-o"])
         .arg(&binary)
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run {rustc:?} to build the libtest reference: {e}"));
-    assert!(
-        status.success(),
-        "rustc failed to build the libtest reference"
-    );
-    binary
+        .output()
+        .map_err(|e| format!("cannot run {rustc:?}: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{rustc:?} {toolchain_args:?} failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    Ok(binary)
+}
+
+fn reference_binary() -> PathBuf {
+    build_reference("stable", &[])
+        .unwrap_or_else(|e| panic!("cannot build the libtest reference: {e}"))
 }
 
 fn run(binary: &Path, args: &[&str]) -> Output {
@@ -124,6 +136,81 @@ fn output_matches_real_libtest() {
                 String::from_utf8_lossy(&want.stdout),
                 String::from_utf8_lossy(&got.stdout)
             ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(reference.parent().unwrap());
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n\n"));
+}
+
+/// JSON lines with the parts that must differ masked: run times, the thread ids inside captured
+/// output, and the source positions of `--list` (the image does not record them).
+fn normalize_json(bytes: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .map(|line| {
+            let mut event: serde_json::Value =
+                serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+            if let Some(object) = event.as_object_mut() {
+                for key in [
+                    "exec_time",
+                    "source_path",
+                    "start_line",
+                    "start_col",
+                    "end_line",
+                    "end_col",
+                ] {
+                    if object.contains_key(key) {
+                        object.insert(key.into(), serde_json::Value::Null);
+                    }
+                }
+                if let Some(stdout) = object.get("stdout").and_then(|v| v.as_str()) {
+                    let masked = normalize(stdout.as_bytes());
+                    object.insert("stdout".into(), masked.into());
+                }
+            }
+            event
+        })
+        .collect()
+}
+
+/// libtest's JSON format needs a nightly libtest (`-Z unstable-options`); CI has nightly.
+#[test]
+fn json_output_matches_nightly_libtest() {
+    let reference = match build_reference("nightly", &["+nightly"]) {
+        Ok(binary) => binary,
+        Err(why) if std::env::var_os("CI").is_some_and(|v| v == "true") => {
+            panic!("CI must have a nightly toolchain for this test: {why}")
+        }
+        Err(why) => {
+            eprintln!("skipping the JSON comparison: no nightly rustc ({why})");
+            return;
+        }
+    };
+    let ours = PathBuf::from(env!("CARGO_BIN_EXE_gpurun-mock-suite"));
+    let mut mismatches = Vec::new();
+    for case in [
+        &["--test-threads", "1"][..],
+        &["--test-threads", "1", "--show-output", "--report-time"],
+        &["--test-threads", "1", "--nocapture", "sp_"],
+        &["--test-threads", "1", "--ignored"],
+        &["--list"],
+        &["--list", "--ignored"],
+    ] {
+        let args: Vec<&str> = ["-Z", "unstable-options", "--format", "json"]
+            .into_iter()
+            .chain(case.iter().copied())
+            .collect();
+        let (want, got) = (run(&reference, &args), run(&ours, &args));
+        let (w, g) = (normalize_json(&want.stdout), normalize_json(&got.stdout));
+        assert!(
+            w.len() >= 3,
+            "libtest printed too little JSON for {args:?}: {w:?}"
+        );
+        if w != g {
+            mismatches.push(format!("{args:?}:\n--- libtest\n{w:#?}\n--- ours\n{g:#?}"));
+        }
+        if want.status.code() != got.status.code() {
+            mismatches.push(format!("exit code of {args:?}"));
         }
     }
     let _ = std::fs::remove_dir_all(reference.parent().unwrap());
