@@ -17,9 +17,14 @@ fuzz_target!(|data: &[u8]| {
             let _ = global.read_at(0, global.size.min(4096) as usize);
         }
         for test in image.tests() {
-            assert!(image.kernel(&test.kernel).is_some(), "a test without its kernel was accepted");
-            let encoded = gpurun_image::encode_descriptor(test).expect("decoded descriptors re-encode");
-            let decoded = gpurun_image::decode_descriptor("x", &test.kernel, &encoded).expect("round trip");
+            assert!(
+                image.kernel(&test.kernel).is_some(),
+                "a test without its kernel was accepted"
+            );
+            let encoded =
+                gpurun_image::encode_descriptor(test).expect("decoded descriptors re-encode");
+            let decoded =
+                gpurun_image::decode_descriptor("x", &test.kernel, &encoded).expect("round trip");
             assert_eq!(&decoded, test);
         }
     }
