@@ -36,24 +36,28 @@ fn availability(library_present: bool) -> Result<(), BackendError> {
     }
 }
 
-/// Probes for `libcuda.so` and runs `cuInit(0)` once. Never panics: the probe comes before any
-/// call that would make cudarc load the library.
+/// Probes for `libcuda.so` and runs `cuInit(0)`, once per process. Never panics: the probe
+/// comes before any call that would make cudarc load the library.
 pub(crate) fn init() -> Result<Driver, BackendError> {
-    static INIT: OnceLock<Result<Driver, CUresult>> = OnceLock::new();
-    // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names and drops the handle.
-    availability(unsafe { sys::is_culib_present() })?;
-    DRIVER_LOADED.store(true, Ordering::Release);
+    /// `None`: no driver library; `Some(Err(code))`: `cuInit` failed.
+    static INIT: OnceLock<Option<Result<Driver, CUresult>>> = OnceLock::new();
     let outcome = INIT.get_or_init(|| {
+        // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names.
+        if availability(unsafe { sys::is_culib_present() }).is_err() {
+            return None;
+        }
+        DRIVER_LOADED.store(true, Ordering::Release);
         // SAFETY: plain driver call with a flags value of 0, the only one defined.
-        match unsafe { sys::cuInit(0) } {
+        Some(match unsafe { sys::cuInit(0) } {
             CUresult::CUDA_SUCCESS => Ok(Driver::Ready),
             CUresult::CUDA_ERROR_NO_DEVICE => Ok(Driver::NoDevice),
             other => Err(other),
-        }
+        })
     });
     match *outcome {
-        Ok(driver) => Ok(driver),
-        Err(code) => Err(DriverError {
+        None => Err(BackendError::NotAvailable(NO_DRIVER.into())),
+        Some(Ok(driver)) => Ok(driver),
+        Some(Err(code)) => Err(DriverError {
             call: "cuInit",
             code,
         }
