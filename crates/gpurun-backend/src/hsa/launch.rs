@@ -4,7 +4,7 @@
 
 use super::error::{describe_queue_error, runtime, runtime_message};
 use super::memory::{PoolBuffer, Signal};
-use super::module::HsaModule;
+use super::module::{HsaModule, Resources};
 use super::packet::{dispatch_header, dispatch_packet, header_word, kernarg_block};
 use super::result::status_string;
 use super::runtime::{fault_count, fault_text};
@@ -41,18 +41,108 @@ impl WaitBackoff {
     }
 }
 
-/// Why a launch stopped early, decided by [`check_health`].
+/// A memory fault recorded since the launch began, else the queue's error: the launch failed.
 pub(crate) fn check_health(
     queue_error: Option<String>,
     faults_before: usize,
     faults_now: usize,
     fault: impl Fn(usize) -> Option<String>,
-) -> Option<LaunchEnd> {
+) -> Option<String> {
     if faults_now > faults_before {
-        let text = fault(faults_before).unwrap_or_else(|| "GPU memory access fault".to_owned());
-        return Some(LaunchEnd::Faulted(text));
+        return Some(fault(faults_before).unwrap_or_else(|| "GPU memory access fault".to_owned()));
     }
-    queue_error.map(LaunchEnd::Faulted)
+    queue_error
+}
+
+/// How long the other waves may keep running after one called `exit()` or `abort()`: LLVM's
+/// loader ends the process at once; waiting a little keeps their output.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// When a wait gives up.
+pub(crate) struct WaitLimits {
+    pub started: Instant,
+    pub timeout: Option<Duration>,
+    pub exit_grace: Duration,
+}
+
+/// How a wait ended, and why the module is unusable if it is.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Finish {
+    pub end: LaunchEnd,
+    pub broken: Option<String>,
+}
+
+/// Waits for a dispatched kernel while serving RPC, independent of the runtime so it can be
+/// tested: `wait(d)` waits up to `d` on the completion signal and says whether the kernel
+/// finished; `serve()` handles one RPC request; `health()` names a fault or queue error.
+/// An `Err` is a broken RPC conversation (the kernel may still run).
+pub(crate) fn wait_for_kernel(
+    wait: &mut dyn FnMut(Duration) -> bool,
+    serve: &mut dyn FnMut() -> Result<Served, BackendError>,
+    health: &mut dyn FnMut() -> Option<String>,
+    limits: &WaitLimits,
+) -> Result<Finish, BackendError> {
+    let mut backoff = WaitBackoff::new();
+    let mut ended: Option<LaunchEnd> = None;
+    let mut grace_until: Option<Instant> = None;
+    loop {
+        let finished = wait(backoff.next_wait());
+        // Serve until idle, also after completion: output and frees sent right before the
+        // kernel returned are still pending.
+        let mut handled = false;
+        loop {
+            match serve()? {
+                Served::Idle => break,
+                Served::Handled => handled = true,
+                Served::End(end) => {
+                    handled = true;
+                    ended.get_or_insert(end);
+                }
+            }
+        }
+        if handled {
+            backoff.busy();
+        }
+        if finished {
+            return Ok(Finish {
+                end: ended.unwrap_or(LaunchEnd::Completed),
+                broken: None,
+            });
+        }
+        if let Some(text) = health() {
+            return Ok(Finish {
+                end: LaunchEnd::Faulted(text.clone()),
+                broken: Some(text),
+            });
+        }
+        if let Some(end) = &ended {
+            let deadline = *grace_until.get_or_insert_with(|| Instant::now() + limits.exit_grace);
+            if Instant::now() >= deadline {
+                return Ok(Finish {
+                    end: end.clone(),
+                    broken: Some(format!(
+                        "the kernel was still running {:?} after the device's exit/abort",
+                        limits.exit_grace
+                    )),
+                });
+            }
+        }
+        if let Some(limit) = limits.timeout {
+            if limits.started.elapsed() >= limit {
+                // A running kernel cannot be stopped: only ending the worker process does.
+                return Ok(Finish {
+                    end: LaunchEnd::TimedOut(limit),
+                    broken: Some(format!("a kernel ran past its {limit:?} deadline")),
+                });
+            }
+        }
+    }
+}
+
+/// A duration in the runtime's timestamp ticks, which `hsa_signal_wait_*` takes.
+pub(crate) fn duration_to_ticks(duration: Duration, timestamp_hz: u64) -> u64 {
+    let ticks = duration.as_nanos().saturating_mul(u128::from(timestamp_hz)) / 1_000_000_000;
+    u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
 }
 
 impl HsaModule<'_> {
@@ -79,84 +169,61 @@ impl HsaModule<'_> {
         // SAFETY: kernarg memory is host-accessible and no kernel uses this block yet.
         unsafe { kernargs.write_host(&block) };
         let done = Signal::new(&lib, 1).map_err(runtime)?;
-        let mut packet = dispatch_packet(&shape, &facts, kernargs.address(), done.handle)?;
-        packet.header = 0;
+        let packet = dispatch_packet(&shape, &facts, kernargs.address(), done.handle)?;
 
         let faults_before = fault_count();
         self.publish(&packet, header_word(dispatch_header(), packet.setup))?;
 
-        let started = Instant::now();
-        let mut backoff = WaitBackoff::new();
-        let end = loop {
-            let value = done.wait_zero(backoff.next_wait().as_nanos() as u64);
-            match self.serve(sink, &mut backoff) {
-                Ok(None) => {}
-                Ok(Some(end)) => return Ok(self.abandon(end, kernargs, done)),
-                Err(error) => {
-                    // The kernel may still run: keep what it uses alive, fail the launch.
-                    self.abandon(LaunchEnd::Faulted(error.to_string()), kernargs, done);
-                    return Err(error);
-                }
-            }
-            if value == 0 {
-                break LaunchEnd::Completed;
-            }
-            let queue_error = self.res.queue.error().map(|status| {
-                describe_queue_error(status, status_string(self.res.queue.lib(), status))
-            });
-            if let Some(end) = check_health(queue_error, faults_before, fault_count(), fault_text) {
-                return Ok(self.abandon(end, kernargs, done));
-            }
-            if let Some(limit) = timeout {
-                if started.elapsed() >= limit {
-                    return Ok(self.abandon(LaunchEnd::TimedOut(limit), kernargs, done));
-                }
-            }
+        let timestamp_hz = self.device.runtime.timestamp_hz();
+        let limits = WaitLimits {
+            started: Instant::now(),
+            timeout,
+            exit_grace: EXIT_GRACE,
         };
-        // The kernel finished: nothing references the arguments or the signal any more.
-        drop(kernargs);
-        drop(done);
-        Ok(end)
+        let Resources {
+            queue, rpc, heap, ..
+        } = &mut *self.res;
+        let queue = &*queue;
+        let outcome = wait_for_kernel(
+            &mut |wait| done.wait_zero(duration_to_ticks(wait, timestamp_hz)) == 0,
+            &mut || match rpc.as_mut() {
+                Some(channel) => channel.server.poll(sink, heap),
+                None => Ok(Served::Idle),
+            },
+            &mut || {
+                let queue_error = queue
+                    .error()
+                    .map(|status| describe_queue_error(status, status_string(queue.lib(), status)));
+                check_health(queue_error, faults_before, fault_count(), fault_text)
+            },
+            &limits,
+        );
+        match outcome {
+            Ok(Finish { end, broken: None }) => {
+                // The kernel finished: nothing references the arguments or the signal any more.
+                drop(kernargs);
+                drop(done);
+                Ok(end)
+            }
+            Ok(Finish {
+                end,
+                broken: Some(reason),
+            }) => {
+                self.abandon(reason, kernargs, done);
+                Ok(end)
+            }
+            Err(error) => {
+                self.abandon(error.to_string(), kernargs, done);
+                Err(error)
+            }
+        }
     }
 
-    /// Serves every pending RPC request; `Some` when the device ended the program.
-    fn serve(
-        &mut self,
-        sink: &mut dyn Sink,
-        backoff: &mut WaitBackoff,
-    ) -> Result<Option<LaunchEnd>, BackendError> {
-        let res = &mut *self.res;
-        let Some(channel) = res.rpc.as_mut() else {
-            return Ok(None);
-        };
-        let mut handled = false;
-        loop {
-            match channel.server.poll(sink, &mut res.heap)? {
-                Served::Idle => break,
-                Served::Handled => handled = true,
-                // exit()/abort() on the device ends the whole program, as LLVM's loader does;
-                // other waves may still run, so the module is not reused.
-                Served::End(end) => return Ok(Some(end)),
-            }
-        }
-        if handled {
-            backoff.busy();
-        }
-        Ok(None)
-    }
-
-    /// Marks the module unusable and leaks what the still-running kernel may touch.
-    fn abandon(&mut self, end: LaunchEnd, kernargs: PoolBuffer, done: Signal) -> LaunchEnd {
-        if self.broken.is_none() {
-            self.broken = Some(match &end {
-                LaunchEnd::Faulted(text) => text.clone(),
-                LaunchEnd::TimedOut(limit) => format!("a kernel ran past its {limit:?} deadline"),
-                other => format!("{other:?}"),
-            });
-        }
+    /// Marks the module unusable and leaks what a kernel that may still run can touch.
+    fn abandon(&mut self, reason: String, kernargs: PoolBuffer, done: Signal) {
+        self.broken.get_or_insert(reason);
         std::mem::forget(kernargs);
         std::mem::forget(done);
-        end
     }
 
     /// Reserves a slot, writes the packet body, then publishes the header with a release store
@@ -211,6 +278,7 @@ impl HsaModule<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
 
     #[test]
     fn backoff_grows_to_a_millisecond_and_resets() {
@@ -227,20 +295,16 @@ mod tests {
 
     #[test]
     fn a_new_memory_fault_fails_the_launch_with_its_text() {
-        let end = check_health(None, 2, 3, |index| {
+        let text = check_health(None, 2, 3, |index| {
             (index == 2).then(|| "fault at 0x10".to_owned())
         });
-        assert_eq!(end, Some(LaunchEnd::Faulted("fault at 0x10".into())));
+        assert_eq!(text.as_deref(), Some("fault at 0x10"));
     }
 
     #[test]
     fn a_queue_error_fails_the_launch() {
-        let end = check_health(Some("the GPU queue failed".into()), 0, 0, |_| None);
-        assert_eq!(end, Some(LaunchEnd::Faulted("the GPU queue failed".into())));
-    }
-
-    #[test]
-    fn a_healthy_launch_goes_on() {
+        let text = check_health(Some("the GPU queue failed".into()), 0, 0, |_| None);
+        assert_eq!(text.as_deref(), Some("the GPU queue failed"));
         assert_eq!(check_health(None, 4, 4, |_| None), None);
     }
 
@@ -248,7 +312,176 @@ mod tests {
     fn faults_recorded_by_the_event_handler_are_seen() {
         let before = fault_count();
         super::super::runtime::record_fault_for_test("GPU memory access fault at address 0x0");
-        let end = check_health(None, before, fault_count(), fault_text);
-        assert!(matches!(end, Some(LaunchEnd::Faulted(text)) if text.contains("0x0")));
+        let text = check_health(None, before, fault_count(), fault_text);
+        assert!(text.is_some_and(|text| text.contains("0x0")));
+    }
+
+    #[test]
+    fn ticks_follow_the_timestamp_frequency() {
+        assert_eq!(
+            duration_to_ticks(Duration::from_millis(1), 1_000_000_000),
+            1_000_000
+        );
+        assert_eq!(
+            duration_to_ticks(Duration::from_millis(1), 100_000_000),
+            100_000
+        );
+        assert_eq!(
+            duration_to_ticks(Duration::from_nanos(1), 1_000),
+            1,
+            "never zero"
+        );
+        assert_eq!(duration_to_ticks(Duration::MAX, u64::MAX), u64::MAX);
+    }
+
+    fn limits(timeout: Option<Duration>) -> WaitLimits {
+        WaitLimits {
+            started: Instant::now(),
+            timeout,
+            exit_grace: Duration::from_millis(20),
+        }
+    }
+
+    /// A kernel that finishes after `busy` waits.
+    fn kernel(busy: u32) -> impl FnMut(Duration) -> bool {
+        let mut waits = 0;
+        move |_| {
+            waits += 1;
+            waits > busy
+        }
+    }
+
+    /// A server that answers from a script, then stays idle.
+    fn server(script: Vec<Served>) -> impl FnMut() -> Result<Served, BackendError> {
+        let mut script = script.into_iter();
+        move || Ok(script.next().unwrap_or(Served::Idle))
+    }
+
+    #[test]
+    fn completion_ends_the_wait() {
+        let finish = wait_for_kernel(
+            &mut kernel(3),
+            &mut server(vec![]),
+            &mut || None,
+            &limits(None),
+        )
+        .unwrap();
+        assert_eq!(
+            finish,
+            Finish {
+                end: LaunchEnd::Completed,
+                broken: None
+            }
+        );
+    }
+
+    #[test]
+    fn requests_pending_at_completion_are_still_served() {
+        let served = Cell::new(0);
+        let mut script = server(vec![Served::Handled, Served::Handled]);
+        let mut serve = || {
+            let answer = script();
+            if matches!(answer, Ok(Served::Handled)) {
+                served.set(served.get() + 1);
+            }
+            answer
+        };
+        let finish =
+            wait_for_kernel(&mut kernel(0), &mut serve, &mut || None, &limits(None)).unwrap();
+        assert_eq!(finish.end, LaunchEnd::Completed);
+        assert_eq!(served.get(), 2);
+    }
+
+    #[test]
+    fn exit_then_completion_keeps_the_module() {
+        let finish = wait_for_kernel(
+            &mut kernel(2),
+            &mut server(vec![Served::End(LaunchEnd::Exited(3))]),
+            &mut || None,
+            &limits(None),
+        )
+        .unwrap();
+        assert_eq!(
+            finish,
+            Finish {
+                end: LaunchEnd::Exited(3),
+                broken: None
+            }
+        );
+    }
+
+    #[test]
+    fn exit_with_waves_still_running_ends_after_the_grace_period() {
+        let finish = wait_for_kernel(
+            &mut |_| false,
+            &mut server(vec![Served::End(LaunchEnd::Aborted)]),
+            &mut || None,
+            &limits(None),
+        )
+        .unwrap();
+        assert_eq!(finish.end, LaunchEnd::Aborted);
+        assert!(finish
+            .broken
+            .unwrap()
+            .contains("after the device's exit/abort"));
+    }
+
+    #[test]
+    fn a_fault_ends_the_wait_and_breaks_the_module() {
+        let mut checks = 0;
+        let mut health = || {
+            checks += 1;
+            (checks == 3).then(|| "GPU memory access fault at address 0x8".to_owned())
+        };
+        let finish = wait_for_kernel(
+            &mut |_| false,
+            &mut server(vec![]),
+            &mut health,
+            &limits(None),
+        )
+        .unwrap();
+        assert_eq!(
+            finish.end,
+            LaunchEnd::Faulted("GPU memory access fault at address 0x8".into())
+        );
+        assert!(finish.broken.is_some());
+    }
+
+    #[test]
+    fn a_hang_times_out() {
+        let timeout = Duration::from_millis(30);
+        let finish = wait_for_kernel(
+            &mut |_| false,
+            &mut server(vec![]),
+            &mut || None,
+            &limits(Some(timeout)),
+        )
+        .unwrap();
+        assert_eq!(finish.end, LaunchEnd::TimedOut(timeout));
+        assert!(finish.broken.unwrap().contains("deadline"));
+    }
+
+    #[test]
+    fn a_broken_rpc_conversation_is_an_error() {
+        let mut serve = || {
+            Err(BackendError::Rpc(
+                "the device sent unknown opcode 0x1".into(),
+            ))
+        };
+        let error =
+            wait_for_kernel(&mut |_| false, &mut serve, &mut || None, &limits(None)).unwrap_err();
+        assert!(error.to_string().contains("unknown opcode"));
+    }
+
+    #[test]
+    fn waits_get_longer_while_the_device_is_quiet() {
+        let mut seen = Vec::new();
+        let mut wait = |duration: Duration| {
+            seen.push(duration);
+            seen.len() > 4
+        };
+        wait_for_kernel(&mut wait, &mut server(vec![]), &mut || None, &limits(None)).unwrap();
+        assert!(seen.windows(2).all(|pair| pair[0] <= pair[1]), "{seen:?}");
+        assert!(seen.iter().all(|wait| *wait <= MAX_WAIT));
     }
 }

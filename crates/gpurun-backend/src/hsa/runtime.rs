@@ -36,6 +36,7 @@ impl LibrarySource {
 /// One `hsa_init` reference; `hsa_shut_down` when dropped (the runtime counts references).
 pub(crate) struct Runtime {
     lib: Arc<HsaLib>,
+    timestamp_hz: OnceLock<u64>,
 }
 
 impl Runtime {
@@ -46,7 +47,10 @@ impl Runtime {
         unsafe { (lib.hsa_init)() }
             .result(&lib, "hsa_init")
             .map_err(runtime)?;
-        let opened = Arc::new(Runtime { lib });
+        let opened = Arc::new(Runtime {
+            lib,
+            timestamp_hz: OnceLock::new(),
+        });
         register_fault_handler(&opened.lib).map_err(runtime)?;
         Ok(opened)
     }
@@ -57,6 +61,26 @@ impl Runtime {
 
     pub(crate) fn lib_arc(&self) -> &Arc<HsaLib> {
         &self.lib
+    }
+
+    /// Ticks per second of the system timestamp, the unit of signal wait timeouts (ROCr: 1 GHz
+    /// on Linux; asked once, 1 GHz if the runtime does not say).
+    pub(crate) fn timestamp_hz(&self) -> u64 {
+        *self.timestamp_hz.get_or_init(|| {
+            let mut hz = 0u64;
+            // SAFETY: TIMESTAMP_FREQUENCY is a uint64_t.
+            let asked = unsafe {
+                (self.lib.hsa_system_get_info)(
+                    HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY,
+                    (&mut hz as *mut u64).cast(),
+                )
+            };
+            if asked == HSA_STATUS_SUCCESS && hz > 0 {
+                hz
+            } else {
+                1_000_000_000
+            }
+        })
     }
 
     /// `HSA_SYSTEM_INFO_VERSION_MAJOR.MINOR`, e.g. `HSA 1.1`.
