@@ -26,6 +26,7 @@ pub struct TestCase {
 
 impl TestCase {
     /// A test with a one-thread launch and no attributes; handy for tests and mock scripts.
+    /// The kernel name is a placeholder: tests read from an image carry the real symbol.
     pub fn new(name: impl Into<String>) -> Self {
         let name = name.into();
         Self {

@@ -681,3 +681,52 @@ fn harness_overhead_for_1000_tests_is_small() {
         assert!(elapsed < Duration::from_millis(500), "{elapsed:?}");
     }
 }
+
+#[test]
+fn many_tests_with_scattered_durations_are_each_reported_once() {
+    // 300 tests, 8 threads, delays of 0-3 ms from a fixed linear congruential sequence: bounded
+    // (well under a second) and reproducible.
+    let mut seed = 12345u64;
+    let mut executor = MockExecutor::new();
+    let mut suite = Vec::new();
+    for i in 0..300 {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let name = format!("stress::t{i:03}");
+        let delay = Duration::from_micros((seed >> 33) % 3000);
+        let run = if i % 7 == 0 {
+            panicked(&format!("{name} failed"), 1, 1)
+        } else {
+            passed(&format!("{name} output\n"))
+        };
+        executor = executor.with_delay(&name, run, delay);
+        suite.push(TestCase {
+            ignored: i % 11 == 0,
+            ..TestCase::new(name)
+        });
+    }
+    let outcome = run(&["--test-threads", "8"], suite, executor);
+    let ignored = (0..300).filter(|i| i % 11 == 0).count();
+    let failed = (0..300).filter(|i| i % 7 == 0 && i % 11 != 0).count();
+    let c = outcome.conclusion;
+    assert_eq!(
+        (
+            c.num_passed as usize,
+            c.num_failed as usize,
+            c.num_ignored as usize
+        ),
+        (300 - ignored - failed, failed, ignored)
+    );
+    for i in 0..300 {
+        let name = format!("stress::t{i:03}");
+        let lines = outcome
+            .stdout
+            .lines()
+            .filter(|line| line.starts_with(&format!("test {name} ... ")))
+            .count();
+        assert_eq!(lines, 1, "{name} reported {lines} times");
+    }
+    assert_eq!(outcome.executor.ran().len(), 300 - ignored);
+    assert!(outcome.executor.max_concurrency() <= 8);
+}
