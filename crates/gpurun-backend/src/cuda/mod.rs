@@ -12,10 +12,14 @@
 //! - Host memory the device reads (RPC buffer, argv/envp, return value, ctor arrays) is
 //!   `cuMemHostAlloc(PORTABLE | DEVICEMAP)`, zeroed, never write-combined (see `memory`).
 //! - Kernels run on a non-blocking stream; RPC `malloc`/`free` use a second one so they cannot
-//!   wait behind the running kernel. The launching thread serves RPC and polls the stream.
+//!   wait behind the running kernel. The launching thread serves RPC (in batches) and polls the
+//!   stream; after the stream completes it drains what the kernel sent last. With
+//!   `CUDA_LAUNCH_BLOCKING=1` the launch call itself moves to a helper thread.
 //! - A sticky error (illegal address, trap, ...) or a timeout leaves the context unusable: the
-//!   launch ends as `Faulted`/`TimedOut` and the module refuses further launches, so the
-//!   harness replaces the worker process.
+//!   launch ends as `Faulted` (with the driver's error name) or `TimedOut`, the module refuses
+//!   further launches, and dropping it leaks instead of waiting on a kernel that may never end.
+//!   The harness replaces the worker process, which gets a fresh context and reloads the image.
+//! - After the device calls `exit()`/`abort()` the other threads get one second to finish.
 //! - `CUDA_VISIBLE_DEVICES` is applied by the driver itself: ordinals are those it leaves.
 
 mod device;
