@@ -9,6 +9,7 @@ use object::elf::{EM_AMDGPU, EM_CUDA, SHT_NOBITS, STT_FUNC, STT_OBJECT};
 use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
 use object::{Endianness, Object, ObjectSection, ObjectSymbol, SectionIndex};
 
+use crate::msgpack;
 use crate::{AmdgpuInfo, Global, GlobalInit, ImageError, ImageKind, Kernel, KernelDescriptor};
 
 /// `st_other` bit that marks a CUDA kernel entry in a cubin's symbol table.
@@ -204,9 +205,20 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         })
         .map(|s| global(&elf, s))
         .collect();
-    let amdgpu = (kind == ImageKind::Amdgpu).then(|| AmdgpuInfo {
-        mach: e_flags & 0xff,
-        has_metadata_note: has_amdgpu_metadata(&elf),
+    let amdgpu = (kind == ImageKind::Amdgpu).then(|| {
+        let metadata = amdgpu_metadata(&elf);
+        AmdgpuInfo {
+            mach: e_flags & 0xff,
+            has_metadata_note: metadata.is_some(),
+            target: metadata
+                .and_then(|note| msgpack::decode(note))
+                .and_then(|value| {
+                    value
+                        .get("amdhsa.target")
+                        .and_then(|t| t.as_str())
+                        .map(str::to_owned)
+                }),
+        }
     });
     // In cubins of ELF ABI version 7 (CUDA 12 and earlier) the low byte of e_flags is the SM.
     let ident = &elf.elf_header().e_ident;
@@ -350,7 +362,8 @@ fn host_kernels(symbols: &[Sym]) -> Vec<Kernel> {
         .collect()
 }
 
-fn has_amdgpu_metadata(elf: &ElfFile64<'_, Endianness>) -> bool {
+/// The payload of the `NT_AMDGPU_METADATA` note, if there is one.
+fn amdgpu_metadata<'data>(elf: &ElfFile64<'data, Endianness>) -> Option<&'data [u8]> {
     let endian = elf.endian();
     let data = elf.data();
     for header in elf.elf_section_table().iter() {
@@ -359,9 +372,9 @@ fn has_amdgpu_metadata(elf: &ElfFile64<'_, Endianness>) -> bool {
         };
         while let Ok(Some(note)) = notes.next() {
             if note.name() == b"AMDGPU" && note.n_type(endian) == NT_AMDGPU_METADATA {
-                return true;
+                return Some(note.desc());
             }
         }
     }
-    false
+    None
 }

@@ -11,6 +11,7 @@
 mod desc;
 mod elf;
 mod error;
+mod msgpack;
 mod ptx;
 
 use std::path::{Path, PathBuf};
@@ -183,12 +184,15 @@ pub struct Kernel {
 }
 
 /// Facts about an AMDGPU code object.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AmdgpuInfo {
     /// `EF_AMDGPU_MACH` (the low byte of `e_flags`).
     pub mach: u32,
     /// The `NT_AMDGPU_METADATA` note (owner "AMDGPU", type 32) is present.
     pub has_metadata_note: bool,
+    /// `amdhsa.target` from the metadata note, e.g. `amdgcn-amd-amdhsa--gfx90a:xnack-`: the
+    /// ISA name to match against the agent's ISAs.
+    pub target: Option<String>,
 }
 
 impl AmdgpuInfo {

@@ -175,6 +175,10 @@ fn amdgpu_kernel_descriptors() {
         let info = image.amdgpu().unwrap();
         assert_eq!(info.gfx_name(), Some(gfx));
         assert!(info.has_metadata_note, "{name}");
+        assert_eq!(
+            info.target.as_deref(),
+            Some(format!("amdgcn-amd-amdhsa--{gfx}").as_str())
+        );
         assert_eq!(image.kernels().len(), 7, "{name}");
         for kernel in image.kernels() {
             let kd = kernel
