@@ -210,14 +210,12 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         AmdgpuInfo {
             mach: e_flags & 0xff,
             has_metadata_note: metadata.is_some(),
-            target: metadata
-                .and_then(|note| msgpack::decode(note))
-                .and_then(|value| {
-                    value
-                        .get("amdhsa.target")
-                        .and_then(|t| t.as_str())
-                        .map(str::to_owned)
-                }),
+            target: metadata.and_then(msgpack::decode).and_then(|value| {
+                value
+                    .get("amdhsa.target")
+                    .and_then(|t| t.as_str())
+                    .map(str::to_owned)
+            }),
         }
     });
     // In cubins of ELF ABI version 7 (CUDA 12 and earlier) the low byte of e_flags is the SM.
