@@ -1,1 +1,171 @@
-//! The Device trait and its backends.
+//! The backend layer: one family of object-safe traits ([`Backend`], [`Device`], [`Module`]) with
+//! three implementations chosen at run time: `cuda` (NVIDIA, through cudarc), `hsa` (AMD, through
+//! our `hsa-sys`) and `host` (CPU emulation of the device crate built for the host).
+//!
+//! Contract, in the spirit of wgpu-hal: the caller validates the image up front
+//! (`gpurun_image::Image`); a backend loads it once and runs one launch at a time, serving the
+//! device's RPC requests through the shared [`server`] while the kernel runs. Nothing above this
+//! crate touches a driver: a worker process owns one [`Device`], so a fault that poisons a context
+//! (CUDA) or aborts a process (ROCr) only costs that worker.
+
+pub mod args;
+pub mod cuda;
+mod error;
+pub mod host;
+pub mod hsa;
+pub mod select;
+pub mod server;
+mod shape;
+pub mod worker;
+
+pub use error::BackendError;
+pub use shape::LaunchShape;
+
+use gpurun_image::Image;
+use std::time::Duration;
+
+/// Which implementation runs the image.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum BackendKind {
+    /// NVIDIA GPUs through the CUDA driver API.
+    Cuda,
+    /// AMD GPUs through the HSA runtime (ROCr).
+    Hsa,
+    /// The device crate built for the host and run on CPU threads.
+    Host,
+}
+
+impl BackendKind {
+    /// The name used on the command line (`--backend cuda|hsa|host`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Cuda => "cuda",
+            BackendKind::Hsa => "hsa",
+            BackendKind::Host => "host",
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What `cargo gpurun info` prints about one device, and what a build needs to pick an arch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub backend: BackendKind,
+    /// Index within the backend (`--device N`).
+    pub ordinal: usize,
+    pub name: String,
+    /// `sm_90`, `gfx90a`, or `host`.
+    pub arch: String,
+    /// Threads per warp/wavefront (the RPC lane size).
+    pub lane_size: u32,
+    pub memory_bytes: Option<u64>,
+    /// Driver or runtime version, as the backend reports it.
+    pub driver: Option<String>,
+}
+
+/// Options that apply when an image is loaded.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// RPC ports to create (clamped to the layout's maximum).
+    pub rpc_ports: u32,
+    /// Per-thread stack size where the backend can set it (CUDA: `CU_LIMIT_STACK_SIZE`).
+    pub stack_size: Option<usize>,
+    /// Lane size the host emulation uses (1, 32 or 64). Ignored by GPU backends.
+    pub emulated_lane_size: u32,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            rpc_ports: 1024,
+            stack_size: None,
+            emulated_lane_size: 32,
+        }
+    }
+}
+
+/// Registers, local/private and shared/group memory of one kernel, for `--print-resource-usage`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceUsage {
+    pub registers: Option<u32>,
+    pub local_bytes: Option<u64>,
+    pub shared_bytes: Option<u64>,
+}
+
+/// How a launch ended, as far as the backend can tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LaunchEnd {
+    /// Every thread returned (some may have reported panics over RPC).
+    Completed,
+    /// The device asked the process to exit with this status (`exit()` over RPC).
+    Exited(i32),
+    /// The device called `abort()`.
+    Aborted,
+    /// The device faulted (illegal address, trap, ...); the text comes from the driver. The
+    /// module is unusable afterwards: the worker is replaced.
+    Faulted(String),
+    /// The deadline passed before the kernel finished.
+    TimedOut(Duration),
+}
+
+/// A family of devices: lists them and opens one.
+pub trait Backend {
+    fn kind(&self) -> BackendKind;
+    /// Devices this backend can see. An error says why none can be used (no driver, runtime
+    /// init failed, ...).
+    fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError>;
+    fn open(&self, ordinal: usize) -> Result<Box<dyn Device>, BackendError>;
+}
+
+/// One opened device.
+pub trait Device {
+    fn info(&self) -> &DeviceInfo;
+    /// Loads an image that was already parsed and checked. Sets up the RPC buffer when the image
+    /// defines `__llvm_rpc_client`.
+    fn load(
+        &mut self,
+        image: &Image,
+        options: &LoadOptions,
+    ) -> Result<Box<dyn Module + '_>, BackendError>;
+}
+
+/// A loaded image on one device.
+pub trait Module {
+    /// Launches `kernel` with `shape` and arguments `args` (in the order of the kernel's C
+    /// signature), serving RPC through `sink` until it ends or `timeout` passes.
+    fn launch(
+        &mut self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[args::KernelArg],
+        timeout: Option<Duration>,
+        sink: &mut dyn server::Sink,
+    ) -> Result<LaunchEnd, BackendError>;
+
+    /// Allocates `size` zeroed bytes of memory both sides can read and write; returns the
+    /// address as the device sees it. Lives until the module is dropped.
+    fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError>;
+
+    /// Copies `bytes` into the global `name` of the loaded image.
+    fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError>;
+
+    /// Reads `len` bytes from the global `name`.
+    fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError>;
+
+    fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage>;
+}
+
+/// Memory shared by host and device (see [`Module::alloc_shared`]).
+#[derive(Clone, Copy, Debug)]
+pub struct SharedAlloc {
+    /// Where the host reads and writes it.
+    pub host: *mut u8,
+    /// Its address on the device (the same value under unified addressing).
+    pub device: u64,
+    pub len: usize,
+}

@@ -64,6 +64,12 @@ pub(crate) fn find_pools(
     })
 }
 
+/// Size of a GPU's coarse-grained (device) memory pool, for `info`.
+pub(crate) fn device_memory_bytes(lib: &HsaLib, gpu: hsa_agent_t) -> Option<u64> {
+    let pools = list_pools(lib, gpu).ok()?;
+    pick_pool(&pools, HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED).map(|pool| pool.size)
+}
+
 fn list_pools(lib: &HsaLib, agent: hsa_agent_t) -> Result<Vec<PoolInfo>, HsaError> {
     let mut handles: Vec<hsa_amd_memory_pool_t> = Vec::new();
     // SAFETY: `collect_pool` pushes into the Vec that `data` points to, which outlives the call.

@@ -91,7 +91,10 @@ impl Backend for HsaBackend {
         Ok(device::dispatch_gpus(&agents)
             .into_iter()
             .enumerate()
-            .map(|(ordinal, agent)| device::device_info(ordinal, agent, None, version.clone()))
+            .map(|(ordinal, agent)| {
+                let memory = memory::device_memory_bytes(runtime.lib(), agent.agent);
+                device::device_info(ordinal, agent, memory, version.clone())
+            })
             .collect())
     }
 

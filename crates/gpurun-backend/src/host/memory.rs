@@ -1,0 +1,78 @@
+//! Host memory standing in for device memory: RPC MALLOC/FREE and shared allocations.
+
+use crate::server::DeviceMemory;
+use std::alloc::Layout;
+use std::collections::HashMap;
+
+/// Alignment of every block, as a GPU allocator would give.
+const ALIGN: usize = 256;
+
+/// Zeroed, aligned blocks freed when dropped or on request.
+#[derive(Default)]
+pub(crate) struct HostMemory {
+    blocks: HashMap<usize, Layout>,
+}
+
+impl HostMemory {
+    /// A zeroed block of `size` bytes, or `None` when the system has no memory for it.
+    pub fn alloc_zeroed(&mut self, size: usize) -> Option<*mut u8> {
+        let layout = Layout::from_size_align(size.max(1), ALIGN).ok()?;
+        // SAFETY: `layout` has a non-zero size.
+        let block = unsafe { std::alloc::alloc_zeroed(layout) };
+        if block.is_null() {
+            return None;
+        }
+        self.blocks.insert(block as usize, layout);
+        Some(block)
+    }
+
+    /// Frees a block this allocator returned; other addresses are ignored (the device's word
+    /// is not trusted).
+    pub fn release(&mut self, address: usize) {
+        if let Some(layout) = self.blocks.remove(&address) {
+            // SAFETY: the block was allocated here with this layout and is no longer tracked.
+            unsafe { std::alloc::dealloc(address as *mut u8, layout) };
+        }
+    }
+}
+
+impl DeviceMemory for HostMemory {
+    fn malloc(&mut self, size: u64) -> u64 {
+        usize::try_from(size)
+            .ok()
+            .and_then(|size| self.alloc_zeroed(size))
+            .map_or(0, |block| block as u64)
+    }
+
+    fn free(&mut self, address: u64) {
+        if let Ok(address) = usize::try_from(address) {
+            self.release(address);
+        }
+    }
+}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        for (address, layout) in self.blocks.drain() {
+            // SAFETY: every tracked block was allocated with its layout and is freed once.
+            unsafe { std::alloc::dealloc(address as *mut u8, layout) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_addresses_are_ignored() {
+        let mut memory = HostMemory::default();
+        let block = memory.malloc(100);
+        assert_ne!(block, 0);
+        assert_eq!(block % ALIGN as u64, 0);
+        memory.free(12345);
+        memory.free(block);
+        memory.free(block);
+        assert_eq!(memory.malloc(u64::MAX), 0);
+    }
+}

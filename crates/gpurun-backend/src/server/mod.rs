@@ -1,0 +1,310 @@
+//! The RPC server every backend runs while a kernel executes: it services the device's requests
+//! (output, allocation, exit/abort, panic reports) over the shared buffer. Every size, pointer and
+//! opcode read from that buffer is untrusted: lengths are capped before anything is allocated,
+//! an unknown opcode ends the launch with an error naming it, and nothing here panics.
+
+use crate::{BackendError, LaunchEnd};
+use gpurun_rpc::layout::Layout;
+use gpurun_rpc::opcode;
+use gpurun_rpc::server::{Server, ServerError, ServerPort};
+
+/// Longest single write a device thread may send (bytes); longer ones end the launch.
+pub const MAX_WRITE: u64 = 64 << 20;
+/// Longest panic message kept; the rest is dropped.
+pub const MAX_PANIC_MESSAGE: usize = 16 << 10;
+/// Largest single device allocation honoured over RPC MALLOC.
+pub const MAX_MALLOC: u64 = 1 << 40;
+
+/// A panic reported by one device thread.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PanicReport {
+    pub message: String,
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub thread: [u32; 3],
+    pub block: [u32; 3],
+}
+
+/// Where the device's output and reports go (the worker forwards them to the harness).
+pub trait Sink {
+    fn stdout(&mut self, bytes: &[u8]);
+    fn stderr(&mut self, bytes: &[u8]);
+    fn panic(&mut self, report: PanicReport);
+}
+
+/// Device memory for RPC MALLOC/FREE, provided by each backend.
+pub trait DeviceMemory {
+    /// A device address of at least `size` bytes, or 0 when there is none.
+    fn malloc(&mut self, size: u64) -> u64;
+    /// Frees an address `malloc` returned; anything else is ignored.
+    fn free(&mut self, address: u64);
+}
+
+/// What one [`RpcServer::poll`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Served {
+    /// No port had work.
+    Idle,
+    /// One request was handled.
+    Handled,
+    /// The device ended the program (exit or abort).
+    End(LaunchEnd),
+}
+
+/// Our server over one shared allocation.
+pub struct RpcServer {
+    server: Server,
+    /// Where the next scan starts: just after the last port served, for fairness.
+    resume_at: u32,
+}
+
+impl RpcServer {
+    /// # Safety
+    /// `base` must point to `layout.allocation_size()` zeroed bytes, aligned to 64, shared with
+    /// the device's client for as long as this server exists.
+    pub unsafe fn new(layout: &Layout, base: *mut u8) -> RpcServer {
+        RpcServer {
+            // SAFETY: forwarded from the caller.
+            server: unsafe { Server::new(layout, base) },
+            resume_at: 0,
+        }
+    }
+
+    /// Handles at most one pending request.
+    pub fn poll(
+        &mut self,
+        sink: &mut dyn Sink,
+        memory: &mut dyn DeviceMemory,
+    ) -> Result<Served, BackendError> {
+        let Some(mut port) = self.server.try_open(self.resume_at) else {
+            self.resume_at = 0;
+            return Ok(Served::Idle);
+        };
+        self.resume_at = (port.index() + 1) % self.server.port_count().max(1);
+        let served =
+            handle(&self.server, &mut port, sink, memory).map_err(|error| match error {
+                Fail::Cancelled(reason) => BackendError::Rpc(reason),
+                Fail::Protocol(reason) => BackendError::Rpc(reason),
+            })?;
+        Ok(served)
+    }
+
+    /// Handles requests until none is pending.
+    pub fn drain(
+        &mut self,
+        sink: &mut dyn Sink,
+        memory: &mut dyn DeviceMemory,
+    ) -> Result<Option<LaunchEnd>, BackendError> {
+        loop {
+            match self.poll(sink, memory)? {
+                Served::Idle => return Ok(None),
+                Served::Handled => {}
+                Served::End(end) => return Ok(Some(end)),
+            }
+        }
+    }
+
+    /// Makes a server wait for the device give up (from another thread).
+    pub fn cancel(&self) {
+        self.server.cancel();
+    }
+}
+
+enum Fail {
+    Cancelled(String),
+    Protocol(String),
+}
+
+impl From<ServerError> for Fail {
+    fn from(error: ServerError) -> Fail {
+        Fail::Cancelled(error.to_string())
+    }
+}
+
+fn handle(
+    server: &Server,
+    port: &mut ServerPort<'_>,
+    sink: &mut dyn Sink,
+    memory: &mut dyn DeviceMemory,
+) -> Result<Served, Fail> {
+    match port.opcode() {
+        opcode::WRITE_TO_STDOUT => write(server, port, sink, Stream::Stdout, false),
+        opcode::WRITE_TO_STDERR => write(server, port, sink, Stream::Stderr, false),
+        opcode::WRITE_TO_STDOUT_NEWLINE => write(server, port, sink, Stream::Stdout, true),
+        opcode::WRITE_TO_STREAM => {
+            let mut streams = [0u64; 64];
+            port.recv(|buffer, lane| streams[lane as usize] = buffer.data[0])?;
+            // LLVM libc tags its standard streams in the low bits (2 = stdout, 3 = stderr);
+            // any other FILE* is a host pointer we never opened: send it to stderr.
+            let first = streams[port.lane_mask().trailing_zeros().min(63) as usize];
+            let stream = if first & 3 == 2 {
+                Stream::Stdout
+            } else {
+                Stream::Stderr
+            };
+            write(server, port, sink, stream, false)
+        }
+        opcode::MALLOC => {
+            let mut sizes = [0u64; 64];
+            port.recv(|buffer, lane| sizes[lane as usize] = buffer.data[0])?;
+            let mask = port.lane_mask();
+            let mut addresses = [0u64; 64];
+            for (lane, (address, &size)) in addresses.iter_mut().zip(&sizes).enumerate() {
+                if mask & (1 << lane) != 0 && size <= MAX_MALLOC {
+                    *address = memory.malloc(size.max(1));
+                }
+            }
+            port.send(|buffer, lane| buffer.data[0] = addresses[lane as usize])?;
+            Ok(Served::Handled)
+        }
+        opcode::FREE => {
+            let mut addresses = [0u64; 64];
+            port.recv(|buffer, lane| addresses[lane as usize] = buffer.data[0])?;
+            let mask = port.lane_mask();
+            for (lane, &address) in addresses.iter().enumerate() {
+                if mask & (1 << lane) != 0 && address != 0 {
+                    memory.free(address);
+                }
+            }
+            Ok(Served::Handled)
+        }
+        opcode::EXIT => {
+            port.recv(|_, _| {})?;
+            port.send(|_, _| {})?;
+            let mut status = 0i32;
+            let first = port.lane_mask().trailing_zeros();
+            port.recv(|buffer, lane| {
+                if lane == first {
+                    status = buffer.data[0] as u32 as i32;
+                }
+            })?;
+            Ok(Served::End(LaunchEnd::Exited(status)))
+        }
+        opcode::ABORT => {
+            port.recv(|_, _| {})?;
+            port.send(|_, _| {})?;
+            port.recv(|_, _| {})?;
+            Ok(Served::End(LaunchEnd::Aborted))
+        }
+        opcode::PANIC => {
+            let messages = recv_text(server, port, MAX_PANIC_MESSAGE)?;
+            let files = recv_text(server, port, 4096)?;
+            let mut locations = [[0u64; 4]; 64];
+            port.recv(|buffer, lane| {
+                locations[lane as usize].copy_from_slice(&buffer.data[..4]);
+            })?;
+            for (lane, message) in messages {
+                let file = files
+                    .iter()
+                    .find(|(l, _)| *l == lane)
+                    .map(|(_, f)| f.clone())
+                    .unwrap_or_default();
+                let location = opcode::PanicLocation::from_words(locations[lane as usize]);
+                sink.panic(PanicReport {
+                    message,
+                    file,
+                    line: location.line,
+                    column: location.column,
+                    thread: location.thread,
+                    block: location.block,
+                });
+            }
+            Ok(Served::Handled)
+        }
+        opcode::NOOP => {
+            port.recv(|_, _| {})?;
+            Ok(Served::Handled)
+        }
+        opcode::TEST_INCREMENT => {
+            port.recv_and_send(|buffer, _| buffer.data[0] = buffer.data[0].wrapping_add(1))?;
+            Ok(Served::Handled)
+        }
+        other => Err(Fail::Protocol(format!(
+            "the device sent unknown opcode {other:#010x} on port {}",
+            port.index()
+        ))),
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Receives one `send_n` per lane, refusing lengths over `limit` before buffering anything.
+fn recv_lanes(
+    server: &Server,
+    port: &mut ServerPort<'_>,
+    limit: u64,
+) -> Result<Vec<(u32, Vec<u8>)>, Fail> {
+    let mut lanes: Vec<(u32, Vec<u8>)> = Vec::new();
+    let mut too_long = None;
+    port.recv_n_chunks(|lane, size, offset, bytes| {
+        if offset == 0 {
+            if size > limit {
+                too_long = Some(size);
+                // The conversation cannot continue safely: stop waiting for the rest.
+                server.cancel();
+            }
+            lanes.push((lane, Vec::with_capacity(size.min(limit) as usize)));
+        }
+        if let Some((_, data)) = lanes.iter_mut().rev().find(|(l, _)| *l == lane) {
+            let room = (limit as usize).saturating_sub(data.len());
+            data.extend_from_slice(&bytes[..bytes.len().min(room)]);
+        }
+    })
+    .map_err(|error| match too_long {
+        Some(size) => Fail::Protocol(format!(
+            "the device announced a {size}-byte message (the limit is {limit})"
+        )),
+        None => Fail::from(error),
+    })?;
+    if let Some(size) = too_long {
+        return Err(Fail::Protocol(format!(
+            "the device announced a {size}-byte message (the limit is {limit})"
+        )));
+    }
+    Ok(lanes)
+}
+
+/// Receives one text per lane, cut to `keep` bytes (a long panic message is still a panic);
+/// lengths over [`MAX_WRITE`] end the launch as for writes.
+fn recv_text(
+    server: &Server,
+    port: &mut ServerPort<'_>,
+    keep: usize,
+) -> Result<Vec<(u32, String)>, Fail> {
+    Ok(recv_lanes(server, port, MAX_WRITE)?
+        .into_iter()
+        .map(|(lane, bytes)| {
+            let bytes = &bytes[..bytes.len().min(keep)];
+            (lane, String::from_utf8_lossy(bytes).into_owned())
+        })
+        .collect())
+}
+
+fn write(
+    server: &Server,
+    port: &mut ServerPort<'_>,
+    sink: &mut dyn Sink,
+    stream: Stream,
+    newline: bool,
+) -> Result<Served, Fail> {
+    let lanes = recv_lanes(server, port, MAX_WRITE)?;
+    let mut written = [0u64; 64];
+    for (lane, mut bytes) in lanes {
+        if newline {
+            bytes.push(b'\n');
+        }
+        written[lane as usize] = bytes.len() as u64;
+        // One call per lane: a line from one thread is never split by another's.
+        match stream {
+            Stream::Stdout => sink.stdout(&bytes),
+            Stream::Stderr => sink.stderr(&bytes),
+        }
+    }
+    port.send(|buffer, lane| buffer.data[0] = written[lane as usize])?;
+    Ok(Served::Handled)
+}
