@@ -1,1 +1,77 @@
-//! End-to-end test helpers.
+//! Helpers for the end-to-end tests: the real `cargo-gpurun` binary (built with escargot) and
+//! the fixture images it builds for the host emulation backend.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// The fixtures workspace.
+pub fn fixtures_dir() -> PathBuf {
+    repo_root().join("fixtures")
+}
+
+/// Path of the `cargo-gpurun` binary, built once per test process.
+pub fn binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let run = escargot::CargoBuild::new()
+            .package("cargo-gpurun")
+            .bin("cargo-gpurun")
+            .manifest_path(repo_root().join("Cargo.toml"))
+            .current_target()
+            .run()
+            .unwrap_or_else(|e| panic!("building cargo-gpurun failed: {e}"));
+        run.path().to_path_buf()
+    })
+}
+
+/// `cargo gpurun ARGS` in the fixtures workspace.
+pub fn gpurun(args: &[&str]) -> Command {
+    let mut command = Command::new(binary());
+    command.arg("gpurun").args(args).current_dir(fixtures_dir());
+    command.env_remove("GITHUB_ACTIONS");
+    command
+}
+
+/// Builds every fixture for the host once per test process and returns the image directory.
+pub fn host_images() -> &'static Path {
+    static IMAGES: OnceLock<PathBuf> = OnceLock::new();
+    IMAGES.get_or_init(|| {
+        let output = gpurun(&["build", "--workspace", "--target", "host"])
+            .output()
+            .unwrap_or_else(|e| panic!("running cargo-gpurun failed: {e}"));
+        assert!(
+            output.status.success(),
+            "building the fixtures for the host failed:\n{}",
+            text(&output.stderr)
+        );
+        fixtures_dir().join("target/debug")
+    })
+}
+
+/// The host image of fixture `name` (`lib<name>.so`, dashes as underscores).
+pub fn host_image(name: &str) -> PathBuf {
+    host_images().join(format!("lib{}.so", name.replace('-', "_")))
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Output with both streams, for assertion messages.
+pub fn describe(output: &Output) -> String {
+    format!(
+        "status: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+        output.status.code(),
+        text(&output.stdout),
+        text(&output.stderr)
+    )
+}

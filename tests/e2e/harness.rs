@@ -1,0 +1,234 @@
+//! `cargo gpurun test` and test images under `cargo gpurun run` (the `target.runner` path):
+//! counts, summary lines, listing, filters, should_panic, JSON, JUnit, exit codes, recovery.
+
+use gpurun_tests::{describe, gpurun, host_image, host_images, text};
+
+/// What libtest prints for every test of `basic` (see fixtures/basic/src/lib.rs).
+const BASIC_RESULTS: &[(&str, &str)] = &[
+    ("barrier_orders_threads", "ok"),
+    ("fails_with_assert", "FAILED"),
+    ("grid_ids_are_in_range", "ok"),
+    ("ignored", "ignored"),
+    ("ignored_with_reason", "ignored, needs a second GPU"),
+    ("nested::passes", "ok"),
+    ("one_thread_panics", "FAILED"),
+    ("passes", "ok"),
+    ("should_panic_but_returns - should panic", "FAILED"),
+    ("should_panic_expected_differs - should panic", "FAILED"),
+    ("should_panic_expected_matches - should panic", "ok"),
+    ("should_panic_panics - should panic", "ok"),
+    ("three_dimensional_block", "ok"),
+];
+
+fn run_image(image: &str, args: &[&str]) -> std::process::Output {
+    let image = host_image(image);
+    let mut all = vec!["run", image.to_str().unwrap()];
+    all.extend_from_slice(args);
+    gpurun(&all).output().unwrap()
+}
+
+fn summary(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|line| line.starts_with("test result:"))
+        .unwrap_or("<no summary>")
+}
+
+#[test]
+fn cargo_gpurun_test_reports_every_result_of_basic() {
+    host_images();
+    let output = gpurun(&["test", "-p", "basic", "--target", "host"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    for (name, result) in BASIC_RESULTS {
+        let line = format!("test {name} ... {result}");
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing `{line}`\n{}",
+            describe(&output)
+        );
+    }
+    assert!(
+        summary(&stdout).starts_with(
+            "test result: FAILED. 7 passed; 4 failed; 2 ignored; 0 measured; 0 filtered out; finished in"
+        ),
+        "{}",
+        describe(&output)
+    );
+    // The failure section shows captured device output and the panic with its location.
+    assert!(
+        stdout.contains("---- fails_with_assert stdout ----\noutput before the failure\n"),
+        "{}",
+        describe(&output)
+    );
+    assert!(stdout.contains("panicked at basic/src/lib.rs:16:5:\nassertion `left == right` failed: arithmetic is broken"), "{}", describe(&output));
+    assert!(stdout.contains("thread (3,0,0)"), "{}", describe(&output));
+    assert!(
+        stdout.contains("panic did not contain expected string"),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        stdout.contains("test did not panic as expected"),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        text(&output.stderr).contains("Running basic"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn filters_exact_skip_and_ignored() {
+    let output = run_image("basic", &["passes", "three"]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(
+        summary(&text(&output.stdout)).starts_with(
+            "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 10 filtered out;"
+        ),
+        "{}",
+        describe(&output)
+    );
+    let exact = run_image("basic", &["--exact", "passes"]);
+    assert!(
+        summary(&text(&exact.stdout))
+            .contains("1 passed; 0 failed; 0 ignored; 0 measured; 12 filtered out"),
+        "{}",
+        describe(&exact)
+    );
+    let skipped = run_image("basic", &["passes", "--skip", "nested"]);
+    assert!(
+        summary(&text(&skipped.stdout)).contains("1 passed;"),
+        "{}",
+        describe(&skipped)
+    );
+    let ignored = run_image("basic", &["--ignored"]);
+    let stdout = text(&ignored.stdout);
+    // `ignored` panics when run; `ignored_with_reason` passes.
+    assert!(
+        stdout.contains("test ignored ... FAILED"),
+        "{}",
+        describe(&ignored)
+    );
+    assert!(
+        stdout.contains("test ignored_with_reason ... ok"),
+        "{}",
+        describe(&ignored)
+    );
+    assert_eq!(ignored.status.code(), Some(101));
+}
+
+#[test]
+fn list_terse_matches_libtest() {
+    let output = run_image("basic", &["--list", "--format", "terse"]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let mut expected: Vec<String> = BASIC_RESULTS
+        .iter()
+        .map(|(name, _)| format!("{}: test", name.trim_end_matches(" - should panic")))
+        .collect();
+    expected.sort();
+    let listed: Vec<String> = text(&output.stdout).lines().map(str::to_string).collect();
+    assert_eq!(listed, expected);
+}
+
+#[test]
+fn json_events_are_valid_and_complete() {
+    let output = run_image("basic", &["-Z", "unstable-options", "--format", "json"]);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let mut finished = 0;
+    let mut suite_end = None;
+    for line in text(&output.stdout).lines() {
+        let event: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+        match (event["type"].as_str(), event["event"].as_str()) {
+            (Some("test"), Some("ok" | "failed" | "ignored")) => finished += 1,
+            (Some("suite"), Some("failed")) => suite_end = Some(event),
+            _ => {}
+        }
+    }
+    assert_eq!(finished, 13);
+    let suite_end = suite_end.expect("a suite `failed` event");
+    assert_eq!(suite_end["passed"], 7);
+    assert_eq!(suite_end["failed"], 4);
+    assert_eq!(suite_end["ignored"], 2);
+}
+
+#[test]
+fn junit_report_is_written_and_parses() {
+    let path = std::env::temp_dir().join(format!("gpurun-junit-{}.xml", std::process::id()));
+    let output = run_image("basic", &["--junit", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let xml = std::fs::read_to_string(&path).expect("the JUnit file exists");
+    assert!(xml.starts_with("<?xml"), "{xml}");
+    assert_eq!(xml.matches("<testcase").count(), 13, "{xml}");
+    assert_eq!(xml.matches("<failure").count(), 4, "{xml}");
+    assert!(xml.contains("arithmetic is broken"), "{xml}");
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn github_annotations_point_at_the_panic() {
+    let image = host_image("basic");
+    let output = gpurun(&["run", image.to_str().unwrap(), "fails_with_assert"])
+        .env("GITHUB_ACTIONS", "true")
+        .output()
+        .unwrap();
+    assert!(
+        text(&output.stdout).contains("::error file=basic/src/lib.rs,line=16,col=5"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn a_fault_and_a_hang_do_not_hide_the_other_results() {
+    let output = run_image("recovery", &["--test-timeout", "2", "--test-threads", "2"]);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    for (name, result) in [
+        ("a_passes_before", "ok"),
+        ("b_faults", "FAILED"),
+        ("c_passes_between", "ok"),
+        ("d_hangs", "FAILED"),
+        ("e_fails_after", "FAILED"),
+        ("f_passes_after", "ok"),
+    ] {
+        let line = format!("test {name} ... {result}");
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing `{line}`\n{}",
+            describe(&output)
+        );
+    }
+    assert!(stdout.contains("SIGSEGV"), "{}", describe(&output));
+    assert!(
+        stdout.contains("timed out after 2s"),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        stdout.contains("a real failure after the hang"),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        summary(&stdout).starts_with("test result: FAILED. 3 passed; 3 failed; 0 ignored;"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn many_tests_run_in_one_worker_load() {
+    let output = run_image("many-tests", &["--test-threads", "2", "--format", "terse"]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(
+        summary(&text(&output.stdout)).starts_with("test result: ok. 1000 passed; 0 failed;"),
+        "{}",
+        describe(&output)
+    );
+}
