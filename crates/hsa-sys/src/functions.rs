@@ -35,12 +35,23 @@ fn first_name(tried: &[(String, String)]) -> String {
         .unwrap_or_else(|| "libhsa-runtime64.so.1".to_owned())
 }
 
+/// `; tried a, b (reason), ...`: a candidate that exists but failed to load (wrong machine, a
+/// missing dependency) keeps the loader's reason, plain absence does not.
 fn reasons(tried: &[(String, String)]) -> String {
-    let mut text = String::new();
-    for (name, reason) in tried {
-        text.push_str(&format!("\n  tried {name}: {reason}"));
+    if tried.is_empty() {
+        return String::new();
     }
-    text
+    let names: Vec<String> = tried
+        .iter()
+        .map(|(name, reason)| {
+            if reason.contains("No such file or directory") {
+                name.clone()
+            } else {
+                format!("{name} ({reason})")
+            }
+        })
+        .collect();
+    format!("; tried {}", names.join(", "))
 }
 
 /// Where the runtime is looked for, in order: `$GPURUN_HSA_LIB` alone when it is set;
@@ -308,6 +319,27 @@ mod tests {
         );
         assert!(
             message.contains("/nonexistent/libhsa-runtime64.so.1"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_library_that_exists_but_fails_to_load_keeps_the_reason() {
+        let not_a_library =
+            std::env::temp_dir().join(format!("hsa-sys-not-elf-{}.so", std::process::id()));
+        std::fs::write(&not_a_library, b"not an ELF file").unwrap();
+        let candidates = [
+            OsString::from("/nonexistent/libhsa-runtime64.so.1"),
+            not_a_library.clone().into(),
+        ];
+        let message = HsaLib::load_from(&candidates).unwrap_err().to_string();
+        std::fs::remove_file(&not_a_library).ok();
+        assert!(
+            message.starts_with("no HSA runtime found (libhsa-runtime64.so.1); tried /nonexistent/libhsa-runtime64.so.1, "),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!("{} (", not_a_library.display())),
             "{message}"
         );
     }
