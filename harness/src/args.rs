@@ -227,11 +227,17 @@ pub struct HarnessArgs {
     /// Print GitHub Actions `::error` annotations for failures (set from `GITHUB_ACTIONS=true`).
     #[arg(skip)]
     pub github_actions: bool,
+
+    /// Append a Markdown summary of the run to this file (set from `GITHUB_STEP_SUMMARY` when
+    /// `GITHUB_ACTIONS=true`).
+    #[arg(skip)]
+    pub github_step_summary: Option<PathBuf>,
 }
 
 impl HarnessArgs {
     /// Parses a libtest command line. `argv[0]` is the program name, as in `std::env::args_os`.
-    /// Sets [`github_actions`](Self::github_actions) from `GITHUB_ACTIONS=true`, and
+    /// Sets [`github_actions`](Self::github_actions) from `GITHUB_ACTIONS=true` (and then
+    /// [`github_step_summary`](Self::github_step_summary) from `GITHUB_STEP_SUMMARY`), and
     /// [`nocapture`](Self::nocapture) from `RUST_TEST_NOCAPTURE` as libtest does.
     ///
     /// `--help` also comes back as an `Err`: `err.exit()` prints it and exits 0; a usage error
@@ -243,6 +249,11 @@ impl HarnessArgs {
     {
         let mut args = Self::try_parse_from(argv)?;
         args.github_actions = std::env::var_os("GITHUB_ACTIONS").is_some_and(|v| v == "true");
+        if args.github_actions {
+            args.github_step_summary = std::env::var_os("GITHUB_STEP_SUMMARY")
+                .filter(|path| !path.is_empty())
+                .map(PathBuf::from);
+        }
         // libtest's environment fallback for --nocapture.
         args.nocapture |= std::env::var_os("RUST_TEST_NOCAPTURE").is_some_and(|v| v != "0");
         Ok(args)

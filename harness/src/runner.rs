@@ -15,9 +15,9 @@ use crate::exit_code::ExitCode;
 use crate::filter::select;
 use crate::outcome::{judge, panic_text, Executor, TestCase, TestEnd, TestRun, Verdict};
 use crate::report::console::{log_line, Console, ConsoleOptions};
-use crate::report::github::annotation;
+use crate::report::github::{annotation, step_summary};
 use crate::report::junit::{JunitError, JunitReport};
-use crate::report::{Finished, Reported, ResultKind};
+use crate::report::{failure_summary, Finished, Reported, ResultKind};
 
 /// The counts of a finished run; [`exit_code`](Self::exit_code) is libtest's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -68,6 +68,15 @@ pub enum HarnessError {
     /// `--junit` could not be written.
     #[error(transparent)]
     Junit(#[from] JunitError),
+    /// The GitHub step summary could not be appended to.
+    #[error("failed to append to the GitHub step summary `{}`: {source}", path.display())]
+    StepSummary {
+        /// The summary file.
+        path: PathBuf,
+        /// The I/O error.
+        #[source]
+        source: io::Error,
+    },
     /// `RUST_TEST_THREADS` is set but is not a positive integer.
     #[error("RUST_TEST_THREADS is `{0}`, should be a positive integer")]
     TestThreadsEnv(String),
@@ -176,6 +185,7 @@ fn run_inner(
             .as_ref()
             .map(|_| JunitReport::new(args.suite_name.as_deref().unwrap_or("gpurun"))),
         annotations: Vec::new(),
+        failure_reasons: Vec::new(),
         nocapture: args.nocapture,
         github: args.github_actions,
     };
@@ -206,6 +216,20 @@ fn run_inner(
             sinks.console_write(text.as_bytes())
         };
         result.map_err(HarnessError::Output)?;
+    }
+    if let Some(path) = &args.github_step_summary {
+        let suite = args.suite_name.as_deref().unwrap_or("gpurun");
+        let text = step_summary(suite, &counts, elapsed, &sinks.failure_reasons);
+        // Appended: every test binary of a CI step adds its own section.
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .and_then(|mut file| file.write_all(text.as_bytes()))
+            .map_err(|source| HarnessError::StepSummary {
+                path: path.clone(),
+                source,
+            })?;
     }
     Ok(Conclusion {
         num_passed: counts.passed as u64,
@@ -400,6 +424,8 @@ struct Sinks<'w, 'e> {
     logfile: Option<LogFile>,
     junit: Option<JunitReport>,
     annotations: Vec<String>,
+    /// Failed tests and one-line reasons, for the step summary.
+    failure_reasons: Vec<(String, String)>,
     nocapture: bool,
     github: bool,
 }
@@ -468,6 +494,10 @@ impl Sinks<'_, '_> {
         if let Some(junit) = &mut self.junit {
             junit.add(&finished);
         }
+        if matches!(reported.kind, ResultKind::Failed { .. }) {
+            self.failure_reasons
+                .push((test.name.clone(), failure_summary(&finished).1));
+        }
         if self.github {
             if let Some(line) = annotation(&finished) {
                 self.annotations.push(line);
@@ -485,9 +515,11 @@ mod tests {
     #[test]
     fn a_long_test_gets_libtests_warning_once_and_still_reports() {
         for (threads, format) in [("1", "pretty"), ("2", "pretty"), ("1", "json")] {
-            let args =
+            let mut args =
                 HarnessArgs::parse_args(["bin", "--test-threads", threads, "--format", format])
                     .unwrap();
+            // Never touch the real CI's step summary from a test.
+            args.github_step_summary = None;
             let (mut out, mut err) = (Vec::new(), Vec::new());
             let tests = vec![TestCase::new("fast"), TestCase::new("slow")];
             let executor: Arc<dyn Executor> = Arc::new(MockExecutor::new().with_delay(

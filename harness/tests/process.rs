@@ -8,6 +8,7 @@ fn mock(args: &[&str], env: &[(&str, &str)]) -> Output {
     command
         .args(args)
         .env_remove("GITHUB_ACTIONS")
+        .env_remove("GITHUB_STEP_SUMMARY")
         .env_remove("RUST_TEST_NOCAPTURE")
         .env_remove("RUST_TEST_THREADS");
     for (key, value) in env {
@@ -127,4 +128,37 @@ fn rust_test_nocapture_env_and_no_capture_alias_disable_capture() {
         &[("RUST_TEST_NOCAPTURE", "0")],
     );
     assert!(text(&captured.stdout).contains("test tests::adds ... ok\n"));
+}
+
+#[test]
+fn github_step_summary_is_appended_per_run() {
+    let path =
+        std::env::temp_dir().join(format!("gpurun-harness-summary-{}.md", std::process::id()));
+    std::fs::write(&path, "# earlier step\n").unwrap();
+    let path_text = path.to_str().unwrap();
+    let env = [
+        ("GITHUB_ACTIONS", "true"),
+        ("GITHUB_STEP_SUMMARY", path_text),
+    ];
+    mock(&["fails", "adds", "--test-threads", "1"], &env);
+    mock(&["adds"], &env);
+    let summary = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(
+        summary.starts_with("# earlier step\n### `gpurun`: FAILED\n"),
+        "{summary}"
+    );
+    assert!(summary.contains("| 1 | 1 | 0 | 7 |"), "{summary}");
+    assert!(summary.contains("| `tests::fails` | boom 42 at libtest_reference.rs:7:83 |\n"));
+    assert!(summary.contains("### `gpurun`: ok\n"));
+    // Without GITHUB_ACTIONS the variable is ignored.
+    let untouched = std::env::temp_dir().join(format!(
+        "gpurun-harness-nosummary-{}.md",
+        std::process::id()
+    ));
+    mock(
+        &["adds"],
+        &[("GITHUB_STEP_SUMMARY", untouched.to_str().unwrap())],
+    );
+    assert!(!untouched.exists());
 }

@@ -23,6 +23,7 @@ fn parse(argv: &[&str]) -> HarnessArgs {
         .expect("valid arguments");
     // Independent of the environment; tests that want annotations set them.
     args.github_actions = false;
+    args.github_step_summary = None;
     args.nocapture = argv.contains(&"--nocapture");
     args
 }

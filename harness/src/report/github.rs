@@ -1,7 +1,10 @@
 //! GitHub Actions annotations (`::error file=..,line=..::message`) for failed tests, so a failure
-//! shows up on the line of the panic in the pull request.
+//! shows up on the line of the panic in the pull request, and the job's step summary.
+
+use std::time::Duration;
 
 use crate::outcome::TestEnd;
+use crate::report::console::Counts;
 use crate::report::{Finished, ResultKind};
 
 /// One `::error` workflow command for a failed test, or `None` if the test did not fail.
@@ -35,6 +38,40 @@ pub(crate) fn annotation(finished: &Finished<'_>) -> Option<String> {
     ))
 }
 
+/// A Markdown section for `$GITHUB_STEP_SUMMARY`: the counts and one line per failed test
+/// (`failures` holds names and one-line reasons, in the order they failed).
+pub(crate) fn step_summary(
+    suite: &str,
+    counts: &Counts,
+    elapsed: Duration,
+    failures: &[(String, String)],
+) -> String {
+    let verdict = if counts.failed == 0 { "ok" } else { "FAILED" };
+    let mut text = format!(
+        "### `{}`: {verdict}\n\n| passed | failed | ignored | filtered out | time |\n| ---: | ---: | ---: | ---: | ---: |\n| {} | {} | {} | {} | {:.2}s |\n",
+        markdown_code(suite),
+        counts.passed,
+        counts.failed,
+        counts.ignored,
+        counts.filtered_out,
+        elapsed.as_secs_f64()
+    );
+    if !failures.is_empty() {
+        text.push_str("\n| failed test | reason |\n| --- | --- |\n");
+        for (name, reason) in failures {
+            let reason = reason.replace('|', "\\|").replace(['\r', '\n'], " ");
+            text.push_str(&format!("| `{}` | {reason} |\n", markdown_code(name)));
+        }
+    }
+    text.push('\n');
+    text
+}
+
+/// Text safe inside a Markdown code span in a table cell.
+fn markdown_code(text: &str) -> String {
+    text.replace('`', "'").replace('|', "\\|")
+}
+
 /// Escaping for the message part of a workflow command, per GitHub's runner.
 fn escape_data(text: &str) -> String {
     text.replace('%', "%25")
@@ -50,6 +87,26 @@ fn escape_property(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn step_summary_tabulates_counts_and_failures() {
+        let counts = Counts {
+            passed: 3,
+            failed: 1,
+            ignored: 1,
+            filtered_out: 4,
+        };
+        let text = step_summary(
+            "my-crate",
+            &counts,
+            Duration::from_millis(1234),
+            &[("tests::a|b".into(), "boom\nat x | y".into())],
+        );
+        assert_eq!(
+            text,
+            "### `my-crate`: FAILED\n\n| passed | failed | ignored | filtered out | time |\n| ---: | ---: | ---: | ---: | ---: |\n| 3 | 1 | 1 | 4 | 1.23s |\n\n| failed test | reason |\n| --- | --- |\n| `tests::a\\|b` | boom at x \\| y |\n\n"
+        );
+    }
 
     #[test]
     fn escapes_follow_githubs_rules() {

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase as JunitCase, TestCaseStatus, TestSuite};
 
-use crate::outcome::TestEnd;
-use crate::report::{Finished, ResultKind};
+use crate::report::{failure_summary, Finished, ResultKind};
 
 /// Collects test results and writes the report at the end of the run.
 pub(crate) struct JunitReport {
@@ -33,7 +32,7 @@ impl JunitReport {
             }
             ResultKind::Failed { message } => {
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
-                let (kind, summary) = failure_summary(finished, message.as_deref());
+                let (kind, summary) = failure_summary(finished);
                 status.set_type(kind);
                 status.set_message(summary);
                 let mut description = finished.panic_text.trim_start().to_owned();
@@ -74,34 +73,6 @@ impl JunitReport {
             source,
         })
     }
-}
-
-/// The failure's type attribute and one-line summary (CI dashboards show the first line).
-fn failure_summary(finished: &Finished<'_>, message: Option<&str>) -> (&'static str, String) {
-    let Some(run) = finished.run else {
-        return ("failure", message.unwrap_or("test failed").to_owned());
-    };
-    let kind = match &run.end {
-        TestEnd::Completed { first_panic, .. } => {
-            return match (first_panic, message) {
-                (_, Some(message)) => ("should_panic", message.to_owned()),
-                (Some(report), None) => (
-                    "panic",
-                    format!(
-                        "{} at {}:{}:{}",
-                        report.message, report.file, report.line, report.column
-                    ),
-                ),
-                (None, None) => ("panic", "test panicked".to_owned()),
-            };
-        }
-        TestEnd::Faulted { .. } => "fault",
-        TestEnd::TimedOut { .. } => "timeout",
-        TestEnd::Exited { .. } => "exit",
-        TestEnd::Aborted => "abort",
-        TestEnd::Infrastructure { .. } => "infrastructure",
-    };
-    (kind, message.unwrap_or("test failed").to_owned())
 }
 
 /// Why the JUnit report could not be written.

@@ -7,7 +7,7 @@ pub(crate) mod junit;
 
 use std::time::Duration;
 
-use crate::outcome::{TestCase, TestRun};
+use crate::outcome::{TestCase, TestEnd, TestRun};
 
 /// A test's result as the reporters see it.
 #[derive(Debug, Clone)]
@@ -35,4 +35,36 @@ pub(crate) struct Finished<'a> {
     pub reported: &'a Reported,
     /// Rust-style panic text (empty when nothing panicked).
     pub panic_text: &'a str,
+}
+
+/// The failure's type attribute and one-line summary (CI dashboards show the first line).
+pub(crate) fn failure_summary(finished: &Finished<'_>) -> (&'static str, String) {
+    let message = match &finished.reported.kind {
+        ResultKind::Failed { message } => message.as_deref(),
+        _ => None,
+    };
+    let Some(run) = finished.run else {
+        return ("failure", message.unwrap_or("test failed").to_owned());
+    };
+    let kind = match &run.end {
+        TestEnd::Completed { first_panic, .. } => {
+            return match (first_panic, message) {
+                (_, Some(message)) => ("should_panic", message.to_owned()),
+                (Some(report), None) => (
+                    "panic",
+                    format!(
+                        "{} at {}:{}:{}",
+                        report.message, report.file, report.line, report.column
+                    ),
+                ),
+                (None, None) => ("panic", "test panicked".to_owned()),
+            };
+        }
+        TestEnd::Faulted { .. } => "fault",
+        TestEnd::TimedOut { .. } => "timeout",
+        TestEnd::Exited { .. } => "exit",
+        TestEnd::Aborted => "abort",
+        TestEnd::Infrastructure { .. } => "infrastructure",
+    };
+    (kind, message.unwrap_or("test failed").to_owned())
 }
