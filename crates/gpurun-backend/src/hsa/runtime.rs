@@ -6,7 +6,7 @@ use super::result::{HsaError, StatusExt};
 use crate::BackendError;
 use hsa_sys::*;
 use std::ffi::{c_void, OsString};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 /// Where to find the library: the default search (cached for the process) or an explicit list.
 #[derive(Clone, Debug, Default)]
@@ -40,9 +40,21 @@ pub(crate) struct Runtime {
 }
 
 impl Runtime {
-    /// Initialises the runtime and makes sure GPU memory faults are reported to us rather than
-    /// aborting the process.
+    /// The initialised runtime: the one already open for this library, else a new `hsa_init`
+    /// with our memory-fault handler registered, so faults are reported to us rather than
+    /// aborting the process. Sharing one instance matters: when the last reference goes,
+    /// `hsa_shut_down` tears the runtime down together with its event handlers, and the next
+    /// `hsa_init` needs them registered again.
     pub(crate) fn open(lib: Arc<HsaLib>) -> Result<Arc<Runtime>, BackendError> {
+        static CURRENT: Mutex<Weak<Runtime>> = Mutex::new(Weak::new());
+        let mut current = CURRENT
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(open) = current.upgrade() {
+            if Arc::ptr_eq(&open.lib, &lib) {
+                return Ok(open);
+            }
+        }
         // SAFETY: `hsa_init` takes no arguments and may be called any number of times.
         unsafe { (lib.hsa_init)() }
             .result(&lib, "hsa_init")
@@ -52,6 +64,7 @@ impl Runtime {
             timestamp_hz: OnceLock::new(),
         });
         register_fault_handler(&opened.lib).map_err(runtime)?;
+        *current = Arc::downgrade(&opened);
         Ok(opened)
     }
 
@@ -124,23 +137,15 @@ pub(crate) fn fault_text(index: usize) -> Option<String> {
     FAULTS.lock().ok()?.get(index).cloned()
 }
 
+/// Registers [`on_system_event`] with a freshly initialised runtime. Registering it again with
+/// a runtime that already has it is harmless: the first handler to claim a fault ends the search.
 fn register_fault_handler(lib: &HsaLib) -> Result<(), HsaError> {
-    // Once per process: the runtime keeps handlers for its whole life.
-    static REGISTERED: Mutex<bool> = Mutex::new(false);
-    let mut registered = REGISTERED
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if *registered {
-        return Ok(());
-    }
     // SAFETY: the handler is a plain function that stays valid for the process; it ignores
     // `data`, so null is fine.
     unsafe {
         (lib.hsa_amd_register_system_event_handler)(Some(on_system_event), std::ptr::null_mut())
     }
-    .result(lib, "hsa_amd_register_system_event_handler")?;
-    *registered = true;
-    Ok(())
+    .result(lib, "hsa_amd_register_system_event_handler")
 }
 
 /// Records a GPU memory fault and claims it as handled (`HSA_STATUS_SUCCESS`), so that ROCr
@@ -167,4 +172,38 @@ unsafe extern "C" fn on_system_event(
 #[cfg(test)]
 pub(crate) fn record_fault_for_test(text: &str) {
     FAULTS.lock().unwrap().push(text.to_owned());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_event_handler_records_memory_faults_and_claims_them() {
+        let before = fault_count();
+        let event = hsa_amd_event_t {
+            event_type: HSA_AMD_GPU_MEMORY_FAULT_EVENT,
+            memory_fault: hsa_amd_gpu_memory_fault_info_t {
+                agent: hsa_agent_t { handle: 3 },
+                virtual_address: 0x1234_5000,
+                fault_reason_mask: HSA_AMD_MEMORY_FAULT_READ_ONLY,
+            },
+        };
+        // SAFETY: a valid event, as the runtime passes it; `data` is unused.
+        let status = unsafe { on_system_event(&event, std::ptr::null_mut()) };
+        // SUCCESS tells ROCr the fault is handled, so it does not abort the process.
+        assert_eq!(status, HSA_STATUS_SUCCESS);
+        let texts: Vec<String> = (before..fault_count()).filter_map(fault_text).collect();
+        assert!(
+            texts
+                .iter()
+                .any(|text| text.contains("0x12345000") && text.contains("read-only")),
+            "{texts:?}"
+        );
+        // SAFETY: null is tolerated.
+        assert_eq!(
+            unsafe { on_system_event(std::ptr::null(), std::ptr::null_mut()) },
+            HSA_STATUS_SUCCESS
+        );
+    }
 }
