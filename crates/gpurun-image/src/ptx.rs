@@ -466,7 +466,11 @@ fn initializer(
     }
     let flat: String = init.chars().filter(|c| *c != '{' && *c != '}').collect();
     let items: Vec<&str> = flat.split(',').map(str::trim).collect();
-    // `{}`-only or trailing-comma lists leave an empty item.
+    // llc writes `= {}` for a zero-initialized array: no values, all zeros.
+    if items.iter().all(|item| item.is_empty()) && init.starts_with('{') {
+        return Ok(InitValues::Known(Vec::new()));
+    }
+    // A trailing or doubled comma leaves an empty item.
     if items.iter().any(|item| item.is_empty()) {
         return Err(bad(
             line,
@@ -612,7 +616,8 @@ mod tests {
              .global .u32 counter = 0x10;\n.const .s16 neg = -2;\n\
              .global .u64 addr = generic(buf);\n.global .b8 open[] = {9, 8};\n\
              .global .v2 .u32 pair[3];\n.global .f32 one = 0f3F800000;\n\
-             .global .u32 grid[2][3] = {{1,2,3},{4,5,6}};\n.shared .b8 ignored[4];\n",
+             .global .u32 grid[2][3] = {{1,2,3},{4,5,6}};\n.shared .b8 ignored[4];\n\
+             .visible .global .align 8 .b8 client[16] = {};\n",
         );
         let by = |n: &str| g.iter().find(|x| x.name == n).unwrap().clone();
         assert_eq!(by("buf").size, 16);
@@ -631,6 +636,8 @@ mod tests {
         assert_eq!(by("grid").size, 24);
         assert_eq!(by("grid").read_u32_at(20), Some(6));
         assert!(g.iter().all(|x| x.name != "ignored"));
+        assert_eq!(by("client").init, GlobalInit::Bytes(Vec::new()));
+        assert_eq!(by("client").read_at(8, 8), Some(vec![0; 8]));
     }
 
     #[test]
