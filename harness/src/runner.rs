@@ -142,13 +142,14 @@ fn run_inner(
     err: &mut dyn Write,
     warn_after: Duration,
 ) -> Result<Conclusion, HarnessError> {
-    let threads = test_threads(args)?;
     let selection = select(args, tests);
     let format = args.effective_format();
     let mut logfile = match &args.logfile {
         Some(path) => Some(LogFile::create(path.clone())?),
         None => None,
     };
+    // Listing needs no thread count, so a bad RUST_TEST_THREADS only matters for a run.
+    let threads = if args.list { 1 } else { test_threads(args)? };
     let mut console = Console::new(
         out,
         ConsoleOptions {
