@@ -1,0 +1,361 @@
+//! Running cargo for one (target, architecture) group of device crates and turning its artifact
+//! messages into validated images.
+//!
+//! Cargo is run directly rather than through escargot: GPU builds need the rustup toolchain
+//! selector (`cargo +nightly`) before the subcommand and `-Z` flags, which escargot cannot put there.
+
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use cargo_metadata::{Artifact, Message};
+
+use super::crates::{DeviceCrate, Workspace};
+use super::{validate, BuildError, BuildOptions, BuiltImage, DeviceTarget, ImageKind};
+use crate::toolchain::{self, Toolchain};
+
+/// File name of the link (inside `<target dir>/gpurun/`) that rustc runs as the nvptx linker. A
+/// fixed path keeps the rustflags, and so cargo's fingerprints, the same whichever copy of
+/// `cargo-gpurun` runs the build; the name tells `main` to act as the linker.
+pub const NVPTX_LINKER_NAME: &str = "gpurun-nvptx-link";
+
+/// One cargo invocation.
+pub struct CargoBuild<'a> {
+    pub opts: &'a BuildOptions,
+    pub target: DeviceTarget,
+    pub arch: Option<&'a str>,
+    pub packages: &'a [&'a DeviceCrate],
+    pub workspace: &'a Workspace,
+    /// The nightly toolchain (GPU targets only).
+    pub toolchain: Option<&'a Toolchain>,
+}
+
+impl CargoBuild<'_> {
+    /// Runs cargo, then validates each image (and assembles cubins for nvptx).
+    pub fn run(&self) -> Result<Vec<BuiltImage>, BuildError> {
+        let mut command = self.command()?;
+        let what = self.describe();
+        let mut child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|err| BuildError::Cargo {
+                what: what.clone(),
+                detail: format!("cannot run cargo: {err}"),
+            })?;
+        let mut artifacts = Vec::new();
+        if let Some(stdout) = child.stdout.take() {
+            for message in Message::parse_stream(BufReader::new(stdout)) {
+                match message {
+                    Ok(Message::CompilerArtifact(artifact)) => artifacts.push(artifact),
+                    // Anything else cargo prints on stdout (a build script's output with
+                    // `cargo:warning`, or non-JSON text) is not ours to interpret.
+                    Ok(_) => {}
+                    Err(err) => {
+                        return Err(BuildError::Cargo {
+                            what,
+                            detail: format!("cannot read cargo's output: {err}"),
+                        })
+                    }
+                }
+            }
+        }
+        let status = child.wait().map_err(|err| BuildError::Cargo {
+            what: what.clone(),
+            detail: format!("cannot wait for cargo: {err}"),
+        })?;
+        if !status.success() {
+            return Err(BuildError::Cargo {
+                what,
+                detail: format!("cargo exited with {status} (its errors are above)"),
+            });
+        }
+        let mut images = Vec::new();
+        for artifact in &artifacts {
+            let Some(package) = self.package_of(artifact) else {
+                continue;
+            };
+            for (path, kind) in self.images_of(artifact) {
+                images.push(self.finish_image(package, artifact, path, kind)?);
+            }
+        }
+        Ok(images)
+    }
+
+    fn describe(&self) -> String {
+        let names: Vec<&str> = self.packages.iter().map(|p| p.name.as_str()).collect();
+        match self.arch {
+            Some(arch) => format!("{} for {} {arch}", names.join(", "), self.target),
+            None => format!("{} for {}", names.join(", "), self.target),
+        }
+    }
+
+    fn profile(&self) -> &'static str {
+        if self.opts.release {
+            "release"
+        } else {
+            "dev"
+        }
+    }
+
+    fn command(&self) -> Result<Command, BuildError> {
+        let mut command;
+        if let (Some(triple), Some(toolchain)) = (self.target.triple(), self.toolchain) {
+            // The rustup proxy picks the toolchain; drop what an outer cargo or rustup set so
+            // the nightly's own rustc is used throughout.
+            command = Command::new("cargo");
+            command
+                .arg(format!("+{}", toolchain.name))
+                .arg("build")
+                .arg("-Zbuild-std=core,alloc")
+                .args(["--target", triple]);
+            for var in ["RUSTUP_TOOLCHAIN", "RUSTC", "RUSTDOC", "CARGO"] {
+                command.env_remove(var);
+            }
+            command.env(toolchain::LLVM_TOOLS_DIR_ENV, toolchain.llvm_tools_dir());
+        } else {
+            command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+            command.arg("build");
+        }
+        command
+            .arg("--manifest-path")
+            .arg(&self.workspace.manifest_path);
+        for package in self.packages {
+            command.args(["-p", &package.name]);
+        }
+        if self.opts.release {
+            command.arg("--release");
+        }
+        for features in &self.opts.features {
+            command.args(["--features", features]);
+        }
+        if self.opts.all_features {
+            command.arg("--all-features");
+        }
+        if self.opts.no_default_features {
+            command.arg("--no-default-features");
+        }
+        if self.opts.quiet {
+            command.arg("--quiet");
+        }
+        command.arg("--message-format=json-render-diagnostics");
+        if self.target == DeviceTarget::Amdgcn {
+            // The target requires LTO. Incremental compilation together with LTO makes this
+            // nightly's rustc panic ("cannot find embedded bitcode"), so it is off here.
+            let profile = self.profile();
+            command.args(["--config", &format!("profile.{profile}.lto=true")]);
+            command.args(["--config", &format!("profile.{profile}.incremental=false")]);
+        }
+        if self.target == DeviceTarget::Host {
+            // The host emulation ends a panicking device thread by unwinding to its kernel
+            // wrapper; device crates often set `panic = "abort"` for the GPU, which would kill
+            // the whole emulated device instead.
+            let profile = self.profile();
+            command.args(["--config", &format!("profile.{profile}.panic=\"unwind\"")]);
+        }
+        self.add_rustflags(&mut command)?;
+        Ok(command)
+    }
+
+    /// Adds our rustflags without silently replacing the user's: cargo ignores
+    /// `target.<triple>.rustflags` when `RUSTFLAGS`/`CARGO_ENCODED_RUSTFLAGS` is set, so then we
+    /// append to those instead.
+    fn add_rustflags(&self, command: &mut Command) -> Result<(), BuildError> {
+        let Some(triple) = self.target.triple() else {
+            return Ok(());
+        };
+        let mut flags = Vec::new();
+        if let Some(arch) = self.arch {
+            flags.push(format!("-Ctarget-cpu={arch}"));
+        }
+        if self.target == DeviceTarget::Nvptx {
+            let linker = install_linker_link(&self.workspace.target_dir)?;
+            flags.push(format!("-Clinker={}", linker.display()));
+        }
+        let encoded = std::env::var("CARGO_ENCODED_RUSTFLAGS")
+            .ok()
+            .filter(|flags| !flags.is_empty());
+        let plain = std::env::var("RUSTFLAGS")
+            .ok()
+            .filter(|flags| !flags.trim().is_empty());
+        if encoded.is_some() || plain.is_some() {
+            let mut all: Vec<String> = match (encoded, plain) {
+                (Some(encoded), _) => encoded.split('\x1f').map(str::to_owned).collect(),
+                (None, Some(plain)) => plain.split_whitespace().map(str::to_owned).collect(),
+                (None, None) => Vec::new(),
+            };
+            all.extend(flags);
+            command.env_remove("RUSTFLAGS");
+            command.env("CARGO_ENCODED_RUSTFLAGS", all.join("\x1f"));
+        } else {
+            let list: Vec<String> = flags
+                .iter()
+                .map(|flag| serde_json::Value::String(flag.clone()).to_string())
+                .collect();
+            command.args([
+                "--config",
+                &format!("target.{triple}.rustflags=[{}]", list.join(",")),
+            ]);
+        }
+        Ok(())
+    }
+
+    fn package_of(&self, artifact: &Artifact) -> Option<&DeviceCrate> {
+        self.packages
+            .iter()
+            .copied()
+            .find(|package| package.manifest_path == artifact.manifest_path.as_std_path())
+    }
+
+    /// The image files of an artifact, with their kind.
+    fn images_of(&self, artifact: &Artifact) -> Vec<(PathBuf, ImageKind)> {
+        let kinds: Vec<String> = artifact
+            .target
+            .kind
+            .iter()
+            .map(|kind| kind.to_string())
+            .collect();
+        let kind = if kinds.iter().any(|kind| kind == "bin") {
+            ImageKind::Bin
+        } else if kinds.iter().any(|kind| kind == "test") {
+            ImageKind::Test
+        } else if kinds.iter().any(|kind| kind == "example") {
+            ImageKind::Example
+        } else {
+            ImageKind::Lib
+        };
+        let wanted_extension = match self.target {
+            DeviceTarget::Nvptx => Some("ptx"),
+            DeviceTarget::Amdgcn => Some("elf"),
+            DeviceTarget::Host if kind == ImageKind::Lib => Some(std::env::consts::DLL_EXTENSION),
+            DeviceTarget::Host => None,
+        };
+        match wanted_extension {
+            Some(extension) => artifact
+                .filenames
+                .iter()
+                .filter(|path| path.extension() == Some(extension))
+                .map(|path| (path.clone().into_std_path_buf(), kind))
+                .collect(),
+            None => artifact
+                .executable
+                .iter()
+                .map(|path| (path.clone().into_std_path_buf(), kind))
+                .collect(),
+        }
+    }
+
+    fn finish_image(
+        &self,
+        package: &DeviceCrate,
+        artifact: &Artifact,
+        path: PathBuf,
+        kind: ImageKind,
+    ) -> Result<BuiltImage, BuildError> {
+        let invalid = |source| BuildError::Invalid {
+            path: path.clone(),
+            source,
+        };
+        let mut cubin = None;
+        let kernels = match self.target {
+            DeviceTarget::Nvptx => {
+                let text = read(&path)?;
+                let summary = validate::check_ptx(&text).map_err(invalid)?;
+                if let Some(arch) = self.arch {
+                    cubin = assemble_cubin(&path, arch)?;
+                }
+                summary.entries
+            }
+            DeviceTarget::Amdgcn => {
+                let bytes = std::fs::read(&path).map_err(|source| BuildError::Io {
+                    context: format!("cannot read {}", path.display()),
+                    source,
+                })?;
+                validate::check_amdgpu_code_object(&bytes)
+                    .map_err(invalid)?
+                    .kernels
+            }
+            DeviceTarget::Host => Vec::new(),
+        };
+        Ok(BuiltImage {
+            package: package.name.clone(),
+            name: artifact.target.name.clone(),
+            target: self.target,
+            arch: self.arch.map(str::to_owned),
+            path,
+            cubin,
+            kind,
+            kernels,
+        })
+    }
+}
+
+fn read(path: &Path) -> Result<String, BuildError> {
+    std::fs::read_to_string(path).map_err(|source| BuildError::Io {
+        context: format!("cannot read {}", path.display()),
+        source,
+    })
+}
+
+/// `<ptx stem>.cubin` next to the PTX, assembled by ptxas unless it is already newer than the PTX.
+/// Returns `None` (no cubin) when ptxas is not installed.
+fn assemble_cubin(ptx: &Path, arch: &str) -> Result<Option<PathBuf>, BuildError> {
+    let cubin = ptx.with_extension("cubin");
+    if is_newer(&cubin, ptx) {
+        return Ok(Some(cubin));
+    }
+    let Some(ptxas) = toolchain::find_ptxas() else {
+        // A stale cubin from an earlier build must not be mistaken for this PTX's.
+        let _ = std::fs::remove_file(&cubin);
+        return Ok(None);
+    };
+    validate::assemble_ptx(&ptxas, ptx, arch, &cubin).map_err(|err| BuildError::Ptxas {
+        ptx: ptx.to_owned(),
+        stderr: err.to_string(),
+    })?;
+    Ok(Some(cubin))
+}
+
+/// Whether `path` exists and was modified no earlier than `than`.
+fn is_newer(path: &Path, than: &Path) -> bool {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|meta| meta.modified());
+    match (modified(path), modified(than)) {
+        (Ok(path_time), Ok(than_time)) => path_time >= than_time,
+        _ => false,
+    }
+}
+
+/// Points `<target dir>/gpurun/gpurun-nvptx-link` at the running executable and returns it.
+fn install_linker_link(target_dir: &Path) -> Result<PathBuf, BuildError> {
+    let io_error = |context: String| move |source| BuildError::Io { context, source };
+    let exe = std::env::current_exe().map_err(io_error(
+        "cannot find the cargo-gpurun executable".to_owned(),
+    ))?;
+    let dir = target_dir.join("gpurun");
+    let link = dir.join(NVPTX_LINKER_NAME);
+    if std::fs::read_link(&link).is_ok_and(|current| current == exe) {
+        return Ok(link);
+    }
+    std::fs::create_dir_all(&dir).map_err(io_error(format!("cannot create {}", dir.display())))?;
+    // A unique temporary name, renamed over the old link, so concurrent builds never see none.
+    let temporary = dir.join(format!("{NVPTX_LINKER_NAME}.{}", std::process::id()));
+    let _ = std::fs::remove_file(&temporary);
+    symlink(&exe, &temporary).map_err(io_error(format!(
+        "cannot create the linker link {}",
+        temporary.display()
+    )))?;
+    std::fs::rename(&temporary, &link)
+        .map_err(io_error(format!("cannot create {}", link.display())))?;
+    Ok(link)
+}
+
+#[cfg(unix)]
+fn symlink(original: &Path, link: &Path) -> std::io::Result<()> {
+    std::os::unix::fs::symlink(original, link)
+}
+
+#[cfg(not(unix))]
+fn symlink(original: &Path, link: &Path) -> std::io::Result<()> {
+    // No symlinks without privileges elsewhere: a copy has the same name and so the same effect.
+    std::fs::copy(original, link).map(drop)
+}

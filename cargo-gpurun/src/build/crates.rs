@@ -1,0 +1,143 @@
+//! Finding device crates with `cargo metadata`: a workspace member is a device crate when it has
+//! a `[package.metadata.gpurun]` table or depends on `gpurun-device`.
+
+use std::path::PathBuf;
+
+use cargo_metadata::{MetadataCommand, Package};
+
+use super::{BuildError, BuildOptions};
+
+/// The name of the device runtime crate; depending on it makes a crate a device crate.
+pub const DEVICE_RUNTIME_CRATE: &str = "gpurun-device";
+
+/// The workspace a build works in.
+#[derive(Debug)]
+pub struct Workspace {
+    /// Where cargo puts build output (respects `CARGO_TARGET_DIR` and `build.target-dir`).
+    pub target_dir: PathBuf,
+    /// The workspace root directory.
+    pub root: PathBuf,
+    /// The Cargo.toml the build runs on (as given, or the workspace's).
+    pub manifest_path: PathBuf,
+    members: Vec<Package>,
+    root_package: Option<String>,
+}
+
+/// A workspace member that is a device crate.
+#[derive(Debug, Clone)]
+pub struct DeviceCrate {
+    /// Package name (what `-p` takes).
+    pub name: String,
+    /// Its Cargo.toml (matches cargo's artifact messages to packages).
+    pub manifest_path: PathBuf,
+    /// Its `[package.metadata.gpurun]` table, if any.
+    pub gpurun_metadata: Option<serde_json::Value>,
+}
+
+impl Workspace {
+    /// Runs `cargo metadata --no-deps` on the manifest of `opts`.
+    pub fn load(opts: &BuildOptions) -> Result<Workspace, BuildError> {
+        let mut command = MetadataCommand::new();
+        command.no_deps();
+        if let Some(path) = &opts.manifest_path {
+            if !path.is_file() {
+                return Err(BuildError::Metadata(format!(
+                    "manifest {} does not exist",
+                    path.display()
+                )));
+            }
+            command.manifest_path(path);
+        }
+        let metadata = command.exec().map_err(|err| {
+            // cargo's stderr is in the error's text; keep the first meaningful line.
+            BuildError::Metadata(one_line(&err.to_string()))
+        })?;
+        let members: Vec<Package> = metadata.workspace_packages().into_iter().cloned().collect();
+        let root_package = metadata
+            .root_package()
+            .map(|package| package.name.to_string());
+        let manifest_path = match &opts.manifest_path {
+            Some(path) => path.clone(),
+            None => metadata
+                .workspace_root
+                .join("Cargo.toml")
+                .into_std_path_buf(),
+        };
+        Ok(Workspace {
+            target_dir: metadata.target_directory.clone().into_std_path_buf(),
+            root: metadata.workspace_root.clone().into_std_path_buf(),
+            manifest_path,
+            members,
+            root_package,
+        })
+    }
+
+    /// The device crates `opts` selects: `-p` names, `--workspace`, else the current package, else
+    /// (virtual workspace) every device crate.
+    pub fn select(&self, opts: &BuildOptions) -> Result<Vec<DeviceCrate>, BuildError> {
+        if !opts.packages.is_empty() {
+            let mut selected = Vec::new();
+            for spec in &opts.packages {
+                // `-p name@1.2.3` names a version; members are unique by name, so drop it.
+                let name = spec.split('@').next().unwrap_or(spec);
+                let package = self
+                    .members
+                    .iter()
+                    .find(|package| package.name.as_str() == name)
+                    .ok_or_else(|| BuildError::NoSuchPackage(name.to_owned()))?;
+                let device_crate = as_device_crate(package)
+                    .ok_or_else(|| BuildError::NotDeviceCrate(name.to_owned()))?;
+                if !selected
+                    .iter()
+                    .any(|other: &DeviceCrate| other.name == device_crate.name)
+                {
+                    selected.push(device_crate);
+                }
+            }
+            return Ok(selected);
+        }
+        if !opts.workspace {
+            if let Some(root) = &self.root_package {
+                let package = self
+                    .members
+                    .iter()
+                    .find(|package| package.name.as_str() == root)
+                    .ok_or_else(|| BuildError::NoSuchPackage(root.clone()))?;
+                return as_device_crate(package)
+                    .map(|device_crate| vec![device_crate])
+                    .ok_or_else(|| BuildError::NotDeviceCrate(root.clone()));
+            }
+        }
+        let all: Vec<DeviceCrate> = self.members.iter().filter_map(as_device_crate).collect();
+        if all.is_empty() {
+            Err(BuildError::NoDeviceCrates(self.root.clone()))
+        } else {
+            Ok(all)
+        }
+    }
+}
+
+/// The package as a device crate, or `None` when it is not one.
+fn as_device_crate(package: &Package) -> Option<DeviceCrate> {
+    let gpurun_metadata = package.metadata.get("gpurun").cloned();
+    let uses_runtime = package
+        .dependencies
+        .iter()
+        .any(|dependency| dependency.name == DEVICE_RUNTIME_CRATE);
+    (gpurun_metadata.is_some() || uses_runtime).then(|| DeviceCrate {
+        name: package.name.to_string(),
+        manifest_path: package.manifest_path.clone().into_std_path_buf(),
+        gpurun_metadata,
+    })
+}
+
+/// The first line of an error from cargo that says what is wrong.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|line| line.starts_with("error:"))
+        .or_else(|| text.lines().map(str::trim).find(|line| !line.is_empty()))
+        .unwrap_or("cargo metadata failed")
+        .trim_start_matches("error: ")
+        .to_owned()
+}

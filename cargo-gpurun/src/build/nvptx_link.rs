@@ -1,0 +1,483 @@
+//! Our nvptx "linker": rustc's `llvm-bitcode-linker` is not available from rustup here, so
+//! `cargo gpurun build` passes `-Clinker=<target dir>/gpurun/gpurun-nvptx-link` (a link to this
+//! executable) and rustc calls us with the llbc-flavor interface:
+//!
+//! ```text
+//! --export-symbol NAME ... INPUT.o ... LIB.rlib ... -L DIR --target nvptx64-nvidia-cuda
+//! --target-cpu sm_70 [--target-feature=+ptx70] -o OUT.ptx -O3 [--debug]
+//! ```
+//!
+//! Inputs are LLVM bitcode: `.o` files, and rlibs (archives) whose members are bitcode (their
+//! `lib.rmeta` member is not). We `llvm-link` all of it, internalize every symbol except the
+//! exported ones and the device ABI's (`_begin`, `_start`, `_end`, `__llvm_rpc_client`,
+//! `__gpurun_*`), drop what is unreachable, optimize with `opt`, and emit PTX with `llc`.
+//! Debug info is stripped: ptxas rejects the DWARF this LLVM emits for nvptx.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::toolchain;
+
+/// Symbols always kept external, whatever rustc exports: the entry kernels and RPC client of
+/// LLVM libc's GPU ABI and everything of our test ABI (patterns use `*` as a wildcard, as LLVM's
+/// internalize pass reads them).
+pub const ALWAYS_EXPORTED: &[&str] = &[
+    "_begin",
+    "_start",
+    "_end",
+    "__llvm_rpc_client",
+    "__gpurun_*",
+];
+
+/// Why linking failed. The tool variants carry the tool's whole stderr.
+#[derive(Debug, thiserror::Error)]
+pub enum LinkError {
+    #[error("bad linker arguments: {0}")]
+    Usage(String),
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not an LLVM bitcode file or archive")]
+    NotBitcode { path: PathBuf },
+    #[error("cannot read archive {path}: {detail}")]
+    Archive { path: PathBuf, detail: String },
+    #[error("cannot find the LLVM tools: {0}")]
+    Tools(String),
+    #[error("cannot run {tool} ({path}): {source}")]
+    Spawn {
+        tool: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{tool} failed ({status}):\n{stderr}")]
+    ToolFailed {
+        tool: &'static str,
+        status: String,
+        stderr: String,
+    },
+}
+
+/// The parsed command line rustc gives the linker.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkArgs {
+    pub exports: Vec<String>,
+    pub inputs: Vec<PathBuf>,
+    pub output: Option<PathBuf>,
+    pub target_cpu: Option<String>,
+    pub target_features: Vec<String>,
+    /// `0`..`3`, `s` or `z`.
+    pub opt_level: String,
+    pub debug: bool,
+}
+
+impl LinkArgs {
+    /// Parses rustc's arguments (after expanding `@file` response files).
+    pub fn parse(args: &[OsString]) -> Result<LinkArgs, LinkError> {
+        let args = expand_response_files(args)?;
+        let mut parsed = LinkArgs {
+            opt_level: "3".to_owned(),
+            ..LinkArgs::default()
+        };
+        let mut iter = args.into_iter();
+        while let Some(arg) = iter.next() {
+            let Some(text) = arg.to_str() else {
+                parsed.inputs.push(PathBuf::from(arg));
+                continue;
+            };
+            let mut value = |flag: &str| {
+                iter.next()
+                    .ok_or_else(|| LinkError::Usage(format!("`{flag}` needs a value")))
+            };
+            match text {
+                "--export-symbol" => parsed
+                    .exports
+                    .push(value(text)?.to_string_lossy().into_owned()),
+                "-o" => parsed.output = Some(PathBuf::from(value(text)?)),
+                "-L" => {
+                    value(text)?;
+                }
+                "--target" => {
+                    let target = value(text)?;
+                    if target != "nvptx64-nvidia-cuda" {
+                        return Err(LinkError::Usage(format!(
+                            "this linker only links nvptx64-nvidia-cuda, not `{}`",
+                            target.to_string_lossy()
+                        )));
+                    }
+                }
+                "--target-cpu" => {
+                    parsed.target_cpu = Some(value(text)?.to_string_lossy().into_owned())
+                }
+                "--target-feature" => parsed
+                    .target_features
+                    .push(value(text)?.to_string_lossy().into_owned()),
+                "--debug" => parsed.debug = true,
+                _ => {
+                    if let Some(features) = text.strip_prefix("--target-feature=") {
+                        parsed.target_features.push(features.to_owned());
+                    } else if let Some(dir) = text.strip_prefix("-L") {
+                        // `-Ldir`: library search paths do not matter, rustc passes full paths.
+                        let _ = dir;
+                    } else if let Some(level) = text.strip_prefix("-O") {
+                        if !matches!(level, "0" | "1" | "2" | "3" | "s" | "z") {
+                            return Err(LinkError::Usage(format!("unknown optimization `{text}`")));
+                        }
+                        parsed.opt_level = level.to_owned();
+                    } else if text.starts_with('-') {
+                        return Err(LinkError::Usage(format!(
+                            "unknown argument `{text}` (this rustc passes something cargo-gpurun does not handle yet)"
+                        )));
+                    } else {
+                        parsed.inputs.push(PathBuf::from(text));
+                    }
+                }
+            }
+        }
+        if parsed.output.is_none() {
+            return Err(LinkError::Usage("no output file (`-o`)".to_owned()));
+        }
+        if parsed.inputs.is_empty() {
+            return Err(LinkError::Usage("no input files".to_owned()));
+        }
+        Ok(parsed)
+    }
+}
+
+/// Replaces `@path` arguments by the arguments in that file, one per line, with the backslash
+/// escapes rustc writes for GNU-style response files.
+fn expand_response_files(args: &[OsString]) -> Result<Vec<OsString>, LinkError> {
+    let mut expanded = Vec::new();
+    for arg in args {
+        match arg.to_str().and_then(|text| text.strip_prefix('@')) {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| LinkError::Read {
+                    path: path.into(),
+                    source,
+                })?;
+                for line in text.lines().filter(|line| !line.is_empty()) {
+                    let mut unescaped = String::with_capacity(line.len());
+                    let mut chars = line.chars();
+                    while let Some(ch) = chars.next() {
+                        if ch == '\\' {
+                            unescaped.extend(chars.next());
+                        } else {
+                            unescaped.push(ch);
+                        }
+                    }
+                    expanded.push(OsString::from(unescaped));
+                }
+            }
+            None => expanded.push(arg.clone()),
+        }
+    }
+    Ok(expanded)
+}
+
+/// Where the tools are: `GPURUN_LLVM_TOOLS_DIR` (cargo gpurun build always sets it for the
+/// linker), else the toolchain's rustlib bin directory.
+fn tools_dir() -> Result<PathBuf, LinkError> {
+    if let Some(dir) = toolchain::llvm_tools_dir_override() {
+        return Ok(dir);
+    }
+    toolchain::Toolchain::probe()
+        .map(|toolchain| toolchain.llvm_tools_dir())
+        .map_err(|err| LinkError::Tools(err.to_string()))
+}
+
+fn find_tool(dir: &Path, tool: &'static str) -> Result<PathBuf, LinkError> {
+    toolchain::find_llvm_tool_in(dir, tool).map_err(|_| {
+        LinkError::Tools(format!(
+            "`{tool}` not found in {} (rustup component llvm-tools, or {})",
+            dir.display(),
+            toolchain::LLVM_TOOLS_DIR_ENV
+        ))
+    })
+}
+
+/// Links per `args`: the whole pipeline, leaving `args.output` (PTX) on success.
+pub fn link(args: &LinkArgs) -> Result<(), LinkError> {
+    let output = args
+        .output
+        .as_deref()
+        .ok_or_else(|| LinkError::Usage("no output file (`-o`)".to_owned()))?;
+    let dir = tools_dir()?;
+    let llvm_link = find_tool(&dir, "llvm-link")?;
+    let opt = find_tool(&dir, "opt")?;
+    let llc = find_tool(&dir, "llc")?;
+
+    let work_dir = output.with_extension("gpurun-link");
+    let _ = std::fs::remove_dir_all(&work_dir);
+    std::fs::create_dir_all(&work_dir).map_err(|source| LinkError::Write {
+        path: work_dir.clone(),
+        source,
+    })?;
+    let result = link_in(args, output, &work_dir, [&llvm_link, &opt, &llc]);
+    // Intermediate files are only useful while linking; keep them when it failed, to debug.
+    if result.is_ok() {
+        let _ = std::fs::remove_dir_all(&work_dir);
+    }
+    result
+}
+
+fn link_in(
+    args: &LinkArgs,
+    output: &Path,
+    work_dir: &Path,
+    [llvm_link, opt, llc]: [&PathBuf; 3],
+) -> Result<(), LinkError> {
+    let bitcode = collect_bitcode(&args.inputs, work_dir)?;
+
+    let linked = work_dir.join("linked.bc");
+    let mut command = Command::new(llvm_link);
+    command.args(&bitcode).arg("-o").arg(&linked);
+    run_tool("llvm-link", llvm_link, &mut command)?;
+
+    let exports_file = work_dir.join("exports.txt");
+    let mut exports = String::new();
+    for name in args
+        .exports
+        .iter()
+        .map(String::as_str)
+        .chain(ALWAYS_EXPORTED.iter().copied())
+    {
+        let _ = writeln!(exports, "{name}");
+    }
+    std::fs::write(&exports_file, exports).map_err(|source| LinkError::Write {
+        path: exports_file.clone(),
+        source,
+    })?;
+
+    let optimized = work_dir.join("optimized.bc");
+    let level = device_opt_level(&args.opt_level);
+    let mut command = Command::new(opt);
+    command
+        .arg("--strip-debug")
+        .arg(format!(
+            "-passes=internalize,globaldce,default<{level}>,globaldce"
+        ))
+        .arg(format!(
+            "-internalize-public-api-file={}",
+            exports_file.display()
+        ))
+        .arg(&linked)
+        .arg("-o")
+        .arg(&optimized);
+    run_tool("opt", opt, &mut command)?;
+
+    let codegen_level = if level == "O3" { "-O3" } else { "-O2" };
+    let mut command = Command::new(llc);
+    command.arg(codegen_level);
+    if let Some(cpu) = &args.target_cpu {
+        command.arg(format!("-mcpu={cpu}"));
+    }
+    let features: Vec<&str> = args
+        .target_features
+        .iter()
+        .flat_map(|list| list.split(','))
+        .filter(|feature| !feature.is_empty())
+        .collect();
+    if !features.is_empty() {
+        command.arg(format!("-mattr={}", features.join(",")));
+    }
+    command.arg(&optimized).arg("-o").arg(output);
+    run_tool("llc", llc, &mut command)
+}
+
+/// The `opt` level for rustc's `-O` level. Device code is optimized even in debug builds: its
+/// debug info is stripped anyway, and unoptimized PTX is several times larger (every value lives
+/// in local memory), which makes ptxas take minutes where it otherwise takes a second.
+fn device_opt_level(rustc_level: &str) -> &'static str {
+    match rustc_level {
+        "s" => "Os",
+        "z" => "Oz",
+        _ => "O3",
+    }
+}
+
+/// Writes every bitcode member of the rlibs into `work_dir` and returns all bitcode files to link.
+fn collect_bitcode(inputs: &[PathBuf], work_dir: &Path) -> Result<Vec<PathBuf>, LinkError> {
+    let mut files = Vec::new();
+    for (index, input) in inputs.iter().enumerate() {
+        let data = std::fs::read(input).map_err(|source| LinkError::Read {
+            path: input.clone(),
+            source,
+        })?;
+        if is_bitcode(&data) {
+            files.push(input.clone());
+            continue;
+        }
+        if !data.starts_with(b"!<arch>\n") {
+            return Err(LinkError::NotBitcode {
+                path: input.clone(),
+            });
+        }
+        let archive_error = |detail: String| LinkError::Archive {
+            path: input.clone(),
+            detail,
+        };
+        let archive = object::read::archive::ArchiveFile::parse(&*data)
+            .map_err(|err| archive_error(err.to_string()))?;
+        for (member_index, member) in archive.members().enumerate() {
+            let member = member.map_err(|err| archive_error(err.to_string()))?;
+            let bytes = member
+                .data(&*data)
+                .map_err(|err| archive_error(err.to_string()))?;
+            // `lib.rmeta` (rustc metadata) and anything else that is not bitcode is not code.
+            if !is_bitcode(bytes) {
+                continue;
+            }
+            let name = String::from_utf8_lossy(member.name());
+            let stem: String = name
+                .chars()
+                .map(|ch| {
+                    if ch.is_ascii_alphanumeric() || ch == '.' || ch == '-' {
+                        ch
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let path = work_dir.join(format!("{index}-{member_index}-{stem}"));
+            std::fs::write(&path, bytes).map_err(|source| LinkError::Write {
+                path: path.clone(),
+                source,
+            })?;
+            files.push(path);
+        }
+    }
+    if files.is_empty() {
+        return Err(LinkError::Usage("no bitcode in the inputs".to_owned()));
+    }
+    Ok(files)
+}
+
+/// LLVM bitcode, raw (`BC 0xC0DE`) or in the wrapper header (`0x0B17C0DE`).
+fn is_bitcode(data: &[u8]) -> bool {
+    data.starts_with(b"BC\xC0\xDE") || data.starts_with(&[0xDE, 0xC0, 0x17, 0x0B])
+}
+
+fn run_tool(tool: &'static str, path: &Path, command: &mut Command) -> Result<(), LinkError> {
+    let result = command.output().map_err(|source| LinkError::Spawn {
+        tool,
+        path: path.to_owned(),
+        source,
+    })?;
+    if result.status.success() {
+        return Ok(());
+    }
+    let mut stderr = String::from_utf8_lossy(&result.stderr)
+        .trim_end()
+        .to_owned();
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    if !stdout.trim().is_empty() {
+        stderr.push('\n');
+        stderr.push_str(stdout.trim_end());
+    }
+    if stderr.is_empty() {
+        stderr = "(no output)".to_owned();
+    }
+    Err(LinkError::ToolFailed {
+        tool,
+        status: result.status.to_string(),
+        stderr,
+    })
+}
+
+/// Whether `argv0` names the linker link, so `main` should act as the linker.
+pub fn invoked_as_linker(argv0: &OsStr) -> bool {
+    Path::new(argv0)
+        .file_name()
+        .is_some_and(|name| name == OsStr::new(super::cargo::NVPTX_LINKER_NAME))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(args: &[&str]) -> Vec<OsString> {
+        args.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn parses_what_rustc_passes() {
+        let args = LinkArgs::parse(&os(&[
+            "--export-symbol",
+            "_start",
+            "a.rcgu.o",
+            "libcore-1.rlib",
+            "-L",
+            "/x/raw-dylibs",
+            "--target",
+            "nvptx64-nvidia-cuda",
+            "--target-cpu",
+            "sm_70",
+            "--target-feature=+ptx70",
+            "-L",
+            "/sysroot/self-contained",
+            "-o",
+            "out.ptx",
+            "-O0",
+            "--debug",
+        ]))
+        .unwrap();
+        assert_eq!(args.exports, vec!["_start"]);
+        assert_eq!(
+            args.inputs,
+            vec![PathBuf::from("a.rcgu.o"), PathBuf::from("libcore-1.rlib")]
+        );
+        assert_eq!(args.output, Some(PathBuf::from("out.ptx")));
+        assert_eq!(args.target_cpu.as_deref(), Some("sm_70"));
+        assert_eq!(args.target_features, vec!["+ptx70"]);
+        assert_eq!(args.opt_level, "0");
+        assert!(args.debug);
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        for bad in [
+            &["a.o"][..],
+            &["-o", "x.ptx"],
+            &["a.o", "-o"],
+            &["a.o", "-o", "x.ptx", "--frobnicate"],
+            &["a.o", "-o", "x.ptx", "--target", "x86_64-unknown-linux-gnu"],
+            &["a.o", "-o", "x.ptx", "-O7"],
+        ] {
+            assert!(
+                matches!(LinkArgs::parse(&os(bad)), Err(LinkError::Usage(_))),
+                "{bad:?} accepted"
+            );
+        }
+    }
+
+    #[test]
+    fn expands_response_files() {
+        let dir = std::env::temp_dir().join(format!("gpurun-rsp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("args.rsp");
+        std::fs::write(
+            &file,
+            "--export-symbol\n_start\nmy\\ dir/a.o\n-o\nout.ptx\n",
+        )
+        .unwrap();
+        let args = LinkArgs::parse(&[OsString::from(format!("@{}", file.display()))]).unwrap();
+        assert_eq!(args.inputs, vec![PathBuf::from("my dir/a.o")]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn recognizes_bitcode_magic() {
+        assert!(is_bitcode(b"BC\xC0\xDE\x35\x14"));
+        assert!(is_bitcode(&[0xDE, 0xC0, 0x17, 0x0B, 0, 0]));
+        assert!(!is_bitcode(b"\x7fELF"));
+        assert!(!is_bitcode(b"BC"));
+    }
+}

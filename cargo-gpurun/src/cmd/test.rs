@@ -1,0 +1,158 @@
+//! `cargo gpurun test`: build the device crates, then run every image's `#[gpurun::test]`s
+//! through the harness, one worker process per concurrent test.
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use gpurun_backend::select::{self, BackendChoice};
+use gpurun_backend::BackendKind;
+use gpurun_harness::{HarnessArgs, ShouldPanic, TestCase};
+use gpurun_image::Image;
+
+use super::run::{backend_for, options, DeviceArgs};
+use super::worker::worker_spec;
+use crate::build::{self, BuildOptions};
+use crate::exit_code;
+
+/// `cargo gpurun test`.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    #[command(flatten)]
+    pub build: BuildOptions,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Build the test images but do not run them.
+    #[arg(long)]
+    pub no_run: bool,
+    /// Arguments for the test harness (libtest's: filters, --exact, --list, ...), after `--`.
+    #[arg(last = true, allow_hyphen_values = true)]
+    pub harness_args: Vec<OsString>,
+}
+
+/// The harness's view of an image's tests.
+pub fn test_cases(image: &Image) -> Vec<TestCase> {
+    image
+        .tests()
+        .iter()
+        .map(|desc| TestCase {
+            name: desc.name.clone(),
+            kernel: desc.kernel.clone(),
+            ignored: desc.ignored,
+            ignore_reason: desc.ignore_reason.clone(),
+            should_panic: match &desc.should_panic {
+                gpurun_image::ShouldPanic::No => ShouldPanic::No,
+                gpurun_image::ShouldPanic::Yes => ShouldPanic::Yes,
+                gpurun_image::ShouldPanic::Expected(text) => ShouldPanic::Expected(text.clone()),
+            },
+            threads: desc.threads,
+            blocks: desc.blocks,
+            source_file: None,
+        })
+        .collect()
+}
+
+/// A test that runs longer than this fails, unless `--test-timeout` or
+/// `[package.metadata.gpurun] test-timeout = SECS` says otherwise. Generous: a debug build of a
+/// big grid under emulation is slow, but a hang must still end.
+pub const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `test-timeout` from each device crate's `[package.metadata.gpurun]`, by package name.
+fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Duration>> {
+    let mut command = cargo_metadata::MetadataCommand::new();
+    command.no_deps();
+    if let Some(path) = &build.manifest_path {
+        command.manifest_path(path);
+    }
+    let metadata = command
+        .exec()
+        .context("failed to read the workspace metadata")?;
+    let mut timeouts = HashMap::new();
+    for package in metadata.packages {
+        let value = &package.metadata["gpurun"]["test-timeout"];
+        if value.is_null() {
+            continue;
+        }
+        match value.as_f64() {
+            Some(secs) if secs.is_finite() && secs > 0.0 => {
+                timeouts.insert(package.name.to_string(), Duration::from_secs_f64(secs));
+            }
+            _ => anyhow::bail!(
+                "`[package.metadata.gpurun] test-timeout` of `{}` must be a positive number of \
+                 seconds, not {value}",
+                package.name
+            ),
+        }
+    }
+    Ok(timeouts)
+}
+
+/// With no `--target`, build for the GPU that is present, else for the host emulation (and say
+/// so in one line).
+fn auto_target(choice: BackendChoice) -> &'static str {
+    match choice {
+        BackendChoice::Only(BackendKind::Cuda) => return "nvptx",
+        BackendChoice::Only(BackendKind::Hsa) => return "amdgcn",
+        BackendChoice::Only(BackendKind::Host) => return "host",
+        BackendChoice::Auto => {}
+    }
+    let mut reasons = Vec::new();
+    for (kind, target) in [(BackendKind::Cuda, "nvptx"), (BackendKind::Hsa, "amdgcn")] {
+        match select::backend(kind).devices() {
+            Ok(devices) if !devices.is_empty() => return target,
+            Ok(_) => reasons.push(format!("{kind}: no devices")),
+            Err(error) => reasons.push(format!("{kind}: {error}")),
+        }
+    }
+    eprintln!(
+        "note: no GPU found ({}); running tests on the host emulation backend",
+        reasons.join("; ")
+    );
+    "host"
+}
+
+pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
+    let mut build_options = args.build.clone();
+    if build_options.targets.is_empty() {
+        build_options.targets = vec![auto_target(args.device.backend).to_string()];
+    }
+    let images = build::build(&build_options)?;
+    if args.no_run {
+        return Ok(ExitCode::SUCCESS);
+    }
+    let mut argv: Vec<OsString> = vec!["cargo-gpurun-test".into()];
+    argv.extend(args.harness_args.iter().cloned());
+    let mut harness_args = match HarnessArgs::parse_args(argv) {
+        Ok(parsed) => parsed,
+        Err(error) => error.exit(),
+    };
+    let timeouts = metadata_timeouts(&build_options)?;
+    let mut worst = exit_code::SUCCESS;
+    for built in &images {
+        let image = Image::read(&built.path)
+            .with_context(|| format!("failed to load image `{}`", built.path.display()))?;
+        let tests = test_cases(&image);
+        let kind = backend_for(args.device.backend, &image)?;
+        eprintln!(
+            "     Running {} ({}) on the {kind} backend",
+            built.package,
+            built.path.display()
+        );
+        let spec = worker_spec(&options(&args.device, kind), &built.path)?;
+        let timeout = harness_args
+            .test_timeout
+            .or_else(|| timeouts.get(&built.package).copied())
+            .unwrap_or(DEFAULT_TEST_TIMEOUT);
+        let executor = crate::executor::WorkerExecutor::new(spec, Some(timeout));
+        harness_args.suite_name = Some(built.package.clone());
+        let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
+        if code != exit_code::SUCCESS {
+            worst = worst.max(code);
+        }
+    }
+    Ok(exit_code::code(worst))
+}

@@ -1,0 +1,81 @@
+//! `cargo gpurun __worker`: the process that owns one device (see `gpurun_backend::worker`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use gpurun_backend::{BackendKind, LoadOptions};
+
+/// Arguments of the hidden worker subcommand; the parent builds them with [`worker_args`].
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    #[arg(long, value_parser = parse_kind)]
+    pub backend: BackendKind,
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    #[arg(long, default_value_t = 32)]
+    pub lane_size: u32,
+    #[arg(long, default_value_t = 1024)]
+    pub rpc_ports: u32,
+    #[arg(long)]
+    pub stack_size: Option<usize>,
+    pub image: PathBuf,
+}
+
+fn parse_kind(text: &str) -> Result<BackendKind, String> {
+    match text {
+        "cuda" => Ok(BackendKind::Cuda),
+        "hsa" => Ok(BackendKind::Hsa),
+        "host" => Ok(BackendKind::Host),
+        other => Err(format!("unknown backend `{other}`")),
+    }
+}
+
+/// Options every command that starts workers shares.
+#[derive(Clone, Debug)]
+pub struct WorkerOptions {
+    pub backend: BackendKind,
+    pub device: usize,
+    pub lane_size: u32,
+    pub stack_size: Option<usize>,
+}
+
+/// The spec that starts a worker for `image`: this very executable, hidden subcommand.
+pub fn worker_spec(
+    options: &WorkerOptions,
+    image: &std::path::Path,
+) -> anyhow::Result<gpurun_backend::worker::WorkerSpec> {
+    let exe = std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find the cargo-gpurun executable: {e}"))?;
+    let mut args = vec![
+        "gpurun".to_string(),
+        "__worker".into(),
+        "--backend".into(),
+        options.backend.name().into(),
+        "--device".into(),
+        options.device.to_string(),
+        "--lane-size".into(),
+        options.lane_size.to_string(),
+    ];
+    if let Some(stack) = options.stack_size {
+        args.push("--stack-size".into());
+        args.push(stack.to_string());
+    }
+    args.push("--".into());
+    Ok(gpurun_backend::worker::WorkerSpec {
+        exe,
+        args,
+        image: image.to_path_buf(),
+    })
+}
+
+pub fn run(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
+    let options = LoadOptions {
+        rpc_ports: args.rpc_ports,
+        stack_size: args.stack_size,
+        emulated_lane_size: args.lane_size,
+    };
+    let status =
+        gpurun_backend::worker::child::serve(args.backend, args.device, &args.image, &options);
+    Ok(ExitCode::from(u8::try_from(status).unwrap_or(1)))
+}
