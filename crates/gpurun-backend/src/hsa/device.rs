@@ -23,6 +23,8 @@ pub(crate) struct AgentInfo {
     pub isa: Option<String>,
     pub wavefront_size: u32,
     pub kernel_dispatch: bool,
+    /// Waves the GPU can hold at once (compute units x waves per CU); 0 when unknown.
+    pub max_resident_waves: u32,
 }
 
 impl AgentInfo {
@@ -136,6 +138,31 @@ fn agent_info(lib: &HsaLib, agent: hsa_agent_t) -> Result<AgentInfo, HsaError> {
     } else {
         None
     };
+    let max_resident_waves = if device_type == HSA_DEVICE_TYPE_GPU {
+        // SAFETY: COMPUTE_UNIT_COUNT and MAX_WAVES_PER_CU are uint32_t.
+        let units: u32 = unsafe {
+            agent_attribute(
+                lib,
+                agent,
+                HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
+                "hsa_agent_get_info",
+            )
+        }
+        .unwrap_or(0);
+        // SAFETY: as above.
+        let waves: u32 = unsafe {
+            agent_attribute(
+                lib,
+                agent,
+                HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU,
+                "hsa_agent_get_info",
+            )
+        }
+        .unwrap_or(0);
+        units.saturating_mul(waves)
+    } else {
+        0
+    };
     let isa = if device_type == HSA_DEVICE_TYPE_GPU {
         first_isa_name(lib, agent)
     } else {
@@ -149,6 +176,7 @@ fn agent_info(lib: &HsaLib, agent: hsa_agent_t) -> Result<AgentInfo, HsaError> {
         isa,
         wavefront_size,
         kernel_dispatch: features & HSA_AGENT_FEATURE_KERNEL_DISPATCH != 0,
+        max_resident_waves,
     })
 }
 
@@ -275,6 +303,7 @@ mod tests {
             isa: isa.map(Into::into),
             wavefront_size: 64,
             kernel_dispatch: dispatch,
+            max_resident_waves: 104 * 32,
         }
     }
 

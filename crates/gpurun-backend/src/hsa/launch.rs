@@ -5,7 +5,9 @@
 use super::error::{describe_queue_error, runtime, runtime_message};
 use super::memory::{PoolBuffer, Signal};
 use super::module::{HsaModule, Resources};
-use super::packet::{dispatch_header, dispatch_packet, header_word, kernarg_block};
+use super::packet::{
+    dispatch_header, dispatch_packet, header_word, kernarg_block, with_stack_size,
+};
 use super::result::status_string;
 use super::runtime::{fault_count, fault_text};
 use crate::server::{Served, Sink};
@@ -160,7 +162,7 @@ impl HsaModule<'_> {
                 "the module cannot run kernels after an earlier failure ({reason})"
             )));
         }
-        let facts = self.kernel(kernel)?;
+        let facts = with_stack_size(self.kernel(kernel)?, self.stack_size);
         let block = kernarg_block(args, &shape, facts.kernarg_segment_size)?;
         let lib = std::sync::Arc::clone(self.device.runtime.lib_arc());
         let gpu = self.device.gpu.agent;

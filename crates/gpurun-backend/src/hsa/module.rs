@@ -191,6 +191,8 @@ pub struct HsaModule<'d> {
     kernels: HashMap<String, KernelFacts>,
     /// Set after a fault or a timeout: the queue and executable cannot be trusted any more.
     pub(crate) broken: Option<String>,
+    /// `LoadOptions::stack_size`: the private memory a dynamic-stack kernel gets at least.
+    pub(crate) stack_size: Option<usize>,
 }
 
 /// The objects of a module, dropped in field order: the queue before what its kernels use.
@@ -230,10 +232,12 @@ pub(crate) fn load<'d>(
         }),
         kernels: HashMap::new(),
         broken: None,
+        stack_size: options.stack_size,
     };
     module.set_clock_frequency()?;
     if module.symbol(RPC_CLIENT_GLOBAL).is_ok() {
-        module.set_up_rpc(options.rpc_ports, lane_size)?;
+        let ports = rpc_port_count(options.rpc_ports, device.gpu.max_resident_waves);
+        module.set_up_rpc(ports, lane_size)?;
     }
     Ok(module)
 }
@@ -620,6 +624,13 @@ impl Drop for HsaModule<'_> {
     }
 }
 
+/// RPC ports to create: at least one per wave the GPU can hold, as LLVM's offload plugin sizes
+/// them (a wave that finds no free port spins, and on a full GPU the waves holding ports may
+/// not get to run), and at least what the caller asked for. The layout clamps it to its maximum.
+pub fn rpc_port_count(requested: u32, max_resident_waves: u32) -> u32 {
+    requested.max(max_resident_waves).max(1)
+}
+
 /// `NAME.kd`: HSA looks kernels up by their descriptor symbol.
 pub fn kernel_descriptor_name(kernel: &str) -> String {
     if kernel.ends_with(".kd") {
@@ -648,6 +659,19 @@ mod tests {
     fn kernels_are_found_by_descriptor_name() {
         assert_eq!(kernel_descriptor_name("_start"), "_start.kd");
         assert_eq!(kernel_descriptor_name("_start.kd"), "_start.kd");
+    }
+
+    #[test]
+    fn rpc_ports_cover_every_resident_wave() {
+        // MI210: 104 CUs x 32 waves.
+        assert_eq!(rpc_port_count(1024, 104 * 32), 3328);
+        assert_eq!(
+            rpc_port_count(1024, 0),
+            1024,
+            "unknown occupancy keeps the request"
+        );
+        assert_eq!(rpc_port_count(8192, 120), 8192);
+        assert_eq!(rpc_port_count(0, 0), 1);
     }
 
     #[test]

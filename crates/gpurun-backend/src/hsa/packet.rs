@@ -75,6 +75,21 @@ impl KernelFacts {
     }
 }
 
+/// The facts a launch uses when the caller asked for a per-thread stack of `stack_size` bytes
+/// (`LoadOptions::stack_size`): a kernel with a dynamic stack gets at least that much private
+/// memory (and never less than [`DYNAMIC_STACK_PRIVATE_SIZE`]); a static stack is exact already.
+pub fn with_stack_size(facts: KernelFacts, stack_size: Option<usize>) -> KernelFacts {
+    match stack_size {
+        Some(bytes) if facts.dynamic_stack => KernelFacts {
+            private_segment_size: facts
+                .private_segment_size
+                .max(u32::try_from(bytes).unwrap_or(u32::MAX)),
+            ..facts
+        },
+        _ => facts,
+    }
+}
+
 /// Checks a launch shape against AQL's field widths (workgroup sizes are 16-bit, grid sizes
 /// 32-bit in work-items) and rejects empty dimensions.
 pub fn check_shape(shape: &LaunchShape) -> Result<(), BackendError> {
@@ -291,6 +306,26 @@ mod tests {
             dispatch_packet(&LaunchShape::SINGLE, &kernel, 0, hsa_signal_t::default()).unwrap();
         assert_eq!(packet.private_segment_size, 16 * 1024);
         assert_eq!(packet.setup, 1);
+    }
+
+    #[test]
+    fn a_requested_stack_size_raises_dynamic_stacks_only() {
+        let dynamic = KernelFacts {
+            private_segment_size: 96,
+            dynamic_stack: true,
+            ..KernelFacts::default()
+        };
+        assert_eq!(
+            with_stack_size(dynamic, Some(64 * 1024)).private_segment_size,
+            64 * 1024
+        );
+        assert_eq!(with_stack_size(dynamic, Some(32)).private_segment_size, 96);
+        assert_eq!(with_stack_size(dynamic, None), dynamic);
+        let fixed = KernelFacts {
+            dynamic_stack: false,
+            ..dynamic
+        };
+        assert_eq!(with_stack_size(fixed, Some(64 * 1024)), fixed);
     }
 
     #[test]
