@@ -229,19 +229,18 @@ impl HsaModule<'_> {
     }
 
     /// Reserves a slot, writes the packet body, then publishes the header with a release store
-    /// and rings the doorbell.
+    /// and rings the doorbell. A slot reserved but never filled would stall the queue for good,
+    /// so a failure after reserving marks the module broken.
     fn publish(
         &mut self,
         packet: &hsa_kernel_dispatch_packet_t,
         header: u32,
     ) -> Result<(), BackendError> {
         let queue = self.res.queue.raw;
-        let lib = self.res.queue.lib();
-        // SAFETY: `queue` is the live queue this module created; only this thread submits to it.
-        let (index, size, base, doorbell) = unsafe {
-            let index = (lib.hsa_queue_add_write_index_relaxed)(queue, 1);
+        let lib = std::sync::Arc::clone(self.device.runtime.lib_arc());
+        // SAFETY: `queue` is the live queue this module created; its descriptor is immutable.
+        let (size, base, doorbell) = unsafe {
             (
-                (index),
                 (*queue).size,
                 (*queue).base_address,
                 (*queue).doorbell_signal,
@@ -252,13 +251,20 @@ impl HsaModule<'_> {
                 "the runtime gave a queue of {size} packets at {base:?}"
             )));
         }
+        // SAFETY: the live queue; only this thread submits to it.
+        let index = unsafe { (lib.hsa_queue_add_write_index_relaxed)(queue, 1) };
         // Wait for the slot to be free: packets before ours must have been consumed.
         let deadline = Instant::now() + Duration::from_secs(10);
-        // SAFETY: reading the read index of the live queue.
-        while index - unsafe { (lib.hsa_queue_load_read_index_scacquire)(queue) } >= u64::from(size)
-        {
+        loop {
+            // SAFETY: reading the read index of the live queue.
+            let read = unsafe { (lib.hsa_queue_load_read_index_scacquire)(queue) };
+            if index.wrapping_sub(read) < u64::from(size) {
+                break;
+            }
             if Instant::now() > deadline {
-                return Err(runtime_message("the GPU queue stayed full for 10 s"));
+                let reason = "the GPU queue stayed full for 10 s".to_owned();
+                self.broken.get_or_insert(reason.clone());
+                return Err(runtime_message(reason));
             }
             std::thread::yield_now();
         }

@@ -15,8 +15,15 @@
 //!   doorbell and waits on a completion signal while serving RPC. A fault, a queue error or the
 //!   deadline leaves the module marked broken and its memory leaked, never freed under a kernel.
 //!
-//! Nothing here has run on an AMD GPU yet (none is available to the project): the packing is
-//! unit-tested byte for byte, and the runtime's refusal to start without a GPU is tested for real.
+//! Status: nothing here has run on an AMD GPU (none is available to the project).
+//! Checked offline: hsa-sys's types, constants and function types against Debian's ROCm 5.2
+//! headers; the packet and kernarg bytes against the header's offsets and the kernel
+//! descriptors of real gfx90a/gfx1100 code objects; the serving loop (completion, drain,
+//! exit/abort grace, faults, timeouts, RPC errors) with scripted closures; the event handler and
+//! queue callback with synthetic events; and the real runtime's refusal to start without a GPU.
+//! Unrun on hardware: executable loading, pools and allocations, queue creation, packet
+//! submission and doorbell, signal waits, async copies into globals, the RPC buffer as the GPU
+//! sees it, and ROCr's behaviour after a claimed memory fault.
 
 mod device;
 mod error;
