@@ -1,9 +1,10 @@
 //! The AMD backend, on the HSA runtime (ROCr) through `hsa-sys`, loaded at run time.
 //!
 //! Internals, following LLVM's AMDHSA loader and the AMDGPU offload plugin:
-//! - The runtime is initialised per [`Runtime`](runtime::Runtime) (`hsa_init` is reference
-//!   counted) and a system event handler records GPU memory faults instead of letting ROCr abort
-//!   the process; the launch that faulted ends with [`LaunchEnd::Faulted`].
+//! - One initialised runtime is shared by everything open in the process (`hsa_init` once,
+//!   `hsa_shut_down` when the last user goes), with a system event handler that records GPU
+//!   memory faults instead of letting ROCr abort the process; the launch that faulted ends with
+//!   [`LaunchEnd::Faulted`] and a queue error callback catches the other device errors.
 //! - A device is a GPU agent with kernel dispatch plus the first CPU agent. Host memory the GPU
 //!   reads (kernel arguments, RPC buffer, argv/envp) comes from the CPU's kernarg and
 //!   fine-grained pools; device `malloc` over RPC from the GPU's coarse-grained pool.
