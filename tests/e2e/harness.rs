@@ -232,3 +232,45 @@ fn many_tests_run_in_one_worker_load() {
         describe(&output)
     );
 }
+
+#[test]
+fn test_timeout_comes_from_package_metadata() {
+    host_images();
+    // fixtures/recovery/Cargo.toml sets `test-timeout = 2`.
+    let started = std::time::Instant::now();
+    let output = gpurun(&[
+        "test", "-p", "recovery", "--target", "host", "--", "d_hangs",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert!(
+        text(&output.stdout).contains("timed out after 2s"),
+        "{}",
+        describe(&output)
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+}
+
+#[test]
+fn lane_sizes_1_32_and_64_give_the_same_results() {
+    for lane_size in ["1", "32", "64"] {
+        let image = host_image("basic");
+        let output = gpurun(&[
+            "run",
+            "--lane-size",
+            lane_size,
+            image.to_str().unwrap(),
+            "--test-threads",
+            "1",
+        ])
+        .output()
+        .unwrap();
+        assert!(
+            summary(&text(&output.stdout))
+                .starts_with("test result: FAILED. 7 passed; 4 failed; 2 ignored;"),
+            "lane size {lane_size}: {}",
+            describe(&output)
+        );
+    }
+}

@@ -75,3 +75,37 @@ pub fn describe(output: &Output) -> String {
         text(&output.stderr)
     )
 }
+
+/// Median wall time of `runs` executions of `command()` (each must succeed).
+pub fn median_time(runs: usize, mut command: impl FnMut() -> Command) -> std::time::Duration {
+    let mut times: Vec<std::time::Duration> = (0..runs)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            let output = command()
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run: {e}"));
+            let took = started.elapsed();
+            assert!(
+                output.status.success(),
+                "benchmark command failed:\n{}",
+                describe(&output)
+            );
+            took
+        })
+        .collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// Path of a binary of this crate, built once.
+pub fn own_binary(name: &str) -> PathBuf {
+    escargot::CargoBuild::new()
+        .package("gpurun-tests")
+        .bin(name)
+        .manifest_path(repo_root().join("Cargo.toml"))
+        .release()
+        .run()
+        .unwrap_or_else(|e| panic!("building {name} failed: {e}"))
+        .path()
+        .to_path_buf()
+}

@@ -1,0 +1,72 @@
+//! The 1000-test fixture through the harness on the host backend, against `cargo test`'s own
+//! harness running the same 1000 trivial tests as native Rust, measured in the same run.
+//! `cargo bench -p gpurun-tests --bench harness`.
+
+use gpurun_tests::{binary, describe, gpurun, host_image, median_time};
+use std::process::Command;
+
+fn main() {
+    let runs: usize = std::env::var("GPURUN_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5);
+    let image = host_image("many-tests");
+    let _ = binary();
+    let native = native_test_binary();
+    let image_arg = image.to_string_lossy().into_owned();
+    let native_time = median_time(runs, || {
+        let mut command = Command::new(&native);
+        command.args(["--test-threads", "2", "-q"]);
+        command
+    });
+    let mut rows = Vec::new();
+    for threads in ["1", "2"] {
+        let took = median_time(runs, || {
+            gpurun(&["run", &image_arg, "--test-threads", threads, "-q"])
+        });
+        rows.push((threads, took));
+    }
+    println!("harness benchmark: 1000 trivial tests (median of {runs} runs, after the build)");
+    println!("| what | time | tests/s | vs native |");
+    println!("| --- | ---: | ---: | ---: |");
+    println!(
+        "| native cargo test, 2 threads | {:.1} ms | {:.0} | 1.0x |",
+        native_time.as_secs_f64() * 1e3,
+        1000.0 / native_time.as_secs_f64()
+    );
+    for (threads, took) in rows {
+        println!(
+            "| cargo gpurun (host backend), {threads} worker(s) | {:.1} ms | {:.0} | {:.1}x |",
+            took.as_secs_f64() * 1e3,
+            1000.0 / took.as_secs_f64(),
+            took.as_secs_f64() / native_time.as_secs_f64()
+        );
+    }
+}
+
+/// Writes a crate with the same 1000 trivial tests as native Rust and builds its test binary.
+fn native_test_binary() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join("gpurun-bench-native-many-tests");
+    std::fs::create_dir_all(dir.join("src")).expect("temp dir");
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"native-many-tests\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    )
+    .expect("manifest");
+    let tests: String = (0..1000)
+        .map(|i| format!("#[test] fn trivial_{i:04}() {{ core::hint::black_box({i}); }}\n"))
+        .collect();
+    std::fs::write(dir.join("src/lib.rs"), tests).expect("source");
+    let output = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["test", "--no-run", "--message-format=json"])
+        .current_dir(&dir)
+        .output()
+        .expect("cargo runs");
+    assert!(output.status.success(), "{}", describe(&output));
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
+        .next_back()
+        .expect("cargo reported the test executable")
+}
