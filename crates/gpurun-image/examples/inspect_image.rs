@@ -1,12 +1,23 @@
 //! Prints what `gpurun-image` reads from each image given on the command line:
 //! `cargo run -p gpurun-image --example inspect_image -- IMAGE...`
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use gpurun_image::{GlobalInit, Image, ShouldPanic};
 
+/// `writeln!` into a `String`, which cannot fail.
+macro_rules! emit {
+    ($out:ident, $($arg:tt)*) => {{
+        let _ = writeln!($out, $($arg)*);
+    }};
+}
+
 fn main() -> ExitCode {
     let mut status = ExitCode::SUCCESS;
+    // Collected and written once, so a closed pipe (`| head`) is not a panic in `println!`.
+    let mut out = String::new();
     for path in std::env::args_os().skip(1) {
         let image = match Image::read(&path) {
             Ok(image) => image,
@@ -16,19 +27,30 @@ fn main() -> ExitCode {
                 continue;
             }
         };
-        println!("{}: {}", path.to_string_lossy(), image.kind().describe());
+        emit!(
+            out,
+            "{}: {}",
+            path.to_string_lossy(),
+            image.kind().describe()
+        );
         if let (Some(version), Some(target)) = (image.ptx_version(), image.ptx_target()) {
-            println!("  PTX {}.{} for {target}", version.0, version.1);
+            emit!(out, "  PTX {}.{} for {target}", version.0, version.1);
         }
         if let Some(sm) = image.cuda_sm() {
-            println!("  cubin for sm_{sm}");
+            emit!(out, "  cubin for sm_{sm}");
         }
         if let Some(info) = image.amdgpu() {
-            println!("  AMDGPU target {:?} (mach {:#x})", info.target, info.mach);
+            emit!(
+                out,
+                "  AMDGPU target {:?} (mach {:#x})",
+                info.target,
+                info.mach
+            );
         }
         for kernel in image.kernels() {
             match &kernel.descriptor {
-                Some(kd) => println!(
+                Some(kd) => emit!(
+                    out,
                     "  kernel {} (wave{}, kernarg {} B, LDS {} B, scratch {} B{})",
                     kernel.name,
                     kd.wavefront_size(),
@@ -41,7 +63,7 @@ fn main() -> ExitCode {
                         ""
                     }
                 ),
-                None => println!("  kernel {}", kernel.name),
+                None => emit!(out, "  kernel {}", kernel.name),
             }
         }
         for global in image.globals() {
@@ -50,7 +72,7 @@ fn main() -> ExitCode {
                 GlobalInit::Zeroed => "zeroed".to_owned(),
                 GlobalInit::Unknown => "unknown until loaded".to_owned(),
             };
-            println!("  global {} ({} B, {init})", global.name, global.size);
+            emit!(out, "  global {} ({} B, {init})", global.name, global.size);
         }
         for test in image.tests() {
             let mut notes = Vec::new();
@@ -65,7 +87,8 @@ fn main() -> ExitCode {
                 ShouldPanic::Yes => notes.push("should_panic".to_owned()),
                 ShouldPanic::Expected(text) => notes.push(format!("should_panic({text:?})")),
             }
-            println!(
+            emit!(
+                out,
                 "  test {} threads {:?} blocks {:?} {}",
                 test.name,
                 test.threads,
@@ -74,5 +97,6 @@ fn main() -> ExitCode {
             );
         }
     }
+    let _ = std::io::stdout().write_all(out.as_bytes());
     status
 }

@@ -9,13 +9,14 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImageError {
-    /// The file could not be read.
-    #[error("cannot read `{}`: {source}", path.display())]
+    /// The file could not be read. The I/O error is part of the message rather than a
+    /// `source()`, so that printing the whole chain does not repeat it.
+    #[error("cannot read the file: {error}")]
     Io {
         /// The path that was read.
         path: PathBuf,
         /// The underlying I/O error.
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The file has no bytes at all.
     #[error("the file is empty")]

@@ -244,9 +244,9 @@ impl Image {
     /// Reads and parses the image at `path`.
     pub fn read(path: impl AsRef<Path>) -> Result<Image, ImageError> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|source| ImageError::Io {
+        let bytes = std::fs::read(path).map_err(|error| ImageError::Io {
             path: path.to_owned(),
-            source,
+            error,
         })?;
         Image::parse(bytes, Some(path))
     }

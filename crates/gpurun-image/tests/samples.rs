@@ -219,10 +219,22 @@ fn missing_entry_lists_what_exists() {
 #[test]
 fn file_errors() {
     let missing = Image::read(data("does-not-exist.ptx")).unwrap_err();
-    assert!(matches!(missing, ImageError::Io { .. }));
     assert!(
-        missing.to_string().contains("does-not-exist.ptx"),
+        matches!(&missing, ImageError::Io { path, .. } if path.ends_with("does-not-exist.ptx"))
+    );
+    // The caller names the file ("failed to load image `x`: ..."), so the message does not.
+    assert!(
+        missing.to_string().starts_with("cannot read the file: "),
         "{missing}"
+    );
+    assert!(
+        std::error::Error::source(&missing).is_none(),
+        "the I/O error is in the message only"
+    );
+    let dir = Image::read(data("")).unwrap_err();
+    assert!(
+        matches!(dir, ImageError::Io { .. }),
+        "a directory is an I/O error: {dir}"
     );
     assert_eq!(parse_err(Vec::new()), "the file is empty");
     assert!(parse_err(b"hello world".to_vec()).starts_with("unrecognized image format"));
