@@ -316,18 +316,33 @@ pub struct hsa_amd_event_t {
     pub memory_fault: hsa_amd_gpu_memory_fault_info_t,
 }
 
-/// Callback of `hsa_iterate_agents`.
-pub type hsa_agent_callback_t =
-    Option<unsafe extern "C" fn(agent: hsa_agent_t, data: *mut c_void) -> hsa_status_t>;
-/// Callback of `hsa_agent_iterate_isas`.
-pub type hsa_isa_callback_t =
-    Option<unsafe extern "C" fn(isa: hsa_isa_t, data: *mut c_void) -> hsa_status_t>;
-/// Callback of `hsa_amd_agent_iterate_memory_pools`.
-pub type hsa_amd_memory_pool_callback_t =
-    Option<unsafe extern "C" fn(pool: hsa_amd_memory_pool_t, data: *mut c_void) -> hsa_status_t>;
-/// Queue error callback of `hsa_queue_create`; runs on a runtime thread.
-pub type hsa_queue_callback_t =
-    Option<unsafe extern "C" fn(status: hsa_status_t, source: *mut hsa_queue_t, data: *mut c_void)>;
-/// `hsa_amd_system_event_callback_t`; runs on a runtime thread.
-pub type hsa_amd_system_event_callback_t =
-    Option<unsafe extern "C" fn(event: *const hsa_amd_event_t, data: *mut c_void) -> hsa_status_t>;
+/// Declares the callback types (nullable function pointers, as C's are) and records each in
+/// [`CALLBACK_SIGNATURES`] so the layout test can check them against the headers' parameters.
+macro_rules! callbacks {
+    ($( $(#[$doc:meta])* $name:ident = fn( $( $arg:ident : $ty:ty ),* ) $( -> $ret:ty )? ; )+) => {
+        $(
+            $(#[$doc])*
+            pub type $name = Option<unsafe extern "C" fn( $( $arg: $ty ),* ) $( -> $ret )?>;
+        )+
+
+        /// Every callback type: `(name, return type, parameter types)`, as written in Rust.
+        pub const CALLBACK_SIGNATURES: &[(&str, &str, &[&str])] = &[
+            $( (stringify!($name), callbacks!(@ret $( $ret )?), &[ $( stringify!($ty) ),* ]), )+
+        ];
+    };
+    (@ret $ret:ty) => { stringify!($ret) };
+    (@ret) => { "()" };
+}
+
+callbacks! {
+    /// Callback of `hsa_iterate_agents`.
+    hsa_agent_callback_t = fn(agent: hsa_agent_t, data: *mut c_void) -> hsa_status_t;
+    /// Callback of `hsa_agent_iterate_isas`.
+    hsa_isa_callback_t = fn(isa: hsa_isa_t, data: *mut c_void) -> hsa_status_t;
+    /// Callback of `hsa_amd_agent_iterate_memory_pools`.
+    hsa_amd_memory_pool_callback_t = fn(pool: hsa_amd_memory_pool_t, data: *mut c_void) -> hsa_status_t;
+    /// Queue error callback of `hsa_queue_create`; runs on a runtime thread.
+    hsa_queue_callback_t = fn(status: hsa_status_t, source: *mut hsa_queue_t, data: *mut c_void);
+    /// `hsa_amd_system_event_callback_t`; runs on a runtime thread.
+    hsa_amd_system_event_callback_t = fn(event: *const hsa_amd_event_t, data: *mut c_void) -> hsa_status_t;
+}

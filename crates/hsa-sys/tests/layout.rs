@@ -107,17 +107,36 @@ fn c_type(rust: &str) -> String {
     }
 }
 
-/// The C source: headers, typedefs for the callback types the headers leave unnamed, then one
-/// assertion per fact.
+/// `ret (*)(params)` in C for a recorded Rust signature.
+fn c_function_pointer(ret: &str, params: &[&str]) -> String {
+    let params: Vec<String> = params.iter().map(|p| c_type(p)).collect();
+    let params = if params.is_empty() {
+        "void".to_owned()
+    } else {
+        params.join(", ")
+    };
+    format!("{} (*)({params})", c_type(ret))
+}
+
+/// The C source: headers, then one assertion per fact. The callback types the headers leave
+/// unnamed get typedefs generated from our Rust aliases, so the function checks below compare
+/// our aliases (not a second hand-written copy) with the headers' parameter types.
 fn c_source() -> String {
     let mut c = String::from(
         "#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n\
-         #include <hsa/hsa.h>\n#include <hsa/hsa_ext_amd.h>\n\n\
-         typedef hsa_status_t (*hsa_agent_callback_t)(hsa_agent_t, void*);\n\
-         typedef hsa_status_t (*hsa_isa_callback_t)(hsa_isa_t, void*);\n\
-         typedef hsa_status_t (*hsa_amd_memory_pool_callback_t)(hsa_amd_memory_pool_t, void*);\n\
-         typedef void (*hsa_queue_callback_t)(hsa_status_t, hsa_queue_t*, void*);\n\n",
+         #include <hsa/hsa.h>\n#include <hsa/hsa_ext_amd.h>\n\n",
     );
+    for (name, ret, params) in CALLBACK_SIGNATURES {
+        let pointer = c_function_pointer(ret, params);
+        if *name == "hsa_amd_system_event_callback_t" {
+            // The header names this one: compare directly.
+            c.push_str(&format!(
+                "_Static_assert(__builtin_types_compatible_p({name}, {pointer}), \"{name}\");\n"
+            ));
+        } else {
+            c.push_str(&format!("typedef __typeof__({pointer}) {name};\n"));
+        }
+    }
     for (ty, size, align, fields) in layouts() {
         c.push_str(&format!(
             "_Static_assert(sizeof({ty}) == {size}, \"size of {ty}\");\n\
@@ -150,23 +169,12 @@ fn c_source() -> String {
     }
     c.push_str("_Static_assert(sizeof(hsa_signal_value_t) == 8, \"hsa_signal_value_t\");\n");
     for (name, ret, params) in FUNCTION_SIGNATURES {
-        let params: Vec<String> = params.iter().map(|p| c_type(p)).collect();
-        let params = if params.is_empty() {
-            "void".to_owned()
-        } else {
-            params.join(", ")
-        };
-        let ret = c_type(ret);
+        let pointer = c_function_pointer(ret, params);
         c.push_str(&format!(
-            "_Static_assert(__builtin_types_compatible_p(__typeof__(&{name}), {ret} (*)({params})), \
-             \"type of {name}: expected {ret} ({params})\");\n"
+            "_Static_assert(__builtin_types_compatible_p(__typeof__(&{name}), {pointer}), \
+             \"type of {name}: expected {pointer}\");\n"
         ));
     }
-    // The system event callback is a named typedef in the header: check our alias against it.
-    c.push_str(
-        "_Static_assert(__builtin_types_compatible_p(hsa_amd_system_event_callback_t, \
-         hsa_status_t (*)(const hsa_amd_event_t*, void*)), \"event callback\");\n",
-    );
     c
 }
 
@@ -254,6 +262,40 @@ fn a_wrong_layout_is_rejected() {
         String::from_utf8_lossy(&output.stderr).contains("size of hsa_kernel_dispatch_packet_t")
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// A callback alias that disagrees with the header must be caught too (through the function
+/// that takes it).
+#[test]
+fn a_wrong_callback_type_is_rejected() {
+    let include = include_dir();
+    if !include.join("hsa/hsa.h").is_file() {
+        missing(&format!("no HSA headers under {}", include.display()));
+        return;
+    }
+    let source = c_source();
+    let wrong = source.replace(
+        "typedef __typeof__(hsa_status_t (*)(hsa_agent_t, void*)) hsa_agent_callback_t;",
+        "typedef __typeof__(hsa_status_t (*)(hsa_isa_t, void*)) hsa_agent_callback_t;",
+    );
+    assert_ne!(wrong, source, "the agent callback typedef is missing");
+    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+    let dir = std::env::temp_dir().join(format!("hsa-sys-layout-cb-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad-callback.c");
+    std::fs::write(&path, wrong).unwrap();
+    let Ok(output) = Command::new(&compiler)
+        .args(["-std=gnu11", "-fsyntax-only", "-Werror", "-I"])
+        .arg(&include)
+        .arg(&path)
+        .output()
+    else {
+        missing(&format!("cannot run the C compiler `{compiler}`"));
+        return;
+    };
+    std::fs::remove_dir_all(&dir).ok();
+    assert!(!output.status.success(), "a wrong callback type compiled");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("type of hsa_iterate_agents"));
 }
 
 #[test]
