@@ -198,12 +198,21 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
             (ImageKind::Host, host_kernels(&exported), exported)
         }
     };
+    let relocated = dynamic_relocation_offsets(&elf);
     let globals = symbols
         .iter()
         .filter(|s| {
             s.st_type == STT_OBJECT && !(kind == ImageKind::Amdgpu && s.name.ends_with(".kd"))
         })
-        .map(|s| global(&elf, s))
+        .map(|s| {
+            let mut global = global(&elf, s);
+            if is_relocated(&relocated, s.address, s.size) {
+                // The loader rewrites these bytes (pointers in `.data.rel.ro`, ...), so what the
+                // file holds is not what the program sees.
+                global.init = GlobalInit::Unknown;
+            }
+            global
+        })
         .collect();
     let amdgpu = (kind == ImageKind::Amdgpu).then(|| {
         let metadata = amdgpu_metadata(&elf);
@@ -261,6 +270,29 @@ fn collect_symbols(elf: &ElfFile64<'_, Endianness>) -> Result<Vec<Sym>, ImageErr
         });
     }
     Ok(out)
+}
+
+/// Sorted addresses that dynamic relocations write to (shared objects: host and AMDGPU).
+fn dynamic_relocation_offsets(elf: &ElfFile64<'_, Endianness>) -> Vec<u64> {
+    let mut offsets: Vec<u64> = elf
+        .dynamic_relocations()
+        .map(|relocations| relocations.map(|(offset, _)| offset).collect())
+        .unwrap_or_default();
+    offsets.sort_unstable();
+    offsets
+}
+
+/// Longest relocated field (a 64-bit pointer).
+const MAX_RELOCATION_WIDTH: u64 = 8;
+
+/// True when a relocation writes into `[address, address + size)`.
+fn is_relocated(sorted_offsets: &[u64], address: u64, size: u64) -> bool {
+    let first = address.saturating_sub(MAX_RELOCATION_WIDTH - 1);
+    let end = address.saturating_add(size);
+    let start = sorted_offsets.partition_point(|offset| *offset < first);
+    sorted_offsets
+        .get(start)
+        .is_some_and(|offset| *offset < end && size > 0)
 }
 
 /// The bytes a symbol covers in its section, as stored in the file.
