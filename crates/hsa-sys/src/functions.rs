@@ -58,13 +58,19 @@ fn reasons(tried: &[(String, String)]) -> String {
 /// otherwise the soname and the development name through the dynamic loader's search path,
 /// then `$ROCM_PATH/lib`, then `/opt/rocm/lib`.
 pub fn default_candidates() -> Vec<OsString> {
-    if let Some(exact) = std::env::var_os(LIBRARY_ENV).filter(|value| !value.is_empty()) {
+    candidates_for(std::env::var_os(LIBRARY_ENV), std::env::var_os("ROCM_PATH"))
+}
+
+/// [`default_candidates`] for given values of `$GPURUN_HSA_LIB` and `$ROCM_PATH` (empty counts
+/// as unset).
+fn candidates_for(exact: Option<OsString>, rocm_path: Option<OsString>) -> Vec<OsString> {
+    if let Some(exact) = exact.filter(|value| !value.is_empty()) {
         return vec![exact];
     }
     let names = ["libhsa-runtime64.so.1", "libhsa-runtime64.so"];
     let mut candidates: Vec<OsString> = names.iter().map(OsString::from).collect();
     let mut dirs = Vec::new();
-    if let Some(rocm) = std::env::var_os("ROCM_PATH").filter(|value| !value.is_empty()) {
+    if let Some(rocm) = rocm_path.filter(|value| !value.is_empty()) {
         dirs.push(PathBuf::from(rocm).join("lib"));
     }
     dirs.push(PathBuf::from("/opt/rocm/lib"));
@@ -361,6 +367,31 @@ mod tests {
             }
             other => panic!("expected a missing symbol, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn search_order_is_soname_then_rocm_path_then_opt_rocm() {
+        let list = |exact: Option<&str>, rocm: Option<&str>| -> Vec<String> {
+            candidates_for(exact.map(Into::into), rocm.map(Into::into))
+                .into_iter()
+                .map(|c| c.to_string_lossy().into_owned())
+                .collect()
+        };
+        assert_eq!(
+            list(None, Some("/usr/local/rocm-6.2")),
+            [
+                "libhsa-runtime64.so.1",
+                "libhsa-runtime64.so",
+                "/usr/local/rocm-6.2/lib/libhsa-runtime64.so.1",
+                "/usr/local/rocm-6.2/lib/libhsa-runtime64.so",
+                "/opt/rocm/lib/libhsa-runtime64.so.1",
+                "/opt/rocm/lib/libhsa-runtime64.so",
+            ]
+        );
+        assert_eq!(list(None, Some("")), list(None, None));
+        assert_eq!(list(None, None).len(), 4);
+        assert_eq!(list(Some("/x/libhsa.so"), Some("/r")), ["/x/libhsa.so"]);
+        assert_eq!(list(Some(""), None), list(None, None));
     }
 
     #[test]
