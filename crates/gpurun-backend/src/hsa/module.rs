@@ -5,7 +5,7 @@ use super::device::{agent_attribute, Opened};
 use super::error::{runtime, runtime_message};
 use super::memory::{copy_and_wait, PoolBuffer};
 use super::packet::KernelFacts;
-use super::result::{HsaError, StatusExt};
+use super::result::{status_string, HsaError, StatusExt};
 use crate::server::{DeviceMemory, RpcServer};
 use crate::{BackendError, LoadOptions, ResourceUsage, SharedAlloc};
 use gpurun_rpc::Layout;
@@ -351,11 +351,11 @@ impl<'d> HsaModule<'d> {
                 },
                 name: name.trim_end_matches(".kd").to_owned(),
             }),
-            other => Err(runtime(
-                other
-                    .result(lib, "hsa_executable_get_symbol_by_name")
-                    .unwrap_err(),
-            )),
+            other => Err(runtime(HsaError {
+                call: "hsa_executable_get_symbol_by_name",
+                status: other,
+                description: status_string(lib, other),
+            })),
         }
     }
 
