@@ -3,8 +3,9 @@
 /// Version of the test descriptor layout (`docs/abi.md`).
 pub const TEST_ABI_VERSION: u32 = 1;
 
+// `#[no_mangle]` keeps it in the image. No `#[used]`: on amdgcn this nightly emits a
+// malformed `@llvm.used` for it (addrspace(1) pointers), which LTO then rejects.
 #[unsafe(no_mangle)]
-#[used]
 pub static __gpurun_test_abi_version: u32 = TEST_ABI_VERSION;
 
 const HEADER_LEN: usize = 40;

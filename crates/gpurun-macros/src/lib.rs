@@ -277,8 +277,8 @@ fn expand_test(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
         const _: () = {
             const PATH: &str = ::core::concat!(::core::module_path!(), "::", #name_text);
             const LEN: usize = #rt::export::descriptor_len(PATH, #expected, #reason);
+            // Exported, hence kept; `#[used]` would break amdgcn builds (see gpurun-device).
             #[unsafe(no_mangle)]
-            #[used]
             pub static #descriptor: [u8; LEN] = #rt::export::descriptor::<LEN>(
                 PATH, #expected, #reason, #flags, [#tx, #ty, #tz], [#bx, #by, #bz],
             );
