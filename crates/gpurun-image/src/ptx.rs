@@ -665,6 +665,23 @@ mod tests {
     }
 
     #[test]
+    fn debug_info_sections_and_file_directives() {
+        // The shape llc gives PTX built with `-g`: `.file` lines with quoted paths (no `;`),
+        // `.loc` in bodies, and DWARF in `.section` blocks.
+        let module = parse(
+            ".version 7.0\n.target sm_70, debug\n.address_size 64\n\
+             .file 1 \"/src/{weird};dir/lib.rs\", 1700000000, 1234\n\
+             .visible .entry k()\n{\n.loc 1 5 0\nret;\n}\n\
+             .section .debug_abbrev\n{\n.b8 1 // code\n.b8 17\n}\n\
+             .section .debug_str\n{\n$L__info_string0:\n.b8 104,0\n}\n",
+        )
+        .unwrap();
+        assert_eq!(module.kernels, ["k"]);
+        assert_eq!(module.target.as_deref(), Some("sm_70"));
+        assert!(module.globals.is_empty());
+    }
+
+    #[test]
     fn detection() {
         assert!(looks_like_ptx(b"// gen\n/* c */\n  .version 7.0"));
         assert!(!looks_like_ptx(b".target sm_70\n.version 7.0"));
