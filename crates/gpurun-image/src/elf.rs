@@ -34,6 +34,7 @@ pub(crate) struct ElfModule {
 struct RawHeader {
     is_64: bool,
     machine: u16,
+    e_type: u16,
     section_table_end: u64,
     program_table_end: u64,
 }
@@ -106,6 +107,7 @@ fn raw_header(bytes: &[u8]) -> Result<RawHeader, ImageError> {
     Ok(RawHeader {
         is_64,
         machine: read(0x12, 2) as u16,
+        e_type: read(0x10, 2) as u16,
         section_table_end: table_end(shoff, shentsize, shnum),
         program_table_end: table_end(phoff, phentsize, phnum),
     })
@@ -183,6 +185,10 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         }
     }
 
+    // Relocatable objects (`.o`, `ptxas -c` output) still need a linker; no runtime loads them.
+    if raw.e_type == object::elf::ET_REL {
+        return Err(ImageError::NotLinked { machine });
+    }
     let symbols = collect_symbols(&elf)?;
     let e_flags = elf.elf_header().e_flags(endian);
     let (kind, kernels, symbols) = match raw.machine {

@@ -47,6 +47,12 @@ pub enum ImageError {
         /// The ELF machine, in words (e.g. "x86-64").
         machine: String,
     },
+    /// A relocatable object file (`ET_REL`), which must be linked before it can be loaded.
+    #[error("this is a relocatable {machine} object file, not a linked image; link it first")]
+    NotLinked {
+        /// The ELF machine, in words.
+        machine: String,
+    },
     /// PTX text that cannot be parsed.
     #[error("invalid PTX at line {line}: {reason}")]
     BadPtx {

@@ -390,3 +390,19 @@ fn host_abi_version_is_checked() {
         "{err}"
     );
 }
+
+#[test]
+fn relocatable_objects_are_not_images() {
+    for (name, kind) in SAMPLES {
+        if kind == ImageKind::Ptx {
+            continue;
+        }
+        let mut bytes = std::fs::read(data(name)).unwrap();
+        bytes[0x10..0x12].copy_from_slice(&1u16.to_le_bytes()); // e_type = ET_REL
+        let err = parse_err(bytes);
+        assert!(
+            err.starts_with("this is a relocatable ") && err.ends_with("link it first"),
+            "{name}: {err}"
+        );
+    }
+}
