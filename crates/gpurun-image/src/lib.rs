@@ -344,17 +344,16 @@ impl Image {
 
     fn read_test_table(&mut self) -> Result<(), ImageError> {
         if let Some(version) = self.global(TEST_ABI_VERSION_SYMBOL) {
-            let value = if version.size != 4 {
+            if version.size != 4 {
                 return Err(ImageError::BadTestAbiVersion {
                     reason: format!("it is {} bytes, expected 4", version.size),
                 });
-            } else {
-                version
-                    .read_u32_at(0)
-                    .ok_or_else(|| ImageError::BadTestAbiVersion {
-                        reason: "its value is not stored in the image".to_owned(),
-                    })?
-            };
+            }
+            let value = version
+                .read_u32_at(0)
+                .ok_or_else(|| ImageError::BadTestAbiVersion {
+                    reason: "its value is not stored in the image".to_owned(),
+                })?;
             if value != TEST_ABI_VERSION {
                 return Err(ImageError::UnsupportedTestAbi {
                     found: value,
