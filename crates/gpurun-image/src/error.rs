@@ -127,23 +127,28 @@ pub enum ImageError {
         symbol: String,
     },
     /// A kernel the caller needs (e.g. `_start`) is not in the image.
-    #[error("the image has no kernel `{name}`; it defines: {}", list_or_none(.available))]
+    #[error("the image has no kernel `{name}`; it defines: {}", list_kernels(.available, *.more))]
     MissingKernel {
         /// The kernel that was asked for.
         name: String,
-        /// The kernels that do exist (possibly abbreviated).
+        /// The first few kernels that do exist.
         available: Vec<String>,
+        /// How many more kernels exist beyond `available`.
+        more: usize,
     },
 }
 
-fn list_or_none(names: &[String]) -> String {
+fn list_kernels(names: &[String], more: usize) -> String {
     if names.is_empty() {
-        "(nothing)".to_owned()
-    } else {
-        names
-            .iter()
-            .map(|n| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        return "no kernels".to_owned();
     }
+    let mut list = names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if more > 0 {
+        list.push_str(&format!(" and {more} more"));
+    }
+    list
 }

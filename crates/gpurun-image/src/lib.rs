@@ -489,23 +489,15 @@ impl Image {
     /// The kernel `name`, or an error listing the kernels that exist (the loader calls this
     /// with `_start` before running an image in loader mode).
     pub fn require_entry(&self, name: &str) -> Result<&Kernel, ImageError> {
-        self.kernel(name).ok_or_else(|| {
-            let mut available: Vec<String> = self
+        self.kernel(name).ok_or_else(|| ImageError::MissingKernel {
+            name: name.to_owned(),
+            available: self
                 .kernels
                 .iter()
                 .take(MAX_LISTED_KERNELS)
                 .map(|k| k.name.clone())
-                .collect();
-            if self.kernels.len() > MAX_LISTED_KERNELS {
-                available.push(format!(
-                    "... ({} more)",
-                    self.kernels.len() - MAX_LISTED_KERNELS
-                ));
-            }
-            ImageError::MissingKernel {
-                name: name.to_owned(),
-                available,
-            }
+                .collect(),
+            more: self.kernels.len().saturating_sub(MAX_LISTED_KERNELS),
         })
     }
 

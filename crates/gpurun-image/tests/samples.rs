@@ -406,3 +406,31 @@ fn relocatable_objects_are_not_images() {
         );
     }
 }
+
+#[test]
+fn unreadable_test_abi_version() {
+    let wide = patched_ptx(
+        "__gpurun_test_abi_version[4] = {1}",
+        "__gpurun_test_abi_version[8] = {1}",
+    );
+    let err = parse_err(wide);
+    assert!(
+        err.starts_with("cannot read `__gpurun_test_abi_version`: it is 8 bytes"),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_entry_message_is_bounded() {
+    let mut ptx = String::from(".version 7.0\n.target sm_70\n");
+    for i in 0..40 {
+        ptx.push_str(&format!(".visible .entry k{i:02}() {{ ret; }}\n"));
+    }
+    let image = Image::parse(ptx.into_bytes(), None).unwrap();
+    let err = image.require_entry("_start").unwrap_err().to_string();
+    assert!(
+        err.contains("`k00`") && err.contains("`k11`") && !err.contains("`k12`"),
+        "{err}"
+    );
+    assert!(err.ends_with("`k11` and 28 more"), "{err}");
+}
