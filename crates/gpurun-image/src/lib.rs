@@ -7,6 +7,23 @@
 //! `docs/abi.md`. Every problem is an [`ImageError`] whose message reads well after
 //! "failed to load image `x`: "; no input makes this crate panic (the crate is fuzzed, and
 //! a unit test runs mutated samples through it).
+//!
+//! ```
+//! # fn main() -> Result<(), gpurun_image::ImageError> {
+//! use gpurun_image::{Image, ImageKind};
+//!
+//! let image = Image::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/sample.ptx"))?;
+//! assert_eq!(image.kind(), ImageKind::Ptx);
+//! image.require_entry("_start")?; // loader mode needs LLVM libc's entry kernel
+//! for test in image.tests() {
+//!     // `test.kernel` is launched with `test.blocks` x `test.threads`.
+//!     println!("{}: {} {:?} {:?}", test.name, test.kernel, test.blocks, test.threads);
+//! }
+//! let (ctors, _dtors) = image.ctor_dtor_objects();
+//! assert_eq!(ctors.len(), 2);
+//! # Ok(())
+//! # }
+//! ```
 
 mod desc;
 mod elf;
