@@ -214,6 +214,7 @@ pub fn resolve_arch(
     metadata: Option<&serde_json::Value>,
 ) -> Result<Option<String>, BuildError> {
     if target == DeviceTarget::Host {
+        // `--arch` with several targets is for the GPU ones; `build` refuses it for host alone.
         return Ok(None);
     }
     if let Some(arch) = cli_arch {

@@ -67,7 +67,7 @@ impl CargoBuild<'_> {
         if !status.success() {
             return Err(BuildError::Cargo {
                 what,
-                detail: format!("cargo exited with {status} (its errors are above)"),
+                detail: format!("cargo failed ({status}); its errors are above"),
             });
         }
         let mut images = Vec::new();

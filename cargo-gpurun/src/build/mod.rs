@@ -163,6 +163,9 @@ pub enum BuildError {
 /// validated. Cargo's own progress and diagnostics go to stderr; nothing is printed on stdout.
 pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
     let targets = requested_targets(opts)?;
+    if let (Some(arch), [DeviceTarget::Host]) = (&opts.arch, targets.as_slice()) {
+        DeviceTarget::Host.check_arch(arch)?;
+    }
     let workspace = crates::Workspace::load(opts)?;
     let selected = workspace.select(opts)?;
     let toolchain = if targets.iter().any(|target| target.is_gpu()) {

@@ -31,6 +31,9 @@ pub const ALWAYS_EXPORTED: &[&str] = &[
     "__gpurun_*",
 ];
 
+/// Environment variable that keeps the linker's intermediate files (`OUT.gpurun-link/`).
+pub const KEEP_LINK_FILES_ENV: &str = "GPURUN_KEEP_LINK_FILES";
+
 /// Why linking failed. The tool variants carry the tool's whole stderr.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -221,8 +224,9 @@ pub fn link(args: &LinkArgs) -> Result<(), LinkError> {
         source,
     })?;
     let result = link_in(args, output, &work_dir, [&llvm_link, &opt, &llc]);
-    // Intermediate files are only useful while linking; keep them when it failed, to debug.
-    if result.is_ok() {
+    // Intermediate files are only useful while linking; keep them when it failed, or when asked
+    // (`GPURUN_KEEP_LINK_FILES=1`), to debug.
+    if result.is_ok() && std::env::var_os(KEEP_LINK_FILES_ENV).is_none() {
         let _ = std::fs::remove_dir_all(&work_dir);
     }
     result

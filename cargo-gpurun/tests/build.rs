@@ -1,0 +1,478 @@
+//! `cargo gpurun build` run for real on the fixtures: nvptx (PTX + cubin, assembled for sm_70,
+//! sm_80 and sm_90), amdgcn gfx90a (code object checked with `object` and cross-checked with
+//! `llvm-readobj`), the host `.so`, and every bad input the build must refuse with one clear line.
+//!
+//! The fixture builds share `fixtures/target` (so `core`/`alloc` are built once per target) and
+//! are serialized with a lock. Tests that need the nightly toolchain or ptxas print why they do
+//! not run when those are absent, and fail instead under `CI=true`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
+
+use cargo_gpurun::build::validate;
+use cargo_gpurun::toolchain::{self, Toolchain};
+use object::{Object, ObjectSymbol};
+
+static FIXTURES_LOCK: Mutex<()> = Mutex::new(());
+
+fn lock_fixtures() -> MutexGuard<'static, ()> {
+    // A failed test poisons the lock; the fixtures are still usable by the next one.
+    FIXTURES_LOCK
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_owned()
+}
+
+fn fixtures_manifest() -> PathBuf {
+    repo_root().join("fixtures/Cargo.toml")
+}
+
+/// `cargo-gpurun gpurun ARGS` in the repository root, building into `fixtures/target` whatever
+/// target dir the test itself was built with.
+fn gpurun(args: &[&str], envs: &[(&str, &Path)]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cargo-gpurun"));
+    command
+        .arg("gpurun")
+        .args(args)
+        .current_dir(repo_root())
+        .env_remove("CARGO_TARGET_DIR");
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    command.output().expect("run cargo-gpurun")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value == "true")
+}
+
+/// `true` when `what` is available; otherwise says why the test does not run (or fails under CI).
+fn available(what: &str, present: bool) -> bool {
+    if !present {
+        assert!(!in_ci(), "{what} is missing, and CI=true requires it");
+        eprintln!("not run: {what} is missing (installed by scripts/setup.sh)");
+    }
+    present
+}
+
+fn nightly() -> Option<Toolchain> {
+    let toolchain = Toolchain::probe().ok();
+    let ready = toolchain
+        .as_ref()
+        .is_some_and(|toolchain| toolchain.missing_components().is_empty());
+    available("the nightly toolchain with rust-src and llvm-tools", ready)
+        .then_some(toolchain)
+        .flatten()
+}
+
+/// The images of a successful `--message-format json` build.
+fn built_images(output: &Output) -> Vec<serde_json::Value> {
+    assert!(
+        output.status.success(),
+        "build failed:\n{}",
+        text(&output.stderr)
+    );
+    text(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("JSON line"))
+        .inspect(|image| assert_eq!(image["reason"], "gpurun-image"))
+        .collect()
+}
+
+fn build_json(package: &str, target: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let manifest = fixtures_manifest();
+    let mut args = vec![
+        "build",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+        "-p",
+        package,
+        "--target",
+        target,
+        "--message-format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    built_images(&gpurun(&args, &[]))
+}
+
+fn image_path(image: &serde_json::Value, key: &str) -> PathBuf {
+    PathBuf::from(
+        image[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {key} in {image}")),
+    )
+}
+
+/// One error line on stderr (cargo's own diagnostics may come before it), and a failure status.
+fn assert_one_line_error(output: &Output, expected: &str) {
+    assert!(!output.status.success(), "unexpected success");
+    let stderr = text(&output.stderr);
+    let error_lines: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("error:"))
+        .collect();
+    let last = error_lines.last().copied().unwrap_or_default();
+    assert!(
+        last.contains(expected),
+        "expected an error line containing {expected:?}, stderr was:\n{stderr}"
+    );
+}
+
+fn check_ptx_assembles_for(ptx: &Path, arches: &[&str]) {
+    let Some(ptxas) = toolchain::find_ptxas() else {
+        available("ptxas", false);
+        return;
+    };
+    for arch in arches {
+        let cubin = ptx.with_extension(format!("{arch}.test.cubin"));
+        validate::assemble_ptx(&ptxas, ptx, arch, &cubin)
+            .unwrap_or_else(|err| panic!("{} for {arch}: {err}", ptx.display()));
+        assert!(std::fs::metadata(&cubin).unwrap().len() > 0);
+        std::fs::remove_file(&cubin).unwrap();
+    }
+}
+
+fn check_nvptx_image(image: &serde_json::Value, name: &str, ptxas_arches: &[&str]) {
+    assert_eq!(image["target"], "nvptx");
+    assert_eq!(image["arch"], "sm_70");
+    assert_eq!(image["name"], name);
+    let ptx = image_path(image, "path");
+    assert_eq!(ptx.extension().unwrap(), "ptx");
+    let summary = validate::check_ptx(&std::fs::read_to_string(&ptx).unwrap()).unwrap();
+    assert_eq!(summary.target, "sm_70");
+    assert!(summary.entries.iter().any(|entry| entry == "_start"));
+    let kernels: Vec<&str> = image["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kernel| kernel.as_str().unwrap())
+        .collect();
+    assert_eq!(kernels, summary.entries);
+    if available("ptxas", toolchain::find_ptxas().is_some()) {
+        let cubin = image_path(image, "cubin");
+        let bytes = std::fs::read(&cubin).unwrap();
+        assert_eq!(&bytes[..4], b"\x7fELF", "cubin is an ELF file");
+    }
+    check_ptx_assembles_for(&ptx, ptxas_arches);
+}
+
+#[test]
+fn nvptx_build_of_a_bare_kernel() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    let images = build_json("bare-kernel", "nvptx", &[]);
+    assert_eq!(images.len(), 1, "{images:?}");
+    check_nvptx_image(&images[0], "bare_kernel", &["sm_70", "sm_80", "sm_90"]);
+    // Only the entry point survives internalization: core's functions are gone or internal.
+    let ptx = std::fs::read_to_string(image_path(&images[0], "path")).unwrap();
+    assert!(!ptx.contains(".visible .func"), "{ptx}");
+}
+
+#[test]
+fn nvptx_build_of_hello_on_the_device_runtime() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    let images = build_json("hello", "nvptx64-nvidia-cuda", &[]);
+    assert_eq!(images.len(), 1, "{images:?}");
+    // Not sm_90: ptxas 12.9 crashes (SIGSEGV) assembling this PTX for sm_90 at -O1 and above
+    // (it assembles at -O0, and for sm_70..sm_89). The bare kernel above covers sm_90.
+    check_nvptx_image(&images[0], "hello", &["sm_70", "sm_80", "sm_89"]);
+}
+
+#[test]
+fn amdgcn_build_of_a_bare_kernel() {
+    let _lock = lock_fixtures();
+    let Some(toolchain) = nightly() else { return };
+    let images = build_json("bare-kernel", "amdgcn", &["--arch", "gfx90a"]);
+    assert_eq!(images.len(), 1, "{images:?}");
+    let image = &images[0];
+    assert_eq!(image["target"], "amdgcn");
+    assert_eq!(image["arch"], "gfx90a");
+    assert_eq!(image["kernels"], serde_json::json!(["_start"]));
+    let path = image_path(image, "path");
+    assert_eq!(path.extension().unwrap(), "elf");
+    let bytes = std::fs::read(&path).unwrap();
+    let summary = validate::check_amdgpu_code_object(&bytes).unwrap();
+    assert_eq!(summary.kernels, vec!["_start"]);
+    assert_eq!(summary.target.as_deref(), Some("amdgcn-amd-amdhsa--gfx90a"));
+
+    // Cross-check with LLVM's own reader.
+    let readobj = toolchain::find_llvm_tool_in(&toolchain.rustlib_bin_dir(), "llvm-readobj")
+        .expect("llvm-readobj is part of llvm-tools");
+    let output = Command::new(readobj)
+        .args(["--file-headers", "--notes", "--symbols"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let listing = text(&output.stdout);
+    assert!(listing.contains("EM_AMDGPU"), "{listing}");
+    assert!(listing.contains("NT_AMDGPU_METADATA"), "{listing}");
+    assert!(listing.contains("_start.kd"), "{listing}");
+    assert!(listing.contains("amdgcn-amd-amdhsa--gfx90a"), "{listing}");
+}
+
+#[test]
+fn amdgcn_arch_from_package_metadata() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    // bare-kernel sets `amdgcn-arch = "gfx90a"` in [package.metadata.gpurun].
+    let images = build_json("bare-kernel", "amdgcn", &[]);
+    assert_eq!(images[0]["arch"], "gfx90a");
+}
+
+#[test]
+fn host_builds_are_cdylibs_exporting_the_entry_point() {
+    let _lock = lock_fixtures();
+    for package in ["bare-kernel", "hello"] {
+        let images = build_json(package, "host", &[]);
+        assert_eq!(images.len(), 1, "{images:?}");
+        let image = &images[0];
+        assert_eq!(image["target"], "host");
+        assert_eq!(image["arch"], serde_json::Value::Null);
+        let path = image_path(image, "path");
+        assert_eq!(path.extension().unwrap(), std::env::consts::DLL_EXTENSION);
+        let bytes = std::fs::read(&path).unwrap();
+        let file = object::File::parse(&*bytes).unwrap();
+        assert!(
+            file.exports()
+                .unwrap()
+                .iter()
+                .any(|export| export.name() == b"_start")
+                || file
+                    .dynamic_symbols()
+                    .any(|symbol| symbol.name() == Ok("_start") && !symbol.is_undefined()),
+            "{package}: no _start in {}",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn human_output_names_each_image() {
+    let _lock = lock_fixtures();
+    let manifest = fixtures_manifest();
+    let output = gpurun(
+        &[
+            "build",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "-p",
+            "bare-kernel",
+            "--target",
+            "host",
+            "-q",
+        ],
+        &[],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stdout = text(&output.stdout);
+    assert_eq!(
+        stdout.trim(),
+        "Built host fixtures/target/debug/libbare_kernel.so",
+        "{stdout}"
+    );
+}
+
+/// A crate with no gpurun metadata and no gpurun-device dependency, in a scratch directory.
+fn plain_crate() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("plain-crate");
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"plain\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("src/lib.rs"), "").unwrap();
+    dir.join("Cargo.toml")
+}
+
+#[test]
+fn refuses_a_crate_that_is_not_a_device_crate() {
+    let manifest = plain_crate();
+    let output = gpurun(
+        &["build", "--manifest-path", manifest.to_str().unwrap()],
+        &[],
+    );
+    assert_one_line_error(&output, "`plain` is not a device crate");
+}
+
+#[test]
+fn refuses_unknown_targets_and_architectures() {
+    let manifest = fixtures_manifest();
+    let manifest = manifest.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (&["--target", "riscv64gc"], "unknown target `riscv64gc`"),
+        (
+            &["--target", "nvptx", "--arch", "sm_1"],
+            "unknown nvptx architecture `sm_1`",
+        ),
+        (
+            &["--target", "nvptx", "--arch", "gfx90a"],
+            "unknown nvptx architecture `gfx90a`",
+        ),
+        (
+            &["--target", "amdgcn", "--arch", "gfx9999"],
+            "unknown amdgcn architecture",
+        ),
+        (
+            &["--target", "host", "--arch", "sm_70"],
+            "the host target takes no --arch",
+        ),
+        (
+            &["--target", "amdgcn", "-p", "hello"],
+            "no amdgcn architecture for `hello`",
+        ),
+        (
+            &["-p", "no-such-fixture"],
+            "`no-such-fixture` is not a member",
+        ),
+    ];
+    for (args, expected) in cases {
+        let mut all = vec!["build", "--manifest-path", manifest];
+        all.extend_from_slice(args);
+        let output = gpurun(&all, &[]);
+        assert_one_line_error(&output, expected);
+    }
+    let output = gpurun(&["build", "--manifest-path", "/no/such/Cargo.toml"], &[]);
+    assert_one_line_error(&output, "does not exist");
+}
+
+#[test]
+fn a_missing_llvm_tool_is_one_clear_error() {
+    if nightly().is_none() {
+        return;
+    }
+    let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-llvm-tools");
+    std::fs::create_dir_all(&empty).unwrap();
+    let manifest = fixtures_manifest();
+    let output = gpurun(
+        &[
+            "build",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "-p",
+            "bare-kernel",
+        ],
+        &[(toolchain::LLVM_TOOLS_DIR_ENV, &empty)],
+    );
+    assert_one_line_error(&output, "`llvm-link` not found in");
+    assert_eq!(
+        text(&output.stderr).lines().count(),
+        1,
+        "{}",
+        text(&output.stderr)
+    );
+
+    let doctor = gpurun(&["doctor"], &[(toolchain::LLVM_TOOLS_DIR_ENV, &empty)]);
+    assert!(!doctor.status.success());
+    let table = text(&doctor.stdout);
+    let llc_row = table.lines().find(|line| line.starts_with("llc ")).unwrap();
+    assert!(llc_row.contains("MISSING"), "{table}");
+}
+
+/// A tools directory whose `llc` fails loudly, the other tools being the real ones.
+#[cfg(unix)]
+fn tools_with_failing_llc(toolchain: &Toolchain) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("failing-llc-tools");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for tool in ["llvm-link", "opt"] {
+        let real = toolchain::find_llvm_tool_in(&toolchain.rustlib_bin_dir(), tool).unwrap();
+        std::os::unix::fs::symlink(real, dir.join(tool)).unwrap();
+    }
+    let llc = dir.join("llc");
+    std::fs::write(
+        &llc,
+        "#!/bin/sh\necho 'llc: simulated codegen failure' >&2\necho 'second line of detail' >&2\nexit 3\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&llc, std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+#[cfg(unix)]
+#[test]
+fn a_failing_linker_tool_shows_its_output_and_fails() {
+    let _lock = lock_fixtures();
+    let Some(toolchain) = nightly() else { return };
+    let tools = tools_with_failing_llc(&toolchain);
+    // Make cargo relink the fixture (a no-op build would not run the linker at all).
+    let source = repo_root().join("fixtures/bare-kernel/src/lib.rs");
+    std::fs::File::options()
+        .append(true)
+        .open(&source)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now())
+        .unwrap();
+    let manifest = fixtures_manifest();
+    let output = gpurun(
+        &[
+            "build",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "-p",
+            "bare-kernel",
+            "-q",
+        ],
+        &[(toolchain::LLVM_TOOLS_DIR_ENV, &tools)],
+    );
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("llc: simulated codegen failure"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("second line of detail"), "{stderr}");
+    assert_one_line_error(&output, "failed to build bare-kernel for nvptx sm_70");
+}
+
+#[test]
+fn doctor_lists_every_component() {
+    let output = gpurun(&["doctor"], &[]);
+    let table = text(&output.stdout);
+    for component in [
+        "nightly toolchain",
+        "rust-src",
+        "llvm-tools",
+        "llvm-link",
+        "opt",
+        "llc",
+        "rust-lld",
+        "ptxas",
+        "libcuda.so",
+        "libhsa-runtime64.so.1",
+    ] {
+        assert!(
+            table.lines().any(|line| line.starts_with(component)),
+            "no {component} row in\n{table}"
+        );
+    }
+    // Exit status follows the required rows.
+    let required_missing = table.lines().any(|line| line.contains("MISSING"));
+    assert_eq!(output.status.success(), !required_missing, "{table}");
+    if in_ci() {
+        assert!(
+            output.status.success(),
+            "CI must have the toolchain:\n{table}"
+        );
+    }
+}
