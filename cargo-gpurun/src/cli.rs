@@ -101,7 +101,7 @@ mod tests {
         };
         assert_eq!(args.options.packages, vec!["hello"]);
         assert_eq!(args.options.targets, vec!["amdgcn"]);
-        assert_eq!(args.options.arch.as_deref(), Some("gfx90a"));
+        assert_eq!(args.options.arch, vec!["gfx90a"]);
         assert!(args.options.release);
         assert_eq!(
             args.options.message_format,

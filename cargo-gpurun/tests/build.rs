@@ -196,36 +196,59 @@ fn nvptx_build_of_hello_on_the_device_runtime() {
 }
 
 #[test]
-fn amdgcn_build_of_a_bare_kernel() {
+fn amdgcn_builds_of_a_bare_kernel_and_of_hello() {
     let _lock = lock_fixtures();
     let Some(toolchain) = nightly() else { return };
-    let images = build_json("bare-kernel", "amdgcn", &["--arch", "gfx90a"]);
-    assert_eq!(images.len(), 1, "{images:?}");
-    let image = &images[0];
-    assert_eq!(image["target"], "amdgcn");
-    assert_eq!(image["arch"], "gfx90a");
-    assert_eq!(image["kernels"], serde_json::json!(["_start"]));
-    let path = image_path(image, "path");
-    assert_eq!(path.extension().unwrap(), "elf");
-    let bytes = std::fs::read(&path).unwrap();
-    let summary = validate::check_amdgpu_code_object(&bytes).unwrap();
-    assert_eq!(summary.kernels, vec!["_start"]);
-    assert_eq!(summary.target.as_deref(), Some("amdgcn-amd-amdhsa--gfx90a"));
-
-    // Cross-check with LLVM's own reader.
+    // Two packages and two targets in one command: each --arch goes to its own family.
+    let images = build_json(
+        "bare-kernel",
+        "amdgcn",
+        &["-p", "hello", "--target", "host", "--arch", "gfx90a"],
+    );
+    let amdgcn: Vec<&serde_json::Value> = images
+        .iter()
+        .filter(|image| image["target"] == "amdgcn")
+        .collect();
+    assert_eq!(amdgcn.len(), 2, "{images:?}");
+    assert_eq!(images.len(), 4, "{images:?}");
     let readobj = toolchain::find_llvm_tool_in(&toolchain.rustlib_bin_dir(), "llvm-readobj")
         .expect("llvm-readobj is part of llvm-tools");
-    let output = Command::new(readobj)
-        .args(["--file-headers", "--notes", "--symbols"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(output.status.success());
-    let listing = text(&output.stdout);
-    assert!(listing.contains("EM_AMDGPU"), "{listing}");
-    assert!(listing.contains("NT_AMDGPU_METADATA"), "{listing}");
-    assert!(listing.contains("_start.kd"), "{listing}");
-    assert!(listing.contains("amdgcn-amd-amdhsa--gfx90a"), "{listing}");
+    for image in amdgcn {
+        assert_eq!(image["arch"], "gfx90a");
+        let expected: &[&str] = match image["name"].as_str().unwrap() {
+            "bare_kernel" => &["_start"],
+            "hello" => &["_begin", "_end", "_start"],
+            other => panic!("unexpected image {other}"),
+        };
+        assert_eq!(image["kernels"], serde_json::json!(expected));
+        let path = image_path(image, "path");
+        assert_eq!(path.extension().unwrap(), "elf");
+        let bytes = std::fs::read(&path).unwrap();
+        let summary = validate::check_amdgpu_code_object(&bytes).unwrap();
+        assert_eq!(summary.kernels, expected);
+        assert_eq!(summary.target.as_deref(), Some("amdgcn-amd-amdhsa--gfx90a"));
+
+        // Cross-check with LLVM's own reader.
+        let output = Command::new(&readobj)
+            .args(["--file-headers", "--notes", "--symbols"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(output.status.success());
+        let listing = text(&output.stdout);
+        assert!(listing.contains("EM_AMDGPU"), "{listing}");
+        assert!(listing.contains("NT_AMDGPU_METADATA"), "{listing}");
+        assert!(listing.contains("amdgcn-amd-amdhsa--gfx90a"), "{listing}");
+        for kernel in expected {
+            assert!(listing.contains(&format!("Name: {kernel}.kd")), "{listing}");
+            let in_metadata = listing.lines().any(|line| {
+                line.trim()
+                    .strip_prefix(".name:")
+                    .is_some_and(|name| name.trim() == *kernel)
+            });
+            assert!(in_metadata, "{kernel} not in the metadata:\n{listing}");
+        }
+    }
 }
 
 #[test]

@@ -201,6 +201,50 @@ fn rustc_target_cpus(target: DeviceTarget) -> Option<Vec<String>> {
     )
 }
 
+/// Checks that every `--arch` belongs to one of the requested targets (one `--arch` per family).
+pub fn check_cli_arches(targets: &[DeviceTarget], arches: &[String]) -> Result<(), BuildError> {
+    for arch in arches {
+        if targets
+            .iter()
+            .any(|target| arch_family_matches(*target, arch))
+        {
+            continue;
+        }
+        return match targets {
+            // One target: say what is wrong with the value for that target.
+            [target] => target.check_arch(arch),
+            _ => Err(BuildError::UnknownArch {
+                arch: arch.clone(),
+                target: targets.first().copied().unwrap_or(DeviceTarget::Nvptx),
+                hint: "it belongs to none of the requested targets".to_owned(),
+            }),
+        };
+    }
+    for target in targets {
+        cli_arch_for(*target, arches)?;
+    }
+    Ok(())
+}
+
+/// The `--arch` value for `target`'s family, if one was given.
+pub fn cli_arch_for(target: DeviceTarget, arches: &[String]) -> Result<Option<&str>, BuildError> {
+    let mut matching = arches
+        .iter()
+        .filter(|arch| arch_family_matches(target, arch));
+    let first = matching.next();
+    if let Some(second) = matching.next() {
+        return Err(BuildError::UnknownArch {
+            arch: second.clone(),
+            target,
+            hint: format!(
+                "--arch {} was already given for {target}",
+                first.map(String::as_str).unwrap_or_default()
+            ),
+        });
+    }
+    Ok(first.map(String::as_str))
+}
+
 /// Picks the architecture of `package` for `target`: `--arch`, else `[package.metadata.gpurun]`
 /// (`nvptx-arch`/`amdgcn-arch`, or `arch` when it belongs to this target), else the default
 /// (`sm_70` for nvptx; amdgcn has none and gets an error that says how to give one).
@@ -214,7 +258,6 @@ pub fn resolve_arch(
     metadata: Option<&serde_json::Value>,
 ) -> Result<Option<String>, BuildError> {
     if target == DeviceTarget::Host {
-        // `--arch` with several targets is for the GPU ones; `build` refuses it for host alone.
         return Ok(None);
     }
     if let Some(arch) = cli_arch {
@@ -314,6 +357,30 @@ mod tests {
             resolve_arch(DeviceTarget::Host, None, "p", None).unwrap(),
             None
         );
+    }
+
+    #[test]
+    fn each_arch_goes_to_its_family() {
+        let both = [DeviceTarget::Nvptx, DeviceTarget::Amdgcn];
+        let arches = vec!["gfx90a".to_owned(), "sm_80".to_owned()];
+        check_cli_arches(&both, &arches).unwrap();
+        assert_eq!(
+            cli_arch_for(DeviceTarget::Nvptx, &arches).unwrap(),
+            Some("sm_80")
+        );
+        assert_eq!(
+            cli_arch_for(DeviceTarget::Amdgcn, &arches).unwrap(),
+            Some("gfx90a")
+        );
+        assert_eq!(cli_arch_for(DeviceTarget::Host, &arches).unwrap(), None);
+        let twice = vec!["sm_80".to_owned(), "sm_90".to_owned()];
+        assert!(check_cli_arches(&[DeviceTarget::Nvptx], &twice).is_err());
+        let stray = vec!["gfx90a".to_owned()];
+        assert!(check_cli_arches(&[DeviceTarget::Nvptx, DeviceTarget::Host], &stray).is_err());
+        assert!(matches!(
+            check_cli_arches(&[DeviceTarget::Host], &["sm_70".to_owned()]),
+            Err(BuildError::UnknownArch { hint, .. }) if hint.contains("host target takes no")
+        ));
     }
 
     #[test]

@@ -48,10 +48,10 @@ pub struct BuildOptions {
     /// [default: nvptx].
     #[arg(long = "target", value_name = "TARGET")]
     pub targets: Vec<String>,
-    /// GPU architecture (sm_NN for nvptx, gfxNNN for amdgcn); default: `[package.metadata.gpurun]`
-    /// `nvptx-arch`/`amdgcn-arch`/`arch`, else sm_70 for nvptx.
+    /// GPU architecture: sm_NN for nvptx, gfxNNN for amdgcn (repeatable, one per target family);
+    /// default: `[package.metadata.gpurun]` `nvptx-arch`/`amdgcn-arch`/`arch`, else sm_70 for nvptx.
     #[arg(long, value_name = "ARCH")]
-    pub arch: Option<String>,
+    pub arch: Vec<String>,
     /// Output format for the built images.
     #[arg(long, value_enum, default_value_t = MessageFormat::Human, value_name = "FMT")]
     pub message_format: MessageFormat,
@@ -163,9 +163,7 @@ pub enum BuildError {
 /// validated. Cargo's own progress and diagnostics go to stderr; nothing is printed on stdout.
 pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
     let targets = requested_targets(opts)?;
-    if let (Some(arch), [DeviceTarget::Host]) = (&opts.arch, targets.as_slice()) {
-        DeviceTarget::Host.check_arch(arch)?;
-    }
+    arch::check_cli_arches(&targets, &opts.arch)?;
     let workspace = crates::Workspace::load(opts)?;
     let selected = workspace.select(opts)?;
     let toolchain = if targets.iter().any(|target| target.is_gpu()) {
@@ -180,7 +178,7 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
         for package in &selected {
             let arch = arch::resolve_arch(
                 target,
-                opts.arch.as_deref(),
+                arch::cli_arch_for(target, &opts.arch)?,
                 &package.name,
                 package.gpurun_metadata.as_ref(),
             )?;
