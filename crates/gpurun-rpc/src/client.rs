@@ -182,6 +182,7 @@ impl Client {
             return None;
         }
         let mut index = 0u32;
+        let mut laps = 0u32;
         loop {
             let mask = lanes.lane_mask();
             // Lanes that diverged and re-converged must agree on the port they try.
@@ -224,7 +225,8 @@ impl Client {
             index += 1;
             if index == view.port_count {
                 index = 0;
-                lanes.sleep_briefly();
+                lanes.sleep_briefly(laps);
+                laps = laps.saturating_add(1);
             }
         }
     }
@@ -266,8 +268,10 @@ impl<L: Lanes> Port<'_, L> {
     #[inline(always)]
     fn wait_for_ownership(&self, mut inbox: u32) {
         // The client owns the packet when both mailboxes agree.
+        let mut attempt = 0u32;
         while inbox != self.out {
-            self.lanes.sleep_briefly();
+            self.lanes.sleep_briefly(attempt);
+            attempt = attempt.saturating_add(1);
             inbox = self.load_inbox();
         }
         sync::acquire_fence();

@@ -33,8 +33,10 @@ pub trait Lanes {
     /// Waits until every lane of `mask` has reached this point (and orders their memory
     /// accesses before it against those after).
     fn sync(&self, mask: u64);
-    /// Backs off briefly while waiting for the other side.
-    fn sleep_briefly(&self);
+    /// Backs off briefly while waiting for the other side; `attempt` counts the failed checks of
+    /// the current wait (from 0), so host implementations can escalate from spinning to
+    /// yielding to sleeping. GPU implementations sleep a fixed short time.
+    fn sleep_briefly(&self, attempt: u32);
     /// Whether this is the lowest lane of `mask` (the one that does per-warp work).
     #[inline(always)]
     fn is_first_lane(&self, mask: u64) -> bool {
@@ -95,8 +97,8 @@ impl Lanes for HostLane {
     #[inline]
     fn sync(&self, _mask: u64) {}
     #[inline]
-    fn sleep_briefly(&self) {
-        let mut spins = u32::MAX;
+    fn sleep_briefly(&self, attempt: u32) {
+        let mut spins = attempt;
         crate::sync::host_backoff(&mut spins);
     }
 }

@@ -145,12 +145,15 @@ impl Server {
         self.cancelled.store(false, Ordering::Release);
     }
 
+    /// The (inbox, outbox) bits of a port. Only bit 0 counts: a device that writes other
+    /// values must not make every ownership check succeed (the server would then never wait,
+    /// and a drained `send_n` of a forged length would never end).
     fn mailboxes(&self, index: u32) -> (u32, u32) {
         // SAFETY: callers pass `index < port_count`: inside both mailbox arrays.
         unsafe {
             (
-                sync::load_mailbox(&*self.inbox.add(index as usize)),
-                sync::load_mailbox(&*self.outbox.add(index as usize)),
+                sync::load_mailbox(&*self.inbox.add(index as usize)) & 1,
+                sync::load_mailbox(&*self.outbox.add(index as usize)) & 1,
             )
         }
     }
@@ -407,6 +410,11 @@ impl ServerPort<'_> {
         })?;
         let mut offset = FIRST_PACKET_PAYLOAD as u64;
         while offset < longest {
+            // A device can announce any length and keep flipping its mailbox: let a cancel
+            // interrupt the drain even when no wait happens (checked every 64 packets).
+            if offset % 4096 == 4096 - 8 && self.server.cancelled.load(Ordering::Relaxed) {
+                return Err(ServerError::Cancelled);
+            }
             self.recv(|buffer, lane| {
                 let size = sizes.sizes[lane as usize];
                 if offset < size {

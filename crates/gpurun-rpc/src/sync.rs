@@ -93,9 +93,10 @@ pub(crate) fn lock_fetch_and(word: &AtomicU32, bits: u32) -> u32 {
     }
 }
 
-/// One step of a host-side wait: a spin hint for the first few rounds, then a yield to the OS
-/// scheduler (with `std`), so that many emulated lanes on few cores still make progress. Under
-/// loom every step yields, as loom requires of spin loops.
+/// One step of a host-side wait. `spins` counts the steps of this wait (start at 0): a spin
+/// hint for the first rounds, then (with `std`) yields to the OS scheduler, then 50 µs sleeps,
+/// so that many emulated lanes on few cores leave the CPU to the thread they wait for. Under loom
+/// every step yields, as loom requires of spin loops.
 #[inline]
 pub fn host_backoff(spins: &mut u32) {
     #[cfg(loom)]
@@ -107,9 +108,15 @@ pub fn host_backoff(spins: &mut u32) {
     {
         *spins = spins.saturating_add(1);
         #[cfg(feature = "std")]
-        if *spins > 64 {
-            std::thread::yield_now();
-            return;
+        {
+            if *spins > 256 {
+                std::thread::sleep(core::time::Duration::from_micros(50));
+                return;
+            }
+            if *spins > 32 {
+                std::thread::yield_now();
+                return;
+            }
         }
         core::hint::spin_loop();
     }

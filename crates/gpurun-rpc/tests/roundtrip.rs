@@ -167,3 +167,42 @@ fn cancel_ends_a_server_wait() {
         );
     });
 }
+
+#[test]
+fn cancel_interrupts_the_drain_of_a_forged_length() {
+    // The "device" announces 2^60 bytes and keeps sending packets as fast as it can; the server
+    // keeps draining while it does, so cancel must stop it whether it finds the server waiting or
+    // between packets. The client thread is detached and its memory leaked: once the server gives
+    // up, the client blocks forever.
+    let shared: &'static mut Shared = Box::leak(Box::new(Shared::new(Layout::new(1, 1).unwrap())));
+    let (client, server) = shared.endpoints();
+    let client: &'static gpurun_rpc::Client = Box::leak(Box::new(client));
+    std::thread::spawn(move || {
+        let lane = HostLane::SINGLE;
+        let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+        port.send(|b, _| b.data[0] = 1 << 60);
+        loop {
+            port.send(|_, _| {});
+        }
+    });
+    let port = loop {
+        if let Some(port) = server.try_open(0) {
+            break port;
+        }
+        std::thread::yield_now();
+    };
+    let mut port = port;
+    let mut chunks = 0u64;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            server.cancel();
+        });
+        let result = port.recv_n_chunks(|_, announced, _, _| {
+            assert_eq!(announced, 1 << 60);
+            chunks += 1;
+        });
+        assert_eq!(result, Err(gpurun_rpc::ServerError::Cancelled));
+    });
+    assert!(chunks > 1, "the drain should have made progress first");
+}

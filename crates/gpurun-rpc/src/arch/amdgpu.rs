@@ -43,7 +43,7 @@ impl Lanes for Wave {
     }
 
     #[inline(always)]
-    fn sleep_briefly(&self) {
+    fn sleep_briefly(&self, _attempt: u32) {
         amdgpu::s_sleep::<2>();
     }
 }

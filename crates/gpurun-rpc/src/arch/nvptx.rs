@@ -76,7 +76,7 @@ impl Lanes for Warp {
     }
 
     #[inline(always)]
-    fn sleep_briefly(&self) {
+    fn sleep_briefly(&self, _attempt: u32) {
         // SAFETY: suspends the thread for about 64 ns; no other effect.
         unsafe { asm!("nanosleep.u32 64;", options(nomem, nostack)) };
     }

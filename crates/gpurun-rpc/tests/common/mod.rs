@@ -3,7 +3,9 @@
 //! acting as the lanes of one warp).
 #![allow(dead_code)]
 
-use gpurun_rpc::{Client, Lanes, Layout, Server};
+pub mod untrusted;
+
+use gpurun_rpc::{Client, HostLane, Lanes, Layout, Server};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 
@@ -156,7 +158,7 @@ impl Lanes for EmulatedLane<'_> {
     fn sync(&self, _mask: u64) {
         self.warp.barrier.wait();
     }
-    fn sleep_briefly(&self) {
-        std::thread::yield_now();
+    fn sleep_briefly(&self, attempt: u32) {
+        HostLane::SINGLE.sleep_briefly(attempt);
     }
 }
