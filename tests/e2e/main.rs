@@ -2,4 +2,5 @@
 //! backend (the one backend every machine has). Expected results are spelled out per test.
 
 mod harness;
+mod images;
 mod loader;

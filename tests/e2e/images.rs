@@ -1,0 +1,185 @@
+//! Every fixture builds for nvptx, amdgcn (gfx90a) and the host, and the test list read from
+//! each test image equals the one written in its source (program fixtures have no tests). Also: the PTX of the panic path has no
+//! `trap` (a trap would poison the CUDA context instead of ending one thread).
+
+use gpurun_tests::{describe, fixtures_dir, gpurun, host_images, text};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// Test names (`module::name`) and whether each is `#[ignore]`d, read from a fixture's source.
+fn tests_in_source(source: &str) -> BTreeSet<(String, bool)> {
+    let mut modules: Vec<(String, usize)> = Vec::new();
+    let mut pending: Option<bool> = None;
+    let mut found = BTreeSet::new();
+    for line in source.lines() {
+        let indent = line.len() - line.trim_start().len();
+        let code = line.trim();
+        if let Some(rest) = code.strip_prefix("mod ").and_then(|r| r.strip_suffix(" {")) {
+            modules.push((rest.to_string(), indent));
+        } else if code == "}" && modules.last().is_some_and(|(_, at)| *at == indent) {
+            modules.pop();
+        }
+        if code.starts_with("#[gpurun::test") {
+            pending = Some(false);
+        }
+        if code.starts_with("#[ignore") {
+            if let Some(ignored) = pending.as_mut() {
+                *ignored = true;
+            }
+        }
+        if let (Some(ignored), Some(at)) = (pending, code.find("fn ")) {
+            let name: String = code[at + 3..]
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            let mut path: Vec<&str> = modules.iter().map(|(m, _)| m.as_str()).collect();
+            path.push(&name);
+            found.insert((path.join("::"), ignored));
+            pending = None;
+        }
+    }
+    found
+}
+
+fn fixtures() -> Vec<(String, BTreeSet<(String, bool)>)> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(fixtures_dir()).expect("fixtures dir") {
+        let dir = entry.expect("entry").path();
+        let Ok(source) = std::fs::read_to_string(dir.join("src/lib.rs")) else {
+            continue;
+        };
+        if !source.contains("gpurun::") {
+            continue; // not built on the device runtime
+        }
+        if source.contains("#[gpurun::main]") {
+            // A program: `run` executes it rather than listing tests, so it must have none.
+            assert!(
+                !source.contains("#[gpurun::test"),
+                "{} mixes #[gpurun::main] and tests",
+                dir.display()
+            );
+            continue;
+        }
+        let name = dir.file_name().unwrap().to_string_lossy().replace('-', "_");
+        all.push((name, tests_in_source(&source)));
+    }
+    all.sort();
+    all
+}
+
+/// Whether the GPU toolchain is here; without it the GPU checks say why and, under CI, fail.
+fn gpu_toolchain_present() -> bool {
+    let output = std::process::Command::new("rustup")
+        .args(["component", "list", "--toolchain", "nightly", "--installed"])
+        .output();
+    let present = output.is_ok_and(|o| {
+        let listed = text(&o.stdout);
+        listed.contains("rust-src") && listed.contains("llvm-tools")
+    });
+    if !present {
+        let message = "nightly with rust-src and llvm-tools is missing (run scripts/setup.sh)";
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+        eprintln!("SKIPPED: {message}");
+    }
+    present
+}
+
+fn build_gpu(target: &str, extra: &[&str]) -> PathBuf {
+    let mut args = vec!["build", "--workspace", "--target", target];
+    args.extend_from_slice(extra);
+    let output = gpurun(&args).output().expect("cargo-gpurun runs");
+    assert!(output.status.success(), "{}", describe(&output));
+    let triple = if target == "nvptx" {
+        "nvptx64-nvidia-cuda"
+    } else {
+        "amdgcn-amd-amdhsa"
+    };
+    fixtures_dir().join("target").join(triple).join("debug")
+}
+
+fn listed(image: &Path, ignored_only: bool) -> BTreeSet<String> {
+    let mut args = vec![
+        "run",
+        image.to_str().unwrap(),
+        "--list",
+        "--format",
+        "terse",
+    ];
+    if ignored_only {
+        args.push("--ignored");
+    }
+    let output = gpurun(&args).output().expect("cargo-gpurun runs");
+    assert!(output.status.success(), "{}", describe(&output));
+    text(&output.stdout)
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test").map(str::to_string))
+        .collect()
+}
+
+fn check_lists(image_of: impl Fn(&str) -> PathBuf) {
+    for (fixture, tests) in fixtures() {
+        let image = image_of(&fixture);
+        let all: BTreeSet<String> = tests.iter().map(|(name, _)| name.clone()).collect();
+        let ignored: BTreeSet<String> = tests
+            .iter()
+            .filter(|(_, i)| *i)
+            .map(|(name, _)| name.clone())
+            .collect();
+        assert_eq!(listed(&image, false), all, "tests of {}", image.display());
+        assert_eq!(
+            listed(&image, true),
+            ignored,
+            "ignored tests of {}",
+            image.display()
+        );
+    }
+}
+
+#[test]
+fn source_scanner_finds_nested_and_ignored_tests() {
+    let source = "#[gpurun::test]\nfn a() {}\nmod m {\n    #[gpurun::test]\n    #[ignore]\n    fn b() {}\n}\n#[gpurun::test(threads = 4)] fn c() {}\n";
+    let found = tests_in_source(source);
+    let expected: BTreeSet<(String, bool)> = [("a", false), ("m::b", true), ("c", false)]
+        .iter()
+        .map(|(n, i)| (n.to_string(), *i))
+        .collect();
+    assert_eq!(found, expected);
+}
+
+#[test]
+fn host_images_list_the_tests_in_their_source() {
+    let dir = host_images();
+    check_lists(|fixture| dir.join(format!("lib{fixture}.so")));
+}
+
+#[test]
+fn nvptx_images_list_their_tests_and_never_trap() {
+    if !gpu_toolchain_present() {
+        return;
+    }
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    let dir = DIR.get_or_init(|| build_gpu("nvptx", &[]));
+    check_lists(|fixture| dir.join(format!("{fixture}.ptx")));
+    for (fixture, _) in fixtures() {
+        let ptx = std::fs::read_to_string(dir.join(format!("{fixture}.ptx"))).expect("ptx");
+        assert!(
+            !ptx.lines()
+                .any(|line| line.trim_start().starts_with("trap")),
+            "{fixture}.ptx contains a trap"
+        );
+        // Panics end the thread with `exit` instead.
+        if fixture == "basic" {
+            assert!(ptx.contains("exit;"), "{fixture}.ptx has no exit");
+        }
+    }
+}
+
+#[test]
+fn amdgcn_images_list_their_tests() {
+    if !gpu_toolchain_present() {
+        return;
+    }
+    let dir = build_gpu("amdgcn", &["--arch", "gfx90a"]);
+    check_lists(|fixture| dir.join(format!("{fixture}.elf")));
+}
