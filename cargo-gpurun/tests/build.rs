@@ -499,3 +499,67 @@ fn doctor_lists_every_component() {
         );
     }
 }
+
+#[cfg(unix)]
+fn fake_ptxas(name: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-ptxas");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[cfg(unix)]
+#[test]
+fn ptxas_errors_fail_the_build_and_ptxas_crashes_only_warn() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    let images = build_json("bare-kernel", "nvptx", &[]);
+    let ptx = image_path(&images[0], "path");
+    let make_ptx_newer_than_cubin = || {
+        std::fs::File::options()
+            .append(true)
+            .open(&ptx)
+            .unwrap()
+            .set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
+            .unwrap();
+    };
+    let manifest = fixtures_manifest();
+    let args = [
+        "build",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+        "-p",
+        "bare-kernel",
+        "--message-format",
+        "json",
+    ];
+
+    make_ptx_newer_than_cubin();
+    let rejecting = fake_ptxas(
+        "rejecting-ptxas",
+        "echo 'ptxas fatal   : simulated rejection of the PTX' >&2\nexit 255",
+    );
+    let output = gpurun(&args, &[(toolchain::PTXAS_ENV, &rejecting)]);
+    assert_one_line_error(&output, "simulated rejection of the PTX");
+
+    make_ptx_newer_than_cubin();
+    let crashing = fake_ptxas("crashing-ptxas", "kill -SEGV $$");
+    let output = gpurun(&args, &[(toolchain::PTXAS_ENV, &crashing)]);
+    let stderr = text(&output.stderr);
+    assert!(stderr.contains("warning: ptxas crashed"), "{stderr}");
+    let images = built_images(&output);
+    assert_eq!(images[0]["cubin"], serde_json::Value::Null, "{images:?}");
+    assert!(!ptx.with_extension("cubin").exists());
+
+    // With a working ptxas (or none) the next build is back to normal.
+    let images = build_json("bare-kernel", "nvptx", &[]);
+    assert_eq!(
+        images[0]["cubin"].is_string(),
+        toolchain::find_ptxas().is_some()
+    );
+}

@@ -26,6 +26,8 @@ pub enum ValidateError {
     PtxNoKernels,
     #[error("ptxas failed for {arch}: {stderr}")]
     Ptxas { arch: String, stderr: String },
+    #[error("ptxas crashed ({status}) assembling for {arch}")]
+    PtxasCrashed { arch: String, status: String },
     #[error("cannot run ptxas at {path}: {detail}")]
     PtxasNotRunnable { path: String, detail: String },
     #[error("not a 64-bit little-endian ELF file: {0}")]
@@ -116,18 +118,24 @@ pub fn assemble_ptx(
             detail: err.to_string(),
         })?;
     if result.status.success() {
-        Ok(())
-    } else {
-        let _ = std::fs::remove_file(output);
-        let mut stderr = String::from_utf8_lossy(&result.stderr).trim().to_owned();
-        if stderr.is_empty() {
-            stderr = format!("exited with {}", result.status);
-        }
-        Err(ValidateError::Ptxas {
-            arch: arch.to_owned(),
-            stderr,
-        })
+        return Ok(());
     }
+    let _ = std::fs::remove_file(output);
+    // Killed by a signal: a crash of ptxas itself, not a verdict on the PTX.
+    if result.status.code().is_none() {
+        return Err(ValidateError::PtxasCrashed {
+            arch: arch.to_owned(),
+            status: result.status.to_string(),
+        });
+    }
+    let mut stderr = String::from_utf8_lossy(&result.stderr).trim().to_owned();
+    if stderr.is_empty() {
+        stderr = format!("exited with {}", result.status);
+    }
+    Err(ValidateError::Ptxas {
+        arch: arch.to_owned(),
+        stderr,
+    })
 }
 
 /// What the AMDGPU check found.
