@@ -199,7 +199,17 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
                 workspace: &workspace,
                 toolchain: toolchain.as_ref(),
             };
-            images.extend(request.run()?);
+            let built = request.run()?;
+            for package in &packages {
+                if !built.iter().any(|image| image.package == package.name) {
+                    // Cargo succeeded but made nothing loadable: usually a missing crate-type.
+                    eprintln!(
+                        "warning: `{}` produced no {target} image (a device crate needs crate-type = [\"cdylib\"] or a [[bin]])",
+                        package.name
+                    );
+                }
+            }
+            images.extend(built);
         }
     }
     Ok(images)
