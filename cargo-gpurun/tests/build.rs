@@ -563,3 +563,95 @@ fn ptxas_errors_fail_the_build_and_ptxas_crashes_only_warn() {
         toolchain::find_ptxas().is_some()
     );
 }
+
+/// A toolchain that is installed but lacks rust-src or llvm-tools, to exercise installing them.
+fn toolchain_missing_components() -> Option<String> {
+    for name in ["stable", "1.95.0"] {
+        let probe = Command::new("rustc")
+            .arg(format!("+{name}"))
+            .args(["--print", "sysroot"])
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .output();
+        let Ok(output) = probe else { continue };
+        if !output.status.success() {
+            continue;
+        }
+        let sysroot = PathBuf::from(text(&output.stdout).trim());
+        let has_src = sysroot
+            .join("lib/rustlib/src/rust/library/core/src/lib.rs")
+            .is_file();
+        if !has_src {
+            return Some(name.to_owned());
+        }
+    }
+    eprintln!("not run: no installed toolchain lacks rust-src to test installing it");
+    None
+}
+
+#[cfg(unix)]
+#[test]
+fn missing_components_are_installed_with_rustup_saying_so() {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(name) = toolchain_missing_components() else {
+        return;
+    };
+    // A stand-in rustup that records its arguments and installs nothing.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-rustup");
+    std::fs::create_dir_all(&dir).unwrap();
+    let record = dir.join("rustup-args");
+    let _ = std::fs::remove_file(&record);
+    let rustup = dir.join("rustup");
+    std::fs::write(
+        &rustup,
+        format!("#!/bin/sh\necho \"$@\" >> '{}'\n", record.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths(
+        std::iter::once(dir.clone())
+            .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
+    )
+    .unwrap();
+    let manifest = fixtures_manifest();
+    let envs: [(&str, &Path); 2] = [
+        ("PATH", Path::new(&path)),
+        (toolchain::TOOLCHAIN_ENV, Path::new(&name)),
+    ];
+
+    let output = gpurun(
+        &[
+            "build",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "-p",
+            "bare-kernel",
+        ],
+        &envs,
+    );
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "Installing missing rustup components for `{name}`: rust-src"
+        )),
+        "{stderr}"
+    );
+    assert_one_line_error(&output, "still absent after `rustup component add`");
+    let recorded = std::fs::read_to_string(&record).unwrap();
+    assert!(
+        recorded.starts_with("component add rust-src")
+            && recorded
+                .trim_end()
+                .ends_with(&format!("--toolchain {name}")),
+        "{recorded}"
+    );
+
+    let doctor = gpurun(&["doctor", "--fix"], &envs);
+    assert!(!doctor.status.success(), "components are still missing");
+    assert_eq!(std::fs::read_to_string(&record).unwrap().lines().count(), 2);
+    let table = text(&doctor.stdout);
+    let row = table
+        .lines()
+        .find(|line| line.starts_with("rust-src"))
+        .unwrap();
+    assert!(row.contains("MISSING"), "{table}");
+}
