@@ -50,6 +50,53 @@ fn hello_prints_from_one_and_from_256_threads_with_lines_intact() {
 }
 
 #[test]
+fn kernel_option_launches_plain_kernels_in_order() {
+    let image = host_image("hello");
+    let image = image.to_str().unwrap();
+    let output = gpurun(&[
+        "run",
+        "--kernel",
+        "say_hi",
+        "--kernel",
+        "say_hi",
+        "--threads",
+        "2",
+        image,
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let mut lines: Vec<String> = text(&output.stdout).lines().map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "hi from kernel thread 0",
+            "hi from kernel thread 0",
+            "hi from kernel thread 1",
+            "hi from kernel thread 1"
+        ]
+    );
+    let missing = gpurun(&["run", "--kernel", "nope", image])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(1), "{}", describe(&missing));
+    assert!(
+        text(&missing.stderr).contains("no kernel named `nope`"),
+        "{}",
+        describe(&missing)
+    );
+    let usage = gpurun(&["run", "--print-resource-usage", "--kernel", "say_hi", image])
+        .output()
+        .unwrap();
+    assert!(
+        text(&usage.stdout).contains("Executing kernel say_hi:"),
+        "{}",
+        describe(&usage)
+    );
+}
+
+#[test]
 fn arguments_environment_and_exit_codes() {
     let image = host_image("args-env-exit");
     let output = gpurun(&["run", image.to_str().unwrap(), "exit", "7", "--flag"])

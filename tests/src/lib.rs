@@ -38,6 +38,9 @@ pub fn gpurun(args: &[&str]) -> Command {
     let mut command = Command::new(binary());
     command.arg("gpurun").args(args).current_dir(fixtures_dir());
     command.env_remove("GITHUB_ACTIONS");
+    // The fixtures have their own target directory; a developer's CARGO_TARGET_DIR is for the
+    // main workspace.
+    command.env_remove("CARGO_TARGET_DIR");
     command
 }
 

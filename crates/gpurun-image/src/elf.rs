@@ -387,10 +387,18 @@ fn is_host_image(symbols: &[Sym]) -> bool {
     })
 }
 
+/// Prefix of the marker a host image exports for each `#[gpurun::kernel]` (docs/abi.md).
+const HOST_KERNEL_MARKER: &str = "__gpurun_host_kernel_";
+
 fn host_kernels(symbols: &[Sym]) -> Vec<Kernel> {
+    let marked = |name: &str| {
+        symbols
+            .iter()
+            .any(|s| s.name.strip_prefix(HOST_KERNEL_MARKER) == Some(name))
+    };
     symbols
         .iter()
-        .filter(|s| s.st_type == STT_FUNC && is_host_kernel_name(&s.name))
+        .filter(|s| s.st_type == STT_FUNC && (is_host_kernel_name(&s.name) || marked(&s.name)))
         .map(|s| Kernel {
             name: s.name.clone(),
             descriptor: None,

@@ -310,11 +310,16 @@ fn expand_kernel(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStr
     let name = &sig.ident;
     let inputs = &sig.inputs;
     let unsafety = &sig.unsafety;
+    // A host `.so` exports many functions; this marker tells the loader which are kernels.
+    let marker = format_ident!("__gpurun_host_kernel_{}", name);
     Ok(quote! {
         #rt::__gpurun_kernel! {
             #(#attrs)*
             #unsafety fn #name(#inputs) #block
         }
+        #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+        #[unsafe(no_mangle)]
+        pub static #marker: u8 = 0;
     })
 }
 
