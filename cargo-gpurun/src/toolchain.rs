@@ -193,7 +193,12 @@ impl Toolchain {
     /// Makes sure a device build can run: installs missing components (saying so), then checks
     /// that the LLVM tools the nvptx linker needs are present.
     pub fn ensure_for_build() -> Result<Toolchain, ToolchainError> {
-        let toolchain = Self::probe()?;
+        Self::probe()?.ready_for_build()
+    }
+
+    /// [`Self::ensure_for_build`] for a toolchain already probed.
+    pub fn ready_for_build(self) -> Result<Toolchain, ToolchainError> {
+        let toolchain = self;
         let missing = toolchain.missing_components();
         if !missing.is_empty() {
             toolchain.install_components(&missing)?;

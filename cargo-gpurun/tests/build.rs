@@ -215,17 +215,28 @@ fn amdgcn_builds_of_a_bare_kernel_and_of_hello() {
         .expect("llvm-readobj is part of llvm-tools");
     for image in amdgcn {
         assert_eq!(image["arch"], "gfx90a");
-        let expected: &[&str] = match image["name"].as_str().unwrap() {
-            "bare_kernel" => &["_start"],
-            "hello" => &["_begin", "_end", "_start"],
+        let kernels: Vec<String> = image["kernels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|kernel| kernel.as_str().unwrap().to_owned())
+            .collect();
+        // hello's body is the device runtime's to change; its entry kernels are fixed by the ABI.
+        match image["name"].as_str().unwrap() {
+            "bare_kernel" => assert_eq!(kernels, ["_start"]),
+            "hello" => {
+                for entry in ["_begin", "_start", "_end"] {
+                    assert!(kernels.iter().any(|kernel| kernel == entry), "{kernels:?}");
+                }
+            }
             other => panic!("unexpected image {other}"),
-        };
-        assert_eq!(image["kernels"], serde_json::json!(expected));
+        }
+        let expected = &kernels;
         let path = image_path(image, "path");
         assert_eq!(path.extension().unwrap(), "elf");
         let bytes = std::fs::read(&path).unwrap();
         let summary = validate::check_amdgpu_code_object(&bytes).unwrap();
-        assert_eq!(summary.kernels, expected);
+        assert_eq!(&summary.kernels, expected);
         assert_eq!(summary.target.as_deref(), Some("amdgcn-amd-amdhsa--gfx90a"));
 
         // Cross-check with LLVM's own reader.

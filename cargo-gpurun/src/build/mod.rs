@@ -164,12 +164,24 @@ pub enum BuildError {
 pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
     let targets = requested_targets(opts)?;
     arch::check_cli_arches(&targets, &opts.arch)?;
-    let workspace = crates::Workspace::load(opts)?;
+    // `cargo metadata` and the toolchain probe are independent processes: run them side by
+    // side, since together they are most of a no-op build's overhead over cargo's own.
+    let needs_toolchain = targets.iter().any(|target| target.is_gpu());
+    let (workspace, toolchain) = std::thread::scope(|scope| {
+        let probe =
+            scope.spawn(|| needs_toolchain.then(crate::toolchain::Toolchain::ensure_for_build));
+        let workspace = crates::Workspace::load(opts);
+        let toolchain = probe
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (workspace, toolchain)
+    });
+    // Workspace errors (bad input) come first: they are the user's to fix before any toolchain.
+    let workspace = workspace?;
     let selected = workspace.select(opts)?;
-    let toolchain = if targets.iter().any(|target| target.is_gpu()) {
-        Some(crate::toolchain::Toolchain::ensure_for_build()?)
-    } else {
-        None
+    let toolchain = match toolchain {
+        Some(probed) => Some(probed?.ready_for_build()?),
+        None => None,
     };
     let mut images = Vec::new();
     for target in targets {
