@@ -19,6 +19,9 @@ use crate::toolchain::{self, Toolchain};
 /// `cargo-gpurun` runs the build; the name tells `main` to act as the linker.
 pub const NVPTX_LINKER_NAME: &str = "gpurun-nvptx-link";
 
+/// File name of cargo in a toolchain's `bin` directory.
+const CARGO_EXE: &str = if cfg!(windows) { "cargo.exe" } else { "cargo" };
+
 /// One cargo invocation.
 pub struct CargoBuild<'a> {
     pub opts: &'a BuildOptions,
@@ -101,15 +104,38 @@ impl CargoBuild<'_> {
     fn command(&self) -> Result<Command, BuildError> {
         let mut command;
         if let (Some(triple), Some(toolchain)) = (self.target.triple(), self.toolchain) {
-            // The rustup proxy picks the toolchain; drop what an outer cargo or rustup set so
-            // the nightly's own rustc is used throughout.
-            command = Command::new("cargo");
+            // The toolchain's own cargo, started directly: going through the rustup proxy
+            // (`cargo +nightly`) costs a noticeable part of a no-op build. RUSTUP_TOOLCHAIN makes
+            // the `rustc` cargo runs the same toolchain's; drop what an outer cargo set.
+            let toolchain_cargo = toolchain.sysroot.join("bin").join(CARGO_EXE);
+            if toolchain_cargo.is_file() {
+                command = Command::new(toolchain_cargo);
+            } else {
+                command = Command::new("cargo");
+                command.arg(format!("+{}", toolchain.name));
+            }
+            // The full toolchain name (the sysroot's directory name), as the rustup proxy would
+            // set it: cargo's cache of rustc's answers is keyed by it, so a differing value
+            // would make this build and a plain `cargo +nightly build` evict each other's.
+            let full_name = toolchain
+                .sysroot
+                .file_name()
+                .map_or_else(|| toolchain.name.clone().into(), ToOwned::to_owned);
+            command.env("RUSTUP_TOOLCHAIN", full_name);
+            // ... and so is RUSTUP_HOME, which the proxy sets too: the sysroot's grandparent.
+            if let Some(rustup_home) = toolchain
+                .sysroot
+                .parent()
+                .filter(|dir| dir.file_name().is_some_and(|name| name == "toolchains"))
+                .and_then(Path::parent)
+            {
+                command.env("RUSTUP_HOME", rustup_home);
+            }
             command
-                .arg(format!("+{}", toolchain.name))
                 .arg("build")
                 .arg("-Zbuild-std=core,alloc")
                 .args(["--target", triple]);
-            for var in ["RUSTUP_TOOLCHAIN", "RUSTC", "RUSTDOC", "CARGO"] {
+            for var in ["RUSTC", "RUSTDOC", "CARGO"] {
                 command.env_remove(var);
             }
             command.env(toolchain::LLVM_TOOLS_DIR_ENV, toolchain.llvm_tools_dir());
