@@ -48,9 +48,12 @@ impl Workspace {
             }
             command.manifest_path(path);
         }
-        let metadata = command.exec().map_err(|err| {
-            // cargo's stderr is in the error's text; keep the first meaningful line.
-            BuildError::Metadata(one_line(&err.to_string()))
+        let metadata = command.exec().map_err(|err| match err {
+            // Keep the line of cargo's stderr that says what is wrong.
+            cargo_metadata::Error::CargoMetadata { stderr } => {
+                BuildError::Metadata(one_line(&stderr))
+            }
+            other => BuildError::Metadata(one_line(&other.to_string())),
         })?;
         let members: Vec<Package> = metadata.workspace_packages().into_iter().cloned().collect();
         let root_package = metadata
