@@ -4,3 +4,4 @@
 mod harness;
 mod images;
 mod loader;
+mod runner;

@@ -1,0 +1,336 @@
+//! cargo-gpurun as cargo's `target.runner` (and `gpurun-nvptx-link` as its linker) for nvptx:
+//! plain `cargo +nightly test/run` and `cargo nextest` in `examples/runner-nvptx`, with the
+//! runner and linker pointed at the binaries of this checkout through cargo's environment
+//! variables (the example's `.cargo/config.toml` names the installed ones). Without a GPU the
+//! tests are listed from the real PTX, and running one fails with the missing-driver message; on
+//! a machine with an NVIDIA GPU the same tests check that the device code ran.
+
+use gpurun_tests::{binary, describe, repo_root, text};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+const TRIPLE: &str = "nvptx64-nvidia-cuda";
+
+/// Every `#[gpurun::test]` of `examples/runner-nvptx/tests/device.rs`, and the ignored one.
+const DEVICE_TESTS: [&str; 5] = [
+    "adds",
+    "allocates",
+    "every_lane_knows_its_index",
+    "nested::ignored",
+    "reports_panics",
+];
+const IGNORED_TESTS: [&str; 1] = ["nested::ignored"];
+
+/// What the runner says when it cannot open a GPU (no `libcuda.so` on the machine).
+const NO_DRIVER: &str = "no NVIDIA driver found";
+
+fn example_dir() -> PathBuf {
+    repo_root().join("examples/runner-nvptx")
+}
+
+/// The toolchain the example builds with (the one cargo-gpurun's linker also uses).
+fn toolchain() -> String {
+    std::env::var("GPURUN_TOOLCHAIN")
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "nightly".to_owned())
+}
+
+/// The `gpurun-nvptx-link` binary of this checkout, built once per test process.
+fn linker_binary() -> &'static Path {
+    static LINKER: OnceLock<PathBuf> = OnceLock::new();
+    LINKER.get_or_init(|| {
+        escargot::CargoBuild::new()
+            .package("cargo-gpurun")
+            .bin("gpurun-nvptx-link")
+            .manifest_path(repo_root().join("Cargo.toml"))
+            .current_target()
+            .run()
+            .unwrap_or_else(|e| panic!("building gpurun-nvptx-link failed: {e}"))
+            .path()
+            .to_path_buf()
+    })
+}
+
+/// Whether the nightly with rust-src and llvm-tools is here; without it the tests say why and,
+/// under CI (which must have it), fail.
+fn nightly_present() -> bool {
+    let toolchain = toolchain();
+    let output = Command::new("rustup")
+        .args([
+            "component",
+            "list",
+            "--toolchain",
+            &toolchain,
+            "--installed",
+        ])
+        .output();
+    let present = output.is_ok_and(|o| {
+        let listed = text(&o.stdout);
+        o.status.success() && listed.contains("rust-src") && listed.contains("llvm-tools")
+    });
+    if !present {
+        let message = format!(
+            "the {toolchain} toolchain with rust-src and llvm-tools is missing (run scripts/setup.sh)"
+        );
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+        eprintln!("SKIPPED: {message}");
+    }
+    present
+}
+
+/// `cargo +nightly ARGS` in the example, with the runner and linker of this checkout. Build
+/// settings meant for the main workspace (its target directory, rustflags, an outer cargo's
+/// toolchain) are removed, so every test shares the example's own `target/` and builds once.
+fn cargo(args: &[&str]) -> Command {
+    let runner = binary();
+    let runner_text = runner.to_string_lossy();
+    // cargo splits a runner given in the environment at whitespace.
+    assert!(
+        !runner_text.contains(char::is_whitespace),
+        "the runner path `{runner_text}` has whitespace, which CARGO_TARGET_*_RUNNER cannot hold"
+    );
+    let mut command = Command::new("cargo");
+    command
+        .arg(format!("+{}", toolchain()))
+        .args(args)
+        .current_dir(example_dir());
+    for var in [
+        "RUSTUP_TOOLCHAIN",
+        "RUSTC",
+        "RUSTDOC",
+        "CARGO",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "GPURUN_BACKEND",
+        "GITHUB_ACTIONS",
+    ] {
+        command.env_remove(var);
+    }
+    command
+        .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_LINKER", linker_binary())
+        .env(
+            "CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUNNER",
+            format!("{runner_text} gpurun run"),
+        );
+    command
+}
+
+fn output_of(mut command: Command) -> Output {
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run cargo: {e}"))
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|name| name.to_string()).collect()
+}
+
+/// The names in libtest's `--list --format terse` output.
+fn terse_list(stdout: &[u8]) -> BTreeSet<String> {
+    text(stdout)
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test").map(str::to_owned))
+        .collect()
+}
+
+#[test]
+fn cargo_test_lists_the_device_tests_from_the_ptx() {
+    if !nightly_present() {
+        return;
+    }
+    let all = output_of(cargo(&[
+        "test", "--target", TRIPLE, "--", "--list", "--format", "terse",
+    ]));
+    assert_eq!(all.status.code(), Some(0), "{}", describe(&all));
+    assert_eq!(
+        terse_list(&all.stdout),
+        set(&DEVICE_TESTS),
+        "{}",
+        describe(&all)
+    );
+    // cargo ran our runner on the PTX it linked with our linker.
+    let stderr = text(&all.stderr);
+    assert!(
+        stderr.contains("Running tests/device.rs") && stderr.contains(".ptx)"),
+        "{}",
+        describe(&all)
+    );
+
+    let ignored = output_of(cargo(&[
+        "test",
+        "--target",
+        TRIPLE,
+        "--",
+        "--list",
+        "--format",
+        "terse",
+        "--ignored",
+    ]));
+    assert_eq!(ignored.status.code(), Some(0), "{}", describe(&ignored));
+    assert_eq!(
+        terse_list(&ignored.stdout),
+        set(&IGNORED_TESTS),
+        "{}",
+        describe(&ignored)
+    );
+
+    let filtered = output_of(cargo(&[
+        "test", "--target", TRIPLE, "--", "--list", "--format", "terse", "--exact", "adds",
+    ]));
+    assert_eq!(filtered.status.code(), Some(0), "{}", describe(&filtered));
+    assert_eq!(
+        terse_list(&filtered.stdout),
+        set(&["adds"]),
+        "{}",
+        describe(&filtered)
+    );
+}
+
+#[test]
+fn cargo_test_runs_each_test_on_the_gpu_or_says_there_is_none() {
+    if !nightly_present() {
+        return;
+    }
+    let output = output_of(cargo(&["test", "--target", TRIPLE]));
+    let stdout = text(&output.stdout);
+    if stdout.contains(NO_DRIVER) {
+        // No GPU: every test that is not ignored fails with the reason, libtest-style.
+        assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+        for name in DEVICE_TESTS.iter().filter(|n| !IGNORED_TESTS.contains(n)) {
+            assert!(
+                stdout.contains(&format!("test {name} ... FAILED"))
+                    || stdout.contains(&format!("test {name} - should panic ... FAILED")),
+                "{name} did not fail for the missing driver\n{}",
+                describe(&output)
+            );
+        }
+        assert!(
+            stdout.contains("test result: FAILED. 0 passed; 4 failed; 1 ignored"),
+            "{}",
+            describe(&output)
+        );
+    } else {
+        assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+        assert!(
+            stdout.contains("test result: ok. 4 passed; 0 failed; 1 ignored"),
+            "{}",
+            describe(&output)
+        );
+    }
+}
+
+#[test]
+fn cargo_run_hands_the_ptx_program_to_the_runner() {
+    if !nightly_present() {
+        return;
+    }
+    let output = output_of(cargo(&["run", "--target", TRIPLE, "--", "first", "second"]));
+    let stderr = text(&output.stderr);
+    // cargo reached our runner with the linked program and the arguments, after a clean build.
+    assert!(
+        stderr.contains(&format!("{TRIPLE}/debug/hello.ptx first second")),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        !stderr.contains("linking with") && !stderr.contains("error["),
+        "{}",
+        describe(&output)
+    );
+    if stderr.contains(NO_DRIVER) {
+        // No GPU: one clear error line from the runner, exit status 1.
+        assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+        assert!(
+            stderr.contains(&format!("error: {NO_DRIVER}")),
+            "{}",
+            describe(&output)
+        );
+        assert!(output.stdout.is_empty(), "{}", describe(&output));
+    } else {
+        assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+        let expected = "hello from GPU thread 0\nargv[0] = ";
+        let stdout = text(&output.stdout);
+        assert!(stdout.starts_with(expected), "{}", describe(&output));
+        assert!(
+            stdout.ends_with("argv[1] = first\nargv[2] = second\n"),
+            "{}",
+            describe(&output)
+        );
+    }
+}
+
+/// The names `cargo nextest list --message-format oneline` prints (`BINARY-ID NAME` lines).
+fn nextest_list(stdout: &[u8]) -> BTreeSet<String> {
+    text(stdout)
+        .lines()
+        .filter_map(|line| line.strip_prefix("runner-nvptx::device "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn nextest_lists_the_device_tests_through_the_runner() {
+    if !nightly_present() {
+        return;
+    }
+    let probe = cargo(&["nextest", "--version"]).output();
+    if !probe.as_ref().is_ok_and(|o| o.status.success()) {
+        // nextest is optional (CI need not have it); the other tests cover the runner.
+        let why = match probe {
+            Ok(o) => text(&o.stderr)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .to_owned(),
+            Err(e) => e.to_string(),
+        };
+        eprintln!("SKIPPED: cargo-nextest is not installed ({why})");
+        return;
+    }
+    let default = output_of(cargo(&[
+        "nextest",
+        "list",
+        "--target",
+        TRIPLE,
+        "--message-format",
+        "oneline",
+    ]));
+    assert_eq!(default.status.code(), Some(0), "{}", describe(&default));
+    let not_ignored: Vec<&str> = DEVICE_TESTS
+        .iter()
+        .copied()
+        .filter(|n| !IGNORED_TESTS.contains(n))
+        .collect();
+    assert_eq!(
+        nextest_list(&default.stdout),
+        set(&not_ignored),
+        "{}",
+        describe(&default)
+    );
+
+    // nextest asks the runner for ignored tests separately (`--list --format terse --ignored`).
+    let all = output_of(cargo(&[
+        "nextest",
+        "list",
+        "--target",
+        TRIPLE,
+        "--message-format",
+        "oneline",
+        "--run-ignored",
+        "all",
+    ]));
+    assert_eq!(all.status.code(), Some(0), "{}", describe(&all));
+    assert_eq!(
+        nextest_list(&all.stdout),
+        set(&DEVICE_TESTS),
+        "{}",
+        describe(&all)
+    );
+}
