@@ -44,3 +44,49 @@ pub fn json_line(image: &BuiltImage) -> anyhow::Result<String> {
     }
     Ok(value.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::build::{DeviceTarget, ImageKind};
+    use std::path::PathBuf;
+
+    fn image(cubin: bool) -> BuiltImage {
+        BuiltImage {
+            package: "hello".to_owned(),
+            name: "hello".to_owned(),
+            target: DeviceTarget::Nvptx,
+            arch: Some("sm_70".to_owned()),
+            path: PathBuf::from("/repo/fixtures/target/nvptx64-nvidia-cuda/debug/hello.ptx"),
+            cubin: cubin.then(|| {
+                PathBuf::from("/repo/fixtures/target/nvptx64-nvidia-cuda/debug/hello.cubin")
+            }),
+            kind: ImageKind::Lib,
+            kernels: vec!["_start".to_owned()],
+        }
+    }
+
+    #[test]
+    fn human_line_is_relative_to_the_working_directory() {
+        assert_eq!(
+            human_line(&image(true), Path::new("/repo")),
+            "       Built nvptx sm_70 fixtures/target/nvptx64-nvidia-cuda/debug/hello.ptx (+cubin)"
+        );
+        assert_eq!(
+            human_line(&image(false), Path::new("/elsewhere")),
+            "       Built nvptx sm_70 /repo/fixtures/target/nvptx64-nvidia-cuda/debug/hello.ptx"
+        );
+    }
+
+    #[test]
+    fn json_line_has_every_field() {
+        let value: serde_json::Value =
+            serde_json::from_str(&json_line(&image(false)).unwrap()).unwrap();
+        assert_eq!(value["reason"], "gpurun-image");
+        assert_eq!(value["target"], "nvptx");
+        assert_eq!(value["kind"], "lib");
+        assert_eq!(value["cubin"], serde_json::Value::Null);
+        assert_eq!(value["kernels"], serde_json::json!(["_start"]));
+        assert_eq!(value["package"], "hello");
+    }
+}
