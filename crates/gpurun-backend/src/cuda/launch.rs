@@ -5,7 +5,7 @@
 use super::error::{check, DriverError};
 use super::module::{CudaModule, Serving};
 use crate::args::KernelArg;
-use crate::server::Served;
+use crate::server::{Deadlines, Finish, Served, WaitLimits, EXIT_GRACE};
 use crate::{BackendError, LaunchEnd, LaunchShape};
 use cudarc::driver::sys::{self, CUfunction, CUresult, CUstream};
 use std::ffi::c_void;
@@ -77,10 +77,6 @@ impl Default for Backoff {
 /// Requests served between two stream queries.
 const SERVE_BATCH: u32 = 64;
 
-/// How long the other threads may keep running after one called `exit()` or `abort()`.
-/// LLVM's loader ends the process at once; waiting a little keeps their output.
-const EXIT_GRACE: Duration = Duration::from_secs(1);
-
 /// Remembers an `exit()` or `abort()` seen while serving: it decides how the launch ends.
 fn note_end(served: Served, end: &mut Option<LaunchEnd>) {
     if let Served::End(how) = served {
@@ -145,21 +141,6 @@ impl RawLaunch {
     }
 }
 
-/// When a launch must end without the kernel's help.
-pub(crate) struct WaitLimits {
-    pub(crate) started: Instant,
-    pub(crate) timeout: Option<Duration>,
-    /// See [`EXIT_GRACE`].
-    pub(crate) exit_grace: Duration,
-}
-
-/// How a wait ended: the launch's end, and why the context is unusable if it is.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Finish {
-    pub(crate) end: LaunchEnd,
-    pub(crate) broken: Option<String>,
-}
-
 #[derive(Debug)]
 pub(crate) enum WaitError {
     /// The stream query failed: a fault if the code is sticky.
@@ -178,9 +159,9 @@ pub(crate) fn serve_until_done(
     mut ended: Option<LaunchEnd>,
 ) -> Result<Finish, WaitError> {
     let mut backoff = Backoff::new();
-    // Set when the device called exit() or abort(): the other threads get a short while to
-    // finish (their output is still served), then the launch ends regardless.
-    let mut grace_until = None;
+    // After an exit() or abort() the other threads get a short while to finish (their output is
+    // still served), then the launch ends regardless; likewise at the timeout.
+    let mut deadlines = Deadlines::new(*limits);
     loop {
         match query() {
             CUresult::CUDA_SUCCESS => {
@@ -225,27 +206,8 @@ pub(crate) fn serve_until_done(
         } else {
             backoff.reset();
         }
-        if let Some(end) = &ended {
-            let deadline = *grace_until.get_or_insert_with(|| Instant::now() + limits.exit_grace);
-            if Instant::now() >= deadline {
-                return Ok(Finish {
-                    end: end.clone(),
-                    broken: Some(format!(
-                        "the kernel was still running {:?} after the device's exit/abort",
-                        limits.exit_grace
-                    )),
-                });
-            }
-        }
-        if let Some(limit) = limits.timeout {
-            if limits.started.elapsed() >= limit {
-                // A running kernel cannot be stopped: only tearing down the context (the
-                // worker process) ends it.
-                return Ok(Finish {
-                    end: LaunchEnd::TimedOut(limit),
-                    broken: Some(format!("a kernel ran past its {limit:?} timeout")),
-                });
-            }
+        if let Some(finish) = deadlines.check(ended.as_ref()) {
+            return Ok(finish);
         }
     }
 }

@@ -10,7 +10,7 @@ use super::packet::{
 };
 use super::result::status_string;
 use super::runtime::{fault_count, fault_text};
-use crate::server::{Served, Sink};
+use crate::server::{Deadlines, Finish, Served, Sink, WaitLimits, EXIT_GRACE};
 use crate::{BackendError, LaunchEnd, LaunchShape};
 use hsa_sys::*;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -56,24 +56,6 @@ pub(crate) fn check_health(
     queue_error
 }
 
-/// How long the other waves may keep running after one called `exit()` or `abort()`: LLVM's
-/// loader ends the process at once; waiting a little keeps their output.
-const EXIT_GRACE: Duration = Duration::from_secs(1);
-
-/// When a wait gives up.
-pub(crate) struct WaitLimits {
-    pub started: Instant,
-    pub timeout: Option<Duration>,
-    pub exit_grace: Duration,
-}
-
-/// How a wait ended, and why the module is unusable if it is.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Finish {
-    pub end: LaunchEnd,
-    pub broken: Option<String>,
-}
-
 /// Waits for a dispatched kernel while serving RPC, independent of the runtime so it can be
 /// tested: `wait(d)` waits up to `d` on the completion signal and says whether the kernel
 /// finished; `serve()` handles one RPC request; `health()` names a fault or queue error.
@@ -86,7 +68,7 @@ pub(crate) fn wait_for_kernel(
 ) -> Result<Finish, BackendError> {
     let mut backoff = WaitBackoff::new();
     let mut ended: Option<LaunchEnd> = None;
-    let mut grace_until: Option<Instant> = None;
+    let mut deadlines = Deadlines::new(*limits);
     loop {
         let finished = wait(backoff.next_wait());
         // Serve until idle, also after completion: output and frees sent right before the
@@ -117,26 +99,8 @@ pub(crate) fn wait_for_kernel(
                 broken: Some(text),
             });
         }
-        if let Some(end) = &ended {
-            let deadline = *grace_until.get_or_insert_with(|| Instant::now() + limits.exit_grace);
-            if Instant::now() >= deadline {
-                return Ok(Finish {
-                    end: end.clone(),
-                    broken: Some(format!(
-                        "the kernel was still running {:?} after the device's exit/abort",
-                        limits.exit_grace
-                    )),
-                });
-            }
-        }
-        if let Some(limit) = limits.timeout {
-            if limits.started.elapsed() >= limit {
-                // A running kernel cannot be stopped: only ending the worker process does.
-                return Ok(Finish {
-                    end: LaunchEnd::TimedOut(limit),
-                    broken: Some(format!("a kernel ran past its {limit:?} deadline")),
-                });
-            }
+        if let Some(finish) = deadlines.check(ended.as_ref()) {
+            return Ok(finish);
         }
     }
 }
@@ -466,7 +430,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(finish.end, LaunchEnd::TimedOut(timeout));
-        assert!(finish.broken.unwrap().contains("deadline"));
+        assert!(finish.broken.unwrap().contains("timeout"));
     }
 
     #[test]

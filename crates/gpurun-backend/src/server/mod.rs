@@ -3,6 +3,10 @@
 //! opcode read from that buffer is untrusted: lengths are capped before anything is allocated,
 //! an unknown opcode ends the launch with an error naming it, and nothing here panics.
 
+mod wait;
+
+pub use wait::{Deadlines, Finish, WaitLimits, EXIT_GRACE};
+
 use crate::{BackendError, LaunchEnd};
 use gpurun_rpc::layout::Layout;
 use gpurun_rpc::opcode;
