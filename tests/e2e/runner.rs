@@ -13,6 +13,11 @@ use std::sync::OnceLock;
 
 const TRIPLE: &str = "nvptx64-nvidia-cuda";
 
+/// The unit tests of the example's library (`src/lib.rs`, `[lib] harness = false`).
+const LIB_TESTS: [&str; 2] = [
+    "tests::triangle_matches_the_closed_form_on_every_thread",
+    "tests::triangle_numbers",
+];
 /// Every `#[gpurun::test]` of `examples/runner-nvptx/tests/device.rs`, and the ignored one.
 const DEVICE_TESTS: [&str; 5] = [
     "adds",
@@ -140,6 +145,17 @@ fn terse_list(stdout: &[u8]) -> BTreeSet<String> {
         .collect()
 }
 
+/// `cargo test ARGS -- --list --format terse [LIST_ARGS]`, which must succeed; the names listed.
+fn cargo_test_list(cargo_args: &[&str], list_args: &[&str]) -> BTreeSet<String> {
+    let mut args = vec!["test", "--target", TRIPLE];
+    args.extend_from_slice(cargo_args);
+    args.extend_from_slice(&["--", "--list", "--format", "terse"]);
+    args.extend_from_slice(list_args);
+    let output = output_of(cargo(&args));
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    terse_list(&output.stdout)
+}
+
 #[test]
 fn cargo_test_lists_the_device_tests_from_the_ptx() {
     if !nightly_present() {
@@ -149,47 +165,37 @@ fn cargo_test_lists_the_device_tests_from_the_ptx() {
         "test", "--target", TRIPLE, "--", "--list", "--format", "terse",
     ]));
     assert_eq!(all.status.code(), Some(0), "{}", describe(&all));
-    assert_eq!(
-        terse_list(&all.stdout),
-        set(&DEVICE_TESTS),
-        "{}",
-        describe(&all)
-    );
-    // cargo ran our runner on the PTX it linked with our linker.
+    let every_test: BTreeSet<String> = set(&LIB_TESTS)
+        .union(&set(&DEVICE_TESTS))
+        .cloned()
+        .collect();
+    assert_eq!(terse_list(&all.stdout), every_test, "{}", describe(&all));
+    // cargo ran our runner on each PTX test image it linked with our linker.
     let stderr = text(&all.stderr);
-    assert!(
-        stderr.contains("Running tests/device.rs") && stderr.contains(".ptx)"),
-        "{}",
-        describe(&all)
-    );
+    for target in ["unittests src/lib.rs", "tests/device.rs"] {
+        let running = stderr
+            .lines()
+            .find(|line| line.contains(&format!("Running {target} ")));
+        assert!(
+            running.is_some_and(|line| line.ends_with(".ptx)")),
+            "no PTX test image for {target}\n{}",
+            describe(&all)
+        );
+    }
 
-    let ignored = output_of(cargo(&[
-        "test",
-        "--target",
-        TRIPLE,
-        "--",
-        "--list",
-        "--format",
-        "terse",
-        "--ignored",
-    ]));
-    assert_eq!(ignored.status.code(), Some(0), "{}", describe(&ignored));
+    assert_eq!(cargo_test_list(&["--lib"], &[]), set(&LIB_TESTS));
     assert_eq!(
-        terse_list(&ignored.stdout),
-        set(&IGNORED_TESTS),
-        "{}",
-        describe(&ignored)
+        cargo_test_list(&["--test", "device"], &[]),
+        set(&DEVICE_TESTS)
     );
-
-    let filtered = output_of(cargo(&[
-        "test", "--target", TRIPLE, "--", "--list", "--format", "terse", "--exact", "adds",
-    ]));
-    assert_eq!(filtered.status.code(), Some(0), "{}", describe(&filtered));
     assert_eq!(
-        terse_list(&filtered.stdout),
-        set(&["adds"]),
-        "{}",
-        describe(&filtered)
+        cargo_test_list(&["--test", "device"], &["--ignored"]),
+        set(&IGNORED_TESTS)
+    );
+    assert_eq!(cargo_test_list(&[], &["--exact", "adds"]), set(&["adds"]));
+    assert_eq!(
+        cargo_test_list(&[], &["triangle", "--skip", "closed_form"]),
+        set(&["tests::triangle_numbers"])
     );
 }
 
@@ -198,12 +204,17 @@ fn cargo_test_runs_each_test_on_the_gpu_or_says_there_is_none() {
     if !nightly_present() {
         return;
     }
-    let output = output_of(cargo(&["test", "--target", TRIPLE]));
+    let output = output_of(cargo(&["test", "--target", TRIPLE, "--no-fail-fast"]));
     let stdout = text(&output.stdout);
     if stdout.contains(NO_DRIVER) {
-        // No GPU: every test that is not ignored fails with the reason, libtest-style.
+        // No GPU: every test that is not ignored fails with the reason, libtest-style, and cargo
+        // goes on to the next test image.
         assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
-        for name in DEVICE_TESTS.iter().filter(|n| !IGNORED_TESTS.contains(n)) {
+        let not_ignored = LIB_TESTS
+            .iter()
+            .chain(&DEVICE_TESTS)
+            .filter(|n| !IGNORED_TESTS.contains(n));
+        for name in not_ignored {
             assert!(
                 stdout.contains(&format!("test {name} ... FAILED"))
                     || stdout.contains(&format!("test {name} - should panic ... FAILED")),
@@ -211,18 +222,20 @@ fn cargo_test_runs_each_test_on_the_gpu_or_says_there_is_none() {
                 describe(&output)
             );
         }
-        assert!(
-            stdout.contains("test result: FAILED. 0 passed; 4 failed; 1 ignored"),
-            "{}",
-            describe(&output)
-        );
+        for summary in [
+            "test result: FAILED. 0 passed; 2 failed; 0 ignored",
+            "test result: FAILED. 0 passed; 4 failed; 1 ignored",
+        ] {
+            assert!(stdout.contains(summary), "{summary}\n{}", describe(&output));
+        }
     } else {
         assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-        assert!(
-            stdout.contains("test result: ok. 4 passed; 0 failed; 1 ignored"),
-            "{}",
-            describe(&output)
-        );
+        for summary in [
+            "test result: ok. 2 passed; 0 failed; 0 ignored",
+            "test result: ok. 4 passed; 0 failed; 1 ignored",
+        ] {
+            assert!(stdout.contains(summary), "{summary}\n{}", describe(&output));
+        }
     }
 }
 
@@ -255,7 +268,7 @@ fn cargo_run_hands_the_ptx_program_to_the_runner() {
         assert!(output.stdout.is_empty(), "{}", describe(&output));
     } else {
         assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-        let expected = "hello from GPU thread 0\nargv[0] = ";
+        let expected = "hello from GPU thread 0 (triangle number 0)\nargv[0] = ";
         let stdout = text(&output.stdout);
         assert!(stdout.starts_with(expected), "{}", describe(&output));
         assert!(
@@ -266,13 +279,20 @@ fn cargo_run_hands_the_ptx_program_to_the_runner() {
     }
 }
 
-/// The names `cargo nextest list --message-format oneline` prints (`BINARY-ID NAME` lines).
+/// The tests `cargo nextest list --message-format oneline` prints, one `BINARY-ID NAME` line
+/// each: `runner-nvptx` is the library's unit tests, `runner-nvptx::device` the test target.
 fn nextest_list(stdout: &[u8]) -> BTreeSet<String> {
-    text(stdout)
-        .lines()
-        .filter_map(|line| line.strip_prefix("runner-nvptx::device "))
-        .map(str::to_owned)
-        .collect()
+    text(stdout).lines().map(str::to_owned).collect()
+}
+
+/// The `BINARY-ID NAME` lines nextest should list, with or without the ignored test.
+fn nextest_expected(with_ignored: bool) -> BTreeSet<String> {
+    let lib = LIB_TESTS.iter().map(|name| format!("runner-nvptx {name}"));
+    let device = DEVICE_TESTS
+        .iter()
+        .filter(|name| with_ignored || !IGNORED_TESTS.contains(name))
+        .map(|name| format!("runner-nvptx::device {name}"));
+    lib.chain(device).collect()
 }
 
 #[test]
@@ -303,14 +323,9 @@ fn nextest_lists_the_device_tests_through_the_runner() {
         "oneline",
     ]));
     assert_eq!(default.status.code(), Some(0), "{}", describe(&default));
-    let not_ignored: Vec<&str> = DEVICE_TESTS
-        .iter()
-        .copied()
-        .filter(|n| !IGNORED_TESTS.contains(n))
-        .collect();
     assert_eq!(
         nextest_list(&default.stdout),
-        set(&not_ignored),
+        nextest_expected(false),
         "{}",
         describe(&default)
     );
@@ -329,7 +344,7 @@ fn nextest_lists_the_device_tests_through_the_runner() {
     assert_eq!(all.status.code(), Some(0), "{}", describe(&all));
     assert_eq!(
         nextest_list(&all.stdout),
-        set(&DEVICE_TESTS),
+        nextest_expected(true),
         "{}",
         describe(&all)
     );
