@@ -42,7 +42,9 @@ fn gpurun(args: &[&str], envs: &[(&str, &Path)]) -> Output {
         .arg("gpurun")
         .args(args)
         .current_dir(repo_root())
-        .env_remove("CARGO_TARGET_DIR");
+        .env_remove("CARGO_TARGET_DIR")
+        // The expectations below are for the default sm_70, whatever GPU this machine has.
+        .env(cargo_gpurun::build::arch::ARCH_DETECT_ENV, "0");
     for (key, value) in envs {
         command.env(key, value);
     }
@@ -473,11 +475,17 @@ fn a_failing_linker_tool_shows_its_output_and_fails() {
     let tools = tools_with_failing_llc(&toolchain);
     // Make cargo relink the fixture (a no-op build would not run the linker at all).
     let source = repo_root().join("fixtures/bare-kernel/src/lib.rs");
+    let ptx = repo_root().join("fixtures/target/nvptx64-nvidia-cuda/debug/bare_kernel.ptx");
+    let newer_than_ptx = std::fs::metadata(&ptx)
+        .and_then(|meta| meta.modified())
+        .map_or(std::time::SystemTime::now(), |time| {
+            time.max(std::time::SystemTime::now()) + std::time::Duration::from_secs(1)
+        });
     std::fs::File::options()
         .append(true)
         .open(&source)
         .unwrap()
-        .set_modified(std::time::SystemTime::now())
+        .set_modified(newer_than_ptx)
         .unwrap();
     let manifest = fixtures_manifest();
     let output = gpurun(
@@ -552,13 +560,19 @@ fn ptxas_errors_fail_the_build_and_ptxas_crashes_only_warn() {
     }
     let images = build_json("bare-kernel", "nvptx", &[]);
     let ptx = image_path(&images[0], "path");
+    // Ages the cubin (if any) so the next build assembles the PTX again. (Moving the PTX into
+    // the future instead would make cargo think later source edits older than its output.)
     let make_ptx_newer_than_cubin = || {
-        std::fs::File::options()
-            .append(true)
-            .open(&ptx)
-            .unwrap()
-            .set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
-            .unwrap();
+        let cubin = ptx.with_extension("cubin");
+        if cubin.exists() {
+            let ptx_time = std::fs::metadata(&ptx).unwrap().modified().unwrap();
+            std::fs::File::options()
+                .append(true)
+                .open(&cubin)
+                .unwrap()
+                .set_modified(ptx_time - std::time::Duration::from_secs(60))
+                .unwrap();
+        }
     };
     let manifest = fixtures_manifest();
     let args = [

@@ -245,17 +245,44 @@ pub fn cli_arch_for(target: DeviceTarget, arches: &[String]) -> Result<Option<&s
     Ok(first.map(String::as_str))
 }
 
+/// Environment variable that turns off asking the installed GPU for its architecture (`0`).
+pub const ARCH_DETECT_ENV: &str = "GPURUN_ARCH_DETECT";
+
+/// The architecture of the first GPU of `target`'s kind on this machine (CUDA device 0 for
+/// nvptx, HSA agent 0 for amdgcn), when there is one, this toolchain can build for it, and
+/// `GPURUN_ARCH_DETECT` is not `0`.
+pub fn detect_arch(target: DeviceTarget) -> Option<String> {
+    if std::env::var(ARCH_DETECT_ENV).is_ok_and(|value| value == "0") {
+        return None;
+    }
+    let kind = match target {
+        DeviceTarget::Nvptx => gpurun_backend::BackendKind::Cuda,
+        DeviceTarget::Amdgcn => gpurun_backend::BackendKind::Hsa,
+        DeviceTarget::Host => return None,
+    };
+    let devices = gpurun_backend::select::backend(kind).devices().ok()?;
+    let arch = devices.into_iter().next()?.arch;
+    match target.check_arch(&arch) {
+        Ok(()) => Some(arch),
+        Err(_) => {
+            eprintln!(
+                "warning: the {target} GPU here is {arch}, which this toolchain cannot build for; using the default"
+            );
+            None
+        }
+    }
+}
+
 /// Picks the architecture of `package` for `target`: `--arch`, else `[package.metadata.gpurun]`
-/// (`nvptx-arch`/`amdgcn-arch`, or `arch` when it belongs to this target), else the default
-/// (`sm_70` for nvptx; amdgcn has none and gets an error that says how to give one).
-///
-/// Detecting the architecture of an installed GPU is not done here yet (the backends that can ask
-/// a device are built separately); when they exist this is where their answer goes.
+/// (`nvptx-arch`/`amdgcn-arch`, or `arch` when it belongs to this target), else the GPU found on
+/// this machine (`detect`, called only when needed), else the default (`sm_70` for nvptx; amdgcn
+/// has none and gets an error that says how to give one).
 pub fn resolve_arch(
     target: DeviceTarget,
     cli_arch: Option<&str>,
     package: &str,
     metadata: Option<&serde_json::Value>,
+    detect: &mut dyn FnMut() -> Option<String>,
 ) -> Result<Option<String>, BuildError> {
     if target == DeviceTarget::Host {
         return Ok(None);
@@ -287,6 +314,9 @@ pub fn resolve_arch(
                 })?;
             return Ok(Some(arch.to_owned()));
         }
+    }
+    if let Some(arch) = detect() {
+        return Ok(Some(arch));
     }
     match target {
         DeviceTarget::Nvptx => Ok(Some(DEFAULT_NVPTX_ARCH.to_owned())),
@@ -329,34 +359,58 @@ mod tests {
     }
 
     #[test]
-    fn arch_precedence_is_cli_then_metadata_then_default() {
+    fn arch_precedence_is_cli_then_metadata_then_device_then_default() {
+        let mut none = || None;
         let metadata = json!({ "nvptx-arch": "sm_80", "arch": "gfx90a" });
         let nvptx = DeviceTarget::Nvptx;
         let amdgcn = DeviceTarget::Amdgcn;
         assert_eq!(
-            resolve_arch(nvptx, Some("sm_90"), "p", Some(&metadata)).unwrap(),
+            resolve_arch(nvptx, Some("sm_90"), "p", Some(&metadata), &mut none).unwrap(),
             Some("sm_90".to_owned())
         );
         assert_eq!(
-            resolve_arch(nvptx, None, "p", Some(&metadata)).unwrap(),
+            resolve_arch(nvptx, None, "p", Some(&metadata), &mut none).unwrap(),
             Some("sm_80".to_owned())
         );
         assert_eq!(
-            resolve_arch(amdgcn, None, "p", Some(&metadata)).unwrap(),
+            resolve_arch(amdgcn, None, "p", Some(&metadata), &mut none).unwrap(),
             Some("gfx90a".to_owned())
         );
         assert_eq!(
-            resolve_arch(nvptx, None, "p", None).unwrap(),
+            resolve_arch(nvptx, None, "p", None, &mut none).unwrap(),
             Some("sm_70".to_owned())
         );
         assert!(matches!(
-            resolve_arch(amdgcn, None, "p", Some(&json!({}))),
+            resolve_arch(amdgcn, None, "p", Some(&json!({})), &mut none),
             Err(BuildError::NoAmdgcnArch { .. })
         ));
         assert_eq!(
-            resolve_arch(DeviceTarget::Host, None, "p", None).unwrap(),
+            resolve_arch(DeviceTarget::Host, None, "p", None, &mut none).unwrap(),
             None
         );
+        // A GPU found on the machine comes after the metadata and before the default; it is not
+        // asked when something earlier decided.
+        let mut asked = 0;
+        let mut found = || {
+            asked += 1;
+            Some("sm_90".to_owned())
+        };
+        assert_eq!(
+            resolve_arch(nvptx, None, "p", None, &mut found).unwrap(),
+            Some("sm_90".to_owned())
+        );
+        assert_eq!(
+            resolve_arch(nvptx, None, "p", Some(&metadata), &mut found).unwrap(),
+            Some("sm_80".to_owned())
+        );
+        assert_eq!(
+            resolve_arch(amdgcn, None, "p", Some(&json!({})), &mut || Some(
+                "gfx942".to_owned()
+            ))
+            .unwrap(),
+            Some("gfx942".to_owned())
+        );
+        assert_eq!(asked, 1);
     }
 
     #[test]
@@ -385,12 +439,13 @@ mod tests {
 
     #[test]
     fn rejects_wrong_family_and_bad_metadata() {
+        let mut none = || None;
         assert!(matches!(
-            resolve_arch(DeviceTarget::Nvptx, Some("gfx90a"), "p", None),
+            resolve_arch(DeviceTarget::Nvptx, Some("gfx90a"), "p", None, &mut none),
             Err(BuildError::UnknownArch { .. })
         ));
         assert!(matches!(
-            resolve_arch(DeviceTarget::Amdgcn, Some("sm_70"), "p", None),
+            resolve_arch(DeviceTarget::Amdgcn, Some("sm_70"), "p", None, &mut none),
             Err(BuildError::UnknownArch { .. })
         ));
         assert!(matches!(
@@ -398,7 +453,8 @@ mod tests {
                 DeviceTarget::Nvptx,
                 None,
                 "p",
-                Some(&json!({ "nvptx-arch": 70 }))
+                Some(&json!({ "nvptx-arch": 70 })),
+                &mut none
             ),
             Err(BuildError::BadMetadata { .. })
         ));
@@ -407,7 +463,8 @@ mod tests {
                 DeviceTarget::Nvptx,
                 None,
                 "p",
-                Some(&json!({ "nvptx-arch": "sm_7" }))
+                Some(&json!({ "nvptx-arch": "sm_7" })),
+                &mut none
             ),
             Err(BuildError::BadMetadata { .. })
         ));

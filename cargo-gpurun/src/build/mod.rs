@@ -185,6 +185,7 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
     };
     let mut images = Vec::new();
     for target in targets {
+        let detected = std::cell::OnceCell::new();
         // Packages that share an architecture build in one cargo invocation.
         let mut groups: Vec<(Option<String>, Vec<&crates::DeviceCrate>)> = Vec::new();
         for package in &selected {
@@ -193,6 +194,8 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
                 arch::cli_arch_for(target, &opts.arch)?,
                 &package.name,
                 package.gpurun_metadata.as_ref(),
+                // Asking the driver costs time: once per target, and only when needed.
+                &mut || detected.get_or_init(|| arch::detect_arch(target)).clone(),
             )?;
             match groups
                 .iter_mut()
