@@ -3,13 +3,13 @@
 use super::launch::{EnterThread, Entry, Grid, KernelFn};
 use super::memory::HostMemory;
 use crate::args::KernelArg;
-use crate::server::{RpcServer, Served, Sink};
+use crate::server::{Deadlines, RpcServer, Served, Sink, WaitLimits};
 use crate::{
     BackendError, LaunchEnd, LaunchShape, LoadOptions, Module, ResourceUsage, SharedAlloc,
 };
 use gpurun_image::{Image, ImageKind};
 use gpurun_rpc::layout::Layout;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Stack of each emulated thread unless the user asks for another size.
 const DEFAULT_STACK: usize = 1 << 20;
@@ -154,13 +154,20 @@ impl Module for HostModule {
             kernel: kernel_fn,
         };
         let grid = Grid::start(entry, shape, registers, self.lane_size, self.stack_size)?;
-        let started = Instant::now();
+        // As on a GPU: after an exit()/abort() the other threads get a short grace period
+        // (their output is still served), and the caller's timeout ends the wait.
+        let mut deadlines = Deadlines::new(WaitLimits::starting_now(timeout));
+        let mut ended: Option<LaunchEnd> = None;
         let mut idle_rounds = 0u32;
         loop {
             let finished = grid.finished();
             if let Some(server) = self.server.as_mut() {
                 match server.poll(sink, &mut self.memory)? {
-                    Served::End(end) => return Ok(end),
+                    Served::End(end) => {
+                        ended.get_or_insert(end);
+                        idle_rounds = 0;
+                        continue;
+                    }
                     Served::Handled => {
                         idle_rounds = 0;
                         continue;
@@ -172,16 +179,15 @@ impl Module for HostModule {
                 // Fire-and-forget requests (FREE) may still be pending.
                 if let Some(server) = self.server.as_mut() {
                     if let Some(end) = server.drain(sink, &mut self.memory)? {
-                        return Ok(end);
+                        ended.get_or_insert(end);
                     }
                 }
                 grid.join();
-                return Ok(LaunchEnd::Completed);
+                return Ok(ended.unwrap_or(LaunchEnd::Completed));
             }
-            if let Some(limit) = timeout {
-                if started.elapsed() >= limit {
-                    return Ok(LaunchEnd::TimedOut(limit));
-                }
+            if let Some(finish) = deadlines.check(ended.as_ref()) {
+                // Emulated threads cannot be stopped; the worker process ends after this.
+                return Ok(finish.end);
             }
             // Spin briefly after activity, then back off so an idle kernel costs little CPU.
             idle_rounds = idle_rounds.saturating_add(1);
