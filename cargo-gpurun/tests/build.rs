@@ -439,6 +439,26 @@ fn a_missing_llvm_tool_is_one_clear_error() {
         text(&output.stderr)
     );
 
+    // No such toolchain at all: one line that says how to install it.
+    let output = gpurun(
+        &[
+            "build",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "-p",
+            "bare-kernel",
+        ],
+        &[
+            (toolchain::TOOLCHAIN_ENV, Path::new("no-such-toolchain")),
+            ("RUSTUP_AUTO_INSTALL", Path::new("0")),
+        ],
+    );
+    assert_one_line_error(
+        &output,
+        "install it with `rustup toolchain install no-such-toolchain",
+    );
+    assert_eq!(text(&output.stderr).lines().count(), 1);
+
     let doctor = gpurun(&["doctor"], &[(toolchain::LLVM_TOOLS_DIR_ENV, &empty)]);
     assert!(!doctor.status.success());
     let table = text(&doctor.stdout);
