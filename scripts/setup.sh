@@ -26,6 +26,17 @@ if ! command -v ptxas >/dev/null && ! python3 -c 'import nvidia.cuda_nvcc' 2>/de
     python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvcc-cu12
 fi
 
+# A C compiler: the hsa-sys layout test compiles static asserts against the HSA headers.
+if ! command -v cc >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        say "apt-get install gcc"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc >/dev/null
+    else
+        say "warning: no C compiler (cc); the hsa-sys layout test will report it"
+    fi
+fi
+
 if ! [ -e /usr/include/hsa/hsa.h ] || ! ldconfig -p | grep -q libhsa-runtime64.so.1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         say "apt-get install libhsa-runtime64-1 libhsa-runtime-dev"
