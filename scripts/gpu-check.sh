@@ -32,14 +32,14 @@ done
 # Expected outcomes, as data: fixture | arguments | expected exit status (a number, or
 # "nonzero"). Test images exit 0 when every test passes and 101 when one fails, as libtest.
 CASES='
-hello||42
+hello||0
 alloc||0
 args-env-exit|exit 3|3
 args-env-exit|return 5|5
 args-env-exit|abort|nonzero
 panics||nonzero
 basic||101
-recovery||101
+recovery|--test-timeout 5|101
 many-tests||0
 '
 
