@@ -136,13 +136,13 @@ self_test() {
     cat >"$dir/fake-runner" <<'FAKE'
 #!/usr/bin/env bash
 case "$(basename "$1" .ptx) ${2:-} ${3:-}" in
-    "hello  ") exit 42 ;;
+    "hello  ") exit 0 ;;
     "args-env-exit exit 3") exit 3 ;;
     "args-env-exit return 5") exit 5 ;;
     "args-env-exit abort ") exit 134 ;;
     "panics  ") exit 1 ;;
     "basic  ") exit 101 ;;
-    "recovery  ") exit 0 ;;   # wrong on purpose: expected 101
+    "recovery --test-timeout 5") exit 0 ;;   # wrong on purpose: expected 101
     *) exit 0 ;;
 esac
 FAKE
@@ -152,7 +152,7 @@ FAKE
     rm -rf "$dir"
     echo "$table"
     [[ $status != 0 ]] || { echo "self-test: a mismatching row did not fail the run" >&2; return 1; }
-    grep -Eq '^hello +- +42 +42 .* ok$' <<<"$table" || { echo "self-test: hello row wrong" >&2; return 1; }
+    grep -Eq '^hello +- +0 +0 .* ok$' <<<"$table" || { echo "self-test: hello row wrong" >&2; return 1; }
     grep -Eq '^args-env-exit +abort +nonzero +134 .* ok$' <<<"$table" ||
         { echo "self-test: nonzero expectation not honoured" >&2; return 1; }
     grep -Eq '^recovery +- +101 +0 .* MISMATCH$' <<<"$table" ||
