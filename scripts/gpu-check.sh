@@ -155,7 +155,7 @@ FAKE
     grep -Eq '^hello +- +0 +0 .* ok$' <<<"$table" || { echo "self-test: hello row wrong" >&2; return 1; }
     grep -Eq '^args-env-exit +abort +nonzero +134 .* ok$' <<<"$table" ||
         { echo "self-test: nonzero expectation not honoured" >&2; return 1; }
-    grep -Eq '^recovery +- +101 +0 .* MISMATCH$' <<<"$table" ||
+    grep -Eq '^recovery +--test-timeout 5 +101 +0 .* MISMATCH$' <<<"$table" ||
         { echo "self-test: mismatch not flagged" >&2; return 1; }
     [[ $(grep -c ' ok$' <<<"$table") == 8 ]] || { echo "self-test: expected 8 ok rows" >&2; return 1; }
     echo "self-test: ok" >&2
