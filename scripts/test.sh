@@ -8,3 +8,5 @@ scripts/setup.sh
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked
+# The GPU check script's table and verdicts, against a fake runner (no GPU needed).
+bash scripts/gpu-check.sh --self-test
