@@ -349,3 +349,35 @@ fn nextest_lists_the_device_tests_through_the_runner() {
         describe(&all)
     );
 }
+
+#[test]
+fn linker_binary_refuses_bad_input_with_one_error_line() {
+    let run = |args: &[&str]| {
+        let output = Command::new(linker_binary())
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run gpurun-nvptx-link: {e}"));
+        assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+        let stderr = text(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{}", describe(&output));
+        stderr
+    };
+    assert!(run(&[]).starts_with("error: bad linker arguments: no output file"));
+    assert!(
+        run(&["a.o", "-o", "a.ptx", "--target", "x86_64-unknown-linux-gnu"])
+            .contains("only links nvptx64-nvidia-cuda")
+    );
+    // Reading the inputs comes after finding the LLVM tools, so this one needs the toolchain.
+    if nightly_present() {
+        let not_bitcode = repo_root().join("README.md");
+        let output_dir = std::env::temp_dir().join(format!("gpurun-link-{}", std::process::id()));
+        let out = output_dir.join("out.ptx");
+        let stderr = run(&[not_bitcode.to_str().unwrap(), "-o", out.to_str().unwrap()]);
+        assert!(
+            stderr.contains("README.md is not an LLVM bitcode file or archive"),
+            "{stderr}"
+        );
+        assert!(!out.exists(), "no PTX from a failed link");
+        let _ = std::fs::remove_dir_all(&output_dir);
+    }
+}
