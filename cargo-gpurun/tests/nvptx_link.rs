@@ -100,7 +100,15 @@ fn keeps_exports_and_the_device_abi_and_drops_the_rest() {
     assert!(status.success());
 
     let ptx = dir.join("out.ptx");
+    // The tools are found from the sysroot in rustc's `-L .../self-contained` argument.
+    let self_contained = tools
+        .ancestors()
+        .nth(2)
+        .unwrap()
+        .join("nvptx64-nvidia-cuda/lib/self-contained");
     let output = link(&[
+        Path::new("-L"),
+        &self_contained,
         Path::new("--export-symbol"),
         Path::new("exported_by_rustc"),
         &rlib,

@@ -80,6 +80,8 @@ pub struct LinkArgs {
     /// `0`..`3`, `s` or `z`.
     pub opt_level: String,
     pub debug: bool,
+    /// `-L` directories; one of them is in the sysroot of the rustc that runs us.
+    pub library_dirs: Vec<PathBuf>,
 }
 
 impl LinkArgs {
@@ -105,9 +107,7 @@ impl LinkArgs {
                     .exports
                     .push(value(text)?.to_string_lossy().into_owned()),
                 "-o" => parsed.output = Some(PathBuf::from(value(text)?)),
-                "-L" => {
-                    value(text)?;
-                }
+                "-L" => parsed.library_dirs.push(PathBuf::from(value(text)?)),
                 "--target" => {
                     let target = value(text)?;
                     if target != "nvptx64-nvidia-cuda" {
@@ -128,8 +128,7 @@ impl LinkArgs {
                     if let Some(features) = text.strip_prefix("--target-feature=") {
                         parsed.target_features.push(features.to_owned());
                     } else if let Some(dir) = text.strip_prefix("-L") {
-                        // `-Ldir`: library search paths do not matter, rustc passes full paths.
-                        let _ = dir;
+                        parsed.library_dirs.push(PathBuf::from(dir));
                     } else if let Some(level) = text.strip_prefix("-O") {
                         if !matches!(level, "0" | "1" | "2" | "3" | "s" | "z") {
                             return Err(LinkError::Usage(format!("unknown optimization `{text}`")));
@@ -185,15 +184,37 @@ fn expand_response_files(args: &[OsString]) -> Result<Vec<OsString>, LinkError> 
     Ok(expanded)
 }
 
-/// Where the tools are: `GPURUN_LLVM_TOOLS_DIR` (cargo gpurun build always sets it for the
-/// linker), else the toolchain's rustlib bin directory.
-fn tools_dir() -> Result<PathBuf, LinkError> {
+/// Where the tools are: `GPURUN_LLVM_TOOLS_DIR` (cargo gpurun build always sets it), else the
+/// llvm-tools of the rustc that runs us (its sysroot shows in the `-L
+/// <sysroot>/lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained` it passes), else those of the
+/// nightly toolchain.
+fn tools_dir(args: &LinkArgs) -> Result<PathBuf, LinkError> {
     if let Some(dir) = toolchain::llvm_tools_dir_override() {
+        return Ok(dir);
+    }
+    if let Some(dir) = args
+        .library_dirs
+        .iter()
+        .find_map(|dir| rustc_tools_dir(dir))
+    {
         return Ok(dir);
     }
     toolchain::Toolchain::probe()
         .map(|toolchain| toolchain.llvm_tools_dir())
         .map_err(|err| LinkError::Tools(err.to_string()))
+}
+
+/// `<sysroot>/lib/rustlib/<host>/bin` holding `llvm-link`, from rustc's self-contained `-L` dir.
+fn rustc_tools_dir(library_dir: &Path) -> Option<PathBuf> {
+    if !library_dir.ends_with("lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained") {
+        return None;
+    }
+    let rustlib = library_dir.ancestors().nth(3)?;
+    std::fs::read_dir(rustlib)
+        .ok()?
+        .flatten()
+        .map(|entry| entry.path().join("bin"))
+        .find(|bin| toolchain::find_llvm_tool_in(bin, "llvm-link").is_ok())
 }
 
 fn find_tool(dir: &Path, tool: &'static str) -> Result<PathBuf, LinkError> {
@@ -212,7 +233,7 @@ pub fn link(args: &LinkArgs) -> Result<(), LinkError> {
         .output
         .as_deref()
         .ok_or_else(|| LinkError::Usage("no output file (`-o`)".to_owned()))?;
-    let dir = tools_dir()?;
+    let dir = tools_dir(args)?;
     let llvm_link = find_tool(&dir, "llvm-link")?;
     let opt = find_tool(&dir, "opt")?;
     let llc = find_tool(&dir, "llc")?;
@@ -443,6 +464,35 @@ mod tests {
         assert_eq!(args.target_features, vec!["+ptx70"]);
         assert_eq!(args.opt_level, "0");
         assert!(args.debug);
+        assert_eq!(
+            args.library_dirs,
+            vec![
+                PathBuf::from("/x/raw-dylibs"),
+                PathBuf::from("/sysroot/self-contained")
+            ]
+        );
+    }
+
+    #[test]
+    fn finds_the_tools_of_the_rustc_that_links() {
+        assert_eq!(rustc_tools_dir(Path::new("/x/raw-dylibs")), None);
+        let Ok(toolchain) = toolchain::Toolchain::probe() else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "no nightly toolchain, and CI=true requires it"
+            );
+            eprintln!("not run: no nightly toolchain");
+            return;
+        };
+        let self_contained = toolchain
+            .sysroot
+            .join("lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained");
+        if toolchain.missing_components().is_empty() {
+            assert_eq!(
+                rustc_tools_dir(&self_contained),
+                Some(toolchain.rustlib_bin_dir())
+            );
+        }
     }
 
     #[test]
