@@ -381,3 +381,59 @@ fn linker_binary_refuses_bad_input_with_one_error_line() {
         let _ = std::fs::remove_dir_all(&output_dir);
     }
 }
+
+#[test]
+fn linker_binary_uses_the_llvm_tools_of_the_rustc_that_calls_it() {
+    if !nightly_present() {
+        return;
+    }
+    let sysroot = Command::new("rustc")
+        .arg(format!("+{}", toolchain()))
+        .args(["--print", "sysroot"])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .expect("rustc runs");
+    assert!(sysroot.status.success(), "{}", describe(&sysroot));
+    let sysroot = PathBuf::from(text(&sysroot.stdout).trim());
+    let self_contained = sysroot.join("lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained");
+    let output_dir = std::env::temp_dir().join(format!("gpurun-link-tools-{}", std::process::id()));
+    let out = output_dir.join("out.ptx");
+    // No `rustc` on PATH and no GPURUN_* variables: the tools can only come from the sysroot
+    // rustc names with `-L`, so the link gets as far as reading its (non-bitcode) input.
+    let output = Command::new(linker_binary())
+        .arg(repo_root().join("README.md"))
+        .arg("-L")
+        .arg(&self_contained)
+        .arg("-o")
+        .arg(&out)
+        .env("PATH", "/nonexistent-dir")
+        .env_remove("GPURUN_LLVM_TOOLS_DIR")
+        .env_remove("GPURUN_TOOLCHAIN")
+        .output()
+        .expect("gpurun-nvptx-link runs");
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("README.md is not an LLVM bitcode file or archive"),
+        "{}",
+        describe(&output)
+    );
+
+    // Without that `-L` it falls back to running `rustc +nightly`, which is not on this PATH.
+    let fallback = Command::new(linker_binary())
+        .arg(repo_root().join("README.md"))
+        .arg("-o")
+        .arg(&out)
+        .env("PATH", "/nonexistent-dir")
+        .env_remove("GPURUN_LLVM_TOOLS_DIR")
+        .env_remove("GPURUN_TOOLCHAIN")
+        .output()
+        .expect("gpurun-nvptx-link runs");
+    assert_eq!(fallback.status.code(), Some(1), "{}", describe(&fallback));
+    assert!(
+        text(&fallback.stderr).contains("cannot find the LLVM tools"),
+        "{}",
+        describe(&fallback)
+    );
+    let _ = std::fs::remove_dir_all(&output_dir);
+}
