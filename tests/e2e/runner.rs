@@ -296,7 +296,7 @@ fn nextest_expected(with_ignored: bool) -> BTreeSet<String> {
 }
 
 #[test]
-fn nextest_lists_the_device_tests_through_the_runner() {
+fn nextest_lists_and_runs_the_device_tests_through_the_runner() {
     if !nightly_present() {
         return;
     }
@@ -348,6 +348,36 @@ fn nextest_lists_the_device_tests_through_the_runner() {
         "{}",
         describe(&all)
     );
+
+    // nextest runs each test in a runner process of its own (`--exact NAME --nocapture`).
+    let run = output_of(cargo(&[
+        "nextest",
+        "run",
+        "--target",
+        TRIPLE,
+        "--no-fail-fast",
+    ]));
+    let stderr = text(&run.stderr);
+    if stderr.contains(NO_DRIVER) {
+        assert_eq!(run.status.code(), Some(100), "{}", describe(&run));
+        assert!(
+            stderr.contains("6 tests run: 0 passed, 6 failed, 1 skipped"),
+            "{}",
+            describe(&run)
+        );
+        let one_test_per_process = stderr
+            .lines()
+            .filter(|line| line.contains("test result: FAILED. 0 passed; 1 failed; 0 ignored"))
+            .count();
+        assert_eq!(one_test_per_process, 6, "{}", describe(&run));
+    } else {
+        assert_eq!(run.status.code(), Some(0), "{}", describe(&run));
+        assert!(
+            stderr.contains("6 tests run: 6 passed, 1 skipped"),
+            "{}",
+            describe(&run)
+        );
+    }
 }
 
 #[test]
