@@ -35,7 +35,8 @@ fn example_dir() -> PathBuf {
     repo_root().join("examples/runner-nvptx")
 }
 
-/// The toolchain the example builds with (the one cargo-gpurun's linker also uses).
+/// The toolchain the example builds with: `GPURUN_TOOLCHAIN`, else `nightly` (as `cargo gpurun
+/// build` picks it).
 fn toolchain() -> String {
     std::env::var("GPURUN_TOOLCHAIN")
         .ok()
