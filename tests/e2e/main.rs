@@ -1,5 +1,8 @@
-//! End-to-end tests: the real `cargo-gpurun` binary on the fixtures, on the host emulation
-//! backend (the one backend every machine has). Expected results are spelled out per test.
+//! End-to-end tests: the real `cargo-gpurun` binary on the fixtures. Tests that run device code
+//! use the host emulation backend (the one backend every machine has); `images` builds every
+//! fixture for nvptx and amdgcn too, and `runner` drives cargo and nextest on nvptx with
+//! cargo-gpurun as `target.runner` (without a GPU those runs must fail with the clear "no NVIDIA
+//! driver" error). Expected results are spelled out per test.
 
 mod harness;
 mod images;
