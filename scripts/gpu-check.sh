@@ -150,6 +150,7 @@ FAKE
     table=$(GPURUN_CHECK_RUNNER="$dir/fake-runner" run_cases "$dir" 2>/dev/null)
     status=$?
     rm -rf "$dir"
+    echo "gpu-check self-test against a fake runner (the recovery row mismatches on purpose):"
     echo "$table"
     [[ $status != 0 ]] || { echo "self-test: a mismatching row did not fail the run" >&2; return 1; }
     grep -Eq '^hello +- +0 +0 .* ok$' <<<"$table" || { echo "self-test: hello row wrong" >&2; return 1; }
