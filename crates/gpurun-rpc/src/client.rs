@@ -198,6 +198,10 @@ impl Client {
                 let inbox = lanes.broadcast(mask, inbox);
                 let outbox = lanes.broadcast(mask, outbox);
                 if inbox == outbox {
+                    // Order our header writes after the server's last reads of this port (it
+                    // handed the port back with a release). Without this the header store races
+                    // with the server's read of the previous request's header (found by Miri).
+                    sync::acquire_fence();
                     if lanes.is_first_lane(mask) {
                         // SAFETY: the port is ours (locked and client-owned), so nobody else
                         // touches its header until our first send publishes it.

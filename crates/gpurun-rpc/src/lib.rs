@@ -20,6 +20,21 @@
 //! Mailbox words are accessed with relaxed system-scope atomics plus acquire/release fences; the
 //! lock bits with device-scope read-modify-writes ([`sync`] explains how the scope is forced on
 //! nvptx, where the compiler drops it).
+//!
+//! # Use
+//!
+//! Loader/host: pick the layout from the image (`Layout::for_client_symbol_size(size_of_symbol,
+//! ports, lane_size)`), allocate `allocation_size()` bytes of host-visible memory (64-byte
+//! aligned), [`Layout::zero`] it, copy `layout.client_image(device_address_of_base).as_bytes()`
+//! into `__llvm_rpc_client`, build a [`Server`] over the host pointer and run a thread that calls
+//! [`Server::try_open`] and answers each port by its [`opcode`]. [`Server::cancel`] unblocks it
+//! when a kernel dies mid-conversation. The doorbell is left zero (disabled): the server polls.
+//!
+//! Device: `#[no_mangle] static __llvm_rpc_client: Client = Client::uninit();`, then
+//! `__llvm_rpc_client.open(&lanes::Warp, opcode)` (or a [`HostLane`] in the host emulation, where
+//! each emulated GPU thread talks alone in its own lane slot) and the sequence of
+//! `send`/`recv`/`send_n`/`recv_n` documented for that opcode. The client path never panics, so
+//! the panic handler can use it.
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
 #![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
