@@ -26,6 +26,18 @@ pub(crate) struct HostThreadInfo {
     pub barrier: Option<unsafe extern "C" fn(*const std::ffi::c_void)>,
 }
 
+// The emulator (gpurun-backend/src/host/launch.rs) and the device runtime
+// (gpurun-device/src/arch/host.rs) each declare this struct: they cannot share a crate, since
+// linking the device runtime into the worker would export its symbols next to the image's. These
+// asserts pin the layout on both sides.
+const _: () = {
+    assert!(core::mem::size_of::<HostThreadInfo>() == 72);
+    assert!(core::mem::offset_of!(HostThreadInfo, thread_idx) == 8);
+    assert!(core::mem::offset_of!(HostThreadInfo, grid_dim) == 44);
+    assert!(core::mem::offset_of!(HostThreadInfo, barrier_context) == 56);
+    assert!(core::mem::offset_of!(HostThreadInfo, barrier) == 64);
+};
+
 /// `__gpurun_host_enter_thread` in the image.
 pub(crate) type EnterThread = unsafe extern "C" fn(*const HostThreadInfo);
 /// Every host kernel is called through this type; the C ABI passes the first six integer

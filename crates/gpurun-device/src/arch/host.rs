@@ -26,6 +26,18 @@ pub struct HostThreadInfo {
     pub barrier: Option<unsafe extern "C" fn(*const core::ffi::c_void)>,
 }
 
+// The emulator (gpurun-backend/src/host/launch.rs) and the device runtime
+// (gpurun-device/src/arch/host.rs) each declare this struct: they cannot share a crate, since
+// linking the device runtime into the worker would export its symbols next to the image's. These
+// asserts pin the layout on both sides.
+const _: () = {
+    assert!(core::mem::size_of::<HostThreadInfo>() == 72);
+    assert!(core::mem::offset_of!(HostThreadInfo, thread_idx) == 8);
+    assert!(core::mem::offset_of!(HostThreadInfo, grid_dim) == 44);
+    assert!(core::mem::offset_of!(HostThreadInfo, barrier_context) == 56);
+    assert!(core::mem::offset_of!(HostThreadInfo, barrier) == 64);
+};
+
 const UNSET: HostThreadInfo = HostThreadInfo {
     abi_version: HOST_ABI_VERSION,
     lane_size: 1,
