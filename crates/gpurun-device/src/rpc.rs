@@ -93,12 +93,11 @@ pub(crate) fn report_panic(message: &[u8], file: &str, line: u32, column: u32) {
     };
     port.send_n(message);
     port.send_n(file.as_bytes());
-    let [tx, ty, tz] = arch::thread_idx();
-    let [bx, by, bz] = arch::block_idx();
-    port.send(|buffer, _| {
-        buffer.data[0] = u64::from(line) | u64::from(column) << 32;
-        buffer.data[1] = u64::from(tx) | u64::from(ty) << 32;
-        buffer.data[2] = u64::from(tz) | u64::from(bx) << 32;
-        buffer.data[3] = u64::from(by) | u64::from(bz) << 32;
-    });
+    let location = opcode::PanicLocation {
+        line,
+        column,
+        thread: arch::thread_idx(),
+        block: arch::block_idx(),
+    };
+    port.send(|buffer, _| buffer.data[..4].copy_from_slice(&location.to_words()));
 }

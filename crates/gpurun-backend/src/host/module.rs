@@ -189,15 +189,9 @@ impl Module for HostModule {
                 // Emulated threads cannot be stopped; the worker process ends after this.
                 return Ok(finish.end);
             }
-            // Spin briefly after activity, then back off so an idle kernel costs little CPU.
-            idle_rounds = idle_rounds.saturating_add(1);
-            if idle_rounds < 64 {
-                std::hint::spin_loop();
-            } else if idle_rounds < 256 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
+            // Spin briefly after activity, then back off so an idle kernel costs little CPU
+            // (the same steps as the emulated threads' own waits).
+            gpurun_rpc::sync::host_backoff(&mut idle_rounds);
         }
     }
 

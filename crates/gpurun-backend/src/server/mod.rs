@@ -20,7 +20,7 @@ pub const MAX_PANIC_MESSAGE: usize = 16 << 10;
 pub const MAX_MALLOC: u64 = 1 << 40;
 
 /// A panic reported by one device thread.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PanicReport {
     pub message: String,
     pub file: String,

@@ -78,16 +78,6 @@ pub enum Event {
     },
 }
 
-#[derive(Serialize, Deserialize)]
-struct PanicWire {
-    message: String,
-    file: String,
-    line: u32,
-    column: u32,
-    thread: [u32; 3],
-    block: [u32; 3],
-}
-
 const TAG_READY: u8 = 1;
 const TAG_STDOUT: u8 = 2;
 const TAG_STDERR: u8 = 3;
@@ -155,17 +145,7 @@ pub fn write_event(out: &mut impl Write, event: &Event) -> io::Result<()> {
         Event::Ready { device } => write_frame(out, TAG_READY, device.as_bytes()),
         Event::Stdout(bytes) => write_frame(out, TAG_STDOUT, bytes),
         Event::Stderr(bytes) => write_frame(out, TAG_STDERR, bytes),
-        Event::Panic(report) => {
-            let wire = PanicWire {
-                message: report.message.clone(),
-                file: report.file.clone(),
-                line: report.line,
-                column: report.column,
-                thread: report.thread,
-                block: report.block,
-            };
-            write_frame(out, TAG_PANIC, &json(&wire)?)
-        }
+        Event::Panic(report) => write_frame(out, TAG_PANIC, &json(report)?),
         Event::Done(end) => write_frame(out, TAG_DONE, &json(end)?),
         Event::StartFailed { error } => write_frame(out, TAG_START_FAILED, error.as_bytes()),
     }
@@ -182,17 +162,7 @@ pub fn read_event(input: &mut impl Read) -> io::Result<Option<Event>> {
         },
         TAG_STDOUT => Event::Stdout(payload),
         TAG_STDERR => Event::Stderr(payload),
-        TAG_PANIC => {
-            let wire: PanicWire = from_json(&payload)?;
-            Event::Panic(PanicReport {
-                message: wire.message,
-                file: wire.file,
-                line: wire.line,
-                column: wire.column,
-                thread: wire.thread,
-                block: wire.block,
-            })
-        }
+        TAG_PANIC => Event::Panic(from_json(&payload)?),
         TAG_DONE => Event::Done(from_json(&payload)?),
         TAG_START_FAILED => Event::StartFailed {
             error: text(payload),
