@@ -1,41 +1,291 @@
 //! Runs tests in worker processes: the harness's [`Executor`] on top of
-//! `gpurun_backend::worker`. Each worker loads the image once and runs one test at a time; with
-//! `--test-threads N` up to N workers run side by side. A worker that faulted, aborted, exited,
-//! crashed or timed out is dropped and the next test gets a fresh one.
+//! `gpurun_backend::worker`.
+//!
+//! One worker per device in use (all visible devices unless `--device` names one), each with
+//! enough slots that the harness's `--test-threads N` tests run at once: on a GPU every slot is
+//! its own stream or queue with its own copy of the module, so concurrent tests share the device
+//! but not their output. A worker that faulted, aborted, exited, crashed or timed out is
+//! replaced by a fresh one for the next test. What happened to the tests that were running
+//! beside it depends on whether one slot explains the end:
+//!
+//! - an exit, an abort or a timeout belongs to the test that did it; the others are re-run;
+//! - a fault or a crash does not say which test caused it (every stream of a poisoned CUDA
+//!   context reports it), so each test that was in flight runs again alone in a fresh worker,
+//!   where it either passes or shows the fault as its own.
 
-use gpurun_backend::worker::{Command, Event, RunEnd, Worker, WorkerEnd, WorkerSpec};
+use gpurun_backend::worker::{
+    breakage_of, Breakage, Command, Event, RunEnd, Worker, WorkerEnd, WorkerSpec,
+};
 use gpurun_harness::{Executor, PanicReport, TestCase, TestEnd, TestRun};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-/// How long a worker may take to open the device and load the image.
+/// How long a worker may take to open the device and load the image (in every slot).
 const START_TIMEOUT: Duration = Duration::from_secs(120);
 
-pub struct WorkerExecutor {
+/// How often a test is started again after workers died beside it for reasons of their own.
+const MAX_ATTEMPTS: usize = 3;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A worker shared by the tests running in its slots.
+struct Pooled {
+    worker: Worker,
+    state: Mutex<PooledState>,
+}
+
+struct PooledState {
+    free_slots: Vec<usize>,
+    in_flight: usize,
+    /// Tests that were in flight when the worker was first seen to break; fixed from then on.
+    suspects: Option<usize>,
+}
+
+impl Pooled {
+    /// Records that the worker broke (once) and returns how many tests were running in it then.
+    fn suspects(&self) -> usize {
+        let mut state = lock(&self.state);
+        let in_flight = state.in_flight;
+        *state.suspects.get_or_insert(in_flight)
+    }
+}
+
+/// One device: its worker spec and the worker currently serving it.
+struct Lane {
     spec: WorkerSpec,
+    current: Mutex<Option<Arc<Pooled>>>,
+    /// Tests assigned to this lane right now, for spreading work across devices.
+    assigned: AtomicUsize,
+}
+
+/// A slot held by one test; gives the slot back (or not, if the worker broke) when dropped.
+struct Lease<'a> {
+    lane: &'a Lane,
+    pooled: Arc<Pooled>,
+    slot: usize,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut state = lock(&self.pooled.state);
+        state.in_flight -= 1;
+        if self.pooled.worker.breakage().is_none() {
+            state.free_slots.push(self.slot);
+        }
+        drop(state);
+        self.lane.assigned.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub struct WorkerExecutor {
+    lanes: Vec<Lane>,
+    slots_per_worker: usize,
     timeout: Option<Duration>,
-    idle: Mutex<Vec<Worker>>,
+}
+
+/// How one attempt at a test ended, before it becomes the harness's [`TestEnd`].
+enum Attempt {
+    /// The result stands.
+    Final(TestEnd),
+    /// The worker died for a reason another test explains: start the test again.
+    Again(String),
+    /// The worker died and nothing says which test caused it: run this one again alone.
+    Alone(String),
+}
+
+/// What one run of a test produced.
+#[derive(Default)]
+struct Collected {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    first_panic: Option<PanicReport>,
+    panicked_threads: u64,
 }
 
 impl WorkerExecutor {
-    pub fn new(spec: WorkerSpec, timeout: Option<Duration>) -> WorkerExecutor {
+    /// `specs`: one per device to use (their `slots` are set here); `concurrency`: how many
+    /// tests the harness runs at once.
+    pub fn new(
+        specs: Vec<WorkerSpec>,
+        concurrency: usize,
+        timeout: Option<Duration>,
+    ) -> WorkerExecutor {
+        let concurrency = concurrency.max(1);
+        let lanes: Vec<Lane> = specs
+            .into_iter()
+            .take(concurrency)
+            .map(|spec| Lane {
+                spec,
+                current: Mutex::new(None),
+                assigned: AtomicUsize::new(0),
+            })
+            .collect();
+        let slots_per_worker = concurrency.div_ceil(lanes.len().max(1));
         WorkerExecutor {
-            spec,
+            lanes,
+            slots_per_worker,
             timeout,
-            idle: Mutex::new(Vec::new()),
         }
     }
 
-    fn take_worker(&self) -> Result<Worker, String> {
-        if let Some(worker) = self.idle.lock().ok().and_then(|mut idle| idle.pop()) {
-            return Ok(worker);
-        }
-        Worker::spawn(&self.spec, START_TIMEOUT).map_err(|error| error.to_string())
+    /// Devices in use and tests each runs at once, for the "Running" line.
+    pub fn shape(&self) -> (usize, usize) {
+        (self.lanes.len(), self.slots_per_worker)
     }
 
-    fn give_back(&self, worker: Worker) {
-        if let Ok(mut idle) = self.idle.lock() {
-            idle.push(worker);
+    /// A free slot on the least busy device, starting a worker there if it has none that works.
+    fn lease(&self) -> Result<Lease<'_>, String> {
+        let lane = self
+            .lanes
+            .iter()
+            .min_by_key(|lane| lane.assigned.load(Ordering::Relaxed))
+            .ok_or("no device to run tests on")?;
+        lane.assigned.fetch_add(1, Ordering::Relaxed);
+        let mut current = lock(&lane.current);
+        let usable = current.as_ref().filter(|pooled| {
+            pooled.worker.breakage().is_none() && !lock(&pooled.state).free_slots.is_empty()
+        });
+        let pooled = match usable {
+            Some(pooled) => Arc::clone(pooled),
+            None => {
+                let started = self.start(&lane.spec, self.slots_per_worker);
+                let pooled = match started {
+                    Ok(pooled) => pooled,
+                    Err(error) => {
+                        lane.assigned.fetch_sub(1, Ordering::Relaxed);
+                        return Err(error);
+                    }
+                };
+                // Tests still running in a worker being replaced keep it alive until they end.
+                *current = Some(Arc::clone(&pooled));
+                pooled
+            }
+        };
+        let mut state = lock(&pooled.state);
+        let Some(slot) = state.free_slots.pop() else {
+            drop(state);
+            lane.assigned.fetch_sub(1, Ordering::Relaxed);
+            return Err("no free slot in the device's worker".into());
+        };
+        state.in_flight += 1;
+        drop(state);
+        drop(current);
+        Ok(Lease { lane, pooled, slot })
+    }
+
+    fn start(&self, spec: &WorkerSpec, slots: usize) -> Result<Arc<Pooled>, String> {
+        let spec = WorkerSpec {
+            slots,
+            ..spec.clone()
+        };
+        let worker = Worker::spawn(&spec, START_TIMEOUT).map_err(|error| error.to_string())?;
+        let slots = worker.slots();
+        Ok(Arc::new(Pooled {
+            worker,
+            state: Mutex::new(PooledState {
+                free_slots: (0..slots).rev().collect(),
+                in_flight: 0,
+                suspects: None,
+            }),
+        }))
+    }
+
+    /// Runs `test` once in a fresh worker of its own.
+    fn run_alone(&self, test: &TestCase, collected: &mut Collected) -> TestEnd {
+        let Some(lane) = self.lanes.first() else {
+            return TestEnd::Infrastructure {
+                error: "no device to run tests on".into(),
+            };
+        };
+        let pooled = match self.start(&lane.spec, 1) {
+            Ok(pooled) => pooled,
+            Err(error) => return TestEnd::Infrastructure { error },
+        };
+        match self.attempt(&pooled, 0, test, collected) {
+            Attempt::Final(end) => end,
+            Attempt::Again(how) | Attempt::Alone(how) => TestEnd::Faulted { error: how },
+        }
+    }
+
+    /// Runs `test` in `slot` of `pooled` and decides what its end means.
+    fn attempt(
+        &self,
+        pooled: &Pooled,
+        slot: usize,
+        test: &TestCase,
+        collected: &mut Collected,
+    ) -> Attempt {
+        let command = Command::RunTest {
+            kernel: test.kernel.clone(),
+            threads: test.threads,
+            blocks: test.blocks,
+        };
+        let outcome = pooled
+            .worker
+            .run(slot, &command, self.timeout, &mut |event| match event {
+                Event::Stdout(bytes) => collected.stdout.extend_from_slice(&bytes),
+                Event::Stderr(bytes) => collected.stderr.extend_from_slice(&bytes),
+                Event::Panic(report) => {
+                    collected.panicked_threads += 1;
+                    if collected.first_panic.is_none() {
+                        collected.first_panic = Some(to_report(report));
+                    }
+                }
+                Event::Ready { .. } | Event::StartFailed { .. } | Event::Done(_) => {}
+            });
+        let end = match outcome {
+            WorkerEnd::Done(RunEnd::Completed { .. }) => {
+                return Attempt::Final(TestEnd::Completed {
+                    first_panic: collected.first_panic.take(),
+                    panicked_threads: collected.panicked_threads,
+                })
+            }
+            WorkerEnd::Done(RunEnd::Failed { error }) => {
+                return Attempt::Final(TestEnd::Infrastructure { error })
+            }
+            WorkerEnd::TimedOut(after) => {
+                return Attempt::Final(TestEnd::TimedOut { after });
+            }
+            WorkerEnd::Done(end) => end,
+            WorkerEnd::Died(how) => {
+                let how = match &collected.first_panic {
+                    Some(report) => format!("{how} (after a panic: {})", report.message),
+                    None => how,
+                };
+                RunEnd::Faulted { error: how }
+            }
+        };
+        // The worker is gone. Did this slot end it, or was it caught in another's end?
+        let own = breakage_of(&end) == Some(Breakage::Explained);
+        let suspects = pooled.suspects();
+        let alone = suspects <= 1;
+        if own || alone {
+            return Attempt::Final(match end {
+                RunEnd::Exited { code } => TestEnd::Exited { code },
+                RunEnd::Aborted => TestEnd::Aborted,
+                RunEnd::TimedOut { millis } => TestEnd::TimedOut {
+                    after: Duration::from_millis(millis),
+                },
+                RunEnd::Faulted { error } | RunEnd::Failed { error } => TestEnd::Faulted { error },
+                RunEnd::Completed { .. } => TestEnd::Completed {
+                    first_panic: collected.first_panic.take(),
+                    panicked_threads: collected.panicked_threads,
+                },
+            });
+        }
+        let how = match end {
+            RunEnd::Faulted { error } => error,
+            other => format!("{other:?}"),
+        };
+        match pooled.worker.breakage() {
+            Some(Breakage::Explained) => Attempt::Again(how),
+            _ => Attempt::Alone(format!(
+                "{how}, with {} other test(s) running beside it",
+                suspects - 1
+            )),
         }
     }
 }
@@ -54,68 +304,111 @@ fn to_report(report: gpurun_backend::server::PanicReport) -> PanicReport {
 impl Executor for WorkerExecutor {
     fn run(&self, test: &TestCase) -> TestRun {
         let started = Instant::now();
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        let mut worker = match self.take_worker() {
-            Ok(worker) => worker,
-            Err(error) => {
-                return TestRun {
-                    end: TestEnd::Infrastructure { error },
-                    stdout,
-                    stderr,
-                    duration: started.elapsed(),
+        let mut notes = Vec::new();
+        let mut collected = Collected::default();
+        let mut end = None;
+        for _ in 0..MAX_ATTEMPTS {
+            // A new attempt starts the test from scratch: what a broken run printed is dropped.
+            collected = Collected::default();
+            let lease = match self.lease() {
+                Ok(lease) => lease,
+                Err(error) => {
+                    end = Some(TestEnd::Infrastructure { error });
+                    break;
+                }
+            };
+            let attempt = self.attempt(&lease.pooled, lease.slot, test, &mut collected);
+            drop(lease);
+            match attempt {
+                Attempt::Final(final_end) => {
+                    end = Some(final_end);
+                    break;
+                }
+                Attempt::Again(how) => {
+                    notes.push(format!(
+                        "note: started again: the worker ended under another test ({how})\n"
+                    ));
+                }
+                Attempt::Alone(how) => {
+                    notes.push(format!(
+                        "note: ran again alone in a fresh worker: the shared one died ({how})\n"
+                    ));
+                    collected = Collected::default();
+                    end = Some(self.run_alone(test, &mut collected));
+                    break;
                 }
             }
-        };
-        let mut first_panic = None;
-        let mut panicked_threads = 0u64;
-        let command = Command::RunTest {
-            kernel: test.kernel.clone(),
-            threads: test.threads,
-            blocks: test.blocks,
-        };
-        let outcome = worker.run(&command, self.timeout, &mut |event| match event {
-            Event::Stdout(bytes) => stdout.extend_from_slice(&bytes),
-            Event::Stderr(bytes) => stderr.extend_from_slice(&bytes),
-            Event::Panic(report) => {
-                panicked_threads += 1;
-                if first_panic.is_none() {
-                    first_panic = Some(to_report(report));
-                }
-            }
-            Event::Ready { .. } | Event::StartFailed { .. } | Event::Done(_) => {}
+        }
+        let end = end.unwrap_or_else(|| TestEnd::Infrastructure {
+            error: format!(
+                "the worker died under other tests {MAX_ATTEMPTS} times; giving up on this one"
+            ),
         });
-        let end = match outcome {
-            WorkerEnd::Done(RunEnd::Completed { .. }) => {
-                self.give_back(worker);
-                TestEnd::Completed {
-                    first_panic,
-                    panicked_threads,
-                }
-            }
-            WorkerEnd::Done(RunEnd::Failed { error }) => {
-                self.give_back(worker);
-                TestEnd::Infrastructure { error }
-            }
-            WorkerEnd::Done(RunEnd::Exited { code }) => TestEnd::Exited { code },
-            WorkerEnd::Done(RunEnd::Aborted) => TestEnd::Aborted,
-            WorkerEnd::Done(RunEnd::Faulted { error }) => TestEnd::Faulted { error },
-            WorkerEnd::Done(RunEnd::TimedOut { millis }) => TestEnd::TimedOut {
-                after: Duration::from_millis(millis),
-            },
-            WorkerEnd::TimedOut(after) => TestEnd::TimedOut { after },
-            WorkerEnd::Died(how) => TestEnd::Faulted {
-                error: match first_panic {
-                    Some(report) => format!("{how} (after a panic: {})", report.message),
-                    None => how,
-                },
-            },
-        };
+        let mut stderr = notes.concat().into_bytes();
+        stderr.extend_from_slice(&collected.stderr);
         TestRun {
             end,
-            stdout,
+            stdout: collected.stdout,
             stderr,
             duration: started.elapsed(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn specs(devices: usize) -> Vec<WorkerSpec> {
+        (0..devices)
+            .map(|ordinal| WorkerSpec {
+                exe: "cargo-gpurun".into(),
+                args: vec!["--device".into(), ordinal.to_string()],
+                image: "image.so".into(),
+                slots: 1,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_test_thread_gets_a_slot_spread_over_the_devices() {
+        // (devices, test threads) -> (devices used, slots per worker)
+        for (devices, threads, expected) in [
+            (1, 1, (1, 1)),
+            (1, 16, (1, 16)),
+            (2, 4, (2, 2)),
+            (3, 8, (3, 3)),
+            (4, 2, (2, 1)),
+            (8, 1, (1, 1)),
+            (2, 0, (1, 1)),
+        ] {
+            let executor = WorkerExecutor::new(specs(devices), threads, None);
+            assert_eq!(
+                executor.shape(),
+                expected,
+                "{devices} devices, {threads} threads"
+            );
+        }
+    }
+
+    #[test]
+    fn no_device_is_an_error_per_test_not_a_panic() {
+        let executor = WorkerExecutor::new(Vec::new(), 4, None);
+        let test = TestCase {
+            name: "t".into(),
+            kernel: "__gpurun_test_t".into(),
+            ignored: false,
+            ignore_reason: None,
+            should_panic: gpurun_harness::ShouldPanic::No,
+            threads: [1, 1, 1],
+            blocks: [1, 1, 1],
+            source_file: None,
+        };
+        let run = executor.run(&test);
+        assert!(
+            matches!(&run.end, TestEnd::Infrastructure { error } if error.contains("no device")),
+            "{:?}",
+            run.end
+        );
     }
 }

@@ -29,4 +29,4 @@ pub use args::{ColorChoice, Format, HarnessArgs, Partition, PartitionKind};
 pub use exit_code::ExitCode;
 pub use outcome::{Executor, PanicReport, ShouldPanic, TestCase, TestEnd, TestRun};
 pub use report::junit::JunitError;
-pub use runner::{run, run_to_exit_code, run_with_output, Conclusion, HarnessError};
+pub use runner::{run, run_to_exit_code, run_with_output, test_threads, Conclusion, HarnessError};

@@ -241,7 +241,9 @@ fn run_inner(
     })
 }
 
-fn test_threads(args: &HarnessArgs) -> Result<usize, HarnessError> {
+/// How many tests run at once: `--test-threads`, else `RUST_TEST_THREADS`, else one per CPU,
+/// as libtest decides it.
+pub fn test_threads(args: &HarnessArgs) -> Result<usize, HarnessError> {
     if let Some(n) = args.test_threads {
         return Ok(n.get());
     }

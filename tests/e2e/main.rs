@@ -4,6 +4,7 @@
 //! cargo-gpurun as `target.runner` (without a GPU those runs must fail with the clear "no NVIDIA
 //! driver" error). Expected results are spelled out per test.
 
+mod concurrency;
 mod harness;
 mod images;
 mod loader;

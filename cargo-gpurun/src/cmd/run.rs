@@ -18,6 +18,7 @@ use gpurun_backend::BackendKind;
 use gpurun_image::{Image, ImageKind};
 
 use super::worker::{worker_spec, WorkerOptions};
+use crate::executor::WorkerExecutor;
 use crate::exit_code;
 
 /// `cargo gpurun run`.
@@ -65,9 +66,9 @@ pub struct DeviceArgs {
     /// Backend: auto (from the image), cuda, hsa or host.
     #[arg(long, default_value = "auto", env = "GPURUN_BACKEND")]
     pub backend: BackendChoice,
-    /// Device index within the backend.
-    #[arg(long, default_value_t = 0)]
-    pub device: usize,
+    /// Device index within the backend [default: 0 for `run`; every visible device for `test`].
+    #[arg(long)]
+    pub device: Option<usize>,
     /// Warp size the host emulation uses: 1, 32 or 64.
     #[arg(long, default_value_t = 32, value_parser = parse_lane_size)]
     pub lane_size: u32,
@@ -122,10 +123,46 @@ pub fn start_failure(kind: BackendKind, image: &Image, error: String) -> anyhow:
 pub fn options(device: &DeviceArgs, kind: BackendKind) -> WorkerOptions {
     WorkerOptions {
         backend: kind,
-        device: device.device,
+        device: device.device.unwrap_or(0),
         lane_size: device.lane_size,
         stack_size: device.stack_size,
     }
+}
+
+/// The executor that runs an image's tests: one worker per device in use (the one `--device`
+/// names, else every device the backend sees), sized so that the harness's test threads all
+/// have a slot.
+pub fn test_executor(
+    device: &DeviceArgs,
+    kind: BackendKind,
+    image: &std::path::Path,
+    harness_args: &gpurun_harness::HarnessArgs,
+    timeout: Duration,
+) -> anyhow::Result<WorkerExecutor> {
+    let ordinals: Vec<usize> = match device.device {
+        Some(ordinal) => vec![ordinal],
+        None => match select::backend(kind).devices() {
+            Ok(devices) if !devices.is_empty() => devices.iter().map(|d| d.ordinal).collect(),
+            // A setting that makes no sense is the user's to fix before anything runs.
+            Err(error @ gpurun_backend::BackendError::InvalidArgument(_)) => bail!(error),
+            // A missing driver fails every test with the reason, libtest-style, in the worker.
+            _ => vec![0],
+        },
+    };
+    let base = options(device, kind);
+    let specs = ordinals
+        .into_iter()
+        .map(|ordinal| {
+            let options = WorkerOptions {
+                device: ordinal,
+                ..base.clone()
+            };
+            worker_spec(&options, image)
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    // A bad RUST_TEST_THREADS is reported by the harness itself.
+    let concurrency = gpurun_harness::test_threads(harness_args).unwrap_or(1);
+    Ok(WorkerExecutor::new(specs, concurrency, Some(timeout)))
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
@@ -147,7 +184,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
     }
     let spec = worker_spec(&options, &args.image)?;
-    let mut worker = Worker::spawn(&spec, Duration::from_secs(120))
+    let worker = Worker::spawn(&spec, Duration::from_secs(120))
         .map_err(|error| start_failure(kind, &image, error.to_string()))?;
     let mut argv: Vec<Vec<u8>> = vec![args.image.as_os_str().as_encoded_bytes().to_vec()];
     argv.extend(args.args.iter().map(|arg| arg.as_encoded_bytes().to_vec()));
@@ -167,7 +204,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let mut panicked = false;
     let stdout = std::io::stdout();
     let stderr = std::io::stderr();
-    let end = worker.run(&command, timeout, &mut |event| match event {
+    let end = worker.run(0, &command, timeout, &mut |event| match event {
         Event::Stdout(bytes) => {
             let mut out = stdout.lock();
             let _ = out.write_all(&bytes);
@@ -235,8 +272,13 @@ fn run_test_image(
             .filter(|t| t.is_finite() && *t > 0.0)
             .map(Duration::from_secs_f64))
         .unwrap_or(super::test::DEFAULT_TEST_TIMEOUT);
-    let executor =
-        crate::executor::WorkerExecutor::new(worker_spec(options, &args.image)?, Some(timeout));
+    let executor = test_executor(
+        &args.device,
+        options.backend,
+        &args.image,
+        &harness_args,
+        timeout,
+    )?;
     let tests = super::test::test_cases(image);
     let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
     Ok(exit_code::code(code))

@@ -14,8 +14,7 @@ use gpurun_backend::BackendKind;
 use gpurun_harness::{HarnessArgs, ShouldPanic, TestCase};
 use gpurun_image::Image;
 
-use super::run::{backend_for, options, DeviceArgs};
-use super::worker::worker_spec;
+use super::run::{backend_for, test_executor, DeviceArgs};
 use crate::build::{self, BuildOptions};
 use crate::exit_code;
 
@@ -142,12 +141,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
             built.package,
             built.path.display()
         );
-        let spec = worker_spec(&options(&args.device, kind), &built.path)?;
         let timeout = harness_args
             .test_timeout
             .or_else(|| timeouts.get(&built.package).copied())
             .unwrap_or(DEFAULT_TEST_TIMEOUT);
-        let executor = crate::executor::WorkerExecutor::new(spec, Some(timeout));
+        let executor = test_executor(&args.device, kind, &built.path, &harness_args, timeout)?;
         harness_args.suite_name = Some(built.package.clone());
         let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
         if code != exit_code::SUCCESS {

@@ -19,6 +19,9 @@ pub struct WorkerArgs {
     pub rpc_ports: u32,
     #[arg(long)]
     pub stack_size: Option<usize>,
+    /// Tests to run at once, each in its own slot (set by the parent through the environment).
+    #[arg(long, env = gpurun_backend::worker::child::SLOTS_ENV, default_value_t = 1)]
+    pub slots: usize,
     pub image: PathBuf,
 }
 
@@ -66,6 +69,7 @@ pub fn worker_spec(
         exe,
         args,
         image: image.to_path_buf(),
+        slots: 1,
     })
 }
 
@@ -75,7 +79,12 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
         stack_size: args.stack_size,
         emulated_lane_size: args.lane_size,
     };
-    let status =
-        gpurun_backend::worker::child::serve(args.backend, args.device, &args.image, &options);
+    let status = gpurun_backend::worker::child::serve(
+        args.backend,
+        args.device,
+        &args.image,
+        &options,
+        args.slots,
+    );
     Ok(ExitCode::from(u8::try_from(status).unwrap_or(1)))
 }

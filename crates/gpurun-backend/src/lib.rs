@@ -3,10 +3,12 @@
 //! our `hsa-sys`) and `host` (CPU emulation of the device crate built for the host).
 //!
 //! Contract, in the spirit of wgpu-hal: the caller validates the image up front
-//! (`gpurun_image::Image`); a backend loads it once and runs one launch at a time, serving the
-//! device's RPC requests through the shared [`server`] while the kernel runs. Nothing above this
-//! crate touches a driver: a worker process owns one [`Device`], so a fault that poisons a context
-//! (CUDA) or aborts a process (ROCr) only costs that worker.
+//! (`gpurun_image::Image`); a loaded [`Module`] runs one launch at a time, serving the device's
+//! RPC requests through the shared [`server`] while the kernel runs. Concurrency comes from
+//! loading the image several times, one module per thread, each with its own stream/queue and
+//! RPC buffer (see [`worker`]). Nothing above this crate touches a driver: a worker process owns
+//! its devices, so a fault that poisons a context (CUDA) or aborts a process (ROCr) only costs
+//! that worker.
 
 pub mod args;
 pub mod cuda;

@@ -19,10 +19,31 @@ use gpurun_image::Image;
 /// The host CPU as an emulated device.
 pub struct HostBackend;
 
-fn host_info() -> DeviceInfo {
+/// Environment variable that makes the host backend show this many devices (1 to
+/// [`MAX_HOST_DEVICES`]; default 1), all the same CPU: lets the spreading of tests across
+/// devices be exercised without several GPUs.
+pub const HOST_DEVICES_ENV: &str = "GPURUN_HOST_DEVICES";
+
+/// Most emulated devices [`HOST_DEVICES_ENV`] may ask for.
+pub const MAX_HOST_DEVICES: usize = 64;
+
+fn host_device_count() -> Result<usize, BackendError> {
+    let Some(value) = std::env::var_os(HOST_DEVICES_ENV) else {
+        return Ok(1);
+    };
+    let text = value.to_string_lossy();
+    match text.trim().parse::<usize>() {
+        Ok(count @ 1..=MAX_HOST_DEVICES) => Ok(count),
+        _ => Err(BackendError::InvalidArgument(format!(
+            "{HOST_DEVICES_ENV} must be a number from 1 to {MAX_HOST_DEVICES}, not `{text}`"
+        ))),
+    }
+}
+
+fn host_info(ordinal: usize) -> DeviceInfo {
     DeviceInfo {
         backend: BackendKind::Host,
-        ordinal: 0,
+        ordinal,
         name: format!("host CPU emulation ({})", std::env::consts::ARCH),
         arch: "host".into(),
         lane_size: 32,
@@ -37,16 +58,23 @@ impl Backend for HostBackend {
     }
 
     fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
-        Ok(vec![host_info()])
+        Ok((0..host_device_count()?).map(host_info).collect())
     }
 
     fn open(&self, ordinal: usize) -> Result<Box<dyn Device>, BackendError> {
-        if ordinal != 0 {
-            return Err(BackendError::InvalidArgument(format!(
-                "the host backend has one device (0), not {ordinal}"
-            )));
+        let count = host_device_count()?;
+        if ordinal >= count {
+            return Err(BackendError::InvalidArgument(match count {
+                1 => format!("the host backend has one device (0), not {ordinal}"),
+                _ => format!(
+                    "the host backend has {count} devices (0 to {}), not {ordinal}",
+                    count - 1
+                ),
+            }));
         }
-        Ok(Box::new(HostDevice { info: host_info() }))
+        Ok(Box::new(HostDevice {
+            info: host_info(ordinal),
+        }))
     }
 }
 

@@ -1,28 +1,65 @@
-//! The worker side: open the device, load the image, serve commands from stdin.
+//! The worker side: open the device, load the image once per slot, serve commands from stdin.
+//!
+//! Each slot is a thread with its own opened device and its own copy of the module: on CUDA its
+//! own stream and RPC buffer in the shared primary context, on HSA its own queue, on the host
+//! its own `dlopen`ed copy of the library. Tests in different slots run at the same time and
+//! their output never mixes, because every frame names its slot.
 
-use super::protocol::{self, Command, Event, RunEnd};
+use super::protocol::{self, Command, Event, RunEnd, Slot, MAX_SLOTS};
 use crate::server::{PanicReport, Sink};
 use crate::{args, select, BackendKind, LaunchEnd, LaunchShape, LoadOptions, Module};
 use gpurun_image::Image;
 use std::io::{self, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex, PoisonError};
 
-/// Forwards device output and reports to the parent as they arrive.
-struct PipeSink<W: Write> {
-    out: W,
+/// The worker's stdout, shared by the slots. Every frame is written whole and flushed at once,
+/// so what a test printed reaches the parent even if the process dies right after.
+struct Pipe {
+    out: Mutex<io::Stdout>,
     /// The parent is gone; keep running the kernel to its end but stop writing.
-    broken: bool,
+    broken: AtomicBool,
 }
 
-impl<W: Write> PipeSink<W> {
-    fn send(&mut self, event: &Event) {
-        if !self.broken && protocol::write_event(&mut self.out, event).is_err() {
-            self.broken = true;
+impl Pipe {
+    fn send(&self, slot: Slot, event: &Event) {
+        if self.broken.load(Ordering::Relaxed) {
+            return;
         }
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        if protocol::write_event(&mut *out, slot, event).is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Reports a run after which this process cannot go on (a fault, an exit, an abort, a
+    /// timeout), then ends the process while still holding the pipe, so no other slot can start
+    /// a frame it would not finish.
+    fn send_last(&self, slot: Slot, event: &Event) -> ! {
+        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = protocol::write_event(&mut *out, slot, event);
+        let _ = out.flush();
+        // Threads of a host-emulated kernel or other slots may still be running: leave without
+        // unwinding into them.
+        std::process::exit(0);
     }
 }
 
-impl<W: Write> Sink for PipeSink<W> {
+/// Forwards one slot's device output and reports to the parent as they arrive.
+struct SlotSink<'p> {
+    pipe: &'p Pipe,
+    slot: Slot,
+}
+
+impl SlotSink<'_> {
+    fn send(&self, event: &Event) {
+        self.pipe.send(self.slot, event);
+    }
+}
+
+impl Sink for SlotSink<'_> {
     fn stdout(&mut self, bytes: &[u8]) {
         self.send(&Event::Stdout(bytes.to_vec()));
     }
@@ -34,100 +71,211 @@ impl<W: Write> Sink for PipeSink<W> {
     }
 }
 
-/// Runs a worker until its parent closes stdin. Returns the process exit status.
+/// Environment variable through which the parent tells a worker how many slots to open.
+pub const SLOTS_ENV: &str = "GPURUN_WORKER_SLOTS";
+
+/// Runs a worker with `slots` concurrent slots until its parent closes stdin. Returns the
+/// process exit status.
 pub fn serve(
     backend: BackendKind,
     ordinal: usize,
     image_path: &Path,
     options: &LoadOptions,
+    slots: usize,
 ) -> i32 {
-    let stdout = io::stdout();
-    let mut sink = PipeSink {
-        out: io::BufWriter::new(stdout.lock()),
-        broken: false,
-    };
-    let image = match Image::read(image_path) {
-        Ok(image) => image,
-        Err(error) => {
-            sink.send(&Event::StartFailed {
-                error: format!("failed to load image `{}`: {error}", image_path.display()),
-            });
-            return 1;
-        }
-    };
-    let backend_impl = select::backend(backend);
-    let mut device = match backend_impl.open(ordinal) {
-        Ok(device) => device,
-        Err(error) => {
-            sink.send(&Event::StartFailed {
-                error: error.to_string(),
-            });
-            return 1;
-        }
-    };
-    let device_name = device.info().name.clone();
-    let mut module = match device.load(&image, options) {
-        Ok(module) => module,
-        Err(error) => {
-            sink.send(&Event::StartFailed {
-                error: format!("failed to load image `{}`: {error}", image_path.display()),
-            });
-            return 1;
-        }
-    };
-    sink.send(&Event::Ready {
-        device: device_name,
+    let pipe = Arc::new(Pipe {
+        out: Mutex::new(io::stdout()),
+        broken: AtomicBool::new(false),
     });
+    // Check the image once up front, so a bad one is one clear failure, not one per slot.
+    if let Err(error) = Image::read(image_path) {
+        pipe.send(
+            0,
+            &Event::StartFailed {
+                error: format!("failed to load image `{}`: {error}", image_path.display()),
+            },
+        );
+        return 1;
+    }
+    let slots = slots.clamp(1, MAX_SLOTS);
+    let mut commands = Vec::with_capacity(slots);
+    let mut threads = Vec::with_capacity(slots);
+    for slot in 0..slots {
+        let (sender, receiver) = mpsc::channel();
+        let slot_pipe = Arc::clone(&pipe);
+        let image_path = image_path.to_path_buf();
+        let options = options.clone();
+        let slot = slot as Slot;
+        let spawned = std::thread::Builder::new()
+            .name(format!("gpurun-slot-{slot}"))
+            .spawn(move || {
+                let opened = SlotSetup {
+                    backend,
+                    ordinal,
+                    image_path,
+                    options,
+                    slot,
+                };
+                opened.serve(receiver, &slot_pipe);
+            });
+        match spawned {
+            Ok(handle) => threads.push(handle),
+            Err(error) => {
+                pipe.send(
+                    slot,
+                    &Event::StartFailed {
+                        error: format!("failed to start a worker thread: {error}"),
+                    },
+                );
+                return 1;
+            }
+        }
+        commands.push(sender);
+    }
     let stdin = io::stdin();
     let mut input = stdin.lock();
-    loop {
-        let command = match protocol::read_command(&mut input) {
-            Ok(Some(command)) => command,
-            Ok(None) => return 0,
+    let status = loop {
+        match protocol::read_command(&mut input) {
+            Ok(Some((slot, command))) => {
+                let delivered = commands
+                    .get(slot as usize)
+                    .is_some_and(|sender| sender.send(command).is_ok());
+                if !delivered {
+                    eprintln!("gpurun worker: command for slot {slot}, which is not running");
+                    break 2;
+                }
+            }
+            Ok(None) => break 0,
             Err(error) => {
                 eprintln!("gpurun worker: {error}");
-                return 2;
+                break 2;
+            }
+        }
+    };
+    drop(commands);
+    if status == 0 {
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+    status
+}
+
+/// What one slot needs to open its device and load its copy of the module.
+struct SlotSetup {
+    backend: BackendKind,
+    ordinal: usize,
+    image_path: PathBuf,
+    options: LoadOptions,
+    slot: Slot,
+}
+
+impl SlotSetup {
+    fn serve(self, commands: Receiver<Command>, pipe: &Pipe) {
+        let slot = self.slot;
+        let fail = |error: String| pipe.send(slot, &Event::StartFailed { error });
+        let backend_impl = select::backend(self.backend);
+        let mut device = match backend_impl.open(self.ordinal) {
+            Ok(device) => device,
+            Err(error) => return fail(error.to_string()),
+        };
+        let device_name = device.info().name.clone();
+        let copy = match self.private_copy() {
+            Ok(copy) => copy,
+            Err(error) => return fail(error),
+        };
+        let load_path = copy.as_deref().unwrap_or(&self.image_path);
+        let loaded = Image::read(load_path)
+            .map_err(|error| error.to_string())
+            .and_then(|image| {
+                device
+                    .load(&image, &self.options)
+                    .map_err(|error| error.to_string())
+            });
+        if let Some(copy) = &copy {
+            // The loader has mapped it; the name is no longer needed.
+            let _ = std::fs::remove_file(copy);
+        }
+        let mut module = match loaded {
+            Ok(module) => module,
+            Err(error) => {
+                return fail(format!(
+                    "failed to load image `{}`: {error}",
+                    self.image_path.display()
+                ))
             }
         };
-        let end = match command {
-            Command::RunTest {
-                kernel,
-                threads,
-                blocks,
-            } => run_test(
-                module.as_mut(),
-                &kernel,
-                LaunchShape { threads, blocks },
-                &mut sink,
-            ),
-            Command::RunMain {
+        pipe.send(
+            slot,
+            &Event::Ready {
+                device: device_name,
+            },
+        );
+        let mut sink = SlotSink { pipe, slot };
+        for command in commands {
+            let end = run_command(module.as_mut(), command, &mut sink);
+            // After these the module (or its threads, or the whole context) cannot be trusted.
+            let fatal = !matches!(end, RunEnd::Completed { .. } | RunEnd::Failed { .. });
+            if fatal || pipe.broken.load(Ordering::Relaxed) {
+                pipe.send_last(slot, &Event::Done(end));
+            }
+            pipe.send(slot, &Event::Done(end));
+        }
+    }
+
+    /// The host loader shares one instance of a library between all `dlopen`s of the same file,
+    /// so every slot after the first loads its own copy (and with it its own globals, RPC client
+    /// included). GPU backends load a fresh module from the same bytes.
+    fn private_copy(&self) -> Result<Option<PathBuf>, String> {
+        if self.backend != BackendKind::Host || self.slot == 0 {
+            return Ok(None);
+        }
+        let name = self.image_path.file_name().map_or_else(
+            || "image".into(),
+            |name| name.to_string_lossy().into_owned(),
+        );
+        let copy = std::env::temp_dir().join(format!(
+            "gpurun-{}-slot{}-{name}",
+            std::process::id(),
+            self.slot
+        ));
+        std::fs::copy(&self.image_path, &copy).map_err(|error| {
+            format!(
+                "failed to copy `{}` to `{}` for slot {}: {error}",
+                self.image_path.display(),
+                copy.display(),
+                self.slot
+            )
+        })?;
+        Ok(Some(copy))
+    }
+}
+
+fn run_command(module: &mut dyn Module, command: Command, sink: &mut dyn Sink) -> RunEnd {
+    match command {
+        Command::RunTest {
+            kernel,
+            threads,
+            blocks,
+        } => run_test(module, &kernel, LaunchShape { threads, blocks }, sink),
+        Command::RunMain {
+            argv,
+            envp,
+            threads,
+            blocks,
+            kernels,
+            print_resource_usage,
+        } => run_main(
+            module,
+            &MainRun {
                 argv,
                 envp,
-                threads,
-                blocks,
+                shape: LaunchShape { threads, blocks },
                 kernels,
                 print_resource_usage,
-            } => run_main(
-                module.as_mut(),
-                &MainRun {
-                    argv,
-                    envp,
-                    shape: LaunchShape { threads, blocks },
-                    kernels,
-                    print_resource_usage,
-                },
-                &mut sink,
-            ),
-        };
-        // After these the module (or its threads) cannot be trusted: end the worker.
-        let fatal = !matches!(end, RunEnd::Completed { .. });
-        sink.send(&Event::Done(end));
-        let _ = sink.out.flush();
-        if fatal || sink.broken {
-            // Threads of a host-emulated kernel may still be running: leave without unwinding
-            // into them.
-            std::process::exit(0);
-        }
+            },
+            sink,
+        ),
     }
 }
 

@@ -1,12 +1,14 @@
-//! The harness side of a worker: spawn it, send commands, collect events with a deadline, and
-//! name what happened when it dies.
+//! The harness side of a worker: spawn it, send commands to its slots, collect each slot's
+//! events with a deadline, and name what happened when it dies.
 
-use super::protocol::{self, Command, Event, RunEnd};
+use super::child::SLOTS_ENV;
+use super::protocol::{self, Command, Event, RunEnd, MAX_SLOTS};
 use crate::BackendError;
-use std::io::BufReader;
+use std::io::{self, BufReader};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command as Process, Stdio};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::process::{Child, ChildStdin, ChildStdout, Command as Process, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How to start a worker: `<exe> <args...> <image>` speaking the protocol on stdin/stdout.
@@ -17,13 +19,30 @@ pub struct WorkerSpec {
     /// Arguments before the image, e.g. `["gpurun", "__worker", "--backend", "host"]`.
     pub args: Vec<String>,
     pub image: PathBuf,
+    /// Tests the worker runs at the same time, each in its own slot (stream, queue or library
+    /// copy); at least 1.
+    pub slots: usize,
 }
 
-/// A running worker process with a loaded image.
+/// Whether a worker's end is explained by one of its slots: a run that ended the process on
+/// purpose (an exit, an abort, a timeout) or a kill by the parent. A fault or a crash is not: on
+/// a GPU every stream of a poisoned context reports the same error, and a crash takes every
+/// slot with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Breakage {
+    Explained,
+    Unexplained,
+}
+
+/// A running worker process with the image loaded in each of its slots. Shared by the threads
+/// that run tests in its slots; each slot is used by one thread at a time.
 pub struct Worker {
-    child: Child,
-    stdin: ChildStdin,
-    events: Receiver<std::io::Result<Event>>,
+    child: Mutex<Child>,
+    status: OnceLock<Option<ExitStatus>>,
+    stdin: Mutex<ChildStdin>,
+    slots: Vec<Mutex<Receiver<io::Result<Event>>>>,
+    /// The first sign that the worker is going away, set by the event reader or by a kill.
+    breakage: Arc<OnceLock<Breakage>>,
     /// Device description the worker reported when ready.
     pub device: String,
 }
@@ -39,12 +58,68 @@ pub enum WorkerEnd {
     TimedOut(Duration),
 }
 
+/// Whether a run's end leaves the worker unable to go on, and if so whether that slot alone
+/// explains it.
+pub fn breakage_of(end: &RunEnd) -> Option<Breakage> {
+    match end {
+        RunEnd::Completed { .. } | RunEnd::Failed { .. } => None,
+        RunEnd::Exited { .. } | RunEnd::Aborted | RunEnd::TimedOut { .. } => {
+            Some(Breakage::Explained)
+        }
+        RunEnd::Faulted { .. } => Some(Breakage::Unexplained),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Reads the worker's frames and hands each to its slot's channel. A malformed stream or a slot
+/// the worker does not have ends every slot with the error; the end of the stream disconnects
+/// them all.
+fn route_events(
+    stdout: ChildStdout,
+    slots: &[Sender<io::Result<Event>>],
+    breakage: &OnceLock<Breakage>,
+) {
+    let mut reader = BufReader::new(stdout);
+    loop {
+        let error = match protocol::read_event(&mut reader) {
+            Ok(Some((slot, event))) => match slots.get(slot as usize) {
+                Some(sender) => {
+                    if let Event::Done(end) = &event {
+                        if let Some(kind) = breakage_of(end) {
+                            let _ = breakage.set(kind);
+                        }
+                    }
+                    // A slot whose thread gave up (timed out) no longer listens.
+                    let _ = sender.send(Ok(event));
+                    continue;
+                }
+                None => io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("frame for slot {slot}, which it does not have"),
+                ),
+            },
+            Ok(None) => return,
+            Err(error) => error,
+        };
+        let _ = breakage.set(Breakage::Unexplained);
+        for sender in slots {
+            let _ = sender.send(Err(io::Error::new(error.kind(), error.to_string())));
+        }
+        return;
+    }
+}
+
 impl Worker {
-    /// Starts a worker and waits until it has opened the device and loaded the image.
+    /// Starts a worker and waits until every slot has opened the device and loaded the image.
     pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<Worker, BackendError> {
+        let slot_count = spec.slots.clamp(1, MAX_SLOTS);
         let mut child = Process::new(&spec.exe)
             .args(&spec.args)
             .arg(&spec.image)
+            .env(SLOTS_ENV, slot_count.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -55,85 +130,109 @@ impl Worker {
             })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
+            let _ = child.wait();
             return Err(BackendError::InvalidArgument("worker pipes missing".into()));
         };
-        let (sender, events) = mpsc::channel();
+        let (senders, receivers): (Vec<_>, Vec<_>) =
+            (0..slot_count).map(|_| mpsc::channel()).unzip();
+        let breakage = Arc::new(OnceLock::new());
+        let mut worker = Worker {
+            child: Mutex::new(child),
+            status: OnceLock::new(),
+            stdin: Mutex::new(stdin),
+            slots: receivers.into_iter().map(Mutex::new).collect(),
+            breakage: Arc::clone(&breakage),
+            device: String::new(),
+        };
         std::thread::Builder::new()
             .name("gpurun-worker-reader".into())
-            .spawn(move || {
-                let mut reader = BufReader::new(stdout);
-                loop {
-                    match protocol::read_event(&mut reader) {
-                        Ok(Some(event)) => {
-                            if sender.send(Ok(event)).is_err() {
-                                return;
-                            }
-                        }
-                        Ok(None) => return,
-                        Err(error) => {
-                            let _ = sender.send(Err(error));
-                            return;
-                        }
-                    }
-                }
-            })
+            .spawn(move || route_events(stdout, &senders, &breakage))
             .map_err(|source| BackendError::Io {
                 context: "failed to start the worker reader thread".into(),
                 source,
             })?;
-        let mut worker = Worker {
-            child,
-            stdin,
-            events,
-            device: String::new(),
-        };
         let deadline = Instant::now() + start_timeout;
+        for slot in 0..slot_count {
+            worker.device = worker.wait_ready(slot, deadline, start_timeout)?;
+        }
+        Ok(worker)
+    }
+
+    fn wait_ready(
+        &self,
+        slot: usize,
+        deadline: Instant,
+        start_timeout: Duration,
+    ) -> Result<String, BackendError> {
         loop {
-            match worker.next_event(Some(deadline)) {
-                Ok(Event::Ready { device }) => {
-                    worker.device = device;
-                    return Ok(worker);
-                }
+            match self.next_event(slot, Some(deadline)) {
+                Ok(Event::Ready { device }) => return Ok(device),
                 Ok(Event::StartFailed { error }) => {
-                    worker.reap();
+                    self.kill();
                     return Err(BackendError::NotAvailable(error));
                 }
                 Ok(Event::Stdout(_) | Event::Stderr(_) | Event::Panic(_) | Event::Done(_)) => {}
-                Err(end) => {
-                    return Err(BackendError::NotAvailable(match end {
-                        WorkerEnd::TimedOut(after) => {
-                            format!("worker did not start within {}s", after.as_secs())
-                        }
-                        WorkerEnd::Died(how) | WorkerEnd::Done(RunEnd::Failed { error: how }) => {
-                            format!("worker failed to start: {how}")
-                        }
-                        WorkerEnd::Done(other) => format!("worker failed to start: {other:?}"),
-                    }))
+                Err(WorkerEnd::TimedOut(_)) => {
+                    self.kill();
+                    return Err(BackendError::NotAvailable(format!(
+                        "worker did not start within {}s",
+                        start_timeout.as_secs()
+                    )));
+                }
+                Err(WorkerEnd::Died(how) | WorkerEnd::Done(RunEnd::Failed { error: how })) => {
+                    return Err(BackendError::NotAvailable(format!(
+                        "worker failed to start: {how}"
+                    )))
+                }
+                Err(WorkerEnd::Done(other)) => {
+                    return Err(BackendError::NotAvailable(format!(
+                        "worker failed to start: {other:?}"
+                    )))
                 }
             }
         }
     }
 
-    /// Sends `command` and feeds every event to `on_event` until the command finishes, the
-    /// worker dies, or `timeout` passes (then the worker is killed).
+    /// How many tests the worker can run at once.
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Why the worker is going away, if it is: `None` while it is healthy.
+    pub fn breakage(&self) -> Option<Breakage> {
+        self.breakage.get().copied()
+    }
+
+    /// Sends `command` to `slot` and feeds that slot's events to `on_event` until the command
+    /// finishes, the worker dies, or `timeout` passes (then the worker is killed, with every
+    /// slot).
     pub fn run(
-        &mut self,
+        &self,
+        slot: usize,
         command: &Command,
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(Event),
     ) -> WorkerEnd {
-        if let Err(error) = protocol::write_command(&mut self.stdin, command) {
+        let Some(wire_slot) = u32::try_from(slot).ok().filter(|_| slot < self.slots.len()) else {
+            return WorkerEnd::Done(RunEnd::Failed {
+                error: format!("worker has no slot {slot}"),
+            });
+        };
+        let sent = protocol::write_command(&mut *lock(&self.stdin), wire_slot, command);
+        if let Err(error) = sent {
+            let _ = self.breakage.set(Breakage::Unexplained);
             return WorkerEnd::Died(self.death(format!("could not send a command: {error}")));
         }
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
-            match self.next_event(deadline) {
+            match self.next_event(slot, deadline) {
                 Ok(Event::Done(end)) => return WorkerEnd::Done(end),
                 Ok(event) => on_event(event),
                 Err(WorkerEnd::TimedOut(_)) => {
                     self.kill();
                     // Output that arrived before the kill still counts.
-                    while let Ok(Ok(event)) = self.events.try_recv() {
+                    let receiver = lock(&self.slots[slot]);
+                    while let Ok(Ok(event)) = receiver.try_recv() {
                         on_event(event);
                     }
                     return WorkerEnd::TimedOut(timeout.unwrap_or_default());
@@ -143,15 +242,14 @@ impl Worker {
         }
     }
 
-    fn next_event(&mut self, deadline: Option<Instant>) -> Result<Event, WorkerEnd> {
-        let received = match deadline {
-            None => self
-                .events
-                .recv()
-                .map_err(|_| RecvTimeoutError::Disconnected),
-            Some(deadline) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                self.events.recv_timeout(left)
+    fn next_event(&self, slot: usize, deadline: Option<Instant>) -> Result<Event, WorkerEnd> {
+        let received = {
+            let receiver = lock(&self.slots[slot]);
+            match deadline {
+                None => receiver.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(deadline) => {
+                    receiver.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                }
             }
         };
         match received {
@@ -161,42 +259,49 @@ impl Worker {
             )),
             Err(RecvTimeoutError::Timeout) => Err(WorkerEnd::TimedOut(Duration::ZERO)),
             Err(RecvTimeoutError::Disconnected) => {
+                let _ = self.breakage.set(Breakage::Unexplained);
                 Err(WorkerEnd::Died(self.death("closed its pipe".into())))
             }
         }
     }
 
     /// Describes the worker's end: waits for it and names the signal or exit status.
-    fn death(&mut self, what: String) -> String {
-        let status = self.reap();
-        match status {
+    fn death(&self, what: String) -> String {
+        match self.reap() {
             Some(status) => format!("worker {what}; it {}", describe_exit(status)),
             None => format!("worker {what}"),
         }
     }
 
-    fn reap(&mut self) -> Option<std::process::ExitStatus> {
-        // Give a dying process a moment to finish exiting, then make sure it is gone.
-        for _ in 0..50 {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
+    fn reap(&self) -> Option<ExitStatus> {
+        *self.status.get_or_init(|| {
+            let mut child = lock(&self.child);
+            // Give a dying process a moment to finish exiting, then make sure it is gone.
+            for _ in 0..50 {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Some(status);
+                }
+                std::thread::sleep(Duration::from_millis(10));
             }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        self.kill();
-        self.child.wait().ok()
+            let _ = child.kill();
+            child.wait().ok()
+        })
     }
 
-    /// Kills the worker (it may be stuck in a hung kernel).
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    /// Kills the worker (it may be stuck in a hung kernel), ending every slot's run.
+    pub fn kill(&self) {
+        let _ = self.breakage.set(Breakage::Explained);
+        let mut child = lock(&self.child);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        self.kill();
+        let child = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 

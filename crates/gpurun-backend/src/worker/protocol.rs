@@ -1,6 +1,8 @@
 //! Messages between the harness (parent) and a worker process, framed on the worker's stdin and
-//! stdout: a tag byte, a little-endian `u32` length, then the payload (raw bytes for output,
-//! JSON for the rest).
+//! stdout: a tag byte, the little-endian `u32` slot the frame belongs to, a little-endian `u32`
+//! length, then the payload (raw bytes for output, JSON for the rest). A worker runs one test
+//! per slot at a time, each slot on its own stream/queue with its own copy of the module, so
+//! the slot number keeps the output of concurrent tests apart.
 
 use crate::server::PanicReport;
 use crate::LaunchShape;
@@ -86,32 +88,52 @@ const TAG_DONE: u8 = 5;
 const TAG_START_FAILED: u8 = 6;
 const TAG_COMMAND: u8 = 16;
 
-fn write_frame(out: &mut impl Write, tag: u8, payload: &[u8]) -> io::Result<()> {
+/// Which of a worker's concurrent runs a frame belongs to.
+pub type Slot = u32;
+
+/// Largest slot count a worker accepts (and so the largest slot number plus one).
+pub const MAX_SLOTS: usize = 256;
+
+const HEADER_LEN: usize = 9;
+
+fn write_frame(out: &mut impl Write, tag: u8, slot: Slot, payload: &[u8]) -> io::Result<()> {
     let len = u32::try_from(payload.len())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
-    let mut header = [0u8; 5];
+        .ok()
+        .filter(|len| *len as usize <= MAX_FRAME)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
+    let mut header = [0u8; HEADER_LEN];
     header[0] = tag;
-    header[1..].copy_from_slice(&len.to_le_bytes());
+    header[1..5].copy_from_slice(&slot.to_le_bytes());
+    header[5..].copy_from_slice(&len.to_le_bytes());
     out.write_all(&header)?;
     out.write_all(payload)?;
     out.flush()
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of stream.
-fn read_frame(input: &mut impl Read) -> io::Result<Option<(u8, Vec<u8>)>> {
-    let mut header = [0u8; 5];
-    match input.read_exact(&mut header) {
-        Ok(()) => {}
-        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
-        Err(e) => return Err(e),
+fn read_frame(input: &mut impl Read) -> io::Result<Option<(u8, Slot, Vec<u8>)>> {
+    let mut header = [0u8; HEADER_LEN];
+    // Only an end of stream between frames is clean; one inside a header is a torn frame.
+    loop {
+        match input.read(&mut header[..1]) {
+            Ok(0) => return Ok(None),
+            Ok(_) => break,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
-    let len = u32::from_le_bytes([header[1], header[2], header[3], header[4]]) as usize;
+    input.read_exact(&mut header[1..])?;
+    let slot = u32::from_le_bytes([header[1], header[2], header[3], header[4]]);
+    if slot as usize >= MAX_SLOTS {
+        return Err(invalid(format!("frame for slot {slot} is out of range")));
+    }
+    let len = u32::from_le_bytes([header[5], header[6], header[7], header[8]]) as usize;
     if len > MAX_FRAME {
         return Err(invalid(format!("frame of {len} bytes is over the limit")));
     }
     let mut payload = vec![0u8; len];
     input.read_exact(&mut payload)?;
-    Ok(Some((header[0], payload)))
+    Ok(Some((header[0], slot, payload)))
 }
 
 fn invalid(message: String) -> io::Error {
@@ -126,49 +148,54 @@ fn from_json<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> io::Result<T> {
     serde_json::from_slice(bytes).map_err(|e| invalid(format!("bad worker message: {e}")))
 }
 
-pub fn write_command(out: &mut impl Write, command: &Command) -> io::Result<()> {
-    write_frame(out, TAG_COMMAND, &json(command)?)
+pub fn write_command(out: &mut impl Write, slot: Slot, command: &Command) -> io::Result<()> {
+    write_frame(out, TAG_COMMAND, slot, &json(command)?)
 }
 
-pub fn read_command(input: &mut impl Read) -> io::Result<Option<Command>> {
+pub fn read_command(input: &mut impl Read) -> io::Result<Option<(Slot, Command)>> {
     match read_frame(input)? {
         None => Ok(None),
-        Some((TAG_COMMAND, payload)) => from_json(&payload).map(Some),
-        Some((tag, _)) => Err(invalid(format!(
+        Some((TAG_COMMAND, slot, payload)) => {
+            from_json(&payload).map(|command| Some((slot, command)))
+        }
+        Some((tag, _, _)) => Err(invalid(format!(
             "unexpected frame tag {tag} from the parent"
         ))),
     }
 }
 
-pub fn write_event(out: &mut impl Write, event: &Event) -> io::Result<()> {
+pub fn write_event(out: &mut impl Write, slot: Slot, event: &Event) -> io::Result<()> {
     match event {
-        Event::Ready { device } => write_frame(out, TAG_READY, device.as_bytes()),
-        Event::Stdout(bytes) => write_frame(out, TAG_STDOUT, bytes),
-        Event::Stderr(bytes) => write_frame(out, TAG_STDERR, bytes),
-        Event::Panic(report) => write_frame(out, TAG_PANIC, &json(report)?),
-        Event::Done(end) => write_frame(out, TAG_DONE, &json(end)?),
-        Event::StartFailed { error } => write_frame(out, TAG_START_FAILED, error.as_bytes()),
+        Event::Ready { device } => write_frame(out, TAG_READY, slot, device.as_bytes()),
+        Event::Stdout(bytes) => write_frame(out, TAG_STDOUT, slot, bytes),
+        Event::Stderr(bytes) => write_frame(out, TAG_STDERR, slot, bytes),
+        Event::Panic(report) => write_frame(out, TAG_PANIC, slot, &json(report)?),
+        Event::Done(end) => write_frame(out, TAG_DONE, slot, &json(end)?),
+        Event::StartFailed { error } => write_frame(out, TAG_START_FAILED, slot, error.as_bytes()),
     }
 }
 
-pub fn read_event(input: &mut impl Read) -> io::Result<Option<Event>> {
-    let Some((tag, payload)) = read_frame(input)? else {
+pub fn read_event(input: &mut impl Read) -> io::Result<Option<(Slot, Event)>> {
+    let Some((tag, slot, payload)) = read_frame(input)? else {
         return Ok(None);
     };
     let text = |bytes: Vec<u8>| String::from_utf8_lossy(&bytes).into_owned();
-    Ok(Some(match tag {
-        TAG_READY => Event::Ready {
-            device: text(payload),
+    Ok(Some((
+        slot,
+        match tag {
+            TAG_READY => Event::Ready {
+                device: text(payload),
+            },
+            TAG_STDOUT => Event::Stdout(payload),
+            TAG_STDERR => Event::Stderr(payload),
+            TAG_PANIC => Event::Panic(from_json(&payload)?),
+            TAG_DONE => Event::Done(from_json(&payload)?),
+            TAG_START_FAILED => Event::StartFailed {
+                error: text(payload),
+            },
+            other => return Err(invalid(format!("unknown frame tag {other} from a worker"))),
         },
-        TAG_STDOUT => Event::Stdout(payload),
-        TAG_STDERR => Event::Stderr(payload),
-        TAG_PANIC => Event::Panic(from_json(&payload)?),
-        TAG_DONE => Event::Done(from_json(&payload)?),
-        TAG_START_FAILED => Event::StartFailed {
-            error: text(payload),
-        },
-        other => return Err(invalid(format!("unknown frame tag {other} from a worker"))),
-    }))
+    )))
 }
 
 #[cfg(test)]
@@ -177,7 +204,7 @@ mod tests {
 
     #[test]
     fn events_round_trip() {
-        let events = vec![
+        let events = [
             Event::Ready {
                 device: "host".into(),
             },
@@ -197,25 +224,36 @@ mod tests {
             },
         ];
         let mut wire = Vec::new();
-        for event in &events {
-            write_event(&mut wire, event).unwrap();
+        for (slot, event) in events.iter().enumerate() {
+            write_event(&mut wire, slot as Slot, event).unwrap();
         }
         let mut input = wire.as_slice();
-        for event in &events {
-            assert_eq!(read_event(&mut input).unwrap().as_ref(), Some(event));
+        for (slot, event) in events.iter().enumerate() {
+            assert_eq!(
+                read_event(&mut input).unwrap(),
+                Some((slot as Slot, event.clone()))
+            );
         }
         assert_eq!(read_event(&mut input).unwrap(), None);
     }
 
     #[test]
     fn oversized_and_unknown_frames_are_errors() {
-        let mut wire = vec![TAG_STDOUT];
+        let mut wire = vec![TAG_STDOUT, 0, 0, 0, 0];
         wire.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(read_event(&mut wire.as_slice()).is_err());
-        let wire = [99u8, 0, 0, 0, 0];
+        let wire = [99u8, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert!(read_event(&mut wire.as_slice()).is_err());
+        // A slot no worker can have.
+        let mut wire = vec![TAG_STDOUT];
+        wire.extend_from_slice(&(MAX_SLOTS as u32).to_le_bytes());
+        wire.extend_from_slice(&0u32.to_le_bytes());
         assert!(read_event(&mut wire.as_slice()).is_err());
         // A truncated payload is an error, not a clean end.
-        let wire = [TAG_STDOUT, 4, 0, 0, 0, b'a'];
+        let wire = [TAG_STDOUT, 0, 0, 0, 0, 4, 0, 0, 0, b'a'];
+        assert!(read_event(&mut wire.as_slice()).is_err());
+        // So is a truncated header.
+        let wire = [TAG_STDOUT, 0, 0];
         assert!(read_event(&mut wire.as_slice()).is_err());
     }
 
@@ -227,7 +265,10 @@ mod tests {
             blocks: [2, 1, 1],
         };
         let mut wire = Vec::new();
-        write_command(&mut wire, &command).unwrap();
-        assert_eq!(read_command(&mut wire.as_slice()).unwrap(), Some(command));
+        write_command(&mut wire, 3, &command).unwrap();
+        assert_eq!(
+            read_command(&mut wire.as_slice()).unwrap(),
+            Some((3, command))
+        );
     }
 }
