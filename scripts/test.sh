@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all --check
+# The fixtures and examples are workspaces of their own, outside `cargo fmt --all` (many-tests
+# is generated, one test per line, and stays that way).
+git ls-files -z 'fixtures/*.rs' 'examples/*.rs' ':!fixtures/many-tests/*' |
+    xargs -0 rustfmt --edition 2021 --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
