@@ -197,6 +197,149 @@ fn nvptx_build_of_hello_on_the_device_runtime() {
     check_nvptx_image(&images[0], "hello", &["sm_70", "sm_80", "sm_89"]);
 }
 
+/// `cargo gpurun test -p targets --target TARGET EXTRA -- --list` in the repository root: listing
+/// needs the images, not a GPU.
+fn list_targets_fixture(target: &str, extra: &[&str]) -> Output {
+    let manifest = fixtures_manifest();
+    let mut args = vec![
+        "test",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+        "-p",
+        "targets",
+        "--target",
+        target,
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "--list"]);
+    gpurun(&args, &[])
+}
+
+/// Each `     Running WHAT (IMAGE)` line of stderr, split.
+fn running_suites(stderr: &str) -> Vec<(String, PathBuf)> {
+    stderr
+        .lines()
+        .filter_map(|line| line.strip_prefix("     Running "))
+        .map(|rest| {
+            let (what, image) = rest
+                .strip_suffix(')')
+                .and_then(|rest| rest.split_once(" ("))
+                .unwrap_or_else(|| panic!("not a suite header: {rest}"));
+            (what.to_owned(), repo_root().join(image))
+        })
+        .collect()
+}
+
+/// The non-empty lines of stdout.
+fn lines(output: &Output) -> Vec<String> {
+    text(&output.stdout)
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn nvptx_test_builds_and_lists_the_tests_and_example_images() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    let output = list_targets_fixture("nvptx", &["-q"]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let suites = running_suites(&text(&output.stderr));
+    let what: Vec<&str> = suites.iter().map(|(what, _)| what.as_str()).collect();
+    assert_eq!(
+        what,
+        [
+            "unittests src/lib.rs",
+            "tests/integration.rs",
+            "unittests examples/demo.rs"
+        ]
+    );
+    let debug = repo_root().join("fixtures/target/nvptx64-nvidia-cuda/debug");
+    assert_eq!(suites[0].1, debug.join("targets.ptx"));
+    assert!(
+        suites[1].1.starts_with(debug.join("deps"))
+            && suites[1]
+                .1
+                .file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("integration-")),
+        "{}",
+        suites[1].1.display()
+    );
+    assert_eq!(suites[2].1, debug.join("examples/demo.ptx"));
+    // Each image is valid PTX whose test kernels are its own tests.
+    for ((_, ptx), tests) in suites.iter().zip([2, 2, 1]) {
+        assert_eq!(ptx.extension().unwrap(), "ptx");
+        let summary = validate::check_ptx(&std::fs::read_to_string(ptx).unwrap())
+            .unwrap_or_else(|err| panic!("{}: {err}", ptx.display()));
+        let test_kernels = summary
+            .entries
+            .iter()
+            .filter(|entry| entry.starts_with("__gpurun_test_"))
+            .count();
+        assert_eq!(
+            test_kernels,
+            tests,
+            "{}: {:?}",
+            ptx.display(),
+            summary.entries
+        );
+    }
+    assert_eq!(
+        lines(&output),
+        [
+            "lib_passes: test",
+            "lib_passes_on_every_thread: test",
+            "2 tests, 0 benchmarks",
+            "integration_fails_on_purpose: test",
+            "integration_passes: test",
+            "2 tests, 0 benchmarks",
+            "demo_passes: test",
+            "1 test, 0 benchmarks",
+        ]
+    );
+}
+
+#[test]
+fn amdgcn_test_says_why_it_skips_executable_targets() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    let output = list_targets_fixture("amdgcn", &["--arch", "gfx90a", "-q"]);
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("note:"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "note: skipping test target `integration` of `targets` on amdgcn: cargo builds it as \
+             an executable, which amdgcn-amd-amdhsa cannot link",
+            "note: skipping example `demo` of `targets` on amdgcn: cargo builds it as an \
+             executable, which amdgcn-amd-amdhsa cannot link (give the example crate-type = \
+             [\"cdylib\"] to test it there)",
+        ],
+        "{stderr}"
+    );
+    let suites = running_suites(&stderr);
+    assert_eq!(suites.len(), 1, "{stderr}");
+    assert_eq!(suites[0].0, "unittests src/lib.rs");
+    assert_eq!(suites[0].1.extension().unwrap(), "elf");
+    assert_eq!(
+        lines(&output),
+        [
+            "lib_passes: test",
+            "lib_passes_on_every_thread: test",
+            "2 tests, 0 benchmarks",
+        ]
+    );
+}
+
 #[test]
 fn amdgcn_builds_of_a_bare_kernel_and_of_hello() {
     let _lock = lock_fixtures();

@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use cargo_metadata::{Artifact, Message};
 
 use super::crates::{DeviceCrate, Workspace};
+use super::targets::Selected;
 use super::{validate, BuildError, BuildOptions, BuiltImage, DeviceTarget, ImageKind};
 use crate::toolchain::{self, Toolchain};
 
@@ -19,8 +20,34 @@ use crate::toolchain::{self, Toolchain};
 /// `cargo-gpurun` runs the build; the name tells `main` to act as the linker.
 pub const NVPTX_LINKER_NAME: &str = "gpurun-nvptx-link";
 
+/// Version script for host executables linked as shared objects: without one, a shared object
+/// exports every global symbol, Rust's own included (thousands, against a cdylib's handful).
+/// Mangled Rust symbols (legacy `_ZN`, v0 `_R`), `rust_eh_personality` and `__rustc*` stay local;
+/// the unmangled symbols of the device runtime and the test and kernel functions stay exported.
+const HOST_EXPORTS: &str =
+    "{\n  local:\n    _ZN*;\n    _R*;\n    rust_eh_personality;\n    __rustc*;\n};\n";
+
+/// File name (inside `<target dir>/gpurun/`) of [`HOST_EXPORTS`]. Cargo does not track its
+/// contents, so a change to them needs a new name to relink.
+const HOST_EXPORTS_NAME: &str = "host-exports-v1.ver";
+
 /// File name of cargo in a toolchain's `bin` directory.
 const CARGO_EXE: &str = if cfg!(windows) { "cargo.exe" } else { "cargo" };
+
+/// Which targets one cargo invocation builds.
+#[derive(Debug, Clone, Copy)]
+pub enum Selection<'a> {
+    /// Cargo's default: the lib and the bins (`cargo gpurun build`).
+    Default,
+    /// The lib (when `lib`) and these targets, each named (`cargo gpurun test`).
+    Only { lib: bool, targets: &'a [Selected] },
+    /// One executable target of one package, linked as a shared object that the host backend
+    /// can `dlopen`: `cargo rustc --test NAME -- -C link-arg=-shared ...`. The objects are those
+    /// of the executable; the link argument comes after rustc's own `-pie`, so it wins, and the
+    /// startup files that need a `main` are left out. A version script ([`HOST_EXPORTS`]) then
+    /// exports what rustc's own for a cdylib would: the unmangled symbols.
+    SharedObject(&'a Selected),
+}
 
 /// One cargo invocation.
 pub struct CargoBuild<'a> {
@@ -31,6 +58,8 @@ pub struct CargoBuild<'a> {
     pub workspace: &'a Workspace,
     /// The nightly toolchain (GPU targets only).
     pub toolchain: Option<&'a Toolchain>,
+    /// The targets to build.
+    pub selection: Selection<'a>,
 }
 
 impl CargoBuild<'_> {
@@ -70,7 +99,10 @@ impl CargoBuild<'_> {
         if !status.success() {
             return Err(BuildError::Cargo {
                 what,
-                detail: format!("cargo failed ({status}); its errors are above"),
+                detail: format!(
+                    "cargo failed ({status}); its errors are above{}",
+                    self.failure_hint()
+                ),
             });
         }
         let mut images = Vec::new();
@@ -87,9 +119,43 @@ impl CargoBuild<'_> {
 
     fn describe(&self) -> String {
         let names: Vec<&str> = self.packages.iter().map(|p| p.name.as_str()).collect();
+        let mut what = names.join(", ");
+        if let Selection::SharedObject(selected) = self.selection {
+            what = format!("{what} {} {}", selected.cargo_flag(), selected.name);
+        }
         match self.arch {
-            Some(arch) => format!("{} for {} {arch}", names.join(", "), self.target),
-            None => format!("{} for {}", names.join(", "), self.target),
+            Some(arch) => format!("{what} for {} {arch}", self.target),
+            None => format!("{what} for {}", self.target),
+        }
+    }
+
+    /// Why a host tests/ target may fail to link where the lib did not: cargo also builds every
+    /// bin of the package for it (for `CARGO_BIN_EXE_*`), as ordinary executables, and a device
+    /// program (`#[gpurun::main]`) is none on the host (its `_start` kernel is the C runtime's
+    /// entry point there).
+    fn failure_hint(&self) -> &'static str {
+        let Selection::SharedObject(selected) = self.selection else {
+            return "";
+        };
+        let has_bins = self.packages.iter().any(|package| {
+            package
+                .targets
+                .iter()
+                .any(|target| target.kind == ImageKind::Bin)
+        });
+        if selected.kind == ImageKind::Test && has_bins {
+            " (cargo links the package's bins for a tests/ target, as host executables, which \
+             a device program's bin cannot be)"
+        } else {
+            ""
+        }
+    }
+
+    /// `build`, or `rustc` to pass the link argument of [`Selection::SharedObject`].
+    fn subcommand(&self) -> &'static str {
+        match self.selection {
+            Selection::SharedObject(_) => "rustc",
+            Selection::Default | Selection::Only { .. } => "build",
         }
     }
 
@@ -132,7 +198,7 @@ impl CargoBuild<'_> {
                 command.env("RUSTUP_HOME", rustup_home);
             }
             command
-                .arg("build")
+                .arg(self.subcommand())
                 .arg("-Zbuild-std=core,alloc")
                 .args(["--target", triple]);
             for var in ["RUSTC", "RUSTDOC", "CARGO"] {
@@ -141,13 +207,27 @@ impl CargoBuild<'_> {
             command.env(toolchain::LLVM_TOOLS_DIR_ENV, toolchain.llvm_tools_dir());
         } else {
             command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-            command.arg("build");
+            command.arg(self.subcommand());
         }
         command
             .arg("--manifest-path")
             .arg(&self.workspace.manifest_path);
         for package in self.packages {
             command.args(["-p", &package.name]);
+        }
+        match self.selection {
+            Selection::Default => {}
+            Selection::Only { lib, targets } => {
+                if lib {
+                    command.arg("--lib");
+                }
+                for selected in targets {
+                    command.args([selected.cargo_flag(), &selected.name]);
+                }
+            }
+            Selection::SharedObject(selected) => {
+                command.args([selected.cargo_flag(), &selected.name]);
+            }
         }
         if self.opts.release {
             command.arg("--release");
@@ -180,6 +260,17 @@ impl CargoBuild<'_> {
             command.args(["--config", &format!("profile.{profile}.panic=\"unwind\"")]);
         }
         self.add_rustflags(&mut command)?;
+        if let Selection::SharedObject(_) = self.selection {
+            // For this target's final link only (dependencies are not linked). `-Xlinker` keeps
+            // a comma in the path whole, where `-Wl,` would split it.
+            let exports = install_host_exports(&self.workspace.target_dir)?;
+            command.args(["--", "-C", "link-arg=-shared", "-C", "link-arg=-Xlinker"]);
+            command.arg("-C").arg({
+                let mut arg = std::ffi::OsString::from("link-arg=--version-script=");
+                arg.push(&exports);
+                arg
+            });
+        }
         Ok(command)
     }
 
@@ -250,10 +341,20 @@ impl CargoBuild<'_> {
         } else {
             ImageKind::Lib
         };
+        let has_extension = |extension: &str| {
+            artifact
+                .filenames
+                .iter()
+                .any(|path| path.extension() == Some(extension))
+        };
         let wanted_extension = match self.target {
             DeviceTarget::Nvptx => Some("ptx"),
             DeviceTarget::Amdgcn => Some("elf"),
-            DeviceTarget::Host if kind == ImageKind::Lib => Some(std::env::consts::DLL_EXTENSION),
+            // A cdylib (lib, or example declared so); else an executable, which is a shared
+            // object when built as [`Selection::SharedObject`].
+            DeviceTarget::Host if has_extension(std::env::consts::DLL_EXTENSION) => {
+                Some(std::env::consts::DLL_EXTENSION)
+            }
             DeviceTarget::Host => None,
         };
         match wanted_extension {
@@ -303,9 +404,18 @@ impl CargoBuild<'_> {
             }
             DeviceTarget::Host => Vec::new(),
         };
+        let package_root = package
+            .manifest_path
+            .parent()
+            .unwrap_or(&package.manifest_path);
+        let source = artifact.target.src_path.as_std_path();
         Ok(BuiltImage {
             package: package.name.clone(),
             name: artifact.target.name.clone(),
+            source: source
+                .strip_prefix(package_root)
+                .unwrap_or(source)
+                .to_owned(),
             target: self.target,
             arch: self.arch.map(str::to_owned),
             path,
@@ -360,6 +470,25 @@ fn is_newer(path: &Path, than: &Path) -> bool {
         (Ok(path_time), Ok(than_time)) => path_time >= than_time,
         _ => false,
     }
+}
+
+/// Writes [`HOST_EXPORTS`] to `<target dir>/gpurun/` unless it is there already, and returns its
+/// path.
+fn install_host_exports(target_dir: &Path) -> Result<PathBuf, BuildError> {
+    let dir = target_dir.join("gpurun");
+    let path = dir.join(HOST_EXPORTS_NAME);
+    if std::fs::read_to_string(&path).is_ok_and(|text| text == HOST_EXPORTS) {
+        return Ok(path);
+    }
+    let io_error = |context: String| move |source| BuildError::Io { context, source };
+    std::fs::create_dir_all(&dir).map_err(io_error(format!("cannot create {}", dir.display())))?;
+    // Written under a unique name and renamed, so a concurrent build never reads half a file.
+    let temporary = dir.join(format!("{HOST_EXPORTS_NAME}.{}", std::process::id()));
+    std::fs::write(&temporary, HOST_EXPORTS)
+        .map_err(io_error(format!("cannot write {}", temporary.display())))?;
+    std::fs::rename(&temporary, &path)
+        .map_err(io_error(format!("cannot create {}", path.display())))?;
+    Ok(path)
 }
 
 /// Points `<target dir>/gpurun/gpurun-nvptx-link` at the running executable and returns it.

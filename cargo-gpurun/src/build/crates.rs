@@ -1,10 +1,12 @@
 //! Finding device crates with `cargo metadata`: a workspace member is a device crate when it has
 //! a `[package.metadata.gpurun]` table or depends on `gpurun-device`.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use cargo_metadata::{MetadataCommand, Package};
 
+use super::targets::CargoTarget;
 use super::{BuildError, BuildOptions};
 
 /// The name of the device runtime crate; depending on it makes a crate a device crate.
@@ -32,6 +34,10 @@ pub struct DeviceCrate {
     pub manifest_path: PathBuf,
     /// Its `[package.metadata.gpurun]` table, if any.
     pub gpurun_metadata: Option<serde_json::Value>,
+    /// Its lib, bin, test and example targets.
+    pub targets: Vec<CargoTarget>,
+    /// Its `[features]` table, optional dependencies included (for `required-features`).
+    pub features: BTreeMap<String, Vec<String>>,
 }
 
 impl Workspace {
@@ -127,10 +133,18 @@ fn as_device_crate(package: &Package) -> Option<DeviceCrate> {
         .dependencies
         .iter()
         .any(|dependency| dependency.name == DEVICE_RUNTIME_CRATE);
+    let manifest_path = package.manifest_path.clone().into_std_path_buf();
+    let root = manifest_path.parent().unwrap_or(&manifest_path).to_owned();
     (gpurun_metadata.is_some() || uses_runtime).then(|| DeviceCrate {
         name: package.name.to_string(),
-        manifest_path: package.manifest_path.clone().into_std_path_buf(),
         gpurun_metadata,
+        targets: package
+            .targets
+            .iter()
+            .filter_map(|target| CargoTarget::from_metadata(target, &root))
+            .collect(),
+        features: package.features.clone(),
+        manifest_path,
     })
 }
 

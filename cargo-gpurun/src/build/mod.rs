@@ -2,16 +2,19 @@
 //! its GPU target on the nightly toolchain with `-Zbuild-std=core,alloc` (or for the host), and
 //! return where every image landed, checked offline ([`validate`]).
 //!
-//! The entry point is [`build`]; `cargo gpurun build` prints its result, `cargo gpurun test`
-//! builds and then runs the images. nvptx images are linked by our own bitcode linker
+//! The entry points are [`build`] (lib and bins, for `cargo gpurun build` to print) and
+//! [`build_for_test`] (also the tests/ and example targets, see [`targets`], for `cargo gpurun
+//! test` to run). nvptx images are linked by our own bitcode linker
 //! ([`nvptx_link`]), which cargo reaches through `-Clinker`.
 
 pub mod arch;
 mod cargo;
 mod crates;
 pub mod nvptx_link;
+pub mod targets;
 pub mod validate;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 pub use arch::DeviceTarget;
@@ -70,8 +73,8 @@ pub enum MessageFormat {
     Json,
 }
 
-/// What kind of cargo target an image came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+/// What kind of cargo target an image came from. Ordered as `cargo test` runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ImageKind {
     /// A `cdylib` (the usual shape of a device crate).
@@ -101,6 +104,8 @@ pub struct BuiltImage {
     pub cubin: Option<PathBuf>,
     /// Which kind of cargo target produced it.
     pub kind: ImageKind,
+    /// The target's source file, relative to the package root (`src/lib.rs`, `tests/foo.rs`).
+    pub source: PathBuf,
     /// Kernels found in the image by the offline validation (empty for host images).
     pub kernels: Vec<String>,
 }
@@ -151,6 +156,9 @@ pub enum BuildError {
         path: PathBuf,
         source: validate::ValidateError,
     },
+    /// A package's Cargo.toml could not be read for its `[[test]]` targets.
+    #[error("cannot read the [[test]] targets of `{package}`: {detail}")]
+    Manifest { package: String, detail: String },
     /// Files under the target directory could not be read or written.
     #[error("{context}: {source}")]
     Io {
@@ -159,9 +167,30 @@ pub enum BuildError {
     },
 }
 
-/// Builds the selected device crates for every requested target and returns the images,
-/// validated. Cargo's own progress and diagnostics go to stderr; nothing is printed on stdout.
+/// Builds the lib and bins of the selected device crates for every requested target and returns
+/// the images, validated. Cargo's own progress and diagnostics go to stderr; nothing is printed on
+/// stdout.
 pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
+    build_with(opts, Mode::Build)
+}
+
+/// Like [`build`], for `cargo gpurun test`: also builds each device crate's tests/ targets that
+/// have `harness = false`, and its examples (see [`targets`] for what each device target can
+/// build). Every target left out is named in one `warning:` or `note:` line on stderr.
+pub fn build_for_test(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
+    build_with(opts, Mode::Test)
+}
+
+/// Which targets of the device crates a build makes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// The lib and bins: cargo's default targets.
+    Build,
+    /// What `cargo test` would run: lib, bins, tests/ and examples.
+    Test,
+}
+
+fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildError> {
     let targets = requested_targets(opts)?;
     arch::check_cli_arches(&targets, &opts.arch)?;
     // `cargo metadata` and the toolchain probe are independent processes: run them side by
@@ -183,6 +212,16 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
         Some(probed) => Some(probed?.ready_for_build()?),
         None => None,
     };
+    let mut selections = HashMap::new();
+    if mode == Mode::Test {
+        for package in &selected {
+            let selection = test_selection(package, opts)?;
+            for line in &selection.left_out {
+                eprintln!("{line}");
+            }
+            selections.insert(package.name.clone(), selection);
+        }
+    }
     let mut images = Vec::new();
     for target in targets {
         let detected = std::cell::OnceCell::new();
@@ -213,8 +252,12 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
                 packages: &packages,
                 workspace: &workspace,
                 toolchain: toolchain.as_ref(),
+                selection: cargo::Selection::Default,
             };
-            let built = request.run()?;
+            let built = match mode {
+                Mode::Build => request.run()?,
+                Mode::Test => build_group_for_test(&request, &selections)?,
+            };
             for package in &packages {
                 if !built.iter().any(|image| image.package == package.name) {
                     // Cargo succeeded but made nothing loadable: usually a missing crate-type.
@@ -225,6 +268,115 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
                 }
             }
             images.extend(built);
+        }
+    }
+    Ok(images)
+}
+
+/// What `cargo gpurun test` builds of `package` (before the device target has its say).
+fn test_selection(
+    package: &crates::DeviceCrate,
+    opts: &BuildOptions,
+) -> Result<targets::TestSelection, BuildError> {
+    let manifest_error = |detail: String| BuildError::Manifest {
+        package: package.name.clone(),
+        detail,
+    };
+    // Only a package with test targets needs its manifest read for their `harness`.
+    let harness_false = if package
+        .targets
+        .iter()
+        .any(|target| target.kind == ImageKind::Test)
+    {
+        let text = std::fs::read_to_string(&package.manifest_path)
+            .map_err(|err| manifest_error(format!("{}: {err}", package.manifest_path.display())))?;
+        targets::harness_false_tests(&text).map_err(manifest_error)?
+    } else {
+        Default::default()
+    };
+    let features = targets::EnabledFeatures::resolve(
+        &package.name,
+        &package.features,
+        &opts.features,
+        opts.all_features,
+        opts.no_default_features,
+    );
+    Ok(targets::select_for_test(
+        &package.name,
+        &package.targets,
+        &harness_false,
+        |required| features.missing(required),
+    ))
+}
+
+/// Builds one (target, architecture) group for `cargo gpurun test`: the libs and every target
+/// the device target builds together in one cargo run (one per package when a target name
+/// appears in several packages, since cargo's `--test NAME` selects it in all of them), then
+/// each host executable target on its own.
+fn build_group_for_test(
+    group: &cargo::CargoBuild<'_>,
+    selections: &HashMap<String, targets::TestSelection>,
+) -> Result<Vec<BuiltImage>, BuildError> {
+    let mut plans = Vec::new();
+    for package in group.packages {
+        let Some(selection) = selections.get(&package.name) else {
+            continue;
+        };
+        let plan = selection.plan_for(group.target, &package.name);
+        for line in &plan.left_out {
+            eprintln!("{line}");
+        }
+        plans.push((*package, selection.lib, plan));
+    }
+    let names_are_unique = plans.iter().all(|(package, _, plan)| {
+        plan.together.iter().all(|selected| {
+            group.packages.iter().all(|other| {
+                other.name == package.name
+                    || !other
+                        .targets
+                        .iter()
+                        .any(|target| target.kind == selected.kind && target.name == selected.name)
+            })
+        })
+    });
+    let mut runs: Vec<(Vec<&crates::DeviceCrate>, bool, Vec<targets::Selected>)> = Vec::new();
+    if names_are_unique {
+        runs.push((
+            plans.iter().map(|(package, _, _)| *package).collect(),
+            plans.iter().any(|(_, lib, _)| *lib),
+            plans
+                .iter()
+                .flat_map(|(_, _, plan)| plan.together.iter().cloned())
+                .collect(),
+        ));
+    } else {
+        for (package, lib, plan) in &plans {
+            runs.push((vec![*package], *lib, plan.together.clone()));
+        }
+    }
+    let mut images = Vec::new();
+    for (packages, lib, together) in &runs {
+        if !*lib && together.is_empty() {
+            continue;
+        }
+        let request = cargo::CargoBuild {
+            packages,
+            selection: cargo::Selection::Only {
+                lib: *lib,
+                targets: together,
+            },
+            ..*group
+        };
+        images.extend(request.run()?);
+    }
+    for (package, _, plan) in &plans {
+        for selected in &plan.one_by_one {
+            let request = cargo::CargoBuild {
+                packages: std::slice::from_ref(package),
+                selection: cargo::Selection::SharedObject(selected),
+                ..*group
+            };
+            images.extend(request.run()?);
         }
     }
     Ok(images)

@@ -62,6 +62,7 @@ mod tests {
                 PathBuf::from("/repo/fixtures/target/nvptx64-nvidia-cuda/debug/hello.cubin")
             }),
             kind: ImageKind::Lib,
+            source: PathBuf::from("src/lib.rs"),
             kernels: vec!["_start".to_owned()],
         }
     }
@@ -88,5 +89,6 @@ mod tests {
         assert_eq!(value["cubin"], serde_json::Value::Null);
         assert_eq!(value["kernels"], serde_json::json!(["_start"]));
         assert_eq!(value["package"], "hello");
+        assert_eq!(value["source"], "src/lib.rs");
     }
 }

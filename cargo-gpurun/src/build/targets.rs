@@ -1,0 +1,604 @@
+//! Which cargo targets of a device crate `cargo gpurun test` builds, like `cargo test` would:
+//! the lib, the bins, every `[[test]]` with `harness = false` and every example.
+//!
+//! `cargo metadata` gives each target's kind, crate types, `test` flag and `required-features`,
+//! but not `harness`, so that one is read from the package's Cargo.toml. A test target that keeps
+//! libtest (`harness = true`, the default) needs `std` and cannot run on a GPU: it is left out
+//! with a warning. The targets are then named one by one on cargo's command line (`--lib --bin A
+//! --test B --example C`); `--tests` would also build the lib with libtest.
+//!
+//! Per device target:
+//! - nvptx links every executable with our linker, so everything builds in one cargo run;
+//! - amdgcn-amd-amdhsa cannot link executables at all (cargo refuses the `bin` crate type), so
+//!   only the lib and examples declared with `crate-type = ["cdylib"]` build there;
+//! - on the host, cargo's executables cannot be `dlopen`ed (glibc refuses PIE executables, and
+//!   a `#![no_main]` one does not even link), so each executable target is built on its own with
+//!   `cargo rustc ... -- -C link-arg=-shared`: the same objects, linked as a shared object.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use cargo_metadata::{CrateType, TargetKind};
+
+use super::{DeviceTarget, ImageKind};
+
+/// A cargo target of a device crate, as far as choosing what to test is concerned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CargoTarget {
+    /// The target name (what `--test NAME` takes).
+    pub name: String,
+    /// Lib, bin, test or example.
+    pub kind: ImageKind,
+    /// Cargo links it as an executable (crate type `bin`): every bin and test, and examples
+    /// without a `crate-type`.
+    pub executable: bool,
+    /// The manifest's `test` flag (`test = false` keeps a target out of `cargo test`).
+    pub test: bool,
+    /// The manifest's `required-features`.
+    pub required_features: Vec<String>,
+    /// The source file, relative to the package root where possible (`tests/foo.rs`).
+    pub source: PathBuf,
+}
+
+impl CargoTarget {
+    /// The target as `cargo metadata` describes it; `None` for benches and build scripts.
+    pub fn from_metadata(target: &cargo_metadata::Target, package_root: &Path) -> Option<Self> {
+        let is = |kind: &TargetKind| target.kind.contains(kind);
+        let kind = if is(&TargetKind::Bin) {
+            ImageKind::Bin
+        } else if is(&TargetKind::Test) {
+            ImageKind::Test
+        } else if is(&TargetKind::Example) {
+            ImageKind::Example
+        } else if target.kind.iter().any(|kind| {
+            matches!(
+                kind,
+                TargetKind::Lib
+                    | TargetKind::RLib
+                    | TargetKind::DyLib
+                    | TargetKind::CDyLib
+                    | TargetKind::StaticLib
+            )
+        }) {
+            ImageKind::Lib
+        } else {
+            return None;
+        };
+        let source = target.src_path.as_std_path();
+        Some(CargoTarget {
+            name: target.name.clone(),
+            kind,
+            executable: target.crate_types.contains(&CrateType::Bin),
+            test: target.test,
+            required_features: target.required_features.clone(),
+            source: source
+                .strip_prefix(package_root)
+                .unwrap_or(source)
+                .to_owned(),
+        })
+    }
+}
+
+/// A bin, test or example target that `cargo gpurun test` builds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Selected {
+    /// Bin, test or example.
+    pub kind: ImageKind,
+    /// The target name.
+    pub name: String,
+    /// Whether cargo links it as an executable (see [`CargoTarget::executable`]).
+    pub executable: bool,
+}
+
+impl Selected {
+    /// Cargo's option naming this target: `--bin`, `--test` or `--example`.
+    pub fn cargo_flag(&self) -> &'static str {
+        match self.kind {
+            ImageKind::Bin => "--bin",
+            ImageKind::Test => "--test",
+            ImageKind::Example => "--example",
+            // Never selected by name: the lib is `--lib`.
+            ImageKind::Lib => "--lib",
+        }
+    }
+}
+
+/// What `cargo gpurun test` builds of one device crate, whatever the device target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TestSelection {
+    /// The package has a lib target.
+    pub lib: bool,
+    /// Bins, then tests, then examples, each in name order.
+    pub targets: Vec<Selected>,
+    /// One line for each target left out (`warning: ...` or `note: ...`), to print once.
+    pub left_out: Vec<String>,
+}
+
+/// What one device target builds of a [`TestSelection`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TargetPlan {
+    /// Built in the package's (or the group's) one cargo run, next to the lib.
+    pub together: Vec<Selected>,
+    /// Built one at a time as shared objects (host executables).
+    pub one_by_one: Vec<Selected>,
+    /// One `note: ...` line for each target this device target cannot build.
+    pub left_out: Vec<String>,
+}
+
+/// Chooses the targets of package `package` that `cargo gpurun test` builds: the lib, every bin,
+/// every test with `harness = false` (`harness_false` holds their names) and `test = true`, and
+/// every example; `missing_features` says which of a target's `required-features` are off.
+pub fn select_for_test(
+    package: &str,
+    targets: &[CargoTarget],
+    harness_false: &BTreeSet<String>,
+    missing_features: impl Fn(&[String]) -> Vec<String>,
+) -> TestSelection {
+    let mut selection = TestSelection::default();
+    let mut sorted: Vec<&CargoTarget> = targets.iter().collect();
+    sorted.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+    for target in sorted {
+        let what = describe(target, package);
+        match target.kind {
+            ImageKind::Lib => {
+                selection.lib = true;
+                continue;
+            }
+            // `cargo test` leaves these out too.
+            ImageKind::Test if !target.test => continue,
+            ImageKind::Test if !harness_false.contains(&target.name) => {
+                selection.left_out.push(format!(
+                    "warning: skipping {what}: it uses libtest, which cannot run on a GPU; set \
+                     `harness = false` in its [[test]] section of Cargo.toml"
+                ));
+                continue;
+            }
+            ImageKind::Bin | ImageKind::Test | ImageKind::Example => {}
+        }
+        let missing = missing_features(&target.required_features);
+        if !missing.is_empty() {
+            selection.left_out.push(format!(
+                "note: skipping {what}: it requires the features `{}` (enable them with \
+                 `--features`)",
+                missing.join("`, `")
+            ));
+            continue;
+        }
+        selection.targets.push(Selected {
+            kind: target.kind,
+            name: target.name.clone(),
+            executable: target.executable,
+        });
+    }
+    selection
+}
+
+impl TestSelection {
+    /// How `target` builds this selection of package `package`.
+    pub fn plan_for(&self, target: DeviceTarget, package: &str) -> TargetPlan {
+        let mut plan = TargetPlan::default();
+        for selected in &self.targets {
+            match target {
+                DeviceTarget::Nvptx => plan.together.push(selected.clone()),
+                DeviceTarget::Host if selected.executable => plan.one_by_one.push(selected.clone()),
+                DeviceTarget::Host => plan.together.push(selected.clone()),
+                DeviceTarget::Amdgcn if !selected.executable => {
+                    plan.together.push(selected.clone());
+                }
+                DeviceTarget::Amdgcn => {
+                    let hint = if selected.kind == ImageKind::Example {
+                        " (give the example crate-type = [\"cdylib\"] to test it there)"
+                    } else {
+                        ""
+                    };
+                    plan.left_out.push(format!(
+                        "note: skipping {} of `{package}` on amdgcn: cargo builds it as an \
+                         executable, which amdgcn-amd-amdhsa cannot link{hint}",
+                        kind_and_name(selected.kind, &selected.name),
+                    ));
+                }
+            }
+        }
+        plan
+    }
+}
+
+/// `test target `foo` of `pkg` (tests/foo.rs)`.
+fn describe(target: &CargoTarget, package: &str) -> String {
+    format!(
+        "{} of `{package}` ({})",
+        kind_and_name(target.kind, &target.name),
+        target.source.display()
+    )
+}
+
+fn kind_and_name(kind: ImageKind, name: &str) -> String {
+    let kind = match kind {
+        ImageKind::Lib => "lib",
+        ImageKind::Bin => "bin",
+        ImageKind::Test => "test target",
+        ImageKind::Example => "example",
+    };
+    format!("{kind} `{name}`")
+}
+
+/// Names of the `[[test]]` targets that set `harness = false`, from the text of a Cargo.toml. A
+/// `[[test]]` without `name` is named after its file, as cargo does.
+pub fn harness_false_tests(manifest: &str) -> Result<BTreeSet<String>, String> {
+    let document: toml_edit::DocumentMut = manifest.parse().map_err(|err| format!("{err}"))?;
+    let mut names = BTreeSet::new();
+    let Some(tests) = document
+        .get("test")
+        .and_then(|item| item.as_array_of_tables())
+    else {
+        return Ok(names);
+    };
+    for test in tests {
+        if test.get("harness").and_then(|item| item.as_bool()) != Some(false) {
+            continue;
+        }
+        let name = test
+            .get("name")
+            .and_then(|item| item.as_str())
+            .map(str::to_owned)
+            .or_else(|| {
+                let path = test.get("path").and_then(|item| item.as_str())?;
+                Some(Path::new(path).file_stem()?.to_string_lossy().into_owned())
+            });
+        if let Some(name) = name {
+            names.insert(name);
+        }
+    }
+    Ok(names)
+}
+
+/// The features of a package that the command line turns on, with everything they enable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnabledFeatures {
+    /// `--all-features`.
+    All,
+    /// These names: features, optional dependencies and `dep/feature` entries.
+    Some(BTreeSet<String>),
+}
+
+impl EnabledFeatures {
+    /// Resolves `--features` values (comma or space separated; `package/feature` for one
+    /// package), `--all-features` and `--no-default-features` against a package's `[features]`
+    /// table (as `cargo metadata` lists it, optional dependencies included).
+    pub fn resolve(
+        package: &str,
+        table: &BTreeMap<String, Vec<String>>,
+        features: &[String],
+        all_features: bool,
+        no_default_features: bool,
+    ) -> Self {
+        if all_features {
+            return Self::All;
+        }
+        let mut pending: Vec<String> = Vec::new();
+        if !no_default_features {
+            pending.push("default".to_owned());
+        }
+        for spec in features
+            .iter()
+            .flat_map(|value| value.split([',', ' ']))
+            .map(str::trim)
+            .filter(|spec| !spec.is_empty())
+        {
+            match spec.split_once('/') {
+                Some((owner, feature)) if owner == package => pending.push(feature.to_owned()),
+                _ => pending.push(spec.to_owned()),
+            }
+        }
+        let mut enabled = BTreeSet::new();
+        while let Some(feature) = pending.pop() {
+            // `dep?/feature` turns on a dependency's feature if the dependency is on: counted as
+            // on. `dep:name` (an optional dependency) is no feature and enables nothing more.
+            let feature = feature.replace("?/", "/");
+            if !enabled.insert(feature.clone()) || feature.starts_with("dep:") {
+                continue;
+            }
+            if let Some(enables) = table.get(&feature) {
+                pending.extend(enables.iter().cloned());
+            }
+        }
+        Self::Some(enabled)
+    }
+
+    /// The entries of `required` (a target's `required-features`) that are off.
+    pub fn missing(&self, required: &[String]) -> Vec<String> {
+        match self {
+            Self::All => Vec::new(),
+            Self::Some(enabled) => required
+                .iter()
+                .filter(|feature| !enabled.contains(&feature.replace("?/", "/")))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(kind: ImageKind, name: &str, source: &str) -> CargoTarget {
+        CargoTarget {
+            name: name.to_owned(),
+            kind,
+            executable: kind != ImageKind::Lib,
+            test: kind != ImageKind::Example,
+            required_features: Vec::new(),
+            source: PathBuf::from(source),
+        }
+    }
+
+    fn selected(kind: ImageKind, name: &str, executable: bool) -> Selected {
+        Selected {
+            kind,
+            name: name.to_owned(),
+            executable,
+        }
+    }
+
+    fn harness_false(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    #[test]
+    fn reads_targets_from_cargo_metadata() {
+        let json = |kind: &str, crate_type: &str, name: &str, path: &str| {
+            serde_json::json!({
+                "kind": [kind], "crate_types": [crate_type], "name": name,
+                "src_path": path, "edition": "2021", "doc": false, "doctest": false,
+                "test": kind == "test", "required-features": ["extra"],
+            })
+        };
+        let parse = |value: serde_json::Value| {
+            let target: cargo_metadata::Target = serde_json::from_value(value).unwrap();
+            CargoTarget::from_metadata(&target, Path::new("/ws/pkg"))
+        };
+        let test = parse(json("test", "bin", "it", "/ws/pkg/tests/it.rs")).unwrap();
+        assert_eq!(test.kind, ImageKind::Test);
+        assert!(test.executable && test.test);
+        assert_eq!(test.source, Path::new("tests/it.rs"));
+        assert_eq!(test.required_features, ["extra"]);
+        let example = parse(json(
+            "example",
+            "cdylib",
+            "demo",
+            "/ws/pkg/examples/demo.rs",
+        ))
+        .unwrap();
+        assert_eq!(example.kind, ImageKind::Example);
+        assert!(!example.executable && !example.test);
+        let lib = parse(json("cdylib", "cdylib", "pkg", "/ws/pkg/src/lib.rs")).unwrap();
+        assert_eq!(
+            (lib.kind, lib.source.as_path()),
+            (ImageKind::Lib, Path::new("src/lib.rs"))
+        );
+        assert_eq!(
+            parse(json("bench", "bin", "b", "/ws/pkg/benches/b.rs")),
+            None
+        );
+        assert_eq!(
+            parse(json(
+                "custom-build",
+                "bin",
+                "build-script-build",
+                "/ws/pkg/build.rs"
+            )),
+            None
+        );
+        // A source outside the package (a `path = "../x.rs"`) keeps its full path.
+        let outside = parse(json("test", "bin", "x", "/ws/x.rs")).unwrap();
+        assert_eq!(outside.source, Path::new("/ws/x.rs"));
+    }
+
+    #[test]
+    fn selects_lib_bins_harness_false_tests_and_examples_in_cargo_order() {
+        let targets = [
+            target(ImageKind::Example, "zdemo", "examples/zdemo.rs"),
+            target(ImageKind::Test, "b_tests", "tests/b_tests.rs"),
+            target(ImageKind::Example, "ademo", "examples/ademo.rs"),
+            target(ImageKind::Test, "a_tests", "tests/a_tests.rs"),
+            target(ImageKind::Bin, "tool", "src/main.rs"),
+            target(ImageKind::Lib, "pkg", "src/lib.rs"),
+        ];
+        let selection = select_for_test(
+            "pkg",
+            &targets,
+            &harness_false(&["a_tests", "b_tests"]),
+            |_| Vec::new(),
+        );
+        assert!(selection.lib);
+        assert_eq!(
+            selection.targets,
+            [
+                selected(ImageKind::Bin, "tool", true),
+                selected(ImageKind::Test, "a_tests", true),
+                selected(ImageKind::Test, "b_tests", true),
+                selected(ImageKind::Example, "ademo", true),
+                selected(ImageKind::Example, "zdemo", true),
+            ]
+        );
+        assert!(selection.left_out.is_empty(), "{:?}", selection.left_out);
+    }
+
+    #[test]
+    fn a_libtest_test_is_skipped_with_one_warning_naming_it() {
+        let targets = [
+            target(ImageKind::Lib, "pkg", "src/lib.rs"),
+            target(ImageKind::Test, "uses_libtest", "tests/uses_libtest.rs"),
+            target(ImageKind::Test, "device", "tests/device.rs"),
+        ];
+        let selection =
+            select_for_test("pkg", &targets, &harness_false(&["device"]), |_| Vec::new());
+        assert_eq!(
+            selection.targets,
+            [selected(ImageKind::Test, "device", true)]
+        );
+        assert_eq!(
+            selection.left_out,
+            ["warning: skipping test target `uses_libtest` of `pkg` (tests/uses_libtest.rs): it \
+              uses libtest, which cannot run on a GPU; set `harness = false` in its [[test]] \
+              section of Cargo.toml"]
+        );
+    }
+
+    #[test]
+    fn tests_with_test_false_are_left_out_like_cargo_test_does() {
+        let mut off = target(ImageKind::Test, "off", "tests/off.rs");
+        off.test = false;
+        let selection = select_for_test("pkg", &[off], &harness_false(&["off"]), |_| Vec::new());
+        assert_eq!(selection, TestSelection::default());
+    }
+
+    #[test]
+    fn targets_missing_required_features_are_skipped_with_a_note() {
+        let mut gated = target(ImageKind::Example, "gated", "examples/gated.rs");
+        gated.required_features = vec!["big".to_owned(), "fast".to_owned()];
+        let mut open = target(ImageKind::Example, "open", "examples/open.rs");
+        open.required_features = vec!["fast".to_owned()];
+        let enabled = EnabledFeatures::Some(harness_false(&["fast"]));
+        let selection = select_for_test("pkg", &[gated, open], &BTreeSet::new(), |required| {
+            enabled.missing(required)
+        });
+        assert_eq!(
+            selection.targets,
+            [selected(ImageKind::Example, "open", true)]
+        );
+        assert_eq!(
+            selection.left_out,
+            [
+                "note: skipping example `gated` of `pkg` (examples/gated.rs): it requires the \
+              features `big` (enable them with `--features`)"
+            ]
+        );
+    }
+
+    #[test]
+    fn each_device_target_builds_what_it_can() {
+        let selection = TestSelection {
+            lib: true,
+            targets: vec![
+                selected(ImageKind::Test, "it", true),
+                selected(ImageKind::Example, "bin_demo", true),
+                selected(ImageKind::Example, "cdylib_demo", false),
+            ],
+            left_out: Vec::new(),
+        };
+        let nvptx = selection.plan_for(DeviceTarget::Nvptx, "pkg");
+        assert_eq!(nvptx.together, selection.targets);
+        assert!(nvptx.one_by_one.is_empty() && nvptx.left_out.is_empty());
+
+        let host = selection.plan_for(DeviceTarget::Host, "pkg");
+        assert_eq!(
+            host.together,
+            [selected(ImageKind::Example, "cdylib_demo", false)]
+        );
+        assert_eq!(host.one_by_one, selection.targets[..2]);
+        assert!(host.left_out.is_empty());
+
+        let amdgcn = selection.plan_for(DeviceTarget::Amdgcn, "pkg");
+        assert_eq!(amdgcn.together, host.together);
+        assert!(amdgcn.one_by_one.is_empty());
+        assert_eq!(
+            amdgcn.left_out,
+            [
+                "note: skipping test target `it` of `pkg` on amdgcn: cargo builds it as an \
+                 executable, which amdgcn-amd-amdhsa cannot link",
+                "note: skipping example `bin_demo` of `pkg` on amdgcn: cargo builds it as an \
+                 executable, which amdgcn-amd-amdhsa cannot link (give the example crate-type = \
+                 [\"cdylib\"] to test it there)",
+            ]
+        );
+    }
+
+    #[test]
+    fn harness_false_is_read_from_the_manifest() {
+        let manifest = r#"
+            [package]
+            name = "pkg"
+
+            [[test]]
+            name = "device"
+            harness = false
+
+            [[test]]
+            name = "host_side"
+
+            [[test]]
+            name = "explicit_true"
+            harness = true
+
+            [[test]]
+            path = "tests/unnamed.rs"
+            harness = false
+
+            [lib]
+            harness = false
+        "#;
+        assert_eq!(
+            harness_false_tests(manifest).unwrap(),
+            harness_false(&["device", "unnamed"])
+        );
+        assert_eq!(
+            harness_false_tests("[package]\nname = \"x\"\n").unwrap(),
+            BTreeSet::new()
+        );
+        assert!(harness_false_tests("[[test]\n").is_err());
+    }
+
+    #[test]
+    fn features_resolve_through_the_table() {
+        let table: BTreeMap<String, Vec<String>> = [
+            ("default", vec!["std"]),
+            ("std", vec![]),
+            ("big", vec!["wide", "dep:helper", "helper?/simd"]),
+            ("wide", vec![]),
+            ("helper", vec!["dep:helper"]),
+            ("other", vec![]),
+        ]
+        .into_iter()
+        .map(|(name, enables)| {
+            (
+                name.to_owned(),
+                enables.into_iter().map(str::to_owned).collect(),
+            )
+        })
+        .collect();
+        let required = |names: &[&str]| -> Vec<String> {
+            names.iter().map(|name| (*name).to_owned()).collect()
+        };
+
+        let defaults = EnabledFeatures::resolve("pkg", &table, &[], false, false);
+        assert!(defaults.missing(&required(&["std"])).is_empty());
+        assert_eq!(defaults.missing(&required(&["big", "std"])), ["big"]);
+
+        let none = EnabledFeatures::resolve("pkg", &table, &[], false, true);
+        assert_eq!(none.missing(&required(&["std"])), ["std"]);
+
+        // Comma and space separated, `pkg/feature` for this package, transitive through the table.
+        let big = EnabledFeatures::resolve(
+            "pkg",
+            &table,
+            &["pkg/big other".to_owned(), "unrelated/x,".to_owned()],
+            false,
+            true,
+        );
+        assert!(big
+            .missing(&required(&["big", "wide", "helper/simd", "other"]))
+            .is_empty());
+        assert_eq!(
+            big.missing(&required(&["std", "helper"])),
+            ["std", "helper"]
+        );
+        // `helper` enables `dep:helper`, which names itself no feature: resolving ends.
+        let helper = EnabledFeatures::resolve("pkg", &table, &["helper".to_owned()], false, true);
+        assert!(helper.missing(&required(&["helper"])).is_empty());
+
+        let all = EnabledFeatures::resolve("pkg", &table, &[], true, true);
+        assert!(all.missing(&required(&["anything"])).is_empty());
+    }
+}
