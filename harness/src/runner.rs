@@ -205,7 +205,7 @@ fn run_inner(
 
     let counts = sinks.console.counts;
     if let (Some(junit), Some(path)) = (sinks.junit.take(), &args.junit) {
-        junit.write(path, elapsed)?;
+        junit.write(path, elapsed, args.junit_append)?;
     }
     if !sinks.annotations.is_empty() {
         // Workflow commands must start a line; after the summary nothing else is printed. In

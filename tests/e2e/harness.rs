@@ -1,7 +1,7 @@
 //! `cargo gpurun test` and test images under `cargo gpurun run` (the `target.runner` path):
 //! counts, summary lines, listing, filters, should_panic, JSON, JUnit, exit codes, recovery.
 
-use gpurun_tests::{describe, gpurun, host_image, host_images, text};
+use gpurun_tests::{describe, fixtures_dir, gpurun, host_image, host_images, text};
 
 /// What libtest prints for every test of `basic` (see fixtures/basic/src/lib.rs).
 const BASIC_RESULTS: &[(&str, &str)] = &[
@@ -75,8 +75,182 @@ fn cargo_gpurun_test_reports_every_result_of_basic() {
         "{}",
         describe(&output)
     );
+    // Cargo's header, the image path relative to the working directory (the fixtures).
     assert!(
-        text(&output.stderr).contains("Running basic"),
+        text(&output.stderr)
+            .lines()
+            .any(|line| line == "     Running unittests src/lib.rs (target/debug/libbasic.so)"),
+        "{}",
+        describe(&output)
+    );
+}
+
+/// `cargo gpurun test -p targets --target host`: the lib, tests/integration.rs and
+/// examples/demo.rs, each its own suite, in cargo's order (see fixtures/targets).
+fn run_targets(harness_args: &[&str]) -> std::process::Output {
+    host_images();
+    let manifest = fixtures_dir().join("Cargo.toml");
+    let mut args = vec![
+        "test",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+        "-p",
+        "targets",
+        "--target",
+        "host",
+        "--",
+    ];
+    args.extend_from_slice(harness_args);
+    gpurun(&args).output().unwrap()
+}
+
+/// The `     Running ...` lines on stderr, with the hash of the tests/ image cut off.
+fn running_headers(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter(|line| line.starts_with("     Running "))
+        .map(|line| match line.find("/deps/integration-") {
+            Some(at) if line.ends_with(')') => format!("{}/deps/integration-HASH)", &line[..at]),
+            _ => line.to_owned(),
+        })
+        .collect()
+}
+
+const TARGETS_HEADERS: [&str; 3] = [
+    "     Running unittests src/lib.rs (target/debug/libtargets.so)",
+    "     Running tests/integration.rs (target/debug/deps/integration-HASH)",
+    "     Running unittests examples/demo.rs (target/debug/examples/demo)",
+];
+
+#[test]
+fn cargo_gpurun_test_runs_the_lib_tests_and_examples_as_suites() {
+    let output = run_targets(&["--test-threads", "1"]);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let stderr = text(&output.stderr);
+    assert_eq!(
+        running_headers(&stderr),
+        TARGETS_HEADERS,
+        "{}",
+        describe(&output)
+    );
+    // The libtest test target is not built, and one line says so.
+    let warnings: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("warning:"))
+        .collect();
+    assert_eq!(
+        warnings,
+        ["warning: skipping test target `uses_libtest` of `targets` (tests/uses_libtest.rs): it \
+          uses libtest, which cannot run on a GPU; set `harness = false` in its [[test]] section \
+          of Cargo.toml"],
+        "{}",
+        describe(&output)
+    );
+
+    // One block per suite, in the order of the headers: its test lines, then its summary.
+    let stdout = text(&output.stdout);
+    let mut suites: Vec<(String, Vec<String>, String)> = Vec::new();
+    for line in stdout.lines() {
+        if line.starts_with("running ") {
+            suites.push((line.to_owned(), Vec::new(), String::new()));
+        } else if let Some((_, tests, summary)) = suites.last_mut() {
+            if line.starts_with("test result:") {
+                // Up to the time, which varies.
+                *summary = line[..line.find("; finished").unwrap_or(line.len())].to_owned();
+            } else if line.starts_with("test ") {
+                tests.push(line.to_owned());
+            }
+        }
+    }
+    let expected = [
+        (
+            "running 2 tests",
+            vec![
+                "test lib_passes ... ok",
+                "test lib_passes_on_every_thread ... ok",
+            ],
+            "test result: ok. 2 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out",
+        ),
+        (
+            "running 2 tests",
+            vec![
+                "test integration_fails_on_purpose ... FAILED",
+                "test integration_passes ... ok",
+            ],
+            "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out",
+        ),
+        (
+            "running 1 test",
+            vec!["test demo_passes ... ok"],
+            "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out",
+        ),
+    ];
+    assert_eq!(suites.len(), expected.len(), "{}", describe(&output));
+    for ((running, mut tests, summary), (want_running, want_tests, want_summary)) in
+        suites.into_iter().zip(expected)
+    {
+        tests.sort();
+        assert_eq!(running, want_running, "{}", describe(&output));
+        assert_eq!(tests, want_tests, "{}", describe(&output));
+        assert_eq!(summary, want_summary, "{}", describe(&output));
+    }
+    assert!(
+        stdout.contains("the integration suite fails on purpose"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn cargo_gpurun_test_list_lists_every_suite() {
+    let output = run_targets(&["--list"]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(
+        running_headers(&text(&output.stderr)),
+        TARGETS_HEADERS,
+        "{}",
+        describe(&output)
+    );
+    let listed: Vec<String> = text(&output.stdout)
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            "lib_passes: test",
+            "lib_passes_on_every_thread: test",
+            "2 tests, 0 benchmarks",
+            "integration_fails_on_purpose: test",
+            "integration_passes: test",
+            "2 tests, 0 benchmarks",
+            "demo_passes: test",
+            "1 test, 0 benchmarks",
+        ],
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn an_image_without_tests_is_a_suite_of_zero_tests() {
+    // fixtures/hello is a program: its lib has no tests, and cargo would still run the suite.
+    host_images();
+    let output = gpurun(&["test", "-p", "hello", "--target", "host"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.lines().any(|line| line == "running 0 tests"),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        summary(&stdout).starts_with(
+            "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out;"
+        ),
         "{}",
         describe(&output)
     );
@@ -168,6 +342,31 @@ fn junit_report_is_written_and_parses() {
     assert_eq!(xml.matches("<failure").count(), 4, "{xml}");
     assert!(xml.contains("arithmetic is broken"), "{xml}");
     let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn one_junit_report_holds_every_suite_of_a_run() {
+    let path = std::env::temp_dir().join(format!("gpurun-junit-all-{}.xml", std::process::id()));
+    // A report left from an earlier run is replaced, not added to.
+    std::fs::write(&path, "stale").unwrap();
+    let output = run_targets(&["--junit", path.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let xml = std::fs::read_to_string(&path).expect("the JUnit file exists");
+    let _ = std::fs::remove_file(&path);
+    assert!(xml.starts_with("<?xml"), "{xml}");
+    for suite in ["targets", "integration", "demo"] {
+        assert!(
+            xml.contains(&format!("<testsuite name=\"{suite}\"")),
+            "no suite {suite}:\n{xml}"
+        );
+    }
+    assert_eq!(xml.matches("<testsuite ").count(), 3, "{xml}");
+    assert_eq!(xml.matches("<testcase").count(), 5, "{xml}");
+    assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
+    assert!(
+        xml.contains("tests=\"5\" failures=\"1\""),
+        "the totals cover every suite:\n{xml}"
+    );
 }
 
 #[test]

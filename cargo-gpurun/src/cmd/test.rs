@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use gpurun_harness::{HarnessArgs, ShouldPanic, TestCase};
 use gpurun_image::Image;
 
 use super::run::{backend_for, test_executor, DeviceArgs};
-use crate::build::{self, BuildOptions};
+use crate::build::{self, BuildOptions, BuiltImage, DeviceTarget, ImageKind};
 use crate::exit_code;
 
 /// `cargo gpurun test`.
@@ -119,7 +120,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     if build_options.targets.is_empty() {
         build_options.targets = vec![auto_target(args.device.backend).to_string()];
     }
-    let images = build::build(&build_options)?;
+    let mut images = build::build_for_test(&build_options)?;
     if args.no_run {
         return Ok(ExitCode::SUCCESS);
     }
@@ -130,27 +131,67 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         Err(error) => error.exit(),
     };
     let timeouts = metadata_timeouts(&build_options)?;
+    sort_in_cargo_test_order(&mut images);
+    let cwd = std::env::current_dir().unwrap_or_default();
     let mut worst = exit_code::SUCCESS;
     for built in &images {
         let image = Image::read(&built.path)
             .with_context(|| format!("failed to load image `{}`", built.path.display()))?;
         let tests = test_cases(&image);
+        // A program is a test suite only if it has tests; every other target is one even when
+        // empty ("running 0 tests"), as with cargo.
+        if built.kind == ImageKind::Bin && tests.is_empty() {
+            continue;
+        }
         let kind = backend_for(args.device.backend, &image)?;
-        eprintln!(
-            "     Running {} ({}) on the {kind} backend",
-            built.package,
-            built.path.display()
-        );
+        eprintln!("{:>12} {}", "Running", suite_header(built, &cwd));
         let timeout = harness_args
             .test_timeout
             .or_else(|| timeouts.get(&built.package).copied())
             .unwrap_or(DEFAULT_TEST_TIMEOUT);
         let executor = test_executor(&args.device, kind, &built.path, &harness_args, timeout)?;
-        harness_args.suite_name = Some(built.package.clone());
+        harness_args.suite_name = Some(match built.kind {
+            ImageKind::Lib => built.package.clone(),
+            ImageKind::Bin | ImageKind::Test | ImageKind::Example => built.name.clone(),
+        });
         let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
+        // One `--junit` file for the whole run: later suites add theirs to it.
+        harness_args.junit_append = true;
         if code != exit_code::SUCCESS {
             worst = worst.max(code);
         }
     }
     Ok(exit_code::code(worst))
+}
+
+/// Cargo's order of test suites: per device target (in build order), per package, the lib, then
+/// bins, tests/ and examples, each in name order.
+fn sort_in_cargo_test_order(images: &mut [BuiltImage]) {
+    let mut targets: Vec<DeviceTarget> = Vec::new();
+    for image in images.iter() {
+        if !targets.contains(&image.target) {
+            targets.push(image.target);
+        }
+    }
+    let target_rank = |target: DeviceTarget| targets.iter().position(|t| *t == target);
+    images.sort_by(|a, b| {
+        (target_rank(a.target), &a.package, a.kind, &a.name).cmp(&(
+            target_rank(b.target),
+            &b.package,
+            b.kind,
+            &b.name,
+        ))
+    });
+}
+
+/// What cargo prints after `Running`: `unittests src/lib.rs (target/debug/libfoo.so)` for a
+/// lib, bin or example, `tests/foo.rs (target/debug/deps/foo-1234)` for a tests/ target; the
+/// image path relative to `cwd` where it is below it.
+fn suite_header(built: &BuiltImage, cwd: &Path) -> String {
+    let path = built.path.strip_prefix(cwd).unwrap_or(&built.path);
+    let prefix = match built.kind {
+        ImageKind::Test => "",
+        ImageKind::Lib | ImageKind::Bin | ImageKind::Example => "unittests ",
+    };
+    format!("{prefix}{} ({})", built.source.display(), path.display())
 }

@@ -61,16 +61,38 @@ impl JunitReport {
         self.suite.add_test_case(case);
     }
 
-    /// Writes the XML to `path`.
-    pub(crate) fn write(mut self, path: &Path, elapsed: Duration) -> Result<(), JunitError> {
+    /// Writes the XML to `path`; with `append`, adds this suite to the report already there.
+    pub(crate) fn write(
+        mut self,
+        path: &Path,
+        elapsed: Duration,
+        append: bool,
+    ) -> Result<(), JunitError> {
         self.suite.set_time(elapsed);
-        let mut report = Report::new("gpurun");
-        report.set_time(elapsed);
+        let mut report = match append {
+            true => Self::read(path)?,
+            false => Report::new("gpurun"),
+        };
+        let total = report.time.unwrap_or_default() + elapsed;
+        report.set_time(total);
         report.add_test_suite(self.suite);
         let xml = report.to_string().map_err(JunitError::Serialize)?;
         std::fs::write(path, xml).map_err(|source| JunitError::Write {
             path: path.to_owned(),
             source,
+        })
+    }
+}
+
+impl JunitReport {
+    fn read(path: &Path) -> Result<Report, JunitError> {
+        let file = std::fs::File::open(path).map_err(|source| JunitError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Report::deserialize(std::io::BufReader::new(file)).map_err(|source| JunitError::Parse {
+            path: path.to_owned(),
+            message: source.to_string(),
         })
     }
 }
@@ -81,6 +103,23 @@ pub enum JunitError {
     /// quick-junit could not serialize the report.
     #[error("failed to serialize the JUnit report: {0}")]
     Serialize(#[source] quick_junit::SerializeError),
+    /// The report of earlier suites, to be added to, could not be read.
+    #[error("failed to read the JUnit report `{}` to add to it: {source}", path.display())]
+    Read {
+        /// Where it was.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The report of earlier suites is not JUnit XML that quick-junit reads back.
+    #[error("the JUnit report `{}` to add to is not valid: {message}", path.display())]
+    Parse {
+        /// Where it was.
+        path: std::path::PathBuf,
+        /// What the parser said.
+        message: String,
+    },
     /// The file could not be written.
     #[error("failed to write the JUnit report to `{}`: {source}", path.display())]
     Write {
