@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every fixture on the CUDA backend of a machine with an NVIDIA GPU and prints one table
-# (fixture, arguments, expected exit status, actual, time) for the issue note.
+# (fixture, launch options, arguments, expected exit status, actual, time, measurement, verdict)
+# for the issue note; the measurements are the per-test overhead of the 1000-test fixture and
+# device print throughput in MB/s from 1 and from 1024 threads.
 #
 #   scripts/gpu-check.sh                      build cargo-gpurun and the fixtures here, then run
 #   scripts/gpu-check.sh --make-bundle DIR    only build: DIR gets the binary, the images and
@@ -11,11 +13,12 @@
 #
 # Options: --arch sm_NN (default: the first GPU's, from nvidia-smi, else sm_90).
 # GPURUN_CHECK_RUNNER replaces the runner command (for testing this script without a GPU): it is
-# called as `RUNNER IMAGE ARGS...` and its exit status is compared with the expectation.
+# called as `RUNNER [LAUNCH OPTIONS] IMAGE ARGS...` and its exit status is compared with the
+# expectation.
 # Exit status: 0 when every row matches, 1 otherwise, 2 on bad usage or a failed build.
 set -uo pipefail
 
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 bundle="" make_bundle="" arch="" self_test=""
 while (($#)); do
@@ -29,19 +32,32 @@ while (($#)); do
     esac
 done
 
-# Expected outcomes, as data: fixture | arguments | expected exit status (a number, or
-# "nonzero"). Test images exit 0 when every test passes and 101 when one fails, as libtest.
+# Expected outcomes, as data: fixture | launch options (runner flags before the image) |
+# arguments (after the image) | expected exit status (a number, or "nonzero"). Test images exit
+# 0 when every test passes and 101 when one fails, as libtest. Two rows also measure: many-tests
+# (wall time per test) and print-throughput (MB/s; its --bytes 0 rows are the start-up time
+# that the printing rows' MB/s is also shown without). Their output is checked, not only the
+# exit status. 1024 threads run as 4 blocks of 256: print-throughput's `_start` needs 72
+# registers per thread (ptxas, sm_90), too many for 1024 threads in one block (64K registers).
 CASES='
-hello||0
-alloc||0
-args-env-exit|exit 3|3
-args-env-exit|return 5|5
-args-env-exit|abort|nonzero
-panics||nonzero
-basic||101
-recovery|--test-timeout 5|101
-many-tests||0
+hello|||0
+alloc|||0
+args-env-exit||exit 3|3
+args-env-exit||return 5|5
+args-env-exit||abort|nonzero
+panics|||nonzero
+basic|||101
+recovery||--test-timeout 5|101
+many-tests|||0
+concurrency||--test-threads 8|0
+concurrency||--test-threads 11 --include-ignored|101
+print-throughput||--bytes 0|0
+print-throughput||--bytes 8388608|0
+print-throughput|--threads 256 --blocks 4|--bytes 0|0
+print-throughput|--threads 256 --blocks 4|--bytes 33554432|0
 '
+# The print-throughput fixture's line size (its default).
+PRINT_LINE_BYTES=64
 
 detect_arch() {
     local cc
@@ -81,53 +97,154 @@ for line in sys.stdin:
 }
 
 fixture_names() {
-    awk -F'|' 'NF >= 3 { print $1 }' <<<"$CASES" | sort -u
+    awk -F'|' 'NF >= 4 { print $1 }' <<<"$CASES" | sort -u
 }
 
-# One table row per case; the exit status says whether all matched.
+# Checks that FILE is exactly what print-throughput prints for `--bytes BYTES` on THREADS
+# threads: BYTES bytes of PRINT_LINE_BYTES-byte lines `t<6 digits> n<10 digits> <dots>`, every
+# line number below BYTES / PRINT_LINE_BYTES once, line n from thread n % THREADS. Says what is
+# wrong on stdout and fails otherwise.
+check_print_output() {
+    local file="$1" bytes="$2" threads="$3" size
+    size=$(wc -c <"$file") || return 1
+    if [[ "$size" != "$bytes" ]]; then
+        echo "$size bytes, not $bytes"
+        return 1
+    fi
+    awk -v threads="$threads" -v count=$((bytes / PRINT_LINE_BYTES)) \
+        -v width=$((PRINT_LINE_BYTES - 1)) '
+        length($0) != width || substr($0, 1, 1) != "t" || substr($0, 2, 6) !~ /^[0-9]+$/ ||
+            substr($0, 8, 2) != " n" || substr($0, 10, 10) !~ /^[0-9]+$/ ||
+            substr($0, 20, 1) != " " || substr($0, 21) !~ /^\.*$/ {
+            print "malformed line " NR; bad = 1; exit
+        }
+        {
+            thread = substr($0, 2, 6) + 0; number = substr($0, 10, 10) + 0
+            if (number >= count) { print "line number " number " out of range"; bad = 1; exit }
+            if (number in seen) { print "line " number " arrived twice"; bad = 1; exit }
+            if (thread != number % threads) { print "line " number " from thread " thread; bad = 1; exit }
+            seen[number] = 1
+        }
+        END {
+            if (bad) exit 1
+            if (NR != count) { print NR " lines, not " count; exit 1 }
+        }' "$file"
+}
+
+# The value after FLAG in the words of TEXT (empty when absent).
+flag_value() {
+    local flag="$1" previous="" word
+    for word in $2; do
+        if [[ "$previous" == "$flag" ]]; then
+            echo "$word"
+            return
+        fi
+        previous="$word"
+    done
+}
+
+# Runs every case, then prints one table whose column widths fit its content; the exit status
+# says whether every row matched.
 run_cases() {
-    local dir="$1" fixture args expected image start end got ms verdict failures=0
-    local -a runner
+    local dir="$1" fixture launch args expected image log start end got ms verdict measured
+    local failures=0 threads blocks bytes tests problem start_up
+    local -a runner rows=() widths=()
+    local -A start_up_ms=()
     if [[ -n "${GPURUN_CHECK_RUNNER:-}" ]]; then
         read -r -a runner <<<"$GPURUN_CHECK_RUNNER"
     else
         runner=("$dir/cargo-gpurun" gpurun run --backend cuda)
     fi
-    printf '%-14s %-10s %-9s %-5s %10s  %s\n' fixture args expected got time result
-    while IFS='|' read -r fixture args expected; do
+    rows+=("fixture|launch|args|expected|got|time|measured|result")
+    while IFS='|' read -r fixture launch args expected; do
         [[ -n "$fixture" ]] || continue
         image="$dir/images/$fixture.ptx"
         if [[ ! -e "$image" ]]; then
-            printf '%-14s %-10s %-9s %-5s %10s  %s\n' "$fixture" "${args:--}" "$expected" - - \
-                "MISSING IMAGE"
+            rows+=("$fixture|${launch:--}|${args:--}|$expected|-|-|-|MISSING IMAGE")
             failures=$((failures + 1))
             continue
         fi
+        log="$dir/$fixture.${launch// /_}.${args// /_}"
+        echo "gpu-check: $fixture ${launch:+$launch }${args}" >&2
         start=$(date +%s%N)
-        # shellcheck disable=SC2086 # the arguments column is split on spaces on purpose
-        "${runner[@]}" "$image" $args >"$dir/$fixture.${args// /_}.log" 2>&1 </dev/null
+        # shellcheck disable=SC2086 # the launch and arguments columns are split on spaces on purpose
+        "${runner[@]}" $launch "$image" $args >"$log.out" 2>"$log.err" </dev/null
         got=$?
         end=$(date +%s%N)
         ms=$(((end - start) / 1000000))
+        measured=-
         if [[ "$expected" == nonzero && "$got" != 0 ]] || [[ "$got" == "$expected" ]]; then
             verdict=ok
         else
             verdict=MISMATCH
-            failures=$((failures + 1))
         fi
-        printf '%-14s %-10s %-9s %-5s %8sms  %s\n' "$fixture" "${args:--}" "$expected" "$got" \
-            "$ms" "$verdict"
-        if [[ "$fixture" == many-tests && "$verdict" == ok ]]; then
-            # 1000 tests: the whole run in ms is the cost per test in us.
-            echo "  many-tests: ${ms}us per test, process start and load included" >&2
+        if [[ "$verdict" == ok && "$fixture" == many-tests ]]; then
+            # libtest's summary line: the tests that ran are the passed and the failed ones.
+            tests=$(awk '/^test result:/ { for (i = 1; i < NF; i++) {
+                    if ($(i + 1) ~ /^passed;/) p = $i; if ($(i + 1) ~ /^failed;/) f = $i }
+                    n = p + f } END { if (n > 0) print n }' "$log.out")
+            if [[ -n "$tests" ]]; then
+                measured=$(awk -v ms="$ms" -v n="$tests" 'BEGIN { printf "%.3f ms/test (%d tests)", ms / n, n }')
+            else
+                verdict="BAD OUTPUT (no test result line)"
+            fi
+        elif [[ "$verdict" == ok && "$fixture" == print-throughput ]]; then
+            threads=$(flag_value --threads "$launch")
+            blocks=$(flag_value --blocks "$launch")
+            threads=$((${threads:-1} * ${blocks:-1}))
+            bytes=$(flag_value --bytes "$args")
+            if ! problem=$(check_print_output "$log.out" "$bytes" "$threads"); then
+                verdict="BAD OUTPUT ($problem)"
+            elif ((bytes == 0)); then
+                start_up_ms[$threads]=$ms
+                measured="start-up"
+            else
+                start_up=${start_up_ms[$threads]:-}
+                measured=$(awk -v bytes="$bytes" -v ms="$ms" -v start_up="$start_up" 'BEGIN {
+                    printf "%.3f MB/s", bytes / ms / 1000
+                    if (start_up != "" && ms > start_up)
+                        printf " (%.3f without start-up)", bytes / (ms - start_up) / 1000 }')
+            fi
         fi
+        [[ "$verdict" == ok ]] || failures=$((failures + 1))
+        rows+=("$fixture|${launch:--}|${args:--}|$expected|$got|${ms}ms|$measured|$verdict")
     done <<<"$CASES"
-    echo "logs: $dir/*.log"
+    print_table "${rows[@]}"
+    echo "MB = 10^6 bytes; times are wall time, process start and module load included"
+    echo "logs: $dir/*.out, $dir/*.err"
     ((failures == 0))
 }
 
-# A fake bundle whose runner exits as each fixture should, except one row that must be
-# flagged; the table must show both verdicts and the run must fail.
+# Prints rows of `|`-separated cells as columns as wide as their widest cell (the time column
+# right-aligned, the last column unpadded).
+print_table() {
+    local row column line
+    local -a cells widths=()
+    for row in "$@"; do
+        IFS='|' read -r -a cells <<<"$row"
+        for column in "${!cells[@]}"; do
+            ((${#cells[column]} <= ${widths[column]:-0})) || widths[column]=${#cells[column]}
+        done
+    done
+    for row in "$@"; do
+        IFS='|' read -r -a cells <<<"$row"
+        line=""
+        for column in "${!cells[@]}"; do
+            if ((column == ${#cells[@]} - 1)); then
+                line+="${cells[column]}"
+            elif ((column == 5)); then
+                line+=$(printf '%*s  ' "${widths[column]}" "${cells[column]}")
+            else
+                line+=$(printf '%-*s  ' "${widths[column]}" "${cells[column]}")
+            fi
+        done
+        echo "$line"
+    done
+}
+
+# A fake bundle whose runner exits as each fixture should and prints what the measured rows
+# need, except one row that must be flagged; the table must show both verdicts, line up, and
+# the run must fail. Then the print-output check must reject broken output.
 self_test() {
     local dir fixture table status
     dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-self-test.XXXXXX")
@@ -135,6 +252,13 @@ self_test() {
     for fixture in $(fixture_names); do : >"$dir/images/$fixture.ptx"; done
     cat >"$dir/fake-runner" <<'FAKE'
 #!/usr/bin/env bash
+threads=1 blocks=1
+while (($#)) && [[ "$1" != *.ptx ]]; do
+    [[ "$1" != --threads ]] || threads="$2"
+    [[ "$1" != --blocks ]] || blocks="$2"
+    shift
+done
+threads=$((threads * blocks))
 case "$(basename "$1" .ptx) ${2:-} ${3:-}" in
     "hello  ") exit 0 ;;
     "args-env-exit exit 3") exit 3 ;;
@@ -143,23 +267,69 @@ case "$(basename "$1" .ptx) ${2:-} ${3:-}" in
     "panics  ") exit 1 ;;
     "basic  ") exit 101 ;;
     "recovery --test-timeout 5") exit 0 ;;   # wrong on purpose: expected 101
+    "concurrency --test-threads 11") exit 101 ;;
+    "many-tests  ")
+        echo "test result: ok. 1000 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.50s"
+        exit 0 ;;
+    "print-throughput --bytes "*)
+        awk -v lines=$(($3 / 64)) -v threads="$threads" 'BEGIN {
+            for (n = 0; n < lines; n++) printf "t%06d n%010d %s\n", n % threads, n,
+                "..........................................." }'
+        exit 0 ;;
     *) exit 0 ;;
 esac
 FAKE
     chmod +x "$dir/fake-runner"
     table=$(GPURUN_CHECK_RUNNER="$dir/fake-runner" run_cases "$dir" 2>/dev/null)
     status=$?
-    rm -rf "$dir"
     echo "gpu-check self-test against a fake runner (the recovery row mismatches on purpose):"
     echo "$table"
-    [[ $status != 0 ]] || { echo "self-test: a mismatching row did not fail the run" >&2; return 1; }
-    grep -Eq '^hello +- +0 +0 .* ok$' <<<"$table" || { echo "self-test: hello row wrong" >&2; return 1; }
-    grep -Eq '^args-env-exit +abort +nonzero +134 .* ok$' <<<"$table" ||
-        { echo "self-test: nonzero expectation not honoured" >&2; return 1; }
-    grep -Eq '^recovery +--test-timeout 5 +101 +0 .* MISMATCH$' <<<"$table" ||
-        { echo "self-test: mismatch not flagged" >&2; return 1; }
-    [[ $(grep -c ' ok$' <<<"$table") == 8 ]] || { echo "self-test: expected 8 ok rows" >&2; return 1; }
-    echo "self-test: ok" >&2
+    self_test_checks "$dir" "$table" "$status"
+    status=$?
+    rm -rf "$dir"
+    ((status == 0)) && echo "self-test: ok" >&2
+    return "$status"
+}
+
+# The self-test's verdicts on TABLE (and the exit STATUS of the run that printed it); DIR has
+# the fake runner. Says what is wrong and fails at the first problem.
+self_test_checks() {
+    local dir="$1" table="$2" status="$3" rows name offset file
+    fail() { echo "self-test: $1" >&2; return 1; }
+    [[ $status != 0 ]] || { fail "a mismatching row did not fail the run"; return; }
+    grep -Eq '^hello +- +- +0 +0 .* ok$' <<<"$table" || { fail "hello row wrong"; return; }
+    grep -Eq '^args-env-exit +- +abort +nonzero +134 .* ok$' <<<"$table" ||
+        { fail "nonzero expectation not honoured"; return; }
+    grep -Eq '^recovery +- +--test-timeout 5 +101 +0 .* MISMATCH$' <<<"$table" ||
+        { fail "mismatch not flagged"; return; }
+    grep -Eq '^many-tests +- +- +0 +0 +[0-9]+ms +[0-9]+\.[0-9]{3} ms/test \(1000 tests\) +ok$' <<<"$table" ||
+        { fail "many-tests row has no per-test time"; return; }
+    [[ $(grep -Ec '^print-throughput .* start-up +ok$' <<<"$table") == 2 ]] ||
+        { fail "expected 2 print-throughput start-up rows"; return; }
+    grep -Eq '^print-throughput +- +--bytes 8388608 +0 +0 .* [0-9.]+ MB/s \([0-9.]+ without start-up\) +ok$' <<<"$table" ||
+        { fail "1-thread print-throughput row has no MB/s"; return; }
+    grep -Eq '^print-throughput +--threads 256 --blocks 4 +--bytes 33554432 +0 +0 .* [0-9.]+ MB/s.* ok$' <<<"$table" ||
+        { fail "1024-thread print-throughput row has no MB/s"; return; }
+    [[ $(grep -c ' ok$' <<<"$table") == 14 ]] || { fail "expected 14 ok rows"; return; }
+    # Every left-aligned column starts where its header does, however long a cell is.
+    rows=$(sed -n '/^fixture /,/^MB = /p' <<<"$table" | sed '$d')
+    for name in launch args expected got measured result; do
+        offset=$(head -n1 <<<"$rows" | awk -v name="$name" '{ print index($0, " " name " ") + 1 }')
+        ((offset > 1)) || offset=$(head -n1 <<<"$rows" | awk -v name="$name" '{ print index($0, " " name) + 1 }')
+        awk -v at="$offset" 'substr($0, at - 1, 1) != " " || substr($0, at, 1) == " " { exit 1 }' \
+            <<<"$rows" || { fail "column $name does not line up"; return; }
+    done
+    # The output check accepts good print output and rejects broken output.
+    file="$dir/print.out"
+    "$dir/fake-runner" --threads 2 --blocks 2 "$dir/images/print-throughput.ptx" --bytes 640 >"$file"
+    check_print_output "$file" 640 4 >/dev/null || { fail "good print output rejected"; return; }
+    ! check_print_output "$file" 640 2 >/dev/null || { fail "wrong threads accepted"; return; }
+    head -c 576 "$file" >"$file.short"
+    ! check_print_output "$file.short" 640 4 >/dev/null || { fail "missing line accepted"; return; }
+    { head -n 9 "$file"; head -n 1 "$file"; } >"$file.twice"
+    ! check_print_output "$file.twice" 640 4 >/dev/null || { fail "duplicate line accepted"; return; }
+    sed '3s/\.\.\.$/.x./' "$file" >"$file.garbled"
+    ! check_print_output "$file.garbled" 640 4 >/dev/null || { fail "garbled line accepted"; return; }
 }
 
 if [[ -n "$self_test" ]]; then
