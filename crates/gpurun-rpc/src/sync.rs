@@ -94,7 +94,8 @@ pub(crate) fn lock_fetch_and(word: &AtomicU32, bits: u32) -> u32 {
 }
 
 /// One step of a host-side wait. `spins` counts the steps of this wait (start at 0): a spin
-/// hint for the first rounds, then (with `std`) yields to the OS scheduler, then 50 µs sleeps,
+/// hint for the first rounds, then (with `std`) yields to the OS scheduler, then sleeps of 50 µs
+/// growing to 1.6 ms,
 /// so that many emulated lanes on few cores leave the CPU to the thread they wait for. Under loom
 /// every step yields, as loom requires of spin loops.
 #[inline]
@@ -110,7 +111,10 @@ pub fn host_backoff(spins: &mut u32) {
         #[cfg(feature = "std")]
         {
             if *spins > 256 {
-                std::thread::sleep(core::time::Duration::from_micros(50));
+                // Longer waits sleep longer (50 µs up to 1.6 ms): a thousand emulated threads
+                // waking every 50 µs would leave no CPU to the one they wait for.
+                let doublings = ((*spins - 256) / 64).min(5);
+                std::thread::sleep(core::time::Duration::from_micros(50 << doublings));
                 return;
             }
             if *spins > 32 {
