@@ -237,14 +237,8 @@ impl WorkerExecutor {
                 Event::Ready { .. } | Event::StartFailed { .. } | Event::Done(_) => {}
             });
         let end = match outcome {
-            WorkerEnd::Done(RunEnd::Completed { .. }) => {
-                return Attempt::Final(TestEnd::Completed {
-                    first_panic: collected.first_panic.take(),
-                    panicked_threads: collected.panicked_threads,
-                })
-            }
-            WorkerEnd::Done(RunEnd::Failed { error }) => {
-                return Attempt::Final(TestEnd::Infrastructure { error })
+            WorkerEnd::Done(end @ (RunEnd::Completed { .. } | RunEnd::Failed { .. })) => {
+                return Attempt::Final(final_end(end, collected))
             }
             WorkerEnd::TimedOut(after) => {
                 return Attempt::Final(TestEnd::TimedOut { after });
@@ -259,34 +253,42 @@ impl WorkerExecutor {
             }
         };
         // The worker is gone. Did this slot end it, or was it caught in another's end?
-        let own = breakage_of(&end) == Some(Breakage::Explained);
-        let suspects = pooled.suspects();
-        let alone = suspects <= 1;
-        if own || alone {
-            return Attempt::Final(match end {
-                RunEnd::Exited { code } => TestEnd::Exited { code },
-                RunEnd::Aborted => TestEnd::Aborted,
-                RunEnd::TimedOut { millis } => TestEnd::TimedOut {
-                    after: Duration::from_millis(millis),
-                },
-                RunEnd::Faulted { error } | RunEnd::Failed { error } => TestEnd::Faulted { error },
-                RunEnd::Completed { .. } => TestEnd::Completed {
-                    first_panic: collected.first_panic.take(),
-                    panicked_threads: collected.panicked_threads,
-                },
-            });
+        if breakage_of(&end) == Some(Breakage::Explained) {
+            return Attempt::Final(final_end(end, collected));
         }
-        let how = match end {
-            RunEnd::Faulted { error } => error,
+        let how = match &end {
+            RunEnd::Faulted { error } => error.clone(),
             other => format!("{other:?}"),
         };
-        match pooled.worker.breakage() {
-            Some(Breakage::Explained) => Attempt::Again(how),
-            _ => Attempt::Alone(format!(
-                "{how}, with {} other test(s) running beside it",
-                suspects - 1
-            )),
+        if pooled.worker.breakage() == Some(Breakage::Explained) {
+            // Another slot's exit, abort or timeout ended the worker under this test.
+            return Attempt::Again(how);
         }
+        let suspects = pooled.suspects();
+        if suspects <= 1 {
+            return Attempt::Final(final_end(end, collected));
+        }
+        Attempt::Alone(format!(
+            "{how}, with {} other test(s) running beside it",
+            suspects - 1
+        ))
+    }
+}
+
+/// The harness's view of a run end that stands.
+fn final_end(end: RunEnd, collected: &mut Collected) -> TestEnd {
+    match end {
+        RunEnd::Exited { code } => TestEnd::Exited { code },
+        RunEnd::Aborted => TestEnd::Aborted,
+        RunEnd::TimedOut { millis } => TestEnd::TimedOut {
+            after: Duration::from_millis(millis),
+        },
+        RunEnd::Faulted { error } => TestEnd::Faulted { error },
+        RunEnd::Failed { error } => TestEnd::Infrastructure { error },
+        RunEnd::Completed { .. } => TestEnd::Completed {
+            first_panic: collected.first_panic.take(),
+            panicked_threads: collected.panicked_threads,
+        },
     }
 }
 

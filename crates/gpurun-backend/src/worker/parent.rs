@@ -101,7 +101,12 @@ fn route_events(
                     format!("frame for slot {slot}, which it does not have"),
                 ),
             },
-            Ok(None) => return,
+            Ok(None) => {
+                // Gone without a word about why (unless a fatal run end said so already): no
+                // new test may start in it.
+                let _ = breakage.set(Breakage::Unexplained);
+                return;
+            }
             Err(error) => error,
         };
         let _ = breakage.set(Breakage::Unexplained);
