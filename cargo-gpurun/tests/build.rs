@@ -200,13 +200,18 @@ fn nvptx_build_of_hello_on_the_device_runtime() {
 /// `cargo gpurun test -p targets --target TARGET EXTRA -- --list` in the repository root: listing
 /// needs the images, not a GPU.
 fn list_targets_fixture(target: &str, extra: &[&str]) -> Output {
+    list_fixture("targets", target, extra)
+}
+
+/// `cargo gpurun test -p PACKAGE --target TARGET EXTRA -- --list` in the repository root.
+fn list_fixture(package: &str, target: &str, extra: &[&str]) -> Output {
     let manifest = fixtures_manifest();
     let mut args = vec![
         "test",
         "--manifest-path",
         manifest.to_str().unwrap(),
         "-p",
-        "targets",
+        package,
         "--target",
         target,
     ];
@@ -300,6 +305,82 @@ fn nvptx_test_builds_and_lists_the_tests_and_example_images() {
             "1 test, 0 benchmarks",
         ]
     );
+}
+
+#[test]
+fn nvptx_test_builds_the_lib_in_test_mode_when_it_has_no_harness() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    // fixtures/unit-tests: `[lib] harness = false`, tests only in `#[cfg(test)] mod tests`.
+    let output = list_fixture("unit-tests", "nvptx", &["-q"]);
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let suites = running_suites(&stderr);
+    assert_eq!(suites.len(), 1, "{stderr}");
+    let (what, ptx) = &suites[0];
+    assert_eq!(what, "unittests src/lib.rs");
+    // The test-mode build, an executable linked to PTX by our linker, not the plain cdylib.
+    let deps = repo_root().join("fixtures/target/nvptx64-nvidia-cuda/debug/deps");
+    assert!(
+        ptx.starts_with(&deps)
+            && ptx.extension().is_some_and(|extension| extension == "ptx")
+            && ptx
+                .file_name()
+                .is_some_and(|name| name.to_string_lossy().starts_with("unit_tests-")),
+        "{}",
+        ptx.display()
+    );
+    let summary = validate::check_ptx(&std::fs::read_to_string(ptx).unwrap())
+        .unwrap_or_else(|err| panic!("{}: {err}", ptx.display()));
+    let entries = &summary.entries;
+    assert_eq!(
+        entries
+            .iter()
+            .filter(|entry| entry.starts_with("__gpurun_test_"))
+            .count(),
+        3,
+        "{entries:?}"
+    );
+    assert_eq!(
+        lines(&output),
+        [
+            "tests::matches_the_closed_form_on_every_thread: test",
+            "tests::rejects_a_wrong_sum: test",
+            "tests::small_sums: test",
+            "3 tests, 0 benchmarks",
+        ]
+    );
+}
+
+#[test]
+fn amdgcn_test_notes_it_cannot_build_the_lib_in_test_mode() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    let output = list_fixture("unit-tests", "amdgcn", &["--arch", "gfx90a", "-q"]);
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let notes: Vec<&str> = stderr
+        .lines()
+        .filter(|line| line.starts_with("note:"))
+        .collect();
+    assert_eq!(
+        notes,
+        [
+            "note: the cfg(test) unit tests of the lib of `unit-tests` are not built for amdgcn: \
+          cargo builds them as an executable, which amdgcn-amd-amdhsa cannot link; the lib's own \
+          tests run instead"
+        ],
+        "{stderr}"
+    );
+    // The plain lib, which has none of the cfg(test) tests, is the lib suite there.
+    let suites = running_suites(&stderr);
+    assert_eq!(suites.len(), 1, "{stderr}");
+    assert_eq!(suites[0].1.extension().unwrap(), "elf");
+    assert_eq!(lines(&output), ["0 tests, 0 benchmarks"]);
 }
 
 #[test]

@@ -123,6 +123,34 @@ const TARGETS_HEADERS: [&str; 3] = [
 ];
 
 #[test]
+fn release_test_targets_load_on_the_host() {
+    // The fixtures' release profile has `lto = true`, which once made the host's shared test
+    // images fail to link (local-exec thread-locals in a shared object).
+    let manifest = fixtures_dir().join("Cargo.toml");
+    let output = gpurun(&[
+        "test",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+        "-p",
+        "targets",
+        "--target",
+        "host",
+        "--release",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    for summary in [
+        "test result: ok. 2 passed; 0 failed;",
+        "test result: FAILED. 1 passed; 1 failed;",
+        "test result: ok. 1 passed; 0 failed;",
+    ] {
+        assert!(stdout.contains(summary), "{summary}\n{}", describe(&output));
+    }
+}
+
+#[test]
 fn cargo_gpurun_test_runs_the_lib_tests_and_examples_as_suites() {
     let output = run_targets(&["--test-threads", "1"]);
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
@@ -228,6 +256,71 @@ fn cargo_gpurun_test_list_lists_every_suite() {
             "demo_passes: test",
             "1 test, 0 benchmarks",
         ],
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
+fn a_lib_without_harness_runs_its_cfg_test_unit_tests() {
+    // fixtures/unit-tests: `[lib] harness = false`, so its lib suite is the lib built in test
+    // mode, where the `#[cfg(test)] mod tests` exists; the plain lib has no tests.
+    host_images();
+    let output = gpurun(&[
+        "test",
+        "-p",
+        "unit-tests",
+        "--target",
+        "host",
+        "--",
+        "--test-threads",
+        "1",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    // Cargo's header for a lib's unit tests, naming the test-mode executable (linked as a shared
+    // object) instead of the plain `libunit_tests.so`.
+    let headers: Vec<String> = text(&output.stderr)
+        .lines()
+        .filter(|line| line.starts_with("     Running "))
+        .map(|line| match line.find("/deps/unit_tests-") {
+            Some(at) if line.ends_with(')') => format!("{}/deps/unit_tests-HASH)", &line[..at]),
+            _ => line.to_owned(),
+        })
+        .collect();
+    assert_eq!(
+        headers,
+        ["     Running unittests src/lib.rs (target/debug/deps/unit_tests-HASH)"],
+        "{}",
+        describe(&output)
+    );
+    let stdout = text(&output.stdout);
+    let mut tests: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.starts_with("test ") && !line.starts_with("test result:"))
+        .collect();
+    tests.sort_unstable();
+    assert_eq!(
+        tests,
+        [
+            "test tests::matches_the_closed_form_on_every_thread ... ok",
+            "test tests::rejects_a_wrong_sum - should panic ... ok",
+            "test tests::small_sums ... ok",
+        ],
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        stdout.lines().any(|line| line == "running 3 tests"),
+        "{}",
+        describe(&output)
+    );
+    assert!(
+        summary(&stdout).starts_with(
+            "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; \
+             finished in"
+        ),
         "{}",
         describe(&output)
     );

@@ -8,18 +8,23 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// Test names (`module::name`) and whether each is `#[ignore]`d, read from a fixture's source.
+/// Tests in a `#[cfg(test)]` module are left out: the images built here are the plain builds,
+/// which do not have them (`cargo gpurun test` builds a `harness = false` lib in test mode).
 fn tests_in_source(source: &str) -> BTreeSet<(String, bool)> {
-    let mut modules: Vec<(String, usize)> = Vec::new();
+    // Name, indentation and whether it is `#[cfg(test)]`.
+    let mut modules: Vec<(String, usize, bool)> = Vec::new();
     let mut pending: Option<bool> = None;
+    let mut cfg_test = false;
     let mut found = BTreeSet::new();
     for line in source.lines() {
         let indent = line.len() - line.trim_start().len();
         let code = line.trim();
         if let Some(rest) = code.strip_prefix("mod ").and_then(|r| r.strip_suffix(" {")) {
-            modules.push((rest.to_string(), indent));
-        } else if code == "}" && modules.last().is_some_and(|(_, at)| *at == indent) {
+            modules.push((rest.to_string(), indent, cfg_test));
+        } else if code == "}" && modules.last().is_some_and(|(_, at, _)| *at == indent) {
             modules.pop();
         }
+        cfg_test = code == "#[cfg(test)]";
         if code.starts_with("#[gpurun::test") {
             pending = Some(false);
         }
@@ -33,9 +38,11 @@ fn tests_in_source(source: &str) -> BTreeSet<(String, bool)> {
                 .chars()
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .collect();
-            let mut path: Vec<&str> = modules.iter().map(|(m, _)| m.as_str()).collect();
+            let mut path: Vec<&str> = modules.iter().map(|(m, _, _)| m.as_str()).collect();
             path.push(&name);
-            found.insert((path.join("::"), ignored));
+            if !modules.iter().any(|(_, _, cfg_test)| *cfg_test) {
+                found.insert((path.join("::"), ignored));
+            }
             pending = None;
         }
     }
@@ -61,8 +68,15 @@ fn fixtures() -> Vec<(String, BTreeSet<(String, bool)>)> {
             );
             continue;
         }
+        let tests = tests_in_source(&source);
+        if tests.is_empty() {
+            // Every test is `#[cfg(test)]` (fixtures/unit-tests): the plain images built here
+            // have none, and `run` takes an image without tests for a program. Its test-mode
+            // images are checked in tests/e2e/harness.rs and cargo-gpurun/tests/build.rs.
+            continue;
+        }
         let name = dir.file_name().unwrap().to_string_lossy().replace('-', "_");
-        all.push((name, tests_in_source(&source)));
+        all.push((name, tests));
     }
     all.sort();
     all
@@ -138,7 +152,7 @@ fn check_lists(image_of: impl Fn(&str) -> PathBuf) {
 
 #[test]
 fn source_scanner_finds_nested_and_ignored_tests() {
-    let source = "#[gpurun::test]\nfn a() {}\nmod m {\n    #[gpurun::test]\n    #[ignore]\n    fn b() {}\n}\n#[gpurun::test(threads = 4)] fn c() {}\n";
+    let source = "#[gpurun::test]\nfn a() {}\nmod m {\n    #[gpurun::test]\n    #[ignore]\n    fn b() {}\n}\n#[gpurun::test(threads = 4)] fn c() {}\n#[cfg(test)]\nmod tests {\n    #[gpurun::test]\n    fn only_in_test_mode() {}\n}\n";
     let found = tests_in_source(source);
     let expected: BTreeSet<(String, bool)> = [("a", false), ("m::b", true), ("c", false)]
         .iter()

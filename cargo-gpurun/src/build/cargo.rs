@@ -8,7 +8,7 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cargo_metadata::{Artifact, Message};
+use cargo_metadata::{Artifact, Message, TargetKind};
 
 use super::crates::{DeviceCrate, Workspace};
 use super::targets::Selected;
@@ -47,6 +47,12 @@ pub enum Selection<'a> {
     /// startup files that need a `main` are left out. A version script ([`HOST_EXPORTS`]) then
     /// exports what rustc's own for a cdylib would: the unmangled symbols.
     SharedObject(&'a Selected),
+    /// The lib of one package in test mode (`[lib] harness = false`): `cargo rustc --lib
+    /// --profile test`, the build `cargo test` makes of it (`cfg(test)` on, an executable
+    /// without libtest). `--profile bench` with `--release`, which `cargo rustc` does not take
+    /// together with `--profile`: bench inherits release, and also builds in test mode. On the
+    /// host it is linked as a shared object, as in [`Selection::SharedObject`].
+    LibUnitTests,
 }
 
 /// One cargo invocation.
@@ -110,6 +116,9 @@ impl CargoBuild<'_> {
             let Some(package) = self.package_of(artifact) else {
                 continue;
             };
+            if !self.selected(artifact) {
+                continue;
+            }
             for (path, kind) in self.images_of(artifact) {
                 images.push(self.finish_image(package, artifact, path, kind)?);
             }
@@ -117,11 +126,36 @@ impl CargoBuild<'_> {
         Ok(images)
     }
 
+    /// Whether an artifact of a selected package is an image this run was asked for, rather than
+    /// a lib cargo built because another target depends on it (a lib with crate types `cdylib`
+    /// and `rlib` is built for its tests/ targets and examples).
+    fn selected(&self, artifact: &Artifact) -> bool {
+        let is_lib = artifact.target.kind.iter().any(|kind| {
+            matches!(
+                kind,
+                TargetKind::Lib
+                    | TargetKind::RLib
+                    | TargetKind::DyLib
+                    | TargetKind::CDyLib
+                    | TargetKind::StaticLib
+            )
+        });
+        match self.selection {
+            Selection::Default | Selection::Only { lib: true, .. } => true,
+            Selection::Only { lib: false, .. } | Selection::SharedObject(_) => !is_lib,
+            Selection::LibUnitTests => is_lib && artifact.profile.test,
+        }
+    }
+
     fn describe(&self) -> String {
         let names: Vec<&str> = self.packages.iter().map(|p| p.name.as_str()).collect();
         let mut what = names.join(", ");
-        if let Selection::SharedObject(selected) = self.selection {
-            what = format!("{what} {} {}", selected.cargo_flag(), selected.name);
+        match self.selection {
+            Selection::SharedObject(selected) => {
+                what = format!("{what} {} {}", selected.cargo_flag(), selected.name);
+            }
+            Selection::LibUnitTests => what = format!("the unit tests of {what}'s lib"),
+            Selection::Default | Selection::Only { .. } => {}
         }
         match self.arch {
             Some(arch) => format!("{what} for {} {arch}", self.target),
@@ -154,7 +188,7 @@ impl CargoBuild<'_> {
     /// `build`, or `rustc` to pass the link argument of [`Selection::SharedObject`].
     fn subcommand(&self) -> &'static str {
         match self.selection {
-            Selection::SharedObject(_) => "rustc",
+            Selection::SharedObject(_) | Selection::LibUnitTests => "rustc",
             Selection::Default | Selection::Only { .. } => "build",
         }
     }
@@ -228,8 +262,12 @@ impl CargoBuild<'_> {
             Selection::SharedObject(selected) => {
                 command.args([selected.cargo_flag(), &selected.name]);
             }
+            Selection::LibUnitTests => {
+                let profile = if self.opts.release { "bench" } else { "test" };
+                command.args(["--lib", "--profile", profile]);
+            }
         }
-        if self.opts.release {
+        if self.opts.release && !matches!(self.selection, Selection::LibUnitTests) {
             command.arg("--release");
         }
         for features in &self.opts.features {
@@ -252,18 +290,33 @@ impl CargoBuild<'_> {
             command.args(["--config", &format!("profile.{profile}.lto=true")]);
             command.args(["--config", &format!("profile.{profile}.incremental=false")]);
         }
-        if self.target == DeviceTarget::Host {
+        let lib_unit_tests = matches!(self.selection, Selection::LibUnitTests);
+        if self.target == DeviceTarget::Host || lib_unit_tests {
             // The host emulation ends a panicking device thread by unwinding to its kernel
             // wrapper; device crates often set `panic = "abort"` for the GPU, which would kill
-            // the whole emulated device instead.
+            // the whole emulated device instead. On a GPU target, a lib's test-mode build with
+            // `panic = "abort"` in the profile makes -Zbuild-std build `core` twice and fail
+            // with "duplicate lang item" (rust-lang/cargo#7359); with `unwind` cargo passes no
+            // `-C panic`, so every crate gets the target's own strategy, abort on GPUs. Test
+            // mode units are built with `unwind` anyway.
             let profile = self.profile();
             command.args(["--config", &format!("profile.{profile}.panic=\"unwind\"")]);
         }
         self.add_rustflags(&mut command)?;
-        if let Selection::SharedObject(_) = self.selection {
+        let shared_object = match self.selection {
+            Selection::SharedObject(_) => true,
+            Selection::LibUnitTests => self.target == DeviceTarget::Host,
+            Selection::Default | Selection::Only { .. } => false,
+        };
+        if shared_object {
             // For this target's final link only (dependencies are not linked). `-Xlinker` keeps
             // a comma in the path whole, where `-Wl,` would split it.
             let exports = install_host_exports(&self.workspace.target_dir)?;
+            // LTO would compile the thread-locals of std and the device runtime into this
+            // executable's own code, with local-exec TLS, which a shared object cannot hold;
+            // without it they stay in their libraries, compiled position-independent.
+            let profile = self.profile();
+            command.args(["--config", &format!("profile.{profile}.lto=false")]);
             command.args(["--", "-C", "link-arg=-shared", "-C", "link-arg=-Xlinker"]);
             command.arg("-C").arg({
                 let mut arg = std::ffi::OsString::from("link-arg=--version-script=");

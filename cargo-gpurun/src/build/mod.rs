@@ -282,15 +282,15 @@ fn test_selection(
         package: package.name.clone(),
         detail,
     };
-    // Only a package with test targets needs its manifest read for their `harness`.
+    // Only a package with a lib or test targets needs its manifest read for their `harness`.
     let harness_false = if package
         .targets
         .iter()
-        .any(|target| target.kind == ImageKind::Test)
+        .any(|target| matches!(target.kind, ImageKind::Lib | ImageKind::Test))
     {
         let text = std::fs::read_to_string(&package.manifest_path)
             .map_err(|err| manifest_error(format!("{}: {err}", package.manifest_path.display())))?;
-        targets::harness_false_tests(&text).map_err(manifest_error)?
+        targets::harness_false_targets(&text).map_err(manifest_error)?
     } else {
         Default::default()
     };
@@ -309,10 +309,11 @@ fn test_selection(
     ))
 }
 
-/// Builds one (target, architecture) group for `cargo gpurun test`: the libs and every target
-/// the device target builds together in one cargo run (one per package when a target name
-/// appears in several packages, since cargo's `--test NAME` selects it in all of them), then
-/// each host executable target on its own.
+/// Builds one (target, architecture) group for `cargo gpurun test`: the plain libs and every
+/// target the device target builds together in one cargo run (one per package when a target name
+/// appears in several packages, since cargo's `--test NAME` selects it in all of them, or when
+/// only some packages want their plain lib, since `--lib` applies to all), then each lib built in
+/// test mode and each host executable target on its own.
 fn build_group_for_test(
     group: &cargo::CargoBuild<'_>,
     selections: &HashMap<String, targets::TestSelection>,
@@ -326,8 +327,23 @@ fn build_group_for_test(
         for line in &plan.left_out {
             eprintln!("{line}");
         }
-        plans.push((*package, selection.lib, plan));
+        let plain_lib = plan.lib == targets::LibSuite::Plain;
+        plans.push((*package, plain_lib, plan));
     }
+    // Whether every package with a lib wants its plain build (or none does).
+    let has_lib = |package: &crates::DeviceCrate| {
+        package
+            .targets
+            .iter()
+            .any(|target| target.kind == ImageKind::Lib)
+    };
+    let mut wanted = plans
+        .iter()
+        .filter(|(package, _, _)| has_lib(package))
+        .map(|(_, plain_lib, _)| *plain_lib);
+    let libs_agree = wanted
+        .next()
+        .is_none_or(|first| wanted.all(|plain_lib| plain_lib == first));
     let names_are_unique = plans.iter().all(|(package, _, plan)| {
         plan.together.iter().all(|selected| {
             group.packages.iter().all(|other| {
@@ -340,7 +356,7 @@ fn build_group_for_test(
         })
     });
     let mut runs: Vec<(Vec<&crates::DeviceCrate>, bool, Vec<targets::Selected>)> = Vec::new();
-    if names_are_unique {
+    if names_are_unique && libs_agree {
         runs.push((
             plans.iter().map(|(package, _, _)| *package).collect(),
             plans.iter().any(|(_, lib, _)| *lib),
@@ -370,6 +386,14 @@ fn build_group_for_test(
         images.extend(request.run()?);
     }
     for (package, _, plan) in &plans {
+        if plan.lib == targets::LibSuite::UnitTests {
+            let request = cargo::CargoBuild {
+                packages: std::slice::from_ref(package),
+                selection: cargo::Selection::LibUnitTests,
+                ..*group
+            };
+            images.extend(request.run()?);
+        }
         for selected in &plan.one_by_one {
             let request = cargo::CargoBuild {
                 packages: std::slice::from_ref(package),

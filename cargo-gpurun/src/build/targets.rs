@@ -7,13 +7,23 @@
 //! with a warning. The targets are then named one by one on cargo's command line (`--lib --bin A
 //! --test B --example C`); `--tests` would also build the lib with libtest.
 //!
+//! The lib suite depends on the lib's `harness`. With the default (`true`) it is the lib as
+//! built, whose top-level `#[gpurun::test]`s run; libtest is never involved. With `harness =
+//! false`, `cargo test` builds the lib in test mode (`cfg(test)` on) as an executable without
+//! libtest, so `#[cfg(test)] mod tests` exist only there: that build is the lib suite then, made
+//! on its own with `cargo rustc --lib --profile test` (`cargo build` cannot select it without
+//! `--tests`), and `test = false` on such a lib means no lib suite, as with `cargo test`.
+//!
 //! Per device target:
-//! - nvptx links every executable with our linker, so everything builds in one cargo run;
+//! - nvptx links every executable with our linker, so everything builds in one cargo run (the
+//!   lib's test-mode build in one more);
 //! - amdgcn-amd-amdhsa cannot link executables at all (cargo refuses the `bin` crate type), so
-//!   only the lib and examples declared with `crate-type = ["cdylib"]` build there;
+//!   only the lib (never in test mode) and examples declared with `crate-type = ["cdylib"]` build
+//!   there;
 //! - on the host, cargo's executables cannot be `dlopen`ed (glibc refuses PIE executables, and
-//!   a `#![no_main]` one does not even link), so each executable target is built on its own with
-//!   `cargo rustc ... -- -C link-arg=-shared`: the same objects, linked as a shared object.
+//!   a `#![no_main]` one does not even link), so each executable target, and the lib's test-mode
+//!   build, is built on its own with `cargo rustc ... -- -C link-arg=-shared`: the same objects,
+//!   linked as a shared object.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -103,11 +113,33 @@ impl Selected {
     }
 }
 
+/// Which build of the lib is the lib's test suite.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LibSuite {
+    /// None: the package has no lib, or its lib has `harness = false` and `test = false`.
+    #[default]
+    None,
+    /// The lib as built (`harness = true`): its top-level `#[gpurun::test]`s.
+    Plain,
+    /// The lib built in test mode (`harness = false`): `cfg(test)` on, linked as an executable,
+    /// so its `#[cfg(test)]` tests are in it.
+    UnitTests,
+}
+
+/// The targets of a package whose manifest sets `harness = false`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HarnessFalse {
+    /// `[lib] harness = false`.
+    pub lib: bool,
+    /// The names of the `[[test]]` targets with `harness = false`.
+    pub tests: BTreeSet<String>,
+}
+
 /// What `cargo gpurun test` builds of one device crate, whatever the device target.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TestSelection {
-    /// The package has a lib target.
-    pub lib: bool,
+    /// Which build of the lib is a suite.
+    pub lib: LibSuite,
     /// Bins, then tests, then examples, each in name order.
     pub targets: Vec<Selected>,
     /// One line for each target left out (`warning: ...` or `note: ...`), to print once.
@@ -117,6 +149,9 @@ pub struct TestSelection {
 /// What one device target builds of a [`TestSelection`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TargetPlan {
+    /// The lib suite: [`LibSuite::Plain`] builds in the one cargo run (`--lib`),
+    /// [`LibSuite::UnitTests`] in a cargo run of its own.
+    pub lib: LibSuite,
     /// Built in the package's (or the group's) one cargo run, next to the lib.
     pub together: Vec<Selected>,
     /// Built one at a time as shared objects (host executables).
@@ -125,13 +160,13 @@ pub struct TargetPlan {
     pub left_out: Vec<String>,
 }
 
-/// Chooses the targets of package `package` that `cargo gpurun test` builds: the lib, every bin,
-/// every test with `harness = false` (`harness_false` holds their names) and `test = true`, and
-/// every example; `missing_features` says which of a target's `required-features` are off.
+/// Chooses the targets of package `package` that `cargo gpurun test` builds: the lib (see
+/// [`LibSuite`]), every bin, every test with `harness = false` and `test = true`, and every
+/// example; `missing_features` says which of a target's `required-features` are off.
 pub fn select_for_test(
     package: &str,
     targets: &[CargoTarget],
-    harness_false: &BTreeSet<String>,
+    harness_false: &HarnessFalse,
     missing_features: impl Fn(&[String]) -> Vec<String>,
 ) -> TestSelection {
     let mut selection = TestSelection::default();
@@ -141,12 +176,17 @@ pub fn select_for_test(
         let what = describe(target, package);
         match target.kind {
             ImageKind::Lib => {
-                selection.lib = true;
+                selection.lib = match (harness_false.lib, target.test) {
+                    (false, _) => LibSuite::Plain,
+                    (true, true) => LibSuite::UnitTests,
+                    // `cargo test` builds no unit tests of such a lib either.
+                    (true, false) => LibSuite::None,
+                };
                 continue;
             }
             // `cargo test` leaves these out too.
             ImageKind::Test if !target.test => continue,
-            ImageKind::Test if !harness_false.contains(&target.name) => {
+            ImageKind::Test if !harness_false.tests.contains(&target.name) => {
                 selection.left_out.push(format!(
                     "warning: skipping {what}: it uses libtest, which cannot run on a GPU; set \
                      `harness = false` in its [[test]] section of Cargo.toml"
@@ -176,7 +216,18 @@ pub fn select_for_test(
 impl TestSelection {
     /// How `target` builds this selection of package `package`.
     pub fn plan_for(&self, target: DeviceTarget, package: &str) -> TargetPlan {
-        let mut plan = TargetPlan::default();
+        let mut plan = TargetPlan {
+            lib: self.lib,
+            ..TargetPlan::default()
+        };
+        if target == DeviceTarget::Amdgcn && self.lib == LibSuite::UnitTests {
+            plan.lib = LibSuite::Plain;
+            plan.left_out.push(format!(
+                "note: the cfg(test) unit tests of the lib of `{package}` are not built for \
+                 amdgcn: cargo builds them as an executable, which amdgcn-amd-amdhsa cannot \
+                 link; the lib's own tests run instead"
+            ));
+        }
         for selected in &self.targets {
             match target {
                 DeviceTarget::Nvptx => plan.together.push(selected.clone()),
@@ -222,19 +273,24 @@ fn kind_and_name(kind: ImageKind, name: &str) -> String {
     format!("{kind} `{name}`")
 }
 
-/// Names of the `[[test]]` targets that set `harness = false`, from the text of a Cargo.toml. A
-/// `[[test]]` without `name` is named after its file, as cargo does.
-pub fn harness_false_tests(manifest: &str) -> Result<BTreeSet<String>, String> {
+/// The lib and the `[[test]]` targets that set `harness = false`, from the text of a Cargo.toml.
+/// A `[[test]]` without `name` is named after its file, as cargo does.
+pub fn harness_false_targets(manifest: &str) -> Result<HarnessFalse, String> {
     let document: toml_edit::DocumentMut = manifest.parse().map_err(|err| format!("{err}"))?;
-    let mut names = BTreeSet::new();
+    let is_false =
+        |item: Option<&toml_edit::Item>| item.and_then(|item| item.as_bool()) == Some(false);
+    let mut found = HarnessFalse {
+        lib: is_false(document.get("lib").and_then(|lib| lib.get("harness"))),
+        tests: BTreeSet::new(),
+    };
     let Some(tests) = document
         .get("test")
         .and_then(|item| item.as_array_of_tables())
     else {
-        return Ok(names);
+        return Ok(found);
     };
     for test in tests {
-        if test.get("harness").and_then(|item| item.as_bool()) != Some(false) {
+        if !is_false(test.get("harness")) {
             continue;
         }
         let name = test
@@ -246,10 +302,10 @@ pub fn harness_false_tests(manifest: &str) -> Result<BTreeSet<String>, String> {
                 Some(Path::new(path).file_stem()?.to_string_lossy().into_owned())
             });
         if let Some(name) = name {
-            names.insert(name);
+            found.tests.insert(name);
         }
     }
-    Ok(names)
+    Ok(found)
 }
 
 /// The features of a package that the command line turns on, with everything they enable.
@@ -341,8 +397,16 @@ mod tests {
         }
     }
 
-    fn harness_false(names: &[&str]) -> BTreeSet<String> {
+    fn names(names: &[&str]) -> BTreeSet<String> {
         names.iter().map(|name| (*name).to_owned()).collect()
+    }
+
+    /// A manifest whose lib keeps `harness = true` and whose tests `names` set it to `false`.
+    fn harness_false(names: &[&str]) -> HarnessFalse {
+        HarnessFalse {
+            lib: false,
+            tests: self::names(names),
+        }
     }
 
     #[test]
@@ -411,7 +475,7 @@ mod tests {
             &harness_false(&["a_tests", "b_tests"]),
             |_| Vec::new(),
         );
-        assert!(selection.lib);
+        assert_eq!(selection.lib, LibSuite::Plain);
         assert_eq!(
             selection.targets,
             [
@@ -460,8 +524,8 @@ mod tests {
         gated.required_features = vec!["big".to_owned(), "fast".to_owned()];
         let mut open = target(ImageKind::Example, "open", "examples/open.rs");
         open.required_features = vec!["fast".to_owned()];
-        let enabled = EnabledFeatures::Some(harness_false(&["fast"]));
-        let selection = select_for_test("pkg", &[gated, open], &BTreeSet::new(), |required| {
+        let enabled = EnabledFeatures::Some(names(&["fast"]));
+        let selection = select_for_test("pkg", &[gated, open], &harness_false(&[]), |required| {
             enabled.missing(required)
         });
         assert_eq!(
@@ -480,7 +544,7 @@ mod tests {
     #[test]
     fn each_device_target_builds_what_it_can() {
         let selection = TestSelection {
-            lib: true,
+            lib: LibSuite::Plain,
             targets: vec![
                 selected(ImageKind::Test, "it", true),
                 selected(ImageKind::Example, "bin_demo", true),
@@ -489,6 +553,7 @@ mod tests {
             left_out: Vec::new(),
         };
         let nvptx = selection.plan_for(DeviceTarget::Nvptx, "pkg");
+        assert_eq!(nvptx.lib, LibSuite::Plain);
         assert_eq!(nvptx.together, selection.targets);
         assert!(nvptx.one_by_one.is_empty() && nvptx.left_out.is_empty());
 
@@ -501,6 +566,7 @@ mod tests {
         assert!(host.left_out.is_empty());
 
         let amdgcn = selection.plan_for(DeviceTarget::Amdgcn, "pkg");
+        assert_eq!(amdgcn.lib, LibSuite::Plain);
         assert_eq!(amdgcn.together, host.together);
         assert!(amdgcn.one_by_one.is_empty());
         assert_eq!(
@@ -540,14 +606,71 @@ mod tests {
             harness = false
         "#;
         assert_eq!(
-            harness_false_tests(manifest).unwrap(),
-            harness_false(&["device", "unnamed"])
+            harness_false_targets(manifest).unwrap(),
+            HarnessFalse {
+                lib: true,
+                tests: names(&["device", "unnamed"]),
+            }
         );
         assert_eq!(
-            harness_false_tests("[package]\nname = \"x\"\n").unwrap(),
-            BTreeSet::new()
+            harness_false_targets("[package]\nname = \"x\"\n").unwrap(),
+            HarnessFalse::default()
         );
-        assert!(harness_false_tests("[[test]\n").is_err());
+        assert_eq!(
+            harness_false_targets("[lib]\nharness = true\n").unwrap(),
+            HarnessFalse::default()
+        );
+        assert!(
+            harness_false_targets("lib = { harness = false }\n")
+                .unwrap()
+                .lib
+        );
+        assert!(harness_false_targets("[[test]\n").is_err());
+    }
+
+    #[test]
+    fn a_harness_false_lib_is_tested_in_test_mode_unless_test_is_false() {
+        let lib = target(ImageKind::Lib, "pkg", "src/lib.rs");
+        let lib_without_harness = HarnessFalse {
+            lib: true,
+            tests: BTreeSet::new(),
+        };
+        let select = |lib: &CargoTarget, harness: &HarnessFalse| {
+            select_for_test("pkg", std::slice::from_ref(lib), harness, |_| Vec::new())
+        };
+        assert_eq!(select(&lib, &harness_false(&[])).lib, LibSuite::Plain);
+        assert_eq!(select(&lib, &lib_without_harness).lib, LibSuite::UnitTests);
+        let mut untested = lib.clone();
+        untested.test = false;
+        assert_eq!(select(&untested, &lib_without_harness).lib, LibSuite::None);
+        // `test = false` on a lib that keeps the harness: its plain build stays a suite, as before.
+        assert_eq!(select(&untested, &harness_false(&[])).lib, LibSuite::Plain);
+        assert_eq!(
+            select_for_test("pkg", &[], &lib_without_harness, |_| Vec::new()).lib,
+            LibSuite::None
+        );
+    }
+
+    #[test]
+    fn the_lib_unit_tests_build_on_nvptx_and_the_host_and_amdgcn_says_it_cannot() {
+        let selection = TestSelection {
+            lib: LibSuite::UnitTests,
+            targets: Vec::new(),
+            left_out: Vec::new(),
+        };
+        for target in [DeviceTarget::Nvptx, DeviceTarget::Host] {
+            let plan = selection.plan_for(target, "pkg");
+            assert_eq!(plan.lib, LibSuite::UnitTests, "{target}");
+            assert!(plan.left_out.is_empty(), "{target}: {:?}", plan.left_out);
+        }
+        let amdgcn = selection.plan_for(DeviceTarget::Amdgcn, "pkg");
+        assert_eq!(amdgcn.lib, LibSuite::Plain);
+        assert_eq!(
+            amdgcn.left_out,
+            ["note: the cfg(test) unit tests of the lib of `pkg` are not built for amdgcn: cargo \
+              builds them as an executable, which amdgcn-amd-amdhsa cannot link; the lib's own \
+              tests run instead"]
+        );
     }
 
     #[test]
