@@ -310,8 +310,6 @@ impl Executor for WorkerExecutor {
         let mut collected = Collected::default();
         let mut end = None;
         for _ in 0..MAX_ATTEMPTS {
-            // A new attempt starts the test from scratch: what a broken run printed is dropped.
-            collected = Collected::default();
             let lease = match self.lease() {
                 Ok(lease) => lease,
                 Err(error) => {
@@ -330,6 +328,8 @@ impl Executor for WorkerExecutor {
                     notes.push(format!(
                         "note: started again: the worker ended under another test ({how})\n"
                     ));
+                    // The next attempt starts from scratch: what the broken run printed goes.
+                    collected = Collected::default();
                 }
                 Attempt::Alone(how) => {
                     notes.push(format!(

@@ -277,20 +277,7 @@ fn nvptx_test_builds_and_lists_the_tests_and_example_images() {
     // Each image is valid PTX whose test kernels are its own tests.
     for ((_, ptx), tests) in suites.iter().zip([2, 2, 1]) {
         assert_eq!(ptx.extension().unwrap(), "ptx");
-        let summary = validate::check_ptx(&std::fs::read_to_string(ptx).unwrap())
-            .unwrap_or_else(|err| panic!("{}: {err}", ptx.display()));
-        let test_kernels = summary
-            .entries
-            .iter()
-            .filter(|entry| entry.starts_with("__gpurun_test_"))
-            .count();
-        assert_eq!(
-            test_kernels,
-            tests,
-            "{}: {:?}",
-            ptx.display(),
-            summary.entries
-        );
+        assert_eq!(ptx_test_kernels(ptx), tests, "{}", ptx.display());
     }
     assert_eq!(
         lines(&output),
@@ -305,6 +292,17 @@ fn nvptx_test_builds_and_lists_the_tests_and_example_images() {
             "1 test, 0 benchmarks",
         ]
     );
+}
+
+/// Checks that `ptx` is valid PTX and counts its test kernels (`__gpurun_test_*` entries).
+fn ptx_test_kernels(ptx: &Path) -> usize {
+    let summary = validate::check_ptx(&std::fs::read_to_string(ptx).unwrap())
+        .unwrap_or_else(|err| panic!("{}: {err}", ptx.display()));
+    summary
+        .entries
+        .iter()
+        .filter(|entry| entry.starts_with("__gpurun_test_"))
+        .count()
 }
 
 #[test]
@@ -332,17 +330,7 @@ fn nvptx_test_builds_the_lib_in_test_mode_when_it_has_no_harness() {
         "{}",
         ptx.display()
     );
-    let summary = validate::check_ptx(&std::fs::read_to_string(ptx).unwrap())
-        .unwrap_or_else(|err| panic!("{}: {err}", ptx.display()));
-    let entries = &summary.entries;
-    assert_eq!(
-        entries
-            .iter()
-            .filter(|entry| entry.starts_with("__gpurun_test_"))
-            .count(),
-        3,
-        "{entries:?}"
-    );
+    assert_eq!(ptx_test_kernels(ptx), 3, "{}", ptx.display());
     assert_eq!(
         lines(&output),
         [

@@ -8,10 +8,10 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use cargo_metadata::{Artifact, Message, TargetKind};
+use cargo_metadata::{Artifact, Message};
 
 use super::crates::{DeviceCrate, Workspace};
-use super::targets::Selected;
+use super::targets::{is_lib_kind, Selected};
 use super::{validate, BuildError, BuildOptions, BuiltImage, DeviceTarget, ImageKind};
 use crate::toolchain::{self, Toolchain};
 
@@ -130,16 +130,7 @@ impl CargoBuild<'_> {
     /// a lib cargo built because another target depends on it (a lib with crate types `cdylib`
     /// and `rlib` is built for its tests/ targets and examples).
     fn selected(&self, artifact: &Artifact) -> bool {
-        let is_lib = artifact.target.kind.iter().any(|kind| {
-            matches!(
-                kind,
-                TargetKind::Lib
-                    | TargetKind::RLib
-                    | TargetKind::DyLib
-                    | TargetKind::CDyLib
-                    | TargetKind::StaticLib
-            )
-        });
+        let is_lib = artifact.target.kind.iter().any(is_lib_kind);
         match self.selection {
             Selection::Default | Selection::Only { lib: true, .. } => true,
             Selection::Only { lib: false, .. } | Selection::SharedObject(_) => !is_lib,

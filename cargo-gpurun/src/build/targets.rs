@@ -60,16 +60,7 @@ impl CargoTarget {
             ImageKind::Test
         } else if is(&TargetKind::Example) {
             ImageKind::Example
-        } else if target.kind.iter().any(|kind| {
-            matches!(
-                kind,
-                TargetKind::Lib
-                    | TargetKind::RLib
-                    | TargetKind::DyLib
-                    | TargetKind::CDyLib
-                    | TargetKind::StaticLib
-            )
-        }) {
+        } else if target.kind.iter().any(is_lib_kind) {
             ImageKind::Lib
         } else {
             return None;
@@ -255,6 +246,18 @@ impl TestSelection {
 }
 
 /// `test target `foo` of `pkg` (tests/foo.rs)`.
+/// Whether a cargo target kind is one of the library kinds (`lib`, `cdylib`, ...).
+pub fn is_lib_kind(kind: &TargetKind) -> bool {
+    matches!(
+        kind,
+        TargetKind::Lib
+            | TargetKind::RLib
+            | TargetKind::DyLib
+            | TargetKind::CDyLib
+            | TargetKind::StaticLib
+    )
+}
+
 fn describe(target: &CargoTarget, package: &str) -> String {
     format!(
         "{} of `{package}` ({})",
