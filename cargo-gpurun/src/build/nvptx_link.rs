@@ -20,16 +20,9 @@ use std::process::Command;
 
 use crate::toolchain;
 
-/// Symbols always kept external, whatever rustc exports: the entry kernels and RPC client of
-/// LLVM libc's GPU ABI and everything of our test ABI (patterns use `*` as a wildcard, as LLVM's
-/// internalize pass reads them).
-pub const ALWAYS_EXPORTED: &[&str] = &[
-    "_begin",
-    "_start",
-    "_end",
-    "__llvm_rpc_client",
-    "__gpurun_*",
-];
+/// Symbols always kept external, whatever rustc exports: the device ABI's (patterns use `*` as a
+/// wildcard, as LLVM's internalize pass reads them).
+pub const ALWAYS_EXPORTED: &[&str] = gpurun_abi::symbols::KEEP_EXPORTED;
 
 /// Environment variable that keeps the linker's intermediate files (`OUT.gpurun-link/`).
 pub const KEEP_LINK_FILES_ENV: &str = "GPURUN_KEEP_LINK_FILES";

@@ -1,48 +1,21 @@
 //! Items only the attribute macros use. Not a stable API.
 
+use gpurun_abi::desc;
+
 /// Version of the test descriptor layout (`docs/abi.md`).
-pub const TEST_ABI_VERSION: u32 = 1;
+pub const TEST_ABI_VERSION: u32 = desc::TEST_ABI_VERSION;
 
 // `#[no_mangle]` keeps it in the image. No `#[used]`: on amdgcn this nightly emits a
 // malformed `@llvm.used` for it (addrspace(1) pointers), which LTO then rejects.
 #[unsafe(no_mangle)]
 pub static __gpurun_test_abi_version: u32 = TEST_ABI_VERSION;
 
-const HEADER_LEN: usize = 40;
-
 /// Size of the descriptor for these strings.
 pub const fn descriptor_len(path: &str, expected: &str, ignore_reason: &str) -> usize {
-    HEADER_LEN + path.len() + expected.len() + ignore_reason.len()
+    desc::encoded_len(path, expected, ignore_reason)
 }
 
-const fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> usize {
-    let mut i = 0;
-    while i < bytes.len() {
-        out[at + i] = bytes[i];
-        i += 1;
-    }
-    at + bytes.len()
-}
-
-const fn put_u32s(out: &mut [u8], at: usize, values: [u32; 3]) -> usize {
-    let mut at = at;
-    let mut i = 0;
-    while i < 3 {
-        at = put(out, at, &values[i].to_le_bytes());
-        i += 1;
-    }
-    at
-}
-
-const fn short_len(text: &str) -> [u8; 2] {
-    assert!(
-        text.len() <= u16::MAX as usize,
-        "test descriptor string too long"
-    );
-    (text.len() as u16).to_le_bytes()
-}
-
-/// Builds a test descriptor (`docs/abi.md`) at compile time.
+/// Builds a test descriptor at compile time, with `gpurun-abi`'s encoder.
 pub const fn descriptor<const N: usize>(
     path: &str,
     expected: &str,
@@ -51,22 +24,14 @@ pub const fn descriptor<const N: usize>(
     threads: [u32; 3],
     blocks: [u32; 3],
 ) -> [u8; N] {
-    assert!(N == descriptor_len(path, expected, ignore_reason));
-    let mut out = [0u8; N];
-    let mut at = put(&mut out, 0, b"GPRT");
-    out[at] = TEST_ABI_VERSION as u8;
-    out[at + 1] = flags;
-    at += 4; // version, flags, two reserved bytes
-    at = put_u32s(&mut out, at, threads);
-    at = put_u32s(&mut out, at, blocks);
-    at = put(&mut out, at, &short_len(path));
-    at = put(&mut out, at, &short_len(expected));
-    at = put(&mut out, at, &short_len(ignore_reason));
-    at += 2;
-    at = put(&mut out, at, path.as_bytes());
-    at = put(&mut out, at, expected.as_bytes());
-    put(&mut out, at, ignore_reason.as_bytes());
-    out
+    desc::encode::<N>(desc::Fields {
+        path,
+        expected,
+        ignore_reason,
+        flags,
+        threads,
+        blocks,
+    })
 }
 
 /// Body of every test kernel: run the test on this thread. A panic is reported by the panic

@@ -41,6 +41,28 @@ pub use env::{args, Args};
 pub use gpurun_macros::{kernel, main, test};
 pub use rpc::{abort, exit};
 
+// The symbols this runtime exports are identifiers, not strings: check that each exists under
+// the name gpurun-abi gives it (a rename on either side fails the build).
+macro_rules! exported_as {
+    ($($module:ident)::*, $symbol:ident, $name:expr) => {
+        let _ = &$($module::)*$symbol;
+        assert!(gpurun_abi::symbols::same_name(stringify!($symbol), $name));
+    };
+}
+const _: () = {
+    use gpurun_abi::symbols;
+    exported_as!(rpc, __llvm_rpc_client, symbols::RPC_CLIENT);
+    exported_as!(export, __gpurun_test_abi_version, symbols::TEST_ABI_VERSION);
+    #[cfg(target_arch = "amdgpu")]
+    {
+        exported_as!(arch::imp, __gpurun_launch_shape, symbols::LAUNCH_SHAPE);
+    }
+    #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+    {
+        exported_as!(arch::imp, __gpurun_host_abi_version, symbols::HOST_ABI_VERSION);
+    }
+};
+
 /// Declares a kernel with the ABI of the target: `extern "gpu-kernel"` on GPUs (a nightly
 /// feature this crate enables for the expansion, so user crates need no feature gate) and
 /// `extern "C"` on the host, always unmangled. Used by the attribute macros.

@@ -1,26 +1,8 @@
-//! Test descriptors (`__gpurun_desc_*`), encoded as docs/abi.md "Tests" specifies.
-//!
-//! Decoding trusts nothing: every length is checked against the buffer, every string is
-//! UTF-8 checked, and reserved bits and fields must be zero so that a future layout cannot
-//! be misread as this one.
+//! Test descriptors (`__gpurun_desc_*`) as the host sees them: owned [`TestDesc`]s built from
+//! `gpurun_abi::desc`, which holds the one encoder and the one decoder of the format.
 
 use crate::ImageError;
-
-/// The test ABI version this crate reads (descriptor byte 4 and `__gpurun_test_abi_version`).
-pub const TEST_ABI_VERSION: u32 = 1;
-/// Magic bytes at the start of every descriptor.
-pub const DESCRIPTOR_MAGIC: [u8; 4] = *b"GPRT";
-/// Size of the fixed descriptor header, before the strings.
-pub const DESCRIPTOR_HEADER_LEN: usize = 40;
-/// Symbol prefix of test descriptors.
-pub const DESC_PREFIX: &str = "__gpurun_desc_";
-/// Symbol prefix of test kernels.
-pub const TEST_KERNEL_PREFIX: &str = "__gpurun_test_";
-
-const FLAG_IGNORE: u8 = 1 << 0;
-const FLAG_SHOULD_PANIC: u8 = 1 << 1;
-const FLAG_HAS_EXPECTED: u8 = 1 << 2;
-const KNOWN_FLAGS: u8 = FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED;
+use gpurun_abi::desc::{self, DecodeError, Fields};
 
 /// What a test expects of a panic.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,50 +38,33 @@ pub struct TestDesc {
 
 /// Why [`encode_descriptor`] refused its input.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("cannot encode descriptor: {0} is longer than 65535 bytes")]
-pub struct EncodeError(&'static str);
+#[error("{0}")]
+pub struct EncodeError(desc::EncodeError);
 
-/// Encodes a descriptor for `desc` (its `name` and `kernel` are not part of the encoding).
-///
-/// The device side builds the same bytes in const code; this is the host-side reference used
-/// by tests and tools.
-pub fn encode_descriptor(desc: &TestDesc) -> Result<Vec<u8>, EncodeError> {
-    let path = desc.full_path.as_bytes();
-    let expected: &[u8] = match &desc.should_panic {
-        ShouldPanic::Expected(text) => text.as_bytes(),
-        _ => &[],
+/// Encodes a descriptor for `desc` (its `name` and `kernel` are not part of the encoding), with
+/// the same encoder the attribute macros use at compile time. For tests and tools.
+pub fn encode_descriptor(test: &TestDesc) -> Result<Vec<u8>, EncodeError> {
+    let (expected, mut flags) = match &test.should_panic {
+        ShouldPanic::No => ("", 0),
+        ShouldPanic::Yes => ("", desc::FLAG_SHOULD_PANIC),
+        ShouldPanic::Expected(text) => (
+            text.as_str(),
+            desc::FLAG_SHOULD_PANIC | desc::FLAG_HAS_EXPECTED,
+        ),
     };
-    let reason = desc.ignore_reason.as_deref().unwrap_or("").as_bytes();
-    let len16 = |bytes: &[u8], what| u16::try_from(bytes.len()).map_err(|_| EncodeError(what));
-    let (path_len, expected_len, reason_len) = (
-        len16(path, "the path")?,
-        len16(expected, "the expected text")?,
-        len16(reason, "the ignore reason")?,
-    );
-    let mut flags = 0;
-    if desc.ignored || desc.ignore_reason.is_some() {
-        flags |= FLAG_IGNORE;
+    if test.ignored || test.ignore_reason.is_some() {
+        flags |= desc::FLAG_IGNORE;
     }
-    match desc.should_panic {
-        ShouldPanic::No => {}
-        ShouldPanic::Yes => flags |= FLAG_SHOULD_PANIC,
-        ShouldPanic::Expected(_) => flags |= FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED,
-    }
-    let mut out =
-        Vec::with_capacity(DESCRIPTOR_HEADER_LEN + path.len() + expected.len() + reason.len());
-    out.extend_from_slice(&DESCRIPTOR_MAGIC);
-    out.push(TEST_ABI_VERSION as u8);
-    out.push(flags);
-    out.extend_from_slice(&[0, 0]);
-    for v in desc.threads.iter().chain(desc.blocks.iter()) {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    for v in [path_len, expected_len, reason_len, 0] {
-        out.extend_from_slice(&v.to_le_bytes());
-    }
-    out.extend_from_slice(path);
-    out.extend_from_slice(expected);
-    out.extend_from_slice(reason);
+    let fields = Fields {
+        path: &test.full_path,
+        expected,
+        ignore_reason: test.ignore_reason.as_deref().unwrap_or(""),
+        flags,
+        threads: test.threads,
+        blocks: test.blocks,
+    };
+    let mut out = vec![0; desc::encoded_len(fields.path, fields.expected, fields.ignore_reason)];
+    desc::write(&mut out, &fields).map_err(EncodeError)?;
     Ok(out)
 }
 
@@ -109,116 +74,36 @@ pub fn decode_descriptor(symbol: &str, kernel: &str, bytes: &[u8]) -> Result<Tes
         symbol: symbol.to_owned(),
         reason,
     };
-    let header = bytes.get(..DESCRIPTOR_HEADER_LEN).ok_or_else(|| {
+    let fields = desc::decode(bytes).map_err(|error| match error {
+        DecodeError::Version(found) => ImageError::UnsupportedTestAbi {
+            found,
+            supported: desc::TEST_ABI_VERSION,
+        },
+        DecodeError::Malformed(problem) => bad(problem.to_string()),
+    })?;
+    let name = desc::libtest_name(fields.path).ok_or_else(|| {
         bad(format!(
-            "{} bytes is shorter than the {DESCRIPTOR_HEADER_LEN}-byte header",
-            bytes.len()
+            "test path `{}` is not `crate::...::name` (needs two or more non-empty segments)",
+            fields.path
         ))
     })?;
-    if header[..4] != DESCRIPTOR_MAGIC {
-        return Err(bad(format!(
-            "bad magic {:02x?} (expected `GPRT`)",
-            &header[..4]
-        )));
-    }
-    let version = u32::from(header[4]);
-    if version != TEST_ABI_VERSION {
-        return Err(ImageError::UnsupportedTestAbi {
-            found: version,
-            supported: TEST_ABI_VERSION,
-        });
-    }
-    let flags = header[5];
-    if flags & !KNOWN_FLAGS != 0 {
-        return Err(bad(format!(
-            "unknown flag bits {:#04x}",
-            flags & !KNOWN_FLAGS
-        )));
-    }
-    let u16_at = |at: usize| u16::from_le_bytes([header[at], header[at + 1]]);
-    let u32_at = |at: usize| {
-        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-    };
-    if u16_at(6) != 0 || u16_at(38) != 0 {
-        return Err(bad("reserved header fields are not zero".to_owned()));
-    }
-    let threads = [u32_at(8), u32_at(12), u32_at(16)];
-    let blocks = [u32_at(20), u32_at(24), u32_at(28)];
-    if threads.contains(&0) || blocks.contains(&0) {
-        return Err(bad(format!(
-            "launch shape has a zero dimension (threads {threads:?}, blocks {blocks:?})"
-        )));
-    }
-    let path_len = usize::from(u16_at(32));
-    let expected_len = usize::from(u16_at(34));
-    let reason_len = usize::from(u16_at(36));
-    // Each length is at most 65535, so the sum cannot overflow usize.
-    let total = DESCRIPTOR_HEADER_LEN + path_len + expected_len + reason_len;
-    if bytes.len() != total {
-        return Err(bad(format!(
-            "its lengths add up to {total} bytes but the symbol holds {}",
-            bytes.len()
-        )));
-    }
-    let mut rest = &bytes[DESCRIPTOR_HEADER_LEN..];
-    let mut take = |len: usize, what: &str| -> Result<String, ImageError> {
-        let (head, tail) = rest.split_at(len);
-        rest = tail;
-        String::from_utf8(head.to_vec()).map_err(|_| bad(format!("the {what} is not valid UTF-8")))
-    };
-    let full_path = take(path_len, "test path")?;
-    let expected = take(expected_len, "expected panic text")?;
-    let reason = take(reason_len, "ignore reason")?;
-
-    let ignored = flags & FLAG_IGNORE != 0;
-    if !ignored && reason_len != 0 {
-        return Err(bad(
-            "an ignore reason is given but the ignore flag is not set".to_owned(),
-        ));
-    }
-    if flags & FLAG_HAS_EXPECTED == 0 && expected_len != 0 {
-        return Err(bad(
-            "expected panic text is given but its flag is not set".to_owned()
-        ));
-    }
-    let should_panic = match (
-        flags & FLAG_SHOULD_PANIC != 0,
-        flags & FLAG_HAS_EXPECTED != 0,
-    ) {
-        (false, false) => ShouldPanic::No,
+    let should_panic = match (fields.should_panic(), fields.has_expected()) {
+        (false, _) => ShouldPanic::No,
         (true, false) => ShouldPanic::Yes,
-        (true, true) => ShouldPanic::Expected(expected),
-        (false, true) => {
-            return Err(bad(
-                "expected panic text flag set without should_panic".to_owned()
-            ))
-        }
+        (true, true) => ShouldPanic::Expected(fields.expected.to_owned()),
     };
-    let name = libtest_name(&full_path).ok_or_else(|| {
-        bad(format!(
-            "test path `{full_path}` is not `crate::...::name` (needs two or more non-empty segments)"
-        ))
-    })?;
+    let ignored = fields.ignored();
     Ok(TestDesc {
-        name,
-        full_path,
+        name: name.to_owned(),
+        full_path: fields.path.to_owned(),
         kernel: kernel.to_owned(),
         ignored,
-        ignore_reason: ignored.then_some(reason).filter(|r| !r.is_empty()),
+        ignore_reason: (ignored && !fields.ignore_reason.is_empty())
+            .then(|| fields.ignore_reason.to_owned()),
         should_panic,
-        threads,
-        blocks,
+        threads: fields.threads,
+        blocks: fields.blocks,
     })
-}
-
-/// Drops the crate segment: `krate::a::b` -> `a::b`; `None` unless there are at least two
-/// non-empty segments.
-fn libtest_name(full_path: &str) -> Option<String> {
-    let segments: Vec<&str> = full_path.split("::").collect();
-    if segments.len() < 2 || segments.iter().any(|s| s.is_empty()) {
-        return None;
-    }
-    Some(segments[1..].join("::"))
 }
 
 #[cfg(test)]
@@ -289,8 +174,8 @@ mod tests {
         assert!(patch(8, 0).contains("zero dimension"));
         assert!(patch(40, 0xff).contains("UTF-8"));
         // Flag says no should_panic, but expected text is present.
-        assert!(patch(5, FLAG_IGNORE | FLAG_HAS_EXPECTED).contains("without should_panic"));
-        assert!(patch(5, FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED).contains("ignore flag"));
+        assert!(patch(5, desc::FLAG_IGNORE | desc::FLAG_HAS_EXPECTED).contains("without should_panic"));
+        assert!(patch(5, desc::FLAG_SHOULD_PANIC | desc::FLAG_HAS_EXPECTED).contains("ignore flag"));
     }
 
     #[test]
@@ -302,8 +187,6 @@ mod tests {
         let bytes = encode_descriptor(&desc).unwrap();
         let err = decode_descriptor("d", "k", &bytes).unwrap_err().to_string();
         assert!(err.contains("`lonely`"), "{err}");
-        assert_eq!(libtest_name("c::m::t").as_deref(), Some("m::t"));
-        assert_eq!(libtest_name("c::::t"), None);
     }
 
     #[test]

@@ -376,19 +376,18 @@ fn cubin_kernels(symbols: &[Sym]) -> Vec<Kernel> {
 
 /// Names a host emulation image exports as entry points (see docs/abi.md).
 fn is_host_kernel_name(name: &str) -> bool {
-    matches!(name, "_begin" | "_start" | "_end")
-        || name.starts_with(crate::desc::TEST_KERNEL_PREFIX)
+    use gpurun_abi::symbols::{BEGIN_KERNEL, END_KERNEL, START_KERNEL, TEST_KERNEL_PREFIX};
+    [BEGIN_KERNEL, START_KERNEL, END_KERNEL].contains(&name) || name.starts_with(TEST_KERNEL_PREFIX)
 }
 
 fn is_host_image(symbols: &[Sym]) -> bool {
     symbols.iter().any(|s| {
-        s.name == crate::HOST_ABI_VERSION_SYMBOL
+        s.name == gpurun_abi::symbols::HOST_ABI_VERSION
             || (s.st_type == STT_FUNC && is_host_kernel_name(&s.name))
     })
 }
 
-/// Prefix of the marker a host image exports for each `#[gpurun::kernel]` (docs/abi.md).
-const HOST_KERNEL_MARKER: &str = "__gpurun_host_kernel_";
+use gpurun_abi::symbols::HOST_KERNEL_MARKER_PREFIX as HOST_KERNEL_MARKER;
 
 fn host_kernels(symbols: &[Sym]) -> Vec<Kernel> {
     let marked = |name: &str| {

@@ -33,20 +33,15 @@ mod ptx;
 
 use std::path::{Path, PathBuf};
 
-pub use desc::{
-    decode_descriptor, encode_descriptor, EncodeError, ShouldPanic, TestDesc,
-    DESCRIPTOR_HEADER_LEN, DESCRIPTOR_MAGIC, DESC_PREFIX, TEST_ABI_VERSION, TEST_KERNEL_PREFIX,
-};
+pub use desc::{decode_descriptor, encode_descriptor, EncodeError, ShouldPanic, TestDesc};
 pub use error::ImageError;
 
-/// The symbol holding the image's test ABI version (`u32`).
-pub const TEST_ABI_VERSION_SYMBOL: &str = "__gpurun_test_abi_version";
-/// The symbol a host emulation image exports with its host ABI version (`u32`).
-pub const HOST_ABI_VERSION_SYMBOL: &str = "__gpurun_host_abi_version";
-/// The host ABI version this crate supports (`HostThreadInfo` layout, `__gpurun_host_enter_thread`).
-pub const HOST_ABI_VERSION: u32 = 1;
-/// The global the loader fills with the RPC client before any launch.
-pub const RPC_CLIENT_SYMBOL: &str = "__llvm_rpc_client";
+use gpurun_abi::desc::{HEADER_LEN as DESCRIPTOR_HEADER_LEN, TEST_ABI_VERSION};
+use gpurun_abi::host::HOST_ABI_VERSION;
+use gpurun_abi::symbols::{
+    DESC_PREFIX, HOST_ABI_VERSION as HOST_ABI_VERSION_SYMBOL, RPC_CLIENT as RPC_CLIENT_SYMBOL,
+    START_KERNEL, TEST_ABI_VERSION as TEST_ABI_VERSION_SYMBOL, TEST_KERNEL_PREFIX,
+};
 /// Prefix of constructor objects (LLVM libc's NVPTX start-up convention).
 pub const CTOR_PREFIX: &str = "__init_array_object_";
 /// Prefix of destructor objects.
@@ -520,11 +515,9 @@ impl Image {
 
     /// True when the image has LLVM libc's `_start` entry kernel.
     pub fn has_entry_points(&self) -> bool {
-        self.kernel("_start").is_some()
+        self.kernel(START_KERNEL).is_some()
     }
 
-    /// The host ABI version this crate supports (`HostThreadInfo` layout, `__gpurun_host_enter_thread`).
-    pub const HOST_ABI_VERSION: u32 = 1;
     /// The global the loader fills with the RPC client (`__llvm_rpc_client`), if the image
     /// talks RPC.
     pub fn rpc_client(&self) -> Option<&Global> {
@@ -537,7 +530,7 @@ impl Image {
     }
 
     /// Host images: the value of `__gpurun_host_abi_version` (already checked to be
-    /// [`HOST_ABI_VERSION`]).
+    /// `gpurun_abi::host::HOST_ABI_VERSION`).
     pub fn host_abi_version(&self) -> Option<u32> {
         self.host_abi_version
     }

@@ -12,6 +12,7 @@ use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Attribute, Expr, ExprLit, ItemFn, Lit, Meta, ReturnType, Token};
+use gpurun_abi::{desc, symbols};
 
 /// Marks `fn()` as a device test. Every thread of the launch runs it; the test passes when no
 /// thread panics.
@@ -249,22 +250,22 @@ fn expand_test(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
     let rt = runtime_path();
     let name = &function.sig.ident;
     let id = test_id(name);
-    let kernel = format_ident!("__gpurun_test_{}", id);
-    let descriptor = format_ident!("__gpurun_desc_{}", id);
+    let kernel = format_ident!("{}{}", symbols::TEST_KERNEL_PREFIX, id);
+    let descriptor = format_ident!("{}{}", symbols::DESC_PREFIX, id);
     let [tx, ty, tz] = shape.threads.unwrap_or([1, 1, 1]);
     let [bx, by, bz] = shape.blocks.unwrap_or([1, 1, 1]);
     let mut flags = 0u8;
     if attrs.ignore {
-        flags |= 1;
+        flags |= desc::FLAG_IGNORE;
     }
     let expected = match &attrs.should_panic {
         ShouldPanic::No => String::new(),
         ShouldPanic::Yes => {
-            flags |= 2;
+            flags |= desc::FLAG_SHOULD_PANIC;
             String::new()
         }
         ShouldPanic::Expected(text) => {
-            flags |= 2 | 4;
+            flags |= desc::FLAG_SHOULD_PANIC | desc::FLAG_HAS_EXPECTED;
             text.clone()
         }
     };
@@ -311,7 +312,7 @@ fn expand_kernel(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStr
     let inputs = &sig.inputs;
     let unsafety = &sig.unsafety;
     // A host `.so` exports many functions; this marker tells the loader which are kernels.
-    let marker = format_ident!("__gpurun_host_kernel_{}", name);
+    let marker = format_ident!("{}{}", symbols::HOST_KERNEL_MARKER_PREFIX, name);
     Ok(quote! {
         #rt::__gpurun_kernel! {
             #(#attrs)*

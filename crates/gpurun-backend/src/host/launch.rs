@@ -12,34 +12,9 @@ pub const MAX_LIVE_THREADS: u64 = 4096;
 /// Largest block the emulator accepts (the CUDA and HSA limit).
 pub const MAX_BLOCK_THREADS: u64 = 1024;
 
-/// Mirrors `gpurun_device::arch::HostThreadInfo` (`#[repr(C)]`, ABI version 1).
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct HostThreadInfo {
-    pub abi_version: u32,
-    pub lane_size: u32,
-    pub thread_idx: [u32; 3],
-    pub block_idx: [u32; 3],
-    pub block_dim: [u32; 3],
-    pub grid_dim: [u32; 3],
-    pub barrier_context: *const std::ffi::c_void,
-    pub barrier: Option<unsafe extern "C" fn(*const std::ffi::c_void)>,
-}
+pub(crate) use gpurun_abi::host::EnterThread;
+use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION};
 
-// The emulator (gpurun-backend/src/host/launch.rs) and the device runtime
-// (gpurun-device/src/arch/host.rs) each declare this struct: they cannot share a crate, since
-// linking the device runtime into the worker would export its symbols next to the image's. These
-// asserts pin the layout on both sides.
-const _: () = {
-    assert!(core::mem::size_of::<HostThreadInfo>() == 72);
-    assert!(core::mem::offset_of!(HostThreadInfo, thread_idx) == 8);
-    assert!(core::mem::offset_of!(HostThreadInfo, grid_dim) == 44);
-    assert!(core::mem::offset_of!(HostThreadInfo, barrier_context) == 56);
-    assert!(core::mem::offset_of!(HostThreadInfo, barrier) == 64);
-};
-
-/// `__gpurun_host_enter_thread` in the image.
-pub(crate) type EnterThread = unsafe extern "C" fn(*const HostThreadInfo);
 /// Every host kernel is called through this type; the C ABI passes the first six integer
 /// arguments in registers, so a callee that takes fewer ignores the rest.
 pub(crate) type KernelFn = unsafe extern "C" fn(u64, u64, u64, u64, u64, u64);
@@ -131,7 +106,7 @@ fn run_grid(entry: Entry, shape: LaunchShape, registers: [u64; 6], lane_size: u3
                     for x in 0..tx {
                         let barrier = Arc::clone(&barrier);
                         let info = HostThreadInfo {
-                            abi_version: 1,
+                            abi_version: HOST_ABI_VERSION,
                             lane_size,
                             thread_idx: [x, y, z],
                             block_idx: block,

@@ -3,51 +3,13 @@
 
 use std::cell::Cell;
 
-/// Version of [`HostThreadInfo`] and of the host entry points; the emulator checks it.
-pub const HOST_ABI_VERSION: u32 = 1;
+pub use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION};
 
 #[unsafe(no_mangle)]
 #[used]
 pub static __gpurun_host_abi_version: u32 = HOST_ABI_VERSION;
 
-/// Who an emulated thread is, passed by the emulator (`gpurun-backend`'s host backend).
-#[repr(C)]
-#[derive(Clone, Copy, Debug)]
-pub struct HostThreadInfo {
-    pub abi_version: u32,
-    pub lane_size: u32,
-    pub thread_idx: [u32; 3],
-    pub block_idx: [u32; 3],
-    pub block_dim: [u32; 3],
-    pub grid_dim: [u32; 3],
-    /// Context handed back to `barrier`.
-    pub barrier_context: *const core::ffi::c_void,
-    /// Blocks until every thread of this block has called it.
-    pub barrier: Option<unsafe extern "C" fn(*const core::ffi::c_void)>,
-}
-
-// The emulator (gpurun-backend/src/host/launch.rs) and the device runtime
-// (gpurun-device/src/arch/host.rs) each declare this struct: they cannot share a crate, since
-// linking the device runtime into the worker would export its symbols next to the image's. These
-// asserts pin the layout on both sides.
-const _: () = {
-    assert!(core::mem::size_of::<HostThreadInfo>() == 72);
-    assert!(core::mem::offset_of!(HostThreadInfo, thread_idx) == 8);
-    assert!(core::mem::offset_of!(HostThreadInfo, grid_dim) == 44);
-    assert!(core::mem::offset_of!(HostThreadInfo, barrier_context) == 56);
-    assert!(core::mem::offset_of!(HostThreadInfo, barrier) == 64);
-};
-
-const UNSET: HostThreadInfo = HostThreadInfo {
-    abi_version: HOST_ABI_VERSION,
-    lane_size: 1,
-    thread_idx: [0; 3],
-    block_idx: [0; 3],
-    block_dim: [1; 3],
-    grid_dim: [1; 3],
-    barrier_context: core::ptr::null(),
-    barrier: None,
-};
+const UNSET: HostThreadInfo = HostThreadInfo::UNSET;
 
 thread_local! {
     static CURRENT: Cell<HostThreadInfo> = const { Cell::new(UNSET) };

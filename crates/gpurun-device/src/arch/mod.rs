@@ -3,13 +3,13 @@
 
 #[cfg(target_arch = "amdgpu")]
 #[path = "amdgpu.rs"]
-mod imp;
+pub(crate) mod imp;
 #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
 #[path = "host.rs"]
-mod imp;
+pub(crate) mod imp;
 #[cfg(target_arch = "nvptx64")]
 #[path = "nvptx.rs"]
-mod imp;
+pub(crate) mod imp;
 
 pub(crate) use imp::{end_thread, Lanes};
 #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]

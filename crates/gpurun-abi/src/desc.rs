@@ -1,0 +1,360 @@
+//! Test descriptors: one global per `#[gpurun::test]` (`__gpurun_desc_ID`), read from the image
+//! so that tests are listed without running anything (docs/abi.md, "Tests").
+//!
+//! Layout (all integers little-endian): magic `GPRT`, version byte, flags byte, two zero bytes,
+//! threads x/y/z and blocks x/y/z as `u32`s, the lengths of the module path, the expected panic
+//! text and the ignore reason as `u16`s, a zero `u16`, then the three strings.
+//!
+//! [`write`] is the only encoder (a `const fn`: the attribute macros build descriptors at
+//! compile time through it, host tools at run time) and [`decode`] the only decoder. Decoding
+//! trusts nothing: lengths are checked against the buffer, strings must be UTF-8, reserved bits
+//! and fields must be zero so that a future layout is not misread as this one.
+
+/// The descriptor layout version (byte 4, and the value of `__gpurun_test_abi_version`).
+pub const TEST_ABI_VERSION: u32 = 1;
+/// Magic bytes at the start of every descriptor.
+pub const MAGIC: [u8; 4] = *b"GPRT";
+/// Size of the fixed header, before the strings.
+pub const HEADER_LEN: usize = 40;
+
+/// `#[ignore]`.
+pub const FLAG_IGNORE: u8 = 1 << 0;
+/// `#[should_panic]`.
+pub const FLAG_SHOULD_PANIC: u8 = 1 << 1;
+/// `#[should_panic(expected = "...")]`: the expected text is present.
+pub const FLAG_HAS_EXPECTED: u8 = 1 << 2;
+const KNOWN_FLAGS: u8 = FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED;
+
+/// Size of the descriptor for these strings.
+pub const fn encoded_len(path: &str, expected: &str, ignore_reason: &str) -> usize {
+    HEADER_LEN + path.len() + expected.len() + ignore_reason.len()
+}
+
+/// What a descriptor says, borrowing its strings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fields<'a> {
+    /// `module_path!()::NAME` (crate name first).
+    pub path: &'a str,
+    /// The expected panic text (empty unless [`FLAG_HAS_EXPECTED`]).
+    pub expected: &'a str,
+    /// The ignore reason (empty when none was given).
+    pub ignore_reason: &'a str,
+    pub flags: u8,
+    pub threads: [u32; 3],
+    pub blocks: [u32; 3],
+}
+
+impl Fields<'_> {
+    pub const fn ignored(&self) -> bool {
+        self.flags & FLAG_IGNORE != 0
+    }
+    pub const fn should_panic(&self) -> bool {
+        self.flags & FLAG_SHOULD_PANIC != 0
+    }
+    pub const fn has_expected(&self) -> bool {
+        self.flags & FLAG_HAS_EXPECTED != 0
+    }
+}
+
+const fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> usize {
+    let mut i = 0;
+    while i < bytes.len() {
+        out[at + i] = bytes[i];
+        i += 1;
+    }
+    at + bytes.len()
+}
+
+const fn put_u32s(out: &mut [u8], at: usize, values: [u32; 3]) -> usize {
+    let mut at = at;
+    let mut i = 0;
+    while i < 3 {
+        at = put(out, at, &values[i].to_le_bytes());
+        i += 1;
+    }
+    at
+}
+
+/// Why a descriptor cannot be encoded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncodeError {
+    /// A string is longer than the `u16` length field allows; names which one.
+    TooLong(&'static str),
+    /// The output is not exactly [`encoded_len`] bytes.
+    WrongSize,
+}
+
+impl core::fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            EncodeError::TooLong(what) => {
+                write!(f, "cannot encode descriptor: {what} is longer than 65535 bytes")
+            }
+            EncodeError::WrongSize => f.write_str("descriptor buffer has the wrong size"),
+        }
+    }
+}
+
+const fn short_len(text: &str, what: &'static str) -> Result<[u8; 2], EncodeError> {
+    if text.len() > u16::MAX as usize {
+        return Err(EncodeError::TooLong(what));
+    }
+    Ok((text.len() as u16).to_le_bytes())
+}
+
+/// Writes the descriptor of `fields` into `out`, which must be exactly [`encoded_len`] bytes.
+pub const fn write(out: &mut [u8], fields: &Fields<'_>) -> Result<(), EncodeError> {
+    if out.len() != encoded_len(fields.path, fields.expected, fields.ignore_reason) {
+        return Err(EncodeError::WrongSize);
+    }
+    let lens = [
+        short_len(fields.path, "the path"),
+        short_len(fields.expected, "the expected text"),
+        short_len(fields.ignore_reason, "the ignore reason"),
+    ];
+    let mut at = put(out, 0, &MAGIC);
+    out[at] = TEST_ABI_VERSION as u8;
+    out[at + 1] = fields.flags;
+    at += 4; // version, flags, two reserved bytes
+    at = put_u32s(out, at, fields.threads);
+    at = put_u32s(out, at, fields.blocks);
+    let mut i = 0;
+    while i < 3 {
+        match lens[i] {
+            Ok(len) => at = put(out, at, &len),
+            Err(error) => return Err(error),
+        }
+        i += 1;
+    }
+    at += 2;
+    at = put(out, at, fields.path.as_bytes());
+    at = put(out, at, fields.expected.as_bytes());
+    put(out, at, fields.ignore_reason.as_bytes());
+    Ok(())
+}
+
+/// The descriptor of `fields` as an array, at compile time: `N` must be [`encoded_len`]. Fails
+/// the build when a string is too long.
+pub const fn encode<const N: usize>(fields: Fields<'_>) -> [u8; N] {
+    let mut out = [0u8; N];
+    match write(&mut out, &fields) {
+        Ok(()) => out,
+        Err(EncodeError::TooLong(_)) => panic!("test descriptor string too long"),
+        Err(EncodeError::WrongSize) => panic!("test descriptor length mismatch"),
+    }
+}
+
+/// Why a descriptor was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The descriptor is of another version (the image needs another cargo-gpurun).
+    Version(u32),
+    /// Anything else; says what is wrong.
+    Malformed(Problem),
+}
+
+/// What is wrong with a malformed descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Problem {
+    ShorterThanHeader(usize),
+    BadMagic([u8; 4]),
+    UnknownFlags(u8),
+    ReservedNotZero,
+    ZeroDimension { threads: [u32; 3], blocks: [u32; 3] },
+    LengthMismatch { expected: usize, found: usize },
+    NotUtf8(&'static str),
+    ReasonWithoutIgnore,
+    ExpectedWithoutFlag,
+    ExpectedWithoutShouldPanic,
+}
+
+impl core::fmt::Display for Problem {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Problem::ShorterThanHeader(len) => {
+                write!(f, "{len} bytes is shorter than the {HEADER_LEN}-byte header")
+            }
+            Problem::BadMagic(magic) => write!(f, "bad magic {magic:02x?} (expected `GPRT`)"),
+            Problem::UnknownFlags(bits) => write!(f, "unknown flag bits {bits:#04x}"),
+            Problem::ReservedNotZero => f.write_str("reserved header fields are not zero"),
+            Problem::ZeroDimension { threads, blocks } => write!(
+                f,
+                "launch shape has a zero dimension (threads {threads:?}, blocks {blocks:?})"
+            ),
+            Problem::LengthMismatch { expected, found } => write!(
+                f,
+                "its lengths add up to {expected} bytes but the symbol holds {found}"
+            ),
+            Problem::NotUtf8(what) => write!(f, "the {what} is not valid UTF-8"),
+            Problem::ReasonWithoutIgnore => {
+                f.write_str("an ignore reason is given but the ignore flag is not set")
+            }
+            Problem::ExpectedWithoutFlag => {
+                f.write_str("expected panic text is given but its flag is not set")
+            }
+            Problem::ExpectedWithoutShouldPanic => {
+                f.write_str("expected panic text flag set without should_panic")
+            }
+        }
+    }
+}
+
+/// Decodes a descriptor.
+pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
+    let bad = DecodeError::Malformed;
+    let header = bytes
+        .get(..HEADER_LEN)
+        .ok_or(bad(Problem::ShorterThanHeader(bytes.len())))?;
+    let u16_at = |at: usize| u16::from_le_bytes([header[at], header[at + 1]]);
+    let u32_at = |at: usize| {
+        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    if header[..4] != MAGIC {
+        return Err(bad(Problem::BadMagic([
+            header[0], header[1], header[2], header[3],
+        ])));
+    }
+    let version = u32::from(header[4]);
+    if version != TEST_ABI_VERSION {
+        return Err(DecodeError::Version(version));
+    }
+    let flags = header[5];
+    if flags & !KNOWN_FLAGS != 0 {
+        return Err(bad(Problem::UnknownFlags(flags & !KNOWN_FLAGS)));
+    }
+    if u16_at(6) != 0 || u16_at(38) != 0 {
+        return Err(bad(Problem::ReservedNotZero));
+    }
+    let threads = [u32_at(8), u32_at(12), u32_at(16)];
+    let blocks = [u32_at(20), u32_at(24), u32_at(28)];
+    if threads.contains(&0) || blocks.contains(&0) {
+        return Err(bad(Problem::ZeroDimension { threads, blocks }));
+    }
+    let lens = [
+        usize::from(u16_at(32)),
+        usize::from(u16_at(34)),
+        usize::from(u16_at(36)),
+    ];
+    // Each length is at most 65535, so the sum cannot overflow.
+    let total = HEADER_LEN + lens[0] + lens[1] + lens[2];
+    if bytes.len() != total {
+        return Err(bad(Problem::LengthMismatch {
+            expected: total,
+            found: bytes.len(),
+        }));
+    }
+    let mut rest = &bytes[HEADER_LEN..];
+    let mut take = |len: usize, what: &'static str| {
+        let (head, tail) = rest.split_at(len);
+        rest = tail;
+        core::str::from_utf8(head).map_err(|_| bad(Problem::NotUtf8(what)))
+    };
+    let fields = Fields {
+        path: take(lens[0], "test path")?,
+        expected: take(lens[1], "expected panic text")?,
+        ignore_reason: take(lens[2], "ignore reason")?,
+        flags,
+        threads,
+        blocks,
+    };
+    if !fields.ignored() && !fields.ignore_reason.is_empty() {
+        return Err(bad(Problem::ReasonWithoutIgnore));
+    }
+    if !fields.has_expected() && !fields.expected.is_empty() {
+        return Err(bad(Problem::ExpectedWithoutFlag));
+    }
+    if fields.has_expected() && !fields.should_panic() {
+        return Err(bad(Problem::ExpectedWithoutShouldPanic));
+    }
+    Ok(fields)
+}
+
+/// The libtest name of a test path: the crate segment dropped (`krate::a::b` -> `a::b`);
+/// `None` unless there are two or more segments, none empty.
+pub fn libtest_name(path: &str) -> Option<&str> {
+    let (_, rest) = path.split_once("::")?;
+    let well_formed = path.split("::").all(|segment| !segment.is_empty());
+    well_formed.then_some(rest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SAMPLE: Fields<'static> = Fields {
+        path: "krate::math::adds",
+        expected: "overflow",
+        ignore_reason: "slow",
+        flags: FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED,
+        threads: [32, 2, 1],
+        blocks: [4, 1, 1],
+    };
+    const LEN: usize = encoded_len(SAMPLE.path, SAMPLE.expected, SAMPLE.ignore_reason);
+    // Built at compile time, as the attribute macros do.
+    const SAMPLE_BYTES: [u8; LEN] = encode::<LEN>(SAMPLE);
+
+    #[test]
+    fn round_trip() {
+        assert_eq!(LEN, 40 + 17 + 8 + 4);
+        assert_eq!(decode(&SAMPLE_BYTES), Ok(SAMPLE));
+    }
+
+    #[test]
+    fn rejects_every_truncation_and_extension() {
+        for len in 0..LEN {
+            assert!(decode(&SAMPLE_BYTES[..len]).is_err(), "len {len}");
+        }
+        let mut longer = [0u8; LEN + 1];
+        longer[..LEN].copy_from_slice(&SAMPLE_BYTES);
+        assert!(decode(&longer).is_err());
+    }
+
+    #[test]
+    fn rejects_bad_fields() {
+        let patch = |at: usize, v: u8| {
+            let mut b = SAMPLE_BYTES;
+            b[at] = v;
+            decode(&b).unwrap_err()
+        };
+        let malformed = |at, v| match patch(at, v) {
+            DecodeError::Malformed(problem) => problem,
+            other => panic!("{other:?}"),
+        };
+        assert!(matches!(malformed(0, b'X'), Problem::BadMagic(_)));
+        assert_eq!(patch(4, 2), DecodeError::Version(2));
+        assert_eq!(malformed(5, 0x80), Problem::UnknownFlags(0x80));
+        assert_eq!(malformed(6, 1), Problem::ReservedNotZero);
+        assert!(matches!(malformed(8, 0), Problem::ZeroDimension { .. }));
+        assert_eq!(malformed(40, 0xff), Problem::NotUtf8("test path"));
+        assert_eq!(
+            malformed(5, FLAG_IGNORE | FLAG_HAS_EXPECTED),
+            Problem::ExpectedWithoutShouldPanic
+        );
+        assert_eq!(
+            malformed(5, FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED),
+            Problem::ReasonWithoutIgnore
+        );
+    }
+
+    #[test]
+    fn wrong_sizes_and_long_strings_are_refused() {
+        let mut short = [0u8; 10];
+        assert_eq!(write(&mut short, &SAMPLE), Err(EncodeError::WrongSize));
+        let long = [b'x'; 70_000];
+        let path = core::str::from_utf8(&long).unwrap();
+        let fields = Fields { path, ..SAMPLE };
+        let mut out = [0u8; 40 + 70_000 + 12];
+        assert_eq!(
+            write(&mut out, &fields),
+            Err(EncodeError::TooLong("the path"))
+        );
+    }
+
+    #[test]
+    fn libtest_names_drop_the_crate() {
+        assert_eq!(libtest_name("c::m::t"), Some("m::t"));
+        assert_eq!(libtest_name("c::::t"), None);
+        assert_eq!(libtest_name("lonely"), None);
+        assert_eq!(libtest_name("::t"), None);
+    }
+}

@@ -1,0 +1,17 @@
+//! The device ABI, owned in one place: every name, number and byte layout that a device image
+//! and the host must agree on (docs/abi.md).
+//!
+//! Owns: the symbol names the loader looks up or fills in ([`symbols`]), the test descriptor
+//! format with its one encoder and one decoder ([`desc`]), the ABI versions, the host-emulation
+//! thread record [`host::HostThreadInfo`], and the AMD launch-shape words ([`shape`]).
+//!
+//! Must not: export symbols (the device runtime links it into images and the worker links it
+//! into the host process; an exported symbol would appear in both), allocate, or depend on any
+//! crate. Everything here is `no_std` plain data and `const fn`s, usable by the device runtime,
+//! the attribute macros' expansion, the image parser and the backends alike.
+#![no_std]
+
+pub mod desc;
+pub mod host;
+pub mod shape;
+pub mod symbols;
