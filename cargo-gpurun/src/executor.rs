@@ -1,5 +1,5 @@
 //! Runs tests in worker processes: the harness's [`Executor`] on top of
-//! `gpurun_backend::worker`.
+//! `gpurun_hal::worker`.
 //!
 //! One worker per device in use (all visible devices unless `--device` names one), each with
 //! enough slots that the harness's `--test-threads N` tests run at once: on a GPU every slot is
@@ -13,7 +13,7 @@
 //!   context reports it), so each test that was in flight runs again alone in a fresh worker,
 //!   where it either passes or shows the fault as its own.
 
-use gpurun_backend::worker::{
+use gpurun_hal::worker::{
     breakage_of, Breakage, Command, Event, RunEnd, Worker, WorkerEnd, WorkerSpec,
 };
 use gpurun_harness::{Executor, PanicReport, TestCase, TestEnd, TestRun};
@@ -292,7 +292,7 @@ fn final_end(end: RunEnd, collected: &mut Collected) -> TestEnd {
     }
 }
 
-fn to_report(report: gpurun_backend::server::PanicReport) -> PanicReport {
+fn to_report(report: gpurun_hal::server::PanicReport) -> PanicReport {
     PanicReport {
         message: report.message,
         file: report.file,

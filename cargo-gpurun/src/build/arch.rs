@@ -256,11 +256,11 @@ pub fn detect_arch(target: DeviceTarget) -> Option<String> {
         return None;
     }
     let kind = match target {
-        DeviceTarget::Nvptx => gpurun_backend::BackendKind::Cuda,
-        DeviceTarget::Amdgcn => gpurun_backend::BackendKind::Hsa,
+        DeviceTarget::Nvptx => gpurun_hal::BackendKind::Cuda,
+        DeviceTarget::Amdgcn => gpurun_hal::BackendKind::Hsa,
         DeviceTarget::Host => return None,
     };
-    let devices = gpurun_backend::select::backend(kind).devices().ok()?;
+    let devices = gpurun_hal::select::backend(kind).devices().ok()?;
     let arch = devices.into_iter().next()?.arch;
     match target.check_arch(&arch) {
         Ok(()) => Some(arch),

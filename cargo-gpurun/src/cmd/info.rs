@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use gpurun_backend::{select, BackendKind};
+use gpurun_hal::{select, BackendKind};
 
 /// `cargo gpurun info`.
 #[derive(Debug, Args)]

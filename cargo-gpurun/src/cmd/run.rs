@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use gpurun_backend::select::{self, BackendChoice};
-use gpurun_backend::worker::{Command, Event, RunEnd, Worker, WorkerEnd};
-use gpurun_backend::BackendKind;
+use gpurun_hal::select::{self, BackendChoice};
+use gpurun_hal::worker::{Command, Event, RunEnd, Worker, WorkerEnd};
+use gpurun_hal::BackendKind;
 use gpurun_image::{Image, ImageKind};
 
 use super::worker::{worker_spec, WorkerOptions};
@@ -144,7 +144,7 @@ pub fn test_executor(
         None => match select::backend(kind).devices() {
             Ok(devices) if !devices.is_empty() => devices.iter().map(|d| d.ordinal).collect(),
             // A setting that makes no sense is the user's to fix before anything runs.
-            Err(error @ gpurun_backend::BackendError::InvalidArgument(_)) => bail!(error),
+            Err(error @ gpurun_hal::BackendError::InvalidArgument(_)) => bail!(error),
             // A missing driver fails every test with the reason, libtest-style, in the worker.
             _ => vec![0],
         },
@@ -190,7 +190,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     argv.extend(args.args.iter().map(|arg| arg.as_encoded_bytes().to_vec()));
     let command = Command::RunMain {
         argv,
-        envp: gpurun_backend::args::environment_strings(),
+        envp: gpurun_hal::args::environment_strings(),
         threads: [args.threads_x, args.threads_y, args.threads_z],
         blocks: [args.blocks_x, args.blocks_y, args.blocks_z],
         kernels: args.kernels.clone(),

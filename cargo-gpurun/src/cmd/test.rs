@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use gpurun_backend::select::{self, BackendChoice};
-use gpurun_backend::BackendKind;
+use gpurun_hal::select::{self, BackendChoice};
+use gpurun_hal::BackendKind;
 use gpurun_harness::{HarnessArgs, ShouldPanic, TestCase};
 use gpurun_image::Image;
 

@@ -1,10 +1,10 @@
-//! `cargo gpurun __worker`: the process that owns one device (see `gpurun_backend::worker`).
+//! `cargo gpurun __worker`: the process that owns one device (see `gpurun_hal::worker`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use gpurun_backend::{BackendKind, LoadOptions};
+use gpurun_hal::{BackendKind, LoadOptions};
 
 /// Arguments of the hidden worker subcommand; the parent builds them with [`worker_args`].
 #[derive(Debug, Args)]
@@ -20,7 +20,7 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub stack_size: Option<usize>,
     /// Tests to run at once, each in its own slot (set by the parent through the environment).
-    #[arg(long, env = gpurun_backend::worker::child::SLOTS_ENV, default_value_t = 1)]
+    #[arg(long, env = gpurun_hal::worker::child::SLOTS_ENV, default_value_t = 1)]
     pub slots: usize,
     pub image: PathBuf,
 }
@@ -47,7 +47,7 @@ pub struct WorkerOptions {
 pub fn worker_spec(
     options: &WorkerOptions,
     image: &std::path::Path,
-) -> anyhow::Result<gpurun_backend::worker::WorkerSpec> {
+) -> anyhow::Result<gpurun_hal::worker::WorkerSpec> {
     let exe = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("cannot find the cargo-gpurun executable: {e}"))?;
     let mut args = vec![
@@ -65,7 +65,7 @@ pub fn worker_spec(
         args.push(stack.to_string());
     }
     args.push("--".into());
-    Ok(gpurun_backend::worker::WorkerSpec {
+    Ok(gpurun_hal::worker::WorkerSpec {
         exe,
         args,
         image: image.to_path_buf(),
@@ -79,7 +79,7 @@ pub fn run(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
         stack_size: args.stack_size,
         emulated_lane_size: args.lane_size,
     };
-    let status = gpurun_backend::worker::child::serve(
+    let status = gpurun_hal::worker::child::serve(
         args.backend,
         args.device,
         &args.image,

@@ -2,7 +2,7 @@
 //! per opcode are documented in `gpurun_rpc::opcode`; the host server mirrors them.
 
 use crate::arch::{self, Lanes};
-use gpurun_rpc::{opcode, Client};
+use gpurun_rpc::{calls, opcode, Client};
 
 /// The client object the loader fills in before launch (LLVM libc's ABI symbol).
 #[unsafe(no_mangle)]
@@ -24,12 +24,7 @@ pub(crate) fn write(stream: crate::io::Stream, bytes: &[u8]) {
         crate::io::Stream::Stdout => opcode::WRITE_TO_STDOUT,
         crate::io::Stream::Stderr => opcode::WRITE_TO_STDERR,
     };
-    let lanes = lanes();
-    let Some(mut port) = __llvm_rpc_client.open(&lanes, code) else {
-        return;
-    };
-    port.send_n(bytes);
-    port.recv(|_, _| {});
+    calls::write(&__llvm_rpc_client, &lanes(), code, bytes);
 }
 
 #[cfg_attr(
@@ -38,16 +33,7 @@ pub(crate) fn write(stream: crate::io::Stream, bytes: &[u8]) {
 )]
 /// RPC MALLOC: device memory from the host; null when the host has none.
 pub(crate) fn malloc(size: usize) -> *mut u8 {
-    let lanes = lanes();
-    let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::MALLOC) else {
-        return core::ptr::null_mut();
-    };
-    let mut address = 0u64;
-    port.send_and_recv(
-        |buffer, _| buffer.data[0] = size as u64,
-        |buffer, _| address = buffer.data[0],
-    );
-    address as usize as *mut u8
+    calls::malloc(&__llvm_rpc_client, &lanes(), size as u64) as usize as *mut u8
 }
 
 #[cfg_attr(
@@ -56,48 +42,28 @@ pub(crate) fn malloc(size: usize) -> *mut u8 {
 )]
 /// RPC FREE: fire and forget.
 pub(crate) fn free(ptr: *mut u8) {
-    let lanes = lanes();
-    let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::FREE) else {
-        return;
-    };
-    port.send(|buffer, _| buffer.data[0] = ptr as usize as u64);
+    calls::free(&__llvm_rpc_client, &lanes(), ptr as usize as u64);
 }
 
 /// Ends the program with `status`: the host stops the run and exits with it.
 pub fn exit(status: i32) -> ! {
-    let lanes = lanes();
-    if let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::EXIT) {
-        port.send_and_recv(|_, _| {}, |_, _| {});
-        port.send(|buffer, _| buffer.data[0] = status as u32 as u64);
-        drop(port);
-    }
+    calls::exit(&__llvm_rpc_client, &lanes(), status);
     arch::end_thread()
 }
 
 /// Ends the program abnormally: the host stops the run as an abort.
 pub fn abort() -> ! {
-    let lanes = lanes();
-    if let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::ABORT) {
-        port.send_and_recv(|_, _| {}, |_, _| {});
-        port.send(|_, _| {});
-        drop(port);
-    }
+    calls::abort(&__llvm_rpc_client, &lanes());
     arch::end_thread()
 }
 
 /// Sends a panic report: message, file, then one packet with the location and thread ids.
 pub(crate) fn report_panic(message: &[u8], file: &str, line: u32, column: u32) {
-    let lanes = lanes();
-    let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::PANIC) else {
-        return;
-    };
-    port.send_n(message);
-    port.send_n(file.as_bytes());
     let location = opcode::PanicLocation {
         line,
         column,
         thread: arch::thread_idx(),
         block: arch::block_idx(),
     };
-    port.send(|buffer, _| buffer.data[..4].copy_from_slice(&location.to_words()));
+    calls::report_panic(&__llvm_rpc_client, &lanes(), message, file, location);
 }

@@ -45,6 +45,7 @@ extern crate alloc;
 extern crate std;
 
 mod arch;
+pub mod calls;
 pub mod client;
 pub mod lanes;
 pub mod layout;

@@ -1,24 +1,26 @@
-//! A code object loaded on one GPU agent: the frozen, validated executable, its queue, the RPC
-//! buffer in fine-grained host memory, and what `malloc` over RPC handed out.
+//! A code object loaded on one GPU agent: the frozen, validated executable, its queue, the
+//! host-visible blocks (RPC buffer, argv, ...) and what `malloc` over RPC handed out; the
+//! primitives the shared module runs on.
 
 use super::device::{agent_attribute, Opened};
-use super::error::{runtime, runtime_message};
-use super::memory::{copy_and_wait, PoolBuffer};
-use super::packet::KernelFacts;
+use super::error::runtime;
+use super::launch::HsaLaunch;
+use super::memory::{copy_and_wait, PoolBuffer, Signal};
+use super::packet::{
+    dispatch_header, dispatch_packet, header_word, kernarg_block, with_stack_size, KernelFacts,
+};
 use super::result::{status_string, HsaError, StatusExt};
-use crate::server::{DeviceMemory, RpcServer};
-use crate::{BackendError, LoadOptions, ResourceUsage, SharedAlloc};
-use gpurun_rpc::Layout;
+use super::runtime::fault_count;
+use crate::args::{pack_c_struct, KernelArg};
+use crate::module::Primitives;
+use crate::serve::Launch;
+use crate::server::DeviceMemory;
+use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
 use hsa_sys::*;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
-
-/// The global LLVM libc's RPC client lives in.
-pub const RPC_CLIENT_GLOBAL: &str = "__llvm_rpc_client";
-/// The global LLVM libc's `clock()` divides by (ticks per second of `s_memrealtime`).
-pub const CLOCK_FREQ_GLOBAL: &str = "__llvm_libc_clock_freq";
 
 /// An executable, destroyed on drop.
 struct Executable {
@@ -34,17 +36,28 @@ impl Drop for Executable {
     }
 }
 
-/// What the queue error callback records; boxed so its address stays fixed for the runtime.
+/// What the queue error callback records; shared (its address stays fixed for the runtime) with
+/// the launches that check it.
 #[derive(Default)]
 pub(crate) struct QueueState {
     pub error: Mutex<Option<hsa_status_t>>,
+}
+
+impl QueueState {
+    /// The status the runtime reported for this queue, once it failed.
+    pub(crate) fn error(&self) -> Option<hsa_status_t> {
+        *self
+            .error
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 /// A user-mode AQL queue on the GPU agent, destroyed on drop.
 pub(crate) struct Queue {
     lib: Arc<HsaLib>,
     pub raw: *mut hsa_queue_t,
-    pub state: Box<QueueState>,
+    pub state: Arc<QueueState>,
 }
 
 impl Queue {
@@ -68,10 +81,10 @@ impl Queue {
             )
         }?;
         let size = queue_size(min, max);
-        let state = Box::new(QueueState::default());
+        let state = Arc::new(QueueState::default());
         let mut raw: *mut hsa_queue_t = std::ptr::null_mut();
-        // SAFETY: `on_queue_error` matches the callback type; `data` points to the boxed state,
-        // which outlives the queue (Drop destroys the queue before the box goes). u32::MAX for
+        // SAFETY: `on_queue_error` matches the callback type; `data` points to the shared state,
+        // which outlives the queue (Drop destroys the queue before its reference goes). u32::MAX for
         // both segment sizes means "no limit".
         unsafe {
             (lib.hsa_queue_create)(
@@ -79,7 +92,7 @@ impl Queue {
                 size,
                 HSA_QUEUE_TYPE_MULTI,
                 Some(on_queue_error),
-                (&*state as *const QueueState).cast_mut().cast(),
+                Arc::as_ptr(&state).cast_mut().cast(),
                 u32::MAX,
                 u32::MAX,
                 &mut raw,
@@ -98,19 +111,6 @@ impl Queue {
             raw,
             state,
         })
-    }
-
-    /// The status the runtime reported for this queue, once it failed.
-    pub(crate) fn error(&self) -> Option<hsa_status_t> {
-        *self
-            .state
-            .error
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    pub(crate) fn lib(&self) -> &HsaLib {
-        &self.lib
     }
 }
 
@@ -132,7 +132,7 @@ unsafe extern "C" fn on_queue_error(
     if data.is_null() {
         return;
     }
-    // SAFETY: `data` is the QueueState boxed by `Queue::create`, alive while the queue exists.
+    // SAFETY: `data` is the QueueState of `Queue::create`, alive while the queue exists.
     let state = unsafe { &*data.cast::<QueueState>() };
     if let Ok(mut error) = state.error.lock() {
         error.get_or_insert(status);
@@ -175,22 +175,17 @@ impl DeviceMemory for DeviceHeap {
     }
 }
 
-/// The RPC buffer and its server.
-pub(crate) struct RpcChannel {
-    pub server: RpcServer,
-    /// Kept alive (and in place) for the server and the device's client.
-    _buffer: PoolBuffer,
-}
-
 /// An image loaded on one GPU.
-pub struct HsaModule<'d> {
+pub struct HsaPrimitives<'d> {
     pub(crate) device: &'d Opened,
     /// Everything a running kernel may touch; leaked instead of freed once a launch faulted or
     /// timed out (see `Drop`).
     pub(crate) res: ManuallyDrop<Resources>,
     kernels: HashMap<String, KernelFacts>,
+    /// RPC lanes: the wavefront size the image was built for.
+    lane_size: u32,
     /// Set after a fault or a timeout: the queue and executable cannot be trusted any more.
-    pub(crate) broken: Option<String>,
+    pub(crate) abandoned: bool,
     /// `LoadOptions::stack_size`: the private memory a dynamic-stack kernel gets at least.
     pub(crate) stack_size: Option<usize>,
 }
@@ -198,20 +193,19 @@ pub struct HsaModule<'d> {
 /// The objects of a module, dropped in field order: the queue before what its kernels use.
 pub(crate) struct Resources {
     pub queue: Queue,
-    pub rpc: Option<RpcChannel>,
     pub heap: DeviceHeap,
     shared: Vec<PoolBuffer>,
     executable: Executable,
 }
 
 /// Loads `code_object` on the device: read, create, load, freeze and validate the executable;
-/// then the queue, the clock frequency and, when the image talks RPC, the RPC buffer.
+/// then the queue.
 pub(crate) fn load<'d>(
     device: &'d Opened,
     code_object: &[u8],
     lane_size: u32,
     options: &LoadOptions,
-) -> Result<HsaModule<'d>, BackendError> {
+) -> Result<HsaPrimitives<'d>, BackendError> {
     let lib = Arc::clone(device.runtime.lib_arc());
     let executable = load_executable(&lib, device, code_object)?;
     let queue = Queue::create(&lib, device.gpu.agent).map_err(runtime)?;
@@ -221,25 +215,19 @@ pub(crate) fn load<'d>(
         gpu: device.gpu.agent,
         blocks: HashMap::new(),
     };
-    let mut module = HsaModule {
+    Ok(HsaPrimitives {
         device,
         res: ManuallyDrop::new(Resources {
             queue,
-            rpc: None,
             heap,
             shared: Vec::new(),
             executable,
         }),
         kernels: HashMap::new(),
-        broken: None,
+        lane_size,
+        abandoned: false,
         stack_size: options.stack_size,
-    };
-    module.set_clock_frequency()?;
-    if module.symbol(RPC_CLIENT_GLOBAL).is_ok() {
-        let ports = rpc_port_count(options.rpc_ports, device.gpu.max_resident_waves);
-        module.set_up_rpc(ports, lane_size)?;
-    }
-    Ok(module)
+    })
 }
 
 fn load_executable(
@@ -320,7 +308,7 @@ fn load_with_reader(
     Ok(executable)
 }
 
-impl<'d> HsaModule<'d> {
+impl<'d> HsaPrimitives<'d> {
     fn lib(&self) -> &Arc<HsaLib> {
         self.device.runtime.lib_arc()
     }
@@ -487,69 +475,6 @@ impl<'d> HsaModule<'d> {
         Ok(bytes)
     }
 
-    /// Writes the GPU's timestamp frequency into `__llvm_libc_clock_freq` when the image has it.
-    fn set_clock_frequency(&mut self) -> Result<(), BackendError> {
-        let Ok((address, size)) = self.global(CLOCK_FREQ_GLOBAL) else {
-            return Ok(());
-        };
-        if size < 8 {
-            return Ok(());
-        }
-        // SAFETY: TIMESTAMP_FREQUENCY is a uint64_t. Runtimes older than ROCm 5.3 do not know
-        // the attribute; the image then keeps its built-in default.
-        let frequency: Result<u64, _> = unsafe {
-            agent_attribute(
-                self.lib(),
-                self.device.gpu.agent,
-                HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY,
-                "hsa_agent_get_info",
-            )
-        };
-        match frequency {
-            Ok(hz) if hz > 0 => self.copy_to_device(address, &hz.to_le_bytes()),
-            _ => Ok(()),
-        }
-    }
-
-    /// Allocates the RPC buffer in fine-grained host memory, zeroes it and copies the client
-    /// object pointing at it into `__llvm_rpc_client`.
-    fn set_up_rpc(&mut self, ports: u32, lane_size: u32) -> Result<(), BackendError> {
-        let (address, symbol_size) = self.global(RPC_CLIENT_GLOBAL)?;
-        let layout =
-            Layout::for_client_symbol_size(symbol_size, ports, lane_size).map_err(|error| {
-                BackendError::Incompatible(format!("unsupported `{RPC_CLIENT_GLOBAL}`: {error}"))
-            })?;
-        let buffer = PoolBuffer::allocate(
-            self.lib(),
-            self.device.pools.fine_grained,
-            layout.allocation_size(),
-            self.device.gpu.agent,
-        )
-        .map_err(runtime)?;
-        if buffer.address() % 64 != 0 {
-            return Err(runtime_message(
-                "the fine-grained pool returned an RPC buffer not aligned to 64",
-            ));
-        }
-        // SAFETY: host-accessible, `allocation_size()` bytes long, not shared with anyone yet.
-        unsafe { layout.zero(buffer.as_mut_ptr()) };
-        let client = layout.client_image(buffer.address());
-        if (client.as_bytes().len() as u64) > symbol_size {
-            return Err(runtime_message(
-                "the RPC client object is larger than its global",
-            ));
-        }
-        self.copy_to_device(address, client.as_bytes())?;
-        // SAFETY: the buffer is zeroed, 64-aligned, `allocation_size()` long, and lives in the
-        // same RpcChannel as the server.
-        let server = unsafe { RpcServer::new(&layout, buffer.as_mut_ptr()) };
-        self.res.rpc = Some(RpcChannel {
-            server,
-            _buffer: buffer,
-        });
-        Ok(())
-    }
-
     pub(crate) fn write_global_bytes(
         &mut self,
         name: &str,
@@ -611,9 +536,89 @@ impl<'d> HsaModule<'d> {
     }
 }
 
-impl Drop for HsaModule<'_> {
+impl Primitives for HsaPrimitives<'_> {
+    fn rpc_lane_size(&self) -> u32 {
+        self.lane_size
+    }
+
+    fn rpc_ports(&self, requested: u32) -> u32 {
+        rpc_port_count(requested, self.device.gpu.max_resident_waves)
+    }
+
+    fn clock_frequency(&self) -> Option<u64> {
+        // SAFETY: TIMESTAMP_FREQUENCY is a uint64_t. Runtimes older than ROCm 5.3 do not know
+        // the attribute; the image then keeps its built-in default.
+        let frequency: Result<u64, _> = unsafe {
+            agent_attribute(
+                self.lib(),
+                self.device.gpu.agent,
+                HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY,
+                "hsa_agent_get_info",
+            )
+        };
+        frequency.ok().filter(|hz| *hz > 0)
+    }
+
+    fn global_size(&self, name: &str) -> Option<u64> {
+        self.global(name).ok().map(|(_, size)| size)
+    }
+
+    fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {
+        self.write_global_bytes(name, bytes)
+    }
+
+    fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError> {
+        self.read_global_bytes(name, len)
+    }
+
+    fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        self.alloc_shared_block(size)
+    }
+
+    fn heap(&mut self) -> &mut dyn DeviceMemory {
+        &mut self.res.heap
+    }
+
+    fn start(
+        &mut self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[KernelArg],
+    ) -> Result<Box<dyn Launch>, BackendError> {
+        let facts = with_stack_size(self.kernel(kernel)?, self.stack_size);
+        let block = kernarg_block(&pack_c_struct(args), &shape, facts.kernarg_segment_size)?;
+        let lib = Arc::clone(self.lib());
+        let gpu = self.device.gpu.agent;
+        let kernargs =
+            PoolBuffer::allocate(&lib, self.kernarg_pool(), block.len(), gpu).map_err(runtime)?;
+        // SAFETY: kernarg memory is host-accessible and no kernel uses this block yet.
+        unsafe { kernargs.write_host(&block) };
+        let done = Signal::new(&lib, 1).map_err(runtime)?;
+        let packet = dispatch_packet(&shape, &facts, kernargs.address(), done.handle)?;
+        let faults_before = fault_count();
+        self.publish(&packet, header_word(dispatch_header(), packet.setup))?;
+        Ok(Box::new(HsaLaunch {
+            lib,
+            done,
+            kernargs,
+            queue: Arc::clone(&self.res.queue.state),
+            faults_before,
+            timestamp_hz: self.device.runtime.timestamp_hz(),
+        }))
+    }
+
+    fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage> {
+        self.cached_usage(kernel)
+    }
+
+    fn abandon(&mut self) {
+        self.abandoned = true;
+    }
+}
+
+impl Drop for HsaPrimitives<'_> {
     fn drop(&mut self) {
-        if self.broken.is_some() {
+        if self.abandoned {
             // A kernel may still be running on this queue and using these objects: leak them
             // rather than free memory under a live kernel. The worker process that owns this
             // module is replaced right after.
@@ -696,7 +701,7 @@ mod tests {
 
     #[test]
     fn queue_error_callback_keeps_the_first_status() {
-        let state = Box::new(QueueState::default());
+        let state = Arc::new(QueueState::default());
         let data = (&*state as *const QueueState).cast_mut().cast();
         // SAFETY: `data` points to a live QueueState, as the runtime would pass it.
         unsafe {

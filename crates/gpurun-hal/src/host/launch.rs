@@ -9,8 +9,6 @@ use std::thread::JoinHandle;
 
 /// Upper bound on OS threads alive at once for one launch.
 pub const MAX_LIVE_THREADS: u64 = 4096;
-/// Largest block the emulator accepts (the CUDA and HSA limit).
-pub const MAX_BLOCK_THREADS: u64 = 1024;
 
 pub(crate) use gpurun_abi::host::EnterThread;
 use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION};
@@ -48,17 +46,7 @@ impl Grid {
         lane_size: u32,
         stack_size: usize,
     ) -> Result<Grid, BackendError> {
-        let per_block = shape.threads_per_block();
-        if per_block == 0 || shape.block_count() == 0 {
-            return Err(BackendError::InvalidArgument(format!(
-                "launch shape {shape} has no threads"
-            )));
-        }
-        if per_block > MAX_BLOCK_THREADS {
-            return Err(BackendError::InvalidArgument(format!(
-                "{per_block} threads per block is over the limit of {MAX_BLOCK_THREADS}"
-            )));
-        }
+        // The shape was checked by `crate::module::check_shape`.
         let done = Arc::new(AtomicUsize::new(0));
         let finished = Arc::clone(&done);
         let driver = std::thread::Builder::new()
@@ -76,14 +64,20 @@ impl Grid {
             driver: Some(driver),
         })
     }
+}
 
-    pub fn finished(&self) -> bool {
-        self.done.load(Ordering::Acquire) != 0
+impl crate::serve::Launch for Grid {
+    fn state(&self) -> crate::serve::LaunchState {
+        // A crash of an emulated thread ends the worker process: there is no fault state.
+        if self.done.load(Ordering::Acquire) != 0 {
+            crate::serve::LaunchState::Done
+        } else {
+            crate::serve::LaunchState::Running
+        }
     }
 
-    /// Waits for the driver thread after [`Grid::finished`] returned true.
-    pub fn join(mut self) {
-        if let Some(driver) = self.driver.take() {
+    fn finish(mut self: Box<Self>, settled: bool) {
+        if let (true, Some(driver)) = (settled, self.driver.take()) {
             let _ = driver.join();
         }
     }

@@ -149,6 +149,8 @@ pub(crate) struct PoolBuffer {
 // SAFETY: the buffer is a plain allocation owned by this value; HSA allows freeing it from any
 // thread.
 unsafe impl Send for PoolBuffer {}
+// SAFETY: shared references only read the pointer and length.
+unsafe impl Sync for PoolBuffer {}
 
 impl PoolBuffer {
     /// Allocates `len` bytes (at least 1) from `pool` and lets `gpu` access them.
@@ -218,6 +220,12 @@ impl Signal {
             lib: Arc::clone(lib),
             handle,
         })
+    }
+
+    /// The current value.
+    pub(crate) fn load(&self) -> i64 {
+        // SAFETY: the signal is alive for `self`'s lifetime.
+        unsafe { (self.lib.hsa_signal_load_scacquire)(self.handle) }
     }
 
     /// Waits until the value is 0 or `timeout_ns` passes (the runtime may return earlier);

@@ -2,6 +2,7 @@
 //! the library missing, and (with Debian's `libhsa-runtime64-1`) `hsa_init` refusing to start.
 
 use super::*;
+use crate::LaunchShape;
 use std::path::Path;
 
 /// The runtime library Debian installs, or `None` with the reason printed. Under `CI=true` a
@@ -138,7 +139,7 @@ fn rpc_layout_fits_the_samples_client_symbol() {
     for name in ["sample-gfx90a.elf", "sample-gfx1100.elf"] {
         let image = sample(name);
         let client = image
-            .global(RPC_CLIENT_GLOBAL)
+            .global(gpurun_abi::symbols::RPC_CLIENT)
             .expect("the sample talks RPC");
         let lanes = rpc_lane_size(&image, 64);
         let layout = gpurun_rpc::Layout::for_client_symbol_size(

@@ -43,5 +43,6 @@ pub fn backend(kind: BackendKind) -> Box<dyn Backend> {
         BackendKind::Host => Box::new(crate::host::HostBackend),
         BackendKind::Cuda => Box::new(crate::cuda::CudaBackend),
         BackendKind::Hsa => Box::new(crate::hsa::HsaBackend::new()),
+        BackendKind::Scripted => Box::new(crate::scripted::ScriptedBackend::from_env()),
     }
 }

@@ -36,20 +36,14 @@ mod result;
 mod runtime;
 
 pub use device::arch_from_isa_name;
-pub use module::{kernel_descriptor_name, HsaModule, CLOCK_FREQ_GLOBAL, RPC_CLIENT_GLOBAL};
+pub use module::{kernel_descriptor_name, HsaPrimitives};
 pub use result::HsaError;
 
-use crate::args::{pack_c_struct, KernelArg};
-use crate::server::Sink;
-use crate::{
-    Backend, BackendError, BackendKind, Device, DeviceInfo, LaunchEnd, LaunchShape, LoadOptions,
-    Module, ResourceUsage, SharedAlloc,
-};
+use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions, Module};
 use device::Opened;
 use gpurun_image::{Image, ImageKind};
 use runtime::{LibrarySource, Runtime};
 use std::ffi::OsString;
-use std::time::Duration;
 
 /// Which backend this is.
 pub const KIND: BackendKind = BackendKind::Hsa;
@@ -129,8 +123,10 @@ impl Device for HsaDevice {
     ) -> Result<Box<dyn Module + '_>, BackendError> {
         check_image_kind(image)?;
         let lane_size = rpc_lane_size(image, self.opened.gpu.wavefront_size);
-        let module = module::load(&self.opened, image.bytes(), lane_size, options)?;
-        Ok(Box::new(module))
+        let primitives = module::load(&self.opened, image.bytes(), lane_size, options)?;
+        Ok(Box::new(crate::module::HalModule::new(
+            primitives, image, options,
+        )?))
     }
 }
 
@@ -155,35 +151,6 @@ pub fn rpc_lane_size(image: &Image, agent_wavefront: u32) -> u32 {
         .map(|descriptor| descriptor.wavefront_size())
         .max()
         .unwrap_or(agent_wavefront)
-}
-
-impl Module for HsaModule<'_> {
-    fn launch(
-        &mut self,
-        kernel: &str,
-        shape: LaunchShape,
-        args: &[KernelArg],
-        timeout: Option<Duration>,
-        sink: &mut dyn Sink,
-    ) -> Result<LaunchEnd, BackendError> {
-        self.run(kernel, shape, &pack_c_struct(args), timeout, sink)
-    }
-
-    fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
-        self.alloc_shared_block(size)
-    }
-
-    fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {
-        self.write_global_bytes(name, bytes)
-    }
-
-    fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.read_global_bytes(name, len)
-    }
-
-    fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage> {
-        self.cached_usage(kernel)
-    }
 }
 
 #[cfg(test)]

@@ -198,9 +198,8 @@ pub const INIT_ARRAY_BOUNDS: [&str; 4] = [
     "__fini_array_end",
 ];
 
-/// LLVM libc's clock-frequency global (`clock()` divides by it). NVIDIA's `%globaltimer`
-/// counts nanoseconds, so the loader stores 1 GHz there.
-pub const CLOCK_FREQ_GLOBAL: &str = "__llvm_libc_clock_freq";
+/// What LLVM libc's clock-frequency global gets (`clock()` divides by it): NVIDIA's
+/// `%globaltimer` counts nanoseconds.
 pub const GLOBALTIMER_HZ: u64 = 1_000_000_000;
 
 #[cfg(test)]

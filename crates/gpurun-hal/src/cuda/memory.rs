@@ -4,7 +4,7 @@
 //! `WRITECOMBINED`: the host polls the RPC mailboxes in it, and reads of write-combined memory
 //! are uncached (cudarc's `alloc_pinned` uses write-combined memory, so it is not used here).
 
-use super::error::{check, DriverError};
+use super::driver::{check, DriverError};
 use cudarc::driver::sys::{self, CUdeviceptr, CUresult, CUstream};
 use std::collections::HashSet;
 
@@ -82,6 +82,9 @@ pub(crate) struct DeviceHeap {
     stream: CUstream,
     stream_ordered: bool,
     live: HashSet<u64>,
+    /// Without memory pools, frees wait here until the launch has ended: `cuMemFree`
+    /// synchronizes with the context, and the running kernel may be waiting for our server.
+    deferred: Vec<u64>,
 }
 
 impl DeviceHeap {
@@ -92,6 +95,7 @@ impl DeviceHeap {
             stream,
             stream_ordered,
             live: HashSet::new(),
+            deferred: Vec::new(),
         }
     }
 
@@ -132,8 +136,19 @@ impl DeviceHeap {
         if !self.live.remove(&pointer) {
             return false;
         }
-        self.release(pointer);
+        if self.stream_ordered {
+            self.release(pointer);
+        } else {
+            self.deferred.push(pointer);
+        }
         true
+    }
+
+    /// Releases the frees deferred while a kernel ran. Called between launches.
+    pub(crate) fn release_deferred(&mut self) {
+        for pointer in std::mem::take(&mut self.deferred) {
+            self.release(pointer);
+        }
     }
 
     fn release(&self, pointer: u64) {
@@ -150,6 +165,7 @@ impl DeviceHeap {
 
     /// Frees everything still allocated. Called before the stream goes away.
     pub(crate) fn release_all(&mut self) {
+        self.release_deferred();
         for pointer in std::mem::take(&mut self.live) {
             self.release(pointer);
         }

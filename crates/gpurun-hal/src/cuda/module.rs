@@ -1,23 +1,24 @@
-//! A loaded image: the CUDA module, its streams, the RPC buffer and everything else the seed
-//! loader sets up before the first launch (constructor arrays, clock frequency, client object).
+//! A loaded image: the CUDA module, its streams and everything else the seed loader sets up
+//! before the first launch (constructor arrays); the primitives the shared module runs on.
 
 use super::device::CudaDevice;
-use super::error::{check, runtime, DriverError};
+use super::driver::{check, runtime, DriverError};
 use super::image::{
     check_ptx_target, choose_image, cubin_arch, init_fini_objects, pack_init_arrays, ptx_version,
-    ImageChoice, CLOCK_FREQ_GLOBAL, GLOBALTIMER_HZ, INIT_ARRAY_BOUNDS,
+    ImageChoice, GLOBALTIMER_HZ, INIT_ARRAY_BOUNDS,
 };
+use super::launch::{param_buffer, CudaLaunch, RawLaunch};
 use super::memory::{DeviceHeap, PinnedHost};
-use crate::server::RpcServer;
-use crate::{BackendError, LoadOptions, ResourceUsage, SharedAlloc};
+use crate::args::KernelArg;
+use crate::module::Primitives;
+use crate::serve::Launch;
+use crate::server::DeviceMemory;
+use crate::{BackendError, LaunchShape, ResourceUsage, SharedAlloc};
 use cudarc::driver::sys::{self, CUfunction, CUjit_option, CUmodule, CUresult, CUstream};
-use gpurun_rpc::Layout;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::path::Path;
 
-/// The symbol an RPC-using image defines (see docs/abi.md).
-pub const RPC_CLIENT_GLOBAL: &str = "__llvm_rpc_client";
 /// NVIDIA warps are 32 lanes: the RPC packet of a port has 32 buffers.
 pub const LANE_SIZE: u32 = 32;
 
@@ -33,39 +34,22 @@ pub struct ImageFacts<'a> {
     pub globals: Vec<&'a str>,
 }
 
-/// The RPC buffer shared with the device and the server reading it.
-pub(crate) struct RpcChannel {
-    /// Declared first so it is dropped before the memory it reads.
-    pub(crate) server: RpcServer,
-    /// Only owned here, so the mailboxes outlive the server and the module.
-    pub(crate) _buffer: PinnedHost,
-}
-
-/// What serves the device during a launch: the RPC channel (when the image talks RPC) and the
-/// device memory handed out through it. Lives as long as the module: memory a constructor
-/// allocated in `_begin` is still in use in `_start`.
-pub(crate) struct Serving {
-    pub(crate) rpc: Option<RpcChannel>,
-    pub(crate) heap: DeviceHeap,
-}
-
 /// An image loaded into a device's primary context.
-pub struct CudaModule<'d> {
+pub struct CudaPrimitives<'d> {
     pub(crate) device: &'d CudaDevice,
     pub(crate) module: CUmodule,
     /// Runs the kernels; non-blocking so it never waits on the legacy default stream.
     pub(crate) stream: CUstream,
     /// Serves device `malloc`/`free` while a kernel runs on `stream`.
     pub(crate) memory_stream: CUstream,
-    /// `None` only while a launch is using it.
-    pub(crate) serving: Option<Serving>,
+    pub(crate) heap: DeviceHeap,
     pub(crate) functions: HashMap<String, CUfunction>,
-    /// Host-visible blocks handed out by `alloc_shared` (argv, envp, return value, ...).
+    /// Host-visible blocks handed out by `alloc_host_visible` (RPC buffer, argv, envp, ...).
     pub(crate) shared: Vec<PinnedHost>,
     /// The constructor/destructor array the start code walks; must outlive the module.
     pub(crate) init_arrays: Option<PinnedHost>,
-    /// Set after a fault or a timeout: the context cannot run anything any more.
-    pub(crate) broken: Option<String>,
+    /// Set after a fault or a timeout: the context cannot be trusted any more.
+    pub(crate) abandoned: bool,
     /// `CUDA_LAUNCH_BLOCKING=1` makes `cuLaunchKernel` wait for the kernel, which would wait
     /// for our RPC server: launches then happen on a helper thread.
     pub(crate) launch_blocking: bool,
@@ -76,41 +60,26 @@ pub struct CudaModule<'d> {
 pub(crate) fn load<'d>(
     device: &'d CudaDevice,
     facts: &ImageFacts<'_>,
-    options: &LoadOptions,
-) -> Result<CudaModule<'d>, BackendError> {
+    stack_size: Option<usize>,
+) -> Result<CudaPrimitives<'d>, BackendError> {
     device.make_current()?;
-    if let Some(bytes) = options.stack_size {
-        // SAFETY: plain driver call on the current context.
-        check("cuCtxSetLimit(CU_LIMIT_STACK_SIZE)", unsafe {
-            sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
-        })?;
-    }
+    device.set_stack_size(stack_size)?;
     let module = load_module(device, facts)?;
-    let mut loaded = CudaModule {
+    let stream = new_stream()?;
+    let memory_stream = new_stream()?;
+    let mut loaded = CudaPrimitives {
         device,
         module,
-        stream: std::ptr::null_mut(),
-        memory_stream: std::ptr::null_mut(),
-        serving: None,
+        stream,
+        memory_stream,
+        heap: DeviceHeap::new(memory_stream, device.supports_memory_pools()),
         functions: HashMap::new(),
         shared: Vec::new(),
         init_arrays: None,
-        broken: None,
+        abandoned: false,
         launch_blocking: std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1"),
     };
-    loaded.stream = new_stream()?;
-    loaded.memory_stream = new_stream()?;
-    loaded.serving = Some(Serving {
-        rpc: None,
-        heap: DeviceHeap::new(loaded.memory_stream, device.supports_memory_pools()),
-    });
     loaded.set_up_init_arrays(&facts.globals)?;
-    if facts.globals.contains(&CLOCK_FREQ_GLOBAL) {
-        loaded.write_global_bytes(CLOCK_FREQ_GLOBAL, &GLOBALTIMER_HZ.to_le_bytes())?;
-    }
-    if facts.globals.contains(&RPC_CLIENT_GLOBAL) {
-        loaded.set_up_rpc(options.rpc_ports)?;
-    }
     Ok(loaded)
 }
 
@@ -255,7 +224,7 @@ fn c_name(name: &str) -> Result<CString, BackendError> {
         .map_err(|_| BackendError::InvalidArgument(format!("symbol name `{name}` contains NUL")))
 }
 
-impl CudaModule<'_> {
+impl CudaPrimitives<'_> {
     /// Address and size of a global, or `MissingSymbol`.
     pub(crate) fn global(&self, name: &str) -> Result<(u64, usize), BackendError> {
         let c = c_name(name)?;
@@ -354,30 +323,6 @@ impl CudaModule<'_> {
         Ok(())
     }
 
-    /// Allocates the zeroed RPC buffer in host memory the device can reach, and copies the
-    /// client object pointing at it into `__llvm_rpc_client` (its size picks the layout).
-    fn set_up_rpc(&mut self, ports: u32) -> Result<(), BackendError> {
-        let (_, symbol_size) = self.global(RPC_CLIENT_GLOBAL)?;
-        let layout = Layout::for_client_symbol_size(symbol_size as u64, ports, LANE_SIZE).map_err(
-            |error| {
-                BackendError::Incompatible(format!("unsupported `{RPC_CLIENT_GLOBAL}`: {error}"))
-            },
-        )?;
-        let buffer = PinnedHost::new(layout.allocation_size())?;
-        let client = layout.client_image(buffer.device());
-        self.write_global_bytes(RPC_CLIENT_GLOBAL, client.as_bytes())?;
-        // SAFETY: the buffer holds `allocation_size()` zeroed bytes, page-aligned by the
-        // driver, and lives in the same `RpcChannel` as the server (dropped after it).
-        let server = unsafe { RpcServer::new(&layout, buffer.host()) };
-        if let Some(serving) = self.serving.as_mut() {
-            serving.rpc = Some(RpcChannel {
-                server,
-                _buffer: buffer,
-            });
-        }
-        Ok(())
-    }
-
     pub(crate) fn function(&mut self, kernel: &str) -> Result<CUfunction, BackendError> {
         if let Some(&function) = self.functions.get(kernel) {
             return Ok(function);
@@ -426,28 +371,15 @@ impl CudaModule<'_> {
                 .and_then(|v| u64::try_from(v).ok()),
         })
     }
-
-    pub(crate) fn shared_alloc(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
-        self.device.make_current()?;
-        let block = PinnedHost::new(size)?;
-        let alloc = SharedAlloc {
-            host: block.host(),
-            device: block.device(),
-            len: block.len(),
-        };
-        self.shared.push(block);
-        Ok(alloc)
-    }
 }
 
-impl Drop for CudaModule<'_> {
+impl Drop for CudaPrimitives<'_> {
     fn drop(&mut self) {
-        if self.broken.is_some() {
+        if self.abandoned {
             // After a fault or a timeout, freeing pinned memory or unloading the module can
             // wait for a kernel that never finishes. Leak everything instead: the worker
             // process is about to exit, and exiting frees it all.
             self.device.poisoned.set(true);
-            std::mem::forget(self.serving.take());
             std::mem::forget(std::mem::take(&mut self.shared));
             std::mem::forget(self.init_arrays.take());
             return;
@@ -456,9 +388,7 @@ impl Drop for CudaModule<'_> {
         let _ = self.device.make_current();
         // Device memory first, on the stream it was allocated on, then the streams, then the
         // module. Pinned host blocks are freed by their own drops afterwards.
-        if let Some(serving) = self.serving.as_mut() {
-            serving.heap.release_all();
-        }
+        self.heap.release_all();
         // SAFETY: the streams and the module were created by `load` and are destroyed once;
         // nothing uses them after this point.
         unsafe {
@@ -470,6 +400,78 @@ impl Drop for CudaModule<'_> {
             }
             let _ = sys::cuModuleUnload(self.module);
         }
+    }
+}
+
+impl Primitives for CudaPrimitives<'_> {
+    fn rpc_lane_size(&self) -> u32 {
+        LANE_SIZE
+    }
+
+    fn clock_frequency(&self) -> Option<u64> {
+        Some(GLOBALTIMER_HZ)
+    }
+
+    fn global_size(&self, name: &str) -> Option<u64> {
+        self.device.make_current().ok()?;
+        self.global(name).ok().map(|(_, size)| size as u64)
+    }
+
+    fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {
+        self.device.make_current()?;
+        self.write_global_bytes(name, bytes)
+    }
+
+    fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError> {
+        self.device.make_current()?;
+        self.read_global_bytes(name, len)
+    }
+
+    fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        self.device.make_current()?;
+        let block = PinnedHost::new(size)?;
+        let alloc = SharedAlloc {
+            host: block.host(),
+            device: block.device(),
+            len: block.len(),
+        };
+        self.shared.push(block);
+        Ok(alloc)
+    }
+
+    fn heap(&mut self) -> &mut dyn DeviceMemory {
+        &mut self.heap
+    }
+
+    fn start(
+        &mut self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[KernelArg],
+    ) -> Result<Box<dyn Launch>, BackendError> {
+        self.device.make_current()?;
+        // Frees the device asked for during the last launch (see `DeviceHeap::free`).
+        self.heap.release_deferred();
+        let function = self.function(kernel)?;
+        let (words, args_size) = param_buffer(args);
+        let raw = RawLaunch {
+            context: self.device.context,
+            function,
+            shape,
+            stream: self.stream,
+            words,
+            args_size,
+        };
+        Ok(Box::new(CudaLaunch::start(raw, self.launch_blocking)?))
+    }
+
+    fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage> {
+        self.device.make_current().ok()?;
+        self.usage(kernel)
+    }
+
+    fn abandon(&mut self) {
+        self.abandoned = true;
     }
 }
 

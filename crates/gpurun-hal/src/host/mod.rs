@@ -10,7 +10,7 @@
 //! never the harness.
 
 mod launch;
-mod memory;
+pub(crate) mod memory;
 mod module;
 
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions, Module};
@@ -92,6 +92,9 @@ impl Device for HostDevice {
         image: &Image,
         options: &LoadOptions,
     ) -> Result<Box<dyn Module + '_>, BackendError> {
-        Ok(Box::new(module::HostModule::load(image, options)?))
+        let primitives = module::HostPrimitives::load(image, options)?;
+        Ok(Box::new(crate::module::HalModule::new(
+            primitives, image, options,
+        )?))
     }
 }

@@ -1,6 +1,6 @@
 //! Finding the driver, listing devices and opening one (its primary context).
 
-use super::error::{check, DriverError};
+use super::driver::{check, DriverError};
 use crate::{BackendError, BackendKind, DeviceInfo};
 use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute, CUresult};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -180,6 +180,11 @@ pub(crate) fn list() -> Result<Vec<DeviceInfo>, BackendError> {
     (0..device_count()?).map(describe).collect()
 }
 
+/// Stack bytes per thread unless `--stack-size` says otherwise. LLVM's loader sets 3 KiB; our
+/// panic report path alone takes about 1.3 KiB of frames (`ptxas -v`), so user code gets more
+/// room. The driver reserves this for every resident thread (about 1.1 GB on an H100).
+pub const DEFAULT_STACK_SIZE: usize = 4096;
+
 /// One device with its primary context retained (released on drop).
 pub struct CudaDevice {
     pub(crate) handle: CUdevice,
@@ -216,6 +221,28 @@ impl CudaDevice {
         check("cuCtxSetCurrent", unsafe {
             sys::cuCtxSetCurrent(self.context)
         })
+    }
+
+    /// Sets the per-thread stack size once per context (every slot of a worker shares the
+    /// device's primary context), before any module of it loads: `requested`, else
+    /// [`DEFAULT_STACK_SIZE`]. The driver's own default (1 KiB) is too small for the panic path
+    /// through `core::fmt`, and ptxas cannot bound it (indirect calls), so a failing assert
+    /// would become an illegal-address fault instead of a reported panic.
+    pub(crate) fn set_stack_size(&self, requested: Option<usize>) -> Result<(), DriverError> {
+        static CONFIGURED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+        let mut configured = CONFIGURED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if configured.contains(&self.info.ordinal) {
+            return Ok(());
+        }
+        let bytes = requested.unwrap_or(DEFAULT_STACK_SIZE);
+        // SAFETY: plain driver call on the current context (made current by the caller).
+        check("cuCtxSetLimit(CU_LIMIT_STACK_SIZE)", unsafe {
+            sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
+        })?;
+        configured.push(self.info.ordinal);
+        Ok(())
     }
 
     /// Whether `cuMemAllocAsync` works here (stream-ordered allocation needs memory pools).

@@ -3,14 +3,11 @@
 //! opcode read from that buffer is untrusted: lengths are capped before anything is allocated,
 //! an unknown opcode ends the launch with an error naming it, and nothing here panics.
 
-mod wait;
-
-pub use wait::{Deadlines, Finish, WaitLimits, EXIT_GRACE};
-
 use crate::{BackendError, LaunchEnd};
 use gpurun_rpc::layout::Layout;
 use gpurun_rpc::opcode;
 use gpurun_rpc::server::{Server, ServerError, ServerPort};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Longest single write a device thread may send (bytes); longer ones end the launch.
 pub const MAX_WRITE: u64 = 64 << 20;
@@ -56,11 +53,12 @@ pub enum Served {
     End(LaunchEnd),
 }
 
-/// Our server over one shared allocation.
+/// Our server over one shared allocation. Served from one thread; shared (`&self`) so that a
+/// watchdog can [`RpcServer::cancel`] a wait that will never end.
 pub struct RpcServer {
     server: Server,
     /// Where the next scan starts: just after the last port served, for fairness.
-    resume_at: u32,
+    resume_at: AtomicU32,
 }
 
 impl RpcServer {
@@ -71,21 +69,22 @@ impl RpcServer {
         RpcServer {
             // SAFETY: forwarded from the caller.
             server: unsafe { Server::new(layout, base) },
-            resume_at: 0,
+            resume_at: AtomicU32::new(0),
         }
     }
 
     /// Handles at most one pending request.
     pub fn poll(
-        &mut self,
+        &self,
         sink: &mut dyn Sink,
         memory: &mut dyn DeviceMemory,
     ) -> Result<Served, BackendError> {
-        let Some(mut port) = self.server.try_open(self.resume_at) else {
-            self.resume_at = 0;
+        let Some(mut port) = self.server.try_open(self.resume_at.load(Ordering::Relaxed)) else {
+            self.resume_at.store(0, Ordering::Relaxed);
             return Ok(Served::Idle);
         };
-        self.resume_at = (port.index() + 1) % self.server.port_count().max(1);
+        let next = (port.index() + 1) % self.server.port_count().max(1);
+        self.resume_at.store(next, Ordering::Relaxed);
         let served =
             handle(&self.server, &mut port, sink, memory).map_err(|error| match error {
                 Fail::Cancelled(reason) => BackendError::Rpc(reason),
@@ -96,7 +95,7 @@ impl RpcServer {
 
     /// Handles requests until none is pending.
     pub fn drain(
-        &mut self,
+        &self,
         sink: &mut dyn Sink,
         memory: &mut dyn DeviceMemory,
     ) -> Result<Option<LaunchEnd>, BackendError> {

@@ -11,34 +11,35 @@
 //!   nvrtc and passes no JIT options, hence the `sys` layer).
 //! - Host memory the device reads (RPC buffer, argv/envp, return value, ctor arrays) is
 //!   `cuMemHostAlloc(PORTABLE | DEVICEMAP)`, zeroed, never write-combined (see `memory`).
+//! - The per-thread stack is set once per context before any module loads ([`DEFAULT_STACK_SIZE`]
+//!   unless `--stack-size` says otherwise).
 //! - Kernels run on a non-blocking stream; RPC `malloc`/`free` use a second one so they cannot
-//!   wait behind the running kernel. The launching thread serves RPC (in batches) and polls the
-//!   stream; after the stream completes it drains what the kernel sent last. With
-//!   `CUDA_LAUNCH_BLOCKING=1` the launch call itself moves to a helper thread.
-//! - A sticky error (illegal address, trap, ...) or a timeout leaves the context unusable: the
-//!   launch ends as `Faulted` (with the driver's error name) or `TimedOut`, the module refuses
-//!   further launches, and dropping it leaks instead of waiting on a kernel that may never end.
-//!   The harness replaces the worker process, which gets a fresh context and reloads the image.
-//! - After the device calls `exit()`/`abort()` the other threads get one second to finish.
+//!   wait behind the running kernel. Without memory pools, frees wait until the launch has
+//!   ended (`cuMemFree` synchronizes with the context). With `CUDA_LAUNCH_BLOCKING=1` the
+//!   launch call itself moves to a helper thread.
+//! - This backend only supplies primitives (`module::CudaPrimitives`: load, globals, pinned
+//!   memory, start a launch, its state from `cuStreamQuery`); serving RPC, deadlines and how a
+//!   launch ends are the shared loop's (`crate::serve`). A sticky error (illegal address, trap,
+//!   ...) is a fault; after a fault or a timeout dropping the module leaks instead of waiting on
+//!   a kernel that may never end, and the worker process is replaced.
 //! - `CUDA_VISIBLE_DEVICES` is applied by the driver itself: ordinals are those it leaves.
 
 mod device;
-mod error;
+mod driver;
 pub mod image;
 mod launch;
 mod memory;
 mod module;
 
-pub use device::{driver_version_text, sm_arch, sm_number, CudaDevice, NO_DRIVER};
-pub use image::{choose_image, ImageChoice};
-pub use module::{CudaModule, ImageFacts};
-
-use crate::{
-    server, Backend, BackendError, BackendKind, Device, DeviceInfo, LaunchEnd, LaunchShape,
-    LoadOptions, Module, ResourceUsage, SharedAlloc,
+pub use device::{
+    driver_version_text, sm_arch, sm_number, CudaDevice, DEFAULT_STACK_SIZE, NO_DRIVER,
 };
+pub use image::{choose_image, ImageChoice};
+pub use module::{CudaPrimitives, ImageFacts};
+
+use crate::module::HalModule;
+use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions, Module};
 use gpurun_image::Image;
-use std::time::Duration;
 
 pub const KIND: BackendKind = BackendKind::Cuda;
 
@@ -71,39 +72,8 @@ impl Device for CudaDevice {
         options: &LoadOptions,
     ) -> Result<Box<dyn Module + '_>, BackendError> {
         let facts = image_facts(image)?;
-        Ok(Box::new(module::load(self, &facts, options)?))
-    }
-}
-
-impl Module for CudaModule<'_> {
-    fn launch(
-        &mut self,
-        kernel: &str,
-        shape: LaunchShape,
-        args: &[crate::args::KernelArg],
-        timeout: Option<Duration>,
-        sink: &mut dyn server::Sink,
-    ) -> Result<LaunchEnd, BackendError> {
-        self.launch_serving(kernel, shape, args, timeout, sink)
-    }
-
-    fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
-        self.shared_alloc(size)
-    }
-
-    fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {
-        self.device.make_current()?;
-        self.write_global_bytes(name, bytes)
-    }
-
-    fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.device.make_current()?;
-        self.read_global_bytes(name, len)
-    }
-
-    fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage> {
-        self.device.make_current().ok()?;
-        self.usage(kernel)
+        let primitives = module::load(self, &facts, options.stack_size)?;
+        Ok(Box::new(HalModule::new(primitives, image, options)?))
     }
 }
 
@@ -131,7 +101,9 @@ fn image_facts(image: &Image) -> Result<ImageFacts<'_>, BackendError> {
 mod tests {
     use super::*;
     use crate::args::KernelArg;
-    use crate::server::PanicReport;
+    use crate::server::{self, PanicReport};
+    use crate::{LaunchEnd, LaunchShape};
+    use std::time::Duration;
 
     /// Hand-written PTX for the hardware tests: a store through a pointer argument, a global
     /// with an initial value, an illegal address and an endless loop. `ptx_for_hardware_tests_

@@ -15,7 +15,10 @@ pub mod cuda;
 mod error;
 pub mod host;
 pub mod hsa;
+pub mod module;
+pub mod scripted;
 pub mod select;
+pub mod serve;
 pub mod server;
 mod shape;
 pub mod worker;
@@ -35,6 +38,8 @@ pub enum BackendKind {
     Hsa,
     /// The device crate built for the host and run on CPU threads.
     Host,
+    /// A device that plays back a script (tests of the loop, the worker and the runner).
+    Scripted,
 }
 
 impl BackendKind {
@@ -44,6 +49,7 @@ impl BackendKind {
             BackendKind::Cuda => "cuda",
             BackendKind::Hsa => "hsa",
             BackendKind::Host => "host",
+            BackendKind::Scripted => "scripted",
         }
     }
 }

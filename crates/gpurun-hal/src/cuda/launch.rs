@@ -1,0 +1,228 @@
+//! One kernel launch: `cuLaunchKernel` with the packed argument block on the module's
+//! non-blocking stream; its state is the stream's (`cuStreamQuery`). The shared loop
+//! (`crate::serve`) does the rest.
+
+use super::driver::{check, DriverError};
+use crate::args::KernelArg;
+use crate::serve::{Launch, LaunchState};
+use crate::LaunchShape;
+use cudarc::driver::sys::{self, CUfunction, CUresult, CUstream};
+use std::ffi::c_void;
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+/// The kernel's parameter buffer: `args` laid out as a C struct (padded at the end to its
+/// alignment, as `sizeof` would be) in 8-byte-aligned storage. Returns the storage and the
+/// struct's size.
+pub fn param_buffer(args: &[KernelArg]) -> (Vec<u64>, usize) {
+    let packed = crate::args::pack_c_struct(args);
+    let align = if args.iter().any(|arg| matches!(arg, KernelArg::U64(_))) {
+        8
+    } else {
+        4
+    };
+    let size = packed.len().next_multiple_of(align);
+    let mut words = vec![0u64; size.div_ceil(8)];
+    for (word, chunk) in words.iter_mut().zip(packed.chunks(8)) {
+        let mut bytes = [0u8; 8];
+        bytes[..chunk.len()].copy_from_slice(chunk);
+        *word = u64::from_ne_bytes(bytes);
+    }
+    (words, size)
+}
+
+/// A launch the driver has not been handed yet, movable to a helper thread.
+pub(crate) struct RawLaunch {
+    pub(crate) context: sys::CUcontext,
+    pub(crate) function: CUfunction,
+    pub(crate) shape: LaunchShape,
+    pub(crate) stream: CUstream,
+    /// The parameter buffer (see [`param_buffer`]), owned here until the driver copied it.
+    pub(crate) words: Vec<u64>,
+    pub(crate) args_size: usize,
+}
+
+// SAFETY: the handles are driver objects usable from any thread once the context is made
+// current there (which `issue` does); the argument words are owned.
+unsafe impl Send for RawLaunch {}
+
+impl RawLaunch {
+    pub(crate) fn issue(mut self) -> Result<(), DriverError> {
+        // SAFETY: the context was retained by the device and outlives this call.
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(self.context)
+        })?;
+        let mut args_size = self.args_size;
+        // The driver's CU_LAUNCH_PARAM_* markers are the small integers 1, 2 and 0.
+        let mut extra: [*mut c_void; 5] = [
+            sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
+            self.words.as_mut_ptr().cast(),
+            sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
+            (&mut args_size as *mut usize).cast(),
+            sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
+        ];
+        let extra_ptr = if self.args_size == 0 {
+            std::ptr::null_mut()
+        } else {
+            extra.as_mut_ptr()
+        };
+        let [tx, ty, tz] = self.shape.threads;
+        let [bx, by, bz] = self.shape.blocks;
+        // SAFETY: `function` belongs to the current context's loaded module, `stream` is live,
+        // and `extra` describes an argument buffer of `args_size` bytes that stays alive until
+        // the call returns (the driver copies it).
+        check("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                self.function,
+                bx,
+                by,
+                bz,
+                tx,
+                ty,
+                tz,
+                0,
+                self.stream,
+                std::ptr::null_mut(),
+                extra_ptr,
+            )
+        })
+    }
+}
+
+/// A launch on a module's stream.
+pub(crate) struct CudaLaunch {
+    context: sys::CUcontext,
+    stream: CUstream,
+    /// With `CUDA_LAUNCH_BLOCKING=1` the launch call returns only when the kernel has finished,
+    /// and the kernel may be waiting for our RPC server: it is issued from this thread instead.
+    issuer: Mutex<Issuer>,
+}
+
+enum Issuer {
+    Issued,
+    Pending(JoinHandle<Result<(), DriverError>>),
+    /// The launch call itself failed with a sticky error.
+    Failed(String),
+}
+
+// SAFETY: the context and stream are driver handles usable from any thread once the context is
+// current there, which `state` makes it.
+unsafe impl Send for CudaLaunch {}
+// SAFETY: as above; the only mutable part is behind a mutex.
+unsafe impl Sync for CudaLaunch {}
+
+impl CudaLaunch {
+    /// Issues `raw` on this thread, or on a helper thread when the driver blocks in the launch
+    /// call. A sticky failure becomes a launch in the `Faulted` state; anything else an error.
+    pub(crate) fn start(raw: RawLaunch, blocking: bool) -> Result<CudaLaunch, DriverError> {
+        let (context, stream) = (raw.context, raw.stream);
+        let issuer = if blocking {
+            let handle = std::thread::Builder::new()
+                .name("gpurun-cuda-launch".into())
+                .spawn(move || raw.issue())
+                .map_err(|_| DriverError {
+                    call: "cuLaunchKernel (helper thread)",
+                    code: CUresult::CUDA_ERROR_OPERATING_SYSTEM,
+                })?;
+            Issuer::Pending(handle)
+        } else {
+            match raw.issue() {
+                Ok(()) => Issuer::Issued,
+                Err(error) if error.is_sticky() => Issuer::Failed(error.describe()),
+                Err(error) => return Err(error),
+            }
+        };
+        Ok(CudaLaunch {
+            context,
+            stream,
+            issuer: Mutex::new(issuer),
+        })
+    }
+}
+
+impl Launch for CudaLaunch {
+    fn state(&self) -> LaunchState {
+        let mut issuer = self.issuer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Issuer::Pending(handle) = std::mem::replace(&mut *issuer, Issuer::Issued) {
+            if !handle.is_finished() {
+                *issuer = Issuer::Pending(handle);
+                return LaunchState::Running;
+            }
+            // Any failure of a launch issued in the background leaves the launch undone; the
+            // module cannot be trusted after it.
+            if let Err(error) = handle.join().unwrap_or(Err(DriverError {
+                call: "cuLaunchKernel",
+                code: CUresult::CUDA_ERROR_UNKNOWN,
+            })) {
+                *issuer = Issuer::Failed(error.describe());
+            }
+        }
+        if let Issuer::Failed(text) = &*issuer {
+            return LaunchState::Faulted(text.clone());
+        }
+        drop(issuer);
+        // SAFETY: the context is retained by the device; the watchdog calls this from its own
+        // thread, where the context must be made current first.
+        let current = unsafe { sys::cuCtxSetCurrent(self.context) };
+        // SAFETY: the stream lives as long as the module, which outlives the launch.
+        let status = match current {
+            CUresult::CUDA_SUCCESS => unsafe { sys::cuStreamQuery(self.stream) },
+            error => error,
+        };
+        match status {
+            CUresult::CUDA_SUCCESS => LaunchState::Done,
+            CUresult::CUDA_ERROR_NOT_READY => LaunchState::Running,
+            code => LaunchState::Faulted(
+                DriverError {
+                    call: "cuStreamQuery",
+                    code,
+                }
+                .describe(),
+            ),
+        }
+    }
+
+    fn finish(self: Box<Self>, _settled: bool) {
+        // Nothing to release: the stream belongs to the module, the parameters were copied.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(words: &[u64], len: usize) -> Vec<u8> {
+        words
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .take(len)
+            .collect()
+    }
+
+    #[test]
+    fn parameter_buffer_is_the_c_struct_in_aligned_words() {
+        let args = crate::args::start_args(2, 0x1122_3344_5566_7788, 0x99, 0xabc);
+        let (words, size) = param_buffer(&args);
+        assert_eq!(size, 32);
+        assert_eq!(words.as_ptr() as usize % 8, 0);
+        let mut expected = vec![2, 0, 0, 0, 0, 0, 0, 0];
+        expected.extend_from_slice(&0x1122_3344_5566_7788u64.to_le_bytes());
+        expected.extend_from_slice(&0x99u64.to_le_bytes());
+        expected.extend_from_slice(&0xabcu64.to_le_bytes());
+        assert_eq!(bytes(&words, size), expected);
+    }
+
+    #[test]
+    fn parameter_buffer_is_padded_like_sizeof() {
+        // struct { void *p; int n; } is 16 bytes, not 12.
+        let (words, size) = param_buffer(&[KernelArg::U64(7), KernelArg::I32(-1)]);
+        assert_eq!(size, 16);
+        let mut expected = 7u64.to_le_bytes().to_vec();
+        expected.extend_from_slice(&(-1i32).to_le_bytes());
+        expected.extend_from_slice(&[0; 4]);
+        assert_eq!(bytes(&words, size), expected);
+        // Only 4-byte members: 4-byte alignment.
+        assert_eq!(param_buffer(&[KernelArg::I32(1)]).1, 4);
+        assert_eq!(param_buffer(&[]), (vec![], 0));
+    }
+}

@@ -1,0 +1,187 @@
+//! A host image loaded with `dlopen`: the primitives of the host emulation.
+
+use super::launch::{Entry, Grid, KernelFn};
+use super::memory::HostMemory;
+use crate::args::KernelArg;
+use crate::module::Primitives;
+use crate::serve::Launch;
+use crate::server::DeviceMemory;
+use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
+use gpurun_abi::host::EnterThread;
+use gpurun_abi::symbols;
+use gpurun_image::{Image, ImageKind};
+use std::collections::HashMap;
+
+/// Stack of each emulated thread unless the user asks for another size.
+const DEFAULT_STACK: usize = 1 << 20;
+
+pub(crate) struct HostPrimitives {
+    // Field order matters: the library is unloaded last.
+    memory: HostMemory,
+    lane_size: u32,
+    stack_size: usize,
+    enter: EnterThread,
+    globals: HashMap<String, u64>,
+    /// Set once a launch may still run: then nothing may be freed or unloaded.
+    abandoned: bool,
+    library: Option<libloading::Library>,
+}
+
+impl HostPrimitives {
+    pub fn load(image: &Image, options: &LoadOptions) -> Result<HostPrimitives, BackendError> {
+        if image.kind() != ImageKind::Host {
+            return Err(BackendError::Incompatible(format!(
+                "the host backend runs images built for the host, not {}",
+                image.kind().describe()
+            )));
+        }
+        let Some(path) = image.path() else {
+            return Err(BackendError::InvalidArgument(
+                "a host image must be loaded from a file".into(),
+            ));
+        };
+        let lane_size = options.emulated_lane_size;
+        if !matches!(lane_size, 1 | 32 | 64) {
+            return Err(BackendError::InvalidArgument(format!(
+                "emulated lane size must be 1, 32 or 64, not {lane_size}"
+            )));
+        }
+        // dlopen needs a path with a slash, or it searches the library path instead.
+        let path = std::path::absolute(path).map_err(|source| BackendError::Io {
+            context: format!("failed to resolve `{}`", path.display()),
+            source,
+        })?;
+        // SAFETY: loading runs the image's initialisers; the image is a device crate built for
+        // the host by cargo-gpurun (checked by `gpurun-image`), run in a worker process.
+        let library = unsafe { libloading::Library::new(&path) }.map_err(|error| {
+            BackendError::Incompatible(format!("failed to load `{}`: {error}", path.display()))
+        })?;
+        let mut name = symbols::HOST_ENTER_THREAD.as_bytes().to_vec();
+        name.push(0);
+        // SAFETY: the symbol has this signature in every image made with gpurun-device
+        // (host ABI version checked by gpurun-image).
+        let enter = unsafe { library.get::<EnterThread>(&name) }
+            .map(|symbol| *symbol)
+            .map_err(|_| BackendError::MissingSymbol {
+                what: "host entry function",
+                name: symbols::HOST_ENTER_THREAD.into(),
+            })?;
+        Ok(HostPrimitives {
+            memory: HostMemory::default(),
+            lane_size,
+            stack_size: options.stack_size.unwrap_or(DEFAULT_STACK),
+            enter,
+            globals: image
+                .globals()
+                .iter()
+                .map(|global| (global.name.clone(), global.size))
+                .collect(),
+            abandoned: false,
+            library: Some(library),
+        })
+    }
+
+    fn symbol_address(&self, name: &str, what: &'static str) -> Result<*mut u8, BackendError> {
+        let missing = || BackendError::MissingSymbol {
+            what,
+            name: name.to_string(),
+        };
+        let library = self.library.as_ref().ok_or_else(missing)?;
+        let mut c_name = name.as_bytes().to_vec();
+        c_name.push(0);
+        // SAFETY: with a pointer type, libloading hands back the symbol's address itself; we
+        // only copy it.
+        unsafe { library.get::<*mut u8>(&c_name) }
+            .map(|symbol| *symbol)
+            .map_err(|_| missing())
+    }
+}
+
+impl Primitives for HostPrimitives {
+    fn rpc_lane_size(&self) -> u32 {
+        self.lane_size
+    }
+
+    fn global_size(&self, name: &str) -> Option<u64> {
+        self.globals.get(name).copied()
+    }
+
+    fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {
+        let address = self.symbol_address(name, "global")?;
+        // SAFETY: the caller checked that the global holds `bytes.len()` bytes at `address`
+        // in the loaded image, and no device thread runs between launches.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), address, bytes.len()) };
+        Ok(())
+    }
+
+    fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError> {
+        let address = self.symbol_address(name, "global")?;
+        let mut bytes = vec![0u8; len];
+        // SAFETY: as in `write_global`.
+        unsafe { std::ptr::copy_nonoverlapping(address, bytes.as_mut_ptr(), len) };
+        Ok(bytes)
+    }
+
+    fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        let block = self
+            .memory
+            .alloc_zeroed(size)
+            .ok_or_else(|| BackendError::InvalidArgument(format!("no memory for {size} bytes")))?;
+        Ok(SharedAlloc {
+            host: block,
+            device: block as u64,
+            len: size,
+        })
+    }
+
+    fn heap(&mut self) -> &mut dyn DeviceMemory {
+        &mut self.memory
+    }
+
+    fn start(
+        &mut self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[KernelArg],
+    ) -> Result<Box<dyn Launch>, BackendError> {
+        if args.len() > 6 {
+            return Err(BackendError::InvalidArgument(format!(
+                "the host backend passes at most 6 kernel arguments, `{kernel}` got {}",
+                args.len()
+            )));
+        }
+        let address = self.symbol_address(kernel, "kernel")?;
+        // SAFETY: `address` is an exported function of the image; every host kernel is an
+        // `extern "C"` function of at most six integer arguments (see `KernelFn`).
+        let kernel_fn: KernelFn = unsafe { std::mem::transmute::<*mut u8, KernelFn>(address) };
+        let mut registers = [0u64; 6];
+        for (slot, arg) in registers.iter_mut().zip(args) {
+            *slot = arg.as_register();
+        }
+        let entry = Entry {
+            enter: self.enter,
+            kernel: kernel_fn,
+        };
+        let grid = Grid::start(entry, shape, registers, self.lane_size, self.stack_size)?;
+        Ok(Box::new(grid))
+    }
+
+    fn resource_usage(&self, _kernel: &str) -> Option<ResourceUsage> {
+        None
+    }
+
+    fn abandon(&mut self) {
+        self.abandoned = true;
+    }
+}
+
+impl Drop for HostPrimitives {
+    fn drop(&mut self) {
+        if self.abandoned {
+            // Emulated threads cannot be stopped: they may still run the library's code and use
+            // this memory. The worker process ends right after.
+            std::mem::forget(std::mem::take(&mut self.memory));
+            std::mem::forget(self.library.take());
+        }
+    }
+}

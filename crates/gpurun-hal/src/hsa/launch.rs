@@ -1,0 +1,179 @@
+//! One kernel launch: kernel arguments in the kernarg pool, an AQL dispatch packet published with
+//! a release store of its header, the doorbell; its state is the completion signal's, a memory
+//! fault the event handler recorded, or the queue's error. The shared loop (`crate::serve`)
+//! does the rest, waiting on the completion signal while the device is quiet.
+
+use super::error::runtime_message;
+use super::memory::{PoolBuffer, Signal};
+use super::module::{HsaPrimitives, QueueState};
+use super::result::status_string;
+use super::runtime::{fault_count, fault_text};
+use crate::serve::{Launch, LaunchState};
+use crate::BackendError;
+use hsa_sys::*;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A memory fault recorded since the launch began, else the queue's error: the launch failed.
+pub(crate) fn check_health(
+    queue_error: Option<String>,
+    faults_before: usize,
+    faults_now: usize,
+    fault: impl Fn(usize) -> Option<String>,
+) -> Option<String> {
+    if faults_now > faults_before {
+        return Some(fault(faults_before).unwrap_or_else(|| "GPU memory access fault".to_owned()));
+    }
+    queue_error
+}
+
+/// A duration in the runtime's timestamp ticks, which `hsa_signal_wait_*` takes.
+pub(crate) fn duration_to_ticks(duration: Duration, timestamp_hz: u64) -> u64 {
+    let ticks = duration.as_nanos().saturating_mul(u128::from(timestamp_hz)) / 1_000_000_000;
+    u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
+}
+
+/// A dispatched kernel.
+pub(crate) struct HsaLaunch {
+    pub(crate) lib: Arc<HsaLib>,
+    /// Decremented to 0 by the packet processor when the kernel ends.
+    pub(crate) done: Signal,
+    /// The kernel's arguments; the kernel reads them until it ends.
+    pub(crate) kernargs: PoolBuffer,
+    pub(crate) queue: Arc<QueueState>,
+    /// Memory faults recorded before the launch (the event handler counts them per process).
+    pub(crate) faults_before: usize,
+    pub(crate) timestamp_hz: u64,
+}
+
+impl Launch for HsaLaunch {
+    fn state(&self) -> LaunchState {
+        if self.done.load() == 0 {
+            return LaunchState::Done;
+        }
+        let queue_error = self.queue.error().map(|status| {
+            super::error::describe_queue_error(status, status_string(&self.lib, status))
+        });
+        match check_health(queue_error, self.faults_before, fault_count(), fault_text) {
+            Some(text) => LaunchState::Faulted(text),
+            None => LaunchState::Running,
+        }
+    }
+
+    fn pause(&self, pause: Duration) {
+        // Wakes as soon as the kernel ends.
+        self.done
+            .wait_zero(duration_to_ticks(pause, self.timestamp_hz));
+    }
+
+    fn finish(self: Box<Self>, settled: bool) {
+        if !settled {
+            // The kernel may still read its arguments and decrement its signal.
+            std::mem::forget(self.kernargs);
+            std::mem::forget(self.done);
+        }
+    }
+}
+
+impl HsaPrimitives<'_> {
+    /// Reserves a slot, writes the packet body, then publishes the header with a release store
+    /// and rings the doorbell. A slot reserved but never filled would stall the queue for good,
+    /// so a failure after reserving marks the module broken.
+    pub(crate) fn publish(
+        &mut self,
+        packet: &hsa_kernel_dispatch_packet_t,
+        header: u32,
+    ) -> Result<(), BackendError> {
+        let queue = self.res.queue.raw;
+        let lib = std::sync::Arc::clone(self.device.runtime.lib_arc());
+        // SAFETY: `queue` is the live queue this module created; its descriptor is immutable.
+        let (size, base, doorbell) = unsafe {
+            (
+                (*queue).size,
+                (*queue).base_address,
+                (*queue).doorbell_signal,
+            )
+        };
+        if size == 0 || !size.is_power_of_two() || base.is_null() {
+            return Err(runtime_message(format!(
+                "the runtime gave a queue of {size} packets at {base:?}"
+            )));
+        }
+        // SAFETY: the live queue; only this thread submits to it.
+        let index = unsafe { (lib.hsa_queue_add_write_index_relaxed)(queue, 1) };
+        // Wait for the slot to be free: packets before ours must have been consumed.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            // SAFETY: reading the read index of the live queue.
+            let read = unsafe { (lib.hsa_queue_load_read_index_scacquire)(queue) };
+            if index.wrapping_sub(read) < u64::from(size) {
+                break;
+            }
+            if Instant::now() > deadline {
+                let reason = "the GPU queue stayed full for 10 s".to_owned();
+                self.abandoned = true;
+                return Err(runtime_message(reason));
+            }
+            std::thread::yield_now();
+        }
+        let slot = (index & u64::from(size - 1)) as usize;
+        let bytes = super::packet::packet_bytes(packet);
+        // SAFETY: `slot` < size, so the 64-byte packet lies inside the queue's ring buffer, which
+        // is 64-aligned; the packet processor ignores the slot until its header changes, and we
+        // write everything but the header first.
+        unsafe {
+            let target = base.cast::<u8>().add(slot * 64);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().add(4), target.add(4), 60);
+            AtomicU32::from_ptr(target.cast::<u32>()).store(header, Ordering::Release);
+            (lib.hsa_signal_store_screlease)(doorbell, index as i64);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_memory_fault_fails_the_launch_with_its_text() {
+        let text = check_health(None, 2, 3, |index| {
+            (index == 2).then(|| "fault at 0x10".to_owned())
+        });
+        assert_eq!(text.as_deref(), Some("fault at 0x10"));
+    }
+
+    #[test]
+    fn a_queue_error_fails_the_launch() {
+        let text = check_health(Some("the GPU queue failed".into()), 0, 0, |_| None);
+        assert_eq!(text.as_deref(), Some("the GPU queue failed"));
+        assert_eq!(check_health(None, 4, 4, |_| None), None);
+    }
+
+    #[test]
+    fn faults_recorded_by_the_event_handler_are_seen() {
+        let before = fault_count();
+        super::super::runtime::record_fault_for_test("GPU memory access fault at address 0x0");
+        let text = check_health(None, before, fault_count(), fault_text);
+        assert!(text.is_some_and(|text| text.contains("0x0")));
+    }
+
+    #[test]
+    fn ticks_follow_the_timestamp_frequency() {
+        assert_eq!(
+            duration_to_ticks(Duration::from_millis(1), 1_000_000_000),
+            1_000_000
+        );
+        assert_eq!(
+            duration_to_ticks(Duration::from_millis(1), 100_000_000),
+            100_000
+        );
+        assert_eq!(
+            duration_to_ticks(Duration::from_nanos(1), 1_000),
+            1,
+            "never zero"
+        );
+        assert_eq!(duration_to_ticks(Duration::MAX, u64::MAX), u64::MAX);
+    }
+}

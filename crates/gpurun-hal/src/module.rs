@@ -1,0 +1,241 @@
+//! The one [`Module`] every backend's loaded image becomes: [`HalModule`] over the backend's
+//! [`Primitives`]. What is decided here is decided once for every backend: what loading sets up
+//! (the clock frequency, the RPC buffer and client), the checks before a launch, the AMD launch
+//! shape, the launch-and-serve loop ([`crate::serve`]) and what a broken module refuses.
+
+use crate::args::KernelArg;
+use crate::serve::{self, Launch, WaitLimits};
+use crate::server::{DeviceMemory, RpcServer, Sink};
+use crate::{
+    BackendError, LaunchEnd, LaunchShape, LoadOptions, Module, ResourceUsage, SharedAlloc,
+};
+use gpurun_abi::symbols;
+use gpurun_image::Image;
+use gpurun_rpc::Layout;
+use std::time::Duration;
+
+/// Largest block every backend accepts (the CUDA and HSA limit).
+pub const MAX_BLOCK_THREADS: u64 = 1024;
+
+/// What a backend supplies for one loaded image. Each is a thin wrapper over one or two driver
+/// calls; nothing here decides how a launch ends.
+pub trait Primitives {
+    /// Lanes of an RPC packet: the warp or wavefront size (the emulated one on the host).
+    fn rpc_lane_size(&self) -> u32;
+
+    /// RPC ports to create when `requested` were asked for (HSA: one per resident wave at least).
+    fn rpc_ports(&self, requested: u32) -> u32 {
+        requested
+    }
+
+    /// The device's timer frequency for LLVM libc's `clock()` (`__llvm_libc_clock_freq`), if the
+    /// backend knows it.
+    fn clock_frequency(&self) -> Option<u64> {
+        None
+    }
+
+    /// Size of the global `name` in the loaded image, `None` when it has none.
+    fn global_size(&self, name: &str) -> Option<u64>;
+
+    /// Copies `bytes` to the start of the global `name` (size already checked).
+    fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError>;
+
+    /// Reads the first `len` bytes of the global `name` (size already checked).
+    fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError>;
+
+    /// `size` zeroed bytes both sides can read and write, aligned to 64, owned by the module.
+    fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError>;
+
+    /// Device memory for RPC `malloc`/`free`.
+    fn heap(&mut self) -> &mut dyn DeviceMemory;
+
+    /// Starts `kernel` (shape already checked) and returns at once.
+    fn start(
+        &mut self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[KernelArg],
+    ) -> Result<Box<dyn Launch>, BackendError>;
+
+    fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage>;
+
+    /// The module is broken and a kernel may still use its memory: from now on nothing may be
+    /// freed (dropping must leak what a kernel could touch). The worker process ends soon after.
+    fn abandon(&mut self);
+}
+
+/// A loaded image on one device.
+pub struct HalModule<P: Primitives> {
+    /// Declared before `primitives`: the server is dropped before the memory it reads.
+    rpc: Option<RpcServer>,
+    primitives: P,
+    /// Why the module cannot run kernels any more.
+    broken: Option<String>,
+}
+
+impl<P: Primitives> HalModule<P> {
+    /// Finishes loading `image`, which the backend has loaded into `primitives`: fills in the
+    /// clock frequency and, when the image talks RPC, lays out the RPC buffer and writes the
+    /// client into `__llvm_rpc_client`.
+    pub fn new(
+        mut primitives: P,
+        image: &Image,
+        options: &LoadOptions,
+    ) -> Result<HalModule<P>, BackendError> {
+        if let Some(hz) = primitives.clock_frequency() {
+            if primitives
+                .global_size(symbols::CLOCK_FREQ)
+                .is_some_and(|size| size >= 8)
+            {
+                primitives.write_global(symbols::CLOCK_FREQ, &hz.to_le_bytes())?;
+            }
+        }
+        let rpc = match primitives.global_size(symbols::RPC_CLIENT) {
+            Some(size) => Some(install_rpc(&mut primitives, size, options.rpc_ports)?),
+            None if !image.tests().is_empty() => {
+                // Results, output and panics of tests travel over RPC: without a client a
+                // failing test would pass silently.
+                return Err(BackendError::Incompatible(format!(
+                    "the image has tests but no `{}` global to report them through",
+                    symbols::RPC_CLIENT
+                )));
+            }
+            None => None,
+        };
+        Ok(HalModule {
+            rpc,
+            primitives,
+            broken: None,
+        })
+    }
+
+    fn global_size(&self, name: &str) -> Result<u64, BackendError> {
+        self.primitives
+            .global_size(name)
+            .ok_or_else(|| BackendError::MissingSymbol {
+                what: "global",
+                name: name.to_owned(),
+            })
+    }
+
+    fn mark_broken(&mut self, reason: String) {
+        if self.broken.is_none() {
+            self.primitives.abandon();
+            self.broken = Some(reason);
+        }
+    }
+}
+
+/// The one RPC installation routine: a zeroed host-visible buffer in the layout the image's
+/// client object has (told by its size), the client image pointing at it copied into
+/// `__llvm_rpc_client`, and a server over it.
+fn install_rpc<P: Primitives>(
+    primitives: &mut P,
+    client_size: u64,
+    requested_ports: u32,
+) -> Result<RpcServer, BackendError> {
+    let ports = primitives.rpc_ports(requested_ports);
+    let layout = Layout::for_client_symbol_size(client_size, ports, primitives.rpc_lane_size())
+        .map_err(|error| {
+            BackendError::Incompatible(format!("unsupported `{}`: {error}", symbols::RPC_CLIENT))
+        })?;
+    let buffer = primitives.alloc_host_visible(layout.allocation_size())?;
+    if buffer.host as usize % 64 != 0 || buffer.len < layout.allocation_size() {
+        return Err(BackendError::InvalidArgument(
+            "the backend gave an RPC buffer that is too small or not 64-byte aligned".into(),
+        ));
+    }
+    // SAFETY: the buffer is `allocation_size()` host-writable bytes that nothing uses yet.
+    unsafe { layout.zero(buffer.host) };
+    let client = layout.client_image(buffer.device);
+    primitives.write_global(symbols::RPC_CLIENT, client.as_bytes())?;
+    // SAFETY: zeroed, 64-aligned, `allocation_size()` long, owned by the module's primitives,
+    // which are dropped after the server (field order of `HalModule`).
+    Ok(unsafe { RpcServer::new(&layout, buffer.host) })
+}
+
+/// Shapes no backend can launch, refused before the driver sees them.
+pub fn check_shape(shape: &LaunchShape) -> Result<(), BackendError> {
+    if shape.threads.contains(&0) || shape.blocks.contains(&0) {
+        return Err(BackendError::InvalidArgument(format!(
+            "launch shape {shape} has a zero dimension"
+        )));
+    }
+    let per_block = shape.threads_per_block();
+    if per_block > MAX_BLOCK_THREADS {
+        return Err(BackendError::InvalidArgument(format!(
+            "{per_block} threads per block is over the limit of {MAX_BLOCK_THREADS}"
+        )));
+    }
+    Ok(())
+}
+
+impl<P: Primitives> Module for HalModule<P> {
+    fn launch(
+        &mut self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: &[KernelArg],
+        timeout: Option<Duration>,
+        sink: &mut dyn Sink,
+    ) -> Result<LaunchEnd, BackendError> {
+        if let Some(reason) = &self.broken {
+            return Err(BackendError::InvalidArgument(format!(
+                "the module cannot run kernels after an earlier failure ({reason}); the worker \
+                 must be restarted"
+            )));
+        }
+        check_shape(&shape)?;
+        // AMD kernels read their block and grid sizes from this global (docs/abi.md); other
+        // images do not have it.
+        if self.primitives.global_size(symbols::LAUNCH_SHAPE)
+            == Some(gpurun_abi::shape::BYTES as u64)
+        {
+            let words = gpurun_abi::shape::to_bytes(shape.threads, shape.blocks);
+            self.primitives
+                .write_global(symbols::LAUNCH_SHAPE, &words)?;
+        }
+        let launch = self.primitives.start(kernel, shape, args)?;
+        let finish = serve::serve_launch(
+            &*launch,
+            self.rpc.as_ref(),
+            self.primitives.heap(),
+            sink,
+            WaitLimits::starting_now(timeout),
+        );
+        launch.finish(finish.broken.is_none());
+        if let Some(reason) = finish.broken {
+            self.mark_broken(reason);
+        }
+        finish.end
+    }
+
+    fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        self.primitives.alloc_host_visible(size)
+    }
+
+    fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {
+        let size = self.global_size(name)?;
+        if bytes.len() as u64 > size {
+            return Err(BackendError::InvalidArgument(format!(
+                "{} bytes do not fit the {size}-byte global `{name}`",
+                bytes.len()
+            )));
+        }
+        self.primitives.write_global(name, bytes)
+    }
+
+    fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError> {
+        let size = self.global_size(name)?;
+        if len as u64 > size {
+            return Err(BackendError::InvalidArgument(format!(
+                "cannot read {len} bytes from the {size}-byte global `{name}`"
+            )));
+        }
+        self.primitives.read_global(name, len)
+    }
+
+    fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage> {
+        self.primitives.resource_usage(kernel)
+    }
+}

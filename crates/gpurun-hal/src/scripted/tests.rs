@@ -1,0 +1,325 @@
+//! The shared module and serve loop, driven by scripted devices: every way a launch ends, the
+//! exit/abort precedence, deadlines, dead conversations, and what a broken module refuses.
+
+use super::*;
+use crate::server::{PanicReport, Sink};
+use crate::{LaunchEnd, LaunchShape};
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Collect {
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+    panics: Vec<PanicReport>,
+}
+
+impl Sink for Collect {
+    fn stdout(&mut self, bytes: &[u8]) {
+        self.stdout.extend_from_slice(bytes);
+    }
+    fn stderr(&mut self, bytes: &[u8]) {
+        self.stderr.extend_from_slice(bytes);
+    }
+    fn panic(&mut self, report: PanicReport) {
+        self.panics.push(report);
+    }
+}
+
+fn image(spec: &ImageSpec) -> Image {
+    let text = spec.ptx().expect("descriptors encode");
+    Image::parse(text.into_bytes(), None).expect("the scripted image parses")
+}
+
+/// An image with kernel `k` and an RPC client, and a backend where `k` plays `steps`.
+fn setup(steps: Vec<Step>) -> (ScriptedBackend, Image) {
+    let spec = ImageSpec {
+        kernels: vec!["k".into()],
+        rpc_client: true,
+        launch_shape: true,
+        ..ImageSpec::default()
+    };
+    let script = Script {
+        kernels: [("k".to_owned(), steps)].into_iter().collect(),
+        devices: 1,
+    };
+    (ScriptedBackend::new(script), image(&spec))
+}
+
+/// Launches `k` once with `timeout`; returns the end, what the device sent, and whether the
+/// module takes another launch.
+fn run(
+    steps: Vec<Step>,
+    timeout: Option<Duration>,
+) -> (Result<LaunchEnd, BackendError>, Collect, bool) {
+    let (backend, image) = setup(steps);
+    let mut device = backend.open(0).expect("scripted device");
+    let mut module = device.load(&image, &LoadOptions::default()).expect("loads");
+    let mut sink = Collect::default();
+    let end = module.launch("k", LaunchShape::SINGLE, &[], timeout, &mut sink);
+    // A second launch of a kernel that completes at once.
+    let reusable = module
+        .launch(
+            "k",
+            LaunchShape::SINGLE,
+            &[],
+            Some(Duration::from_millis(1)),
+            &mut Collect::default(),
+        )
+        .is_ok();
+    (end, sink, reusable)
+}
+
+fn print(text: &str) -> Step {
+    Step::Print(text.into())
+}
+
+#[test]
+fn completed_launch_delivers_output_in_order_and_the_module_stays_usable() {
+    // A kernel that completes at once is reused in `run`, so keep this one short.
+    let (end, sink, _) = run(
+        vec![
+            print("one\n"),
+            Step::Eprint("two\n".into()),
+            print(&"x".repeat(300)),
+        ],
+        None,
+    );
+    assert_eq!(end.unwrap(), LaunchEnd::Completed);
+    assert_eq!(
+        sink.stdout,
+        format!("one\n{}", "x".repeat(300)).into_bytes()
+    );
+    assert_eq!(sink.stderr, b"two\n");
+    let (backend, image) = setup(vec![print("again\n")]);
+    let mut device = backend.open(0).unwrap();
+    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+    for _ in 0..3 {
+        let mut sink = Collect::default();
+        let end = module.launch("k", LaunchShape::SINGLE, &[], None, &mut sink);
+        assert_eq!(end.unwrap(), LaunchEnd::Completed);
+        assert_eq!(sink.stdout, b"again\n");
+    }
+}
+
+#[test]
+fn a_panic_is_reported_and_the_launch_completes() {
+    let (end, sink, reusable) = run(
+        vec![Step::Panic {
+            message: "index out of bounds".into(),
+            file: "src/lib.rs".into(),
+            line: 7,
+        }],
+        None,
+    );
+    assert_eq!(end.unwrap(), LaunchEnd::Completed);
+    assert_eq!(sink.panics.len(), 1);
+    assert_eq!(sink.panics[0].message, "index out of bounds");
+    assert_eq!(
+        (sink.panics[0].file.as_str(), sink.panics[0].line),
+        ("src/lib.rs", 7)
+    );
+    assert!(reusable);
+}
+
+#[test]
+fn exit_and_abort_end_the_launch_with_the_devices_word() {
+    let (end, _, reusable) = run(vec![print("bye\n"), Step::Exit(3)], None);
+    assert_eq!(end.unwrap(), LaunchEnd::Exited(3));
+    assert!(reusable, "every thread ended, so the module is still sound");
+    let (end, _, _) = run(vec![Step::Abort], None);
+    assert_eq!(end.unwrap(), LaunchEnd::Aborted);
+}
+
+#[test]
+fn the_first_exit_or_abort_decides_as_in_llvms_loader() {
+    let exit_first = vec![
+        Step::Thread(vec![Step::Exit(4)]),
+        Step::SleepMs(100),
+        Step::Abort,
+    ];
+    assert_eq!(run(exit_first, None).0.unwrap(), LaunchEnd::Exited(4));
+    let abort_first = vec![
+        Step::Thread(vec![Step::Abort]),
+        Step::SleepMs(100),
+        Step::Exit(4),
+    ];
+    assert_eq!(run(abort_first, None).0.unwrap(), LaunchEnd::Aborted);
+    // An exit served before a fault is what the program asked for.
+    let exit_then_fault = vec![Step::Exit(5)];
+    assert_eq!(run(exit_then_fault, None).0.unwrap(), LaunchEnd::Exited(5));
+}
+
+#[test]
+fn a_fault_ends_the_launch_with_its_text_and_breaks_the_module() {
+    let (end, sink, reusable) = run(
+        vec![
+            print("before\n"),
+            Step::Fault("CUDA_ERROR_ILLEGAL_ADDRESS".into()),
+        ],
+        None,
+    );
+    assert_eq!(
+        end.unwrap(),
+        LaunchEnd::Faulted("CUDA_ERROR_ILLEGAL_ADDRESS".into())
+    );
+    assert_eq!(sink.stdout, b"before\n", "output before the fault is kept");
+    assert!(!reusable);
+}
+
+#[test]
+fn a_hung_kernel_times_out_and_breaks_the_module() {
+    let started = Instant::now();
+    let (end, _, reusable) = run(vec![Step::Hang], Some(Duration::from_millis(50)));
+    assert_eq!(end.unwrap(), LaunchEnd::TimedOut(Duration::from_millis(50)));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(!reusable);
+}
+
+#[test]
+fn threads_still_running_after_an_exit_get_the_grace_period() {
+    let started = Instant::now();
+    let (end, sink, reusable) = run(
+        vec![
+            Step::Thread(vec![Step::SleepMs(50), print("late\n"), Step::Hang]),
+            Step::Exit(0),
+        ],
+        None,
+    );
+    assert_eq!(end.unwrap(), LaunchEnd::Exited(0));
+    assert_eq!(
+        sink.stdout, b"late\n",
+        "output in the grace period is served"
+    );
+    assert!(started.elapsed() >= crate::serve::EXIT_GRACE);
+    assert!(!reusable);
+}
+
+#[test]
+fn a_message_cut_off_by_a_fault_ends_as_the_fault_not_a_hang() {
+    let started = Instant::now();
+    let (end, _, _) = run(
+        vec![
+            Step::StallMidMessage(1 << 20),
+            Step::SleepMs(30),
+            Step::Fault("trap".into()),
+        ],
+        None,
+    );
+    assert_eq!(end.unwrap(), LaunchEnd::Faulted("trap".into()));
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn a_message_cut_off_by_the_kernels_end_is_an_error() {
+    let (end, _, reusable) = run(vec![Step::StallMidMessage(1 << 20)], None);
+    let error = end.unwrap_err().to_string();
+    assert!(error.contains("middle of an RPC message"), "{error}");
+    assert!(!reusable);
+}
+
+#[test]
+fn a_message_cut_off_in_a_running_kernel_ends_at_the_timeout() {
+    let (end, _, _) = run(
+        vec![Step::StallMidMessage(1 << 20), Step::Hang],
+        Some(Duration::from_millis(100)),
+    );
+    assert_eq!(
+        end.unwrap(),
+        LaunchEnd::TimedOut(Duration::from_millis(100))
+    );
+}
+
+#[test]
+fn rpc_malloc_and_free_are_served() {
+    let (end, _, reusable) = run(
+        vec![Step::MallocFree(4096), Step::MallocFree(u64::MAX)],
+        None,
+    );
+    assert_eq!(end.unwrap(), LaunchEnd::Completed);
+    assert!(reusable);
+}
+
+#[test]
+fn the_launch_shape_global_holds_the_shape_of_each_launch() {
+    let (backend, image) = setup(vec![]);
+    let mut device = backend.open(0).unwrap();
+    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+    let shape = LaunchShape {
+        threads: [64, 2, 1],
+        blocks: [3, 1, 1],
+    };
+    module
+        .launch("k", shape, &[], None, &mut Collect::default())
+        .unwrap();
+    let words = module
+        .read_global(gpurun_abi::symbols::LAUNCH_SHAPE, gpurun_abi::shape::BYTES)
+        .unwrap();
+    assert_eq!(words, gpurun_abi::shape::to_bytes([64, 2, 1], [3, 1, 1]));
+}
+
+#[test]
+fn bad_launches_are_errors_before_anything_runs() {
+    let (backend, image) = setup(vec![Step::Hang]);
+    let mut device = backend.open(0).unwrap();
+    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+    let mut sink = Collect::default();
+    let zero = LaunchShape {
+        threads: [0, 1, 1],
+        blocks: [1, 1, 1],
+    };
+    let too_big = LaunchShape {
+        threads: [1025, 1, 1],
+        blocks: [1, 1, 1],
+    };
+    for shape in [zero, too_big] {
+        assert!(matches!(
+            module.launch("k", shape, &[], None, &mut sink),
+            Err(BackendError::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        module.launch("nope", LaunchShape::SINGLE, &[], None, &mut sink),
+        Err(BackendError::MissingSymbol { .. })
+    ));
+    assert!(backend.open(1).is_err());
+}
+
+#[test]
+fn an_image_with_tests_but_no_rpc_client_does_not_load() {
+    let spec = ImageSpec {
+        tests: vec![test("adds")],
+        rpc_client: false,
+        ..ImageSpec::default()
+    };
+    let backend = ScriptedBackend::new(Script::default());
+    let mut device = backend.open(0).unwrap();
+    let error = device
+        .load(&image(&spec), &LoadOptions::default())
+        .err()
+        .expect("refused");
+    assert!(
+        error.to_string().contains("no `__llvm_rpc_client`"),
+        "{error}"
+    );
+}
+
+#[test]
+fn scripts_round_trip_through_json() {
+    let script = Script {
+        kernels: [(
+            "k".to_owned(),
+            vec![
+                print("a"),
+                Step::Thread(vec![Step::Exit(1)]),
+                Step::StallMidMessage(9),
+            ],
+        )]
+        .into_iter()
+        .collect(),
+        devices: 2,
+    };
+    let text = serde_json::to_string(&script).unwrap();
+    assert_eq!(serde_json::from_str::<Script>(&text).unwrap(), script);
+    let backend = ScriptedBackend::new(script);
+    assert_eq!(backend.devices().unwrap().len(), 2);
+}

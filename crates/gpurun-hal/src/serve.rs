@@ -1,0 +1,450 @@
+//! The one launch-and-serve loop every backend runs: while a kernel runs, answer its RPC
+//! requests, watch its state, keep the deadlines, back off when idle, and decide how the launch
+//! ended. Backends only say what state a launch is in ([`Launch`]); every rule lives here:
+//!
+//! - The first `exit()` or `abort()` served decides the end, as in LLVM's loader (which exits
+//!   the process at the first one). A fault seen after it does not replace it.
+//! - After an `exit()`/`abort()` the other threads get [`EXIT_GRACE`] to finish, with their
+//!   output still served; then the launch ends regardless and the module is broken.
+//! - A fault ends the launch as [`LaunchEnd::Faulted`] with the backend's text.
+//! - The caller's timeout ends it as [`LaunchEnd::TimedOut`]; the module is broken.
+//! - Requests sent right before the kernel ended are drained before the end is reported.
+//! - A wait for the rest of an RPC message never outlives the conversation: a watchdog cancels
+//!   it when the kernel has ended or faulted, or a deadline has passed (a device that announces a
+//!   long message and stops sending cannot hang the worker).
+//! - A broken RPC conversation (unknown opcode, absurd size) is an error and breaks the module.
+
+use crate::server::RpcServer;
+use crate::server::{DeviceMemory, Served, Sink};
+use crate::{BackendError, LaunchEnd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long the other threads may keep running after one called `exit()` or `abort()`. LLVM's
+/// loader ends the process at once; waiting a little keeps their output.
+pub const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// The state of a launch as its backend sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LaunchState {
+    Running,
+    /// Every thread has returned.
+    Done,
+    /// The device faulted; the text comes from the driver.
+    Faulted(String),
+}
+
+/// A launch in progress, supplied by a backend. Shared with the watchdog thread, hence `Sync`.
+pub trait Launch: Send + Sync {
+    /// Where the launch is now. Cheap: called between requests.
+    fn state(&self) -> LaunchState;
+
+    /// Waits up to `pause` or until the state may have changed. The default sleeps; a backend
+    /// with a completion signal waits on it instead.
+    fn pause(&self, pause: Duration) {
+        std::thread::sleep(pause);
+    }
+
+    /// Releases what the launch holds. `settled` is false when the kernel may still run (a
+    /// timeout, a fault, a broken conversation): then nothing it can touch may be freed.
+    fn finish(self: Box<Self>, settled: bool);
+}
+
+/// When a launch must end without the kernel's help.
+#[derive(Clone, Copy, Debug)]
+pub struct WaitLimits {
+    pub started: Instant,
+    pub timeout: Option<Duration>,
+    /// See [`EXIT_GRACE`].
+    pub exit_grace: Duration,
+}
+
+impl WaitLimits {
+    /// Limits for a launch starting now.
+    pub fn starting_now(timeout: Option<Duration>) -> WaitLimits {
+        WaitLimits {
+            started: Instant::now(),
+            timeout,
+            exit_grace: EXIT_GRACE,
+        }
+    }
+}
+
+/// How a launch ended, and whether the module can run another.
+#[derive(Debug)]
+pub struct Finish {
+    pub end: Result<LaunchEnd, BackendError>,
+    /// Why the module cannot be used again (a kernel may still run, or the context is dead).
+    pub broken: Option<String>,
+}
+
+impl Finish {
+    fn clean(end: LaunchEnd) -> Finish {
+        Finish {
+            end: Ok(end),
+            broken: None,
+        }
+    }
+}
+
+/// The deadlines of one launch: the caller's timeout, and the grace period after an exit.
+#[derive(Debug)]
+struct Deadlines {
+    limits: WaitLimits,
+    grace_until: Option<Instant>,
+}
+
+impl Deadlines {
+    fn new(limits: WaitLimits) -> Deadlines {
+        Deadlines {
+            limits,
+            grace_until: None,
+        }
+    }
+
+    /// Starts the grace period (once) after the device asked to end.
+    fn device_ended(&mut self) -> Instant {
+        let grace = self.limits.exit_grace;
+        *self
+            .grace_until
+            .get_or_insert_with(|| Instant::now() + grace)
+    }
+
+    /// The end of the launch if a deadline has passed. A kernel cannot be stopped from outside,
+    /// so either leaves the module broken.
+    fn check(&self, ended: Option<&LaunchEnd>) -> Option<Finish> {
+        if let (Some(end), Some(until)) = (ended, self.grace_until) {
+            if Instant::now() >= until {
+                return Some(Finish {
+                    end: Ok(end.clone()),
+                    broken: Some(format!(
+                        "the kernel was still running {:?} after the device's exit/abort",
+                        self.limits.exit_grace
+                    )),
+                });
+            }
+        }
+        let limit = self.limits.timeout?;
+        (self.limits.started.elapsed() >= limit).then(|| Finish {
+            end: Ok(LaunchEnd::TimedOut(limit)),
+            broken: Some(format!("a kernel ran past its {limit:?} timeout")),
+        })
+    }
+}
+
+/// The pause between two looks at an idle launch: spin first (a kernel that prints or returns
+/// soon is answered within microseconds), then wait longer and longer up to a millisecond so an
+/// idle long-running kernel costs little CPU.
+#[derive(Debug)]
+struct Backoff {
+    idle: u32,
+}
+
+impl Backoff {
+    const SPINS: u32 = 256;
+    const FIRST: Duration = Duration::from_micros(10);
+    const LONGEST: Duration = Duration::from_millis(1);
+
+    fn new() -> Backoff {
+        Backoff { idle: 0 }
+    }
+
+    fn busy(&mut self) {
+        self.idle = 0;
+    }
+
+    /// `None`: spin once more; `Some(d)`: wait `d`.
+    fn next(&mut self) -> Option<Duration> {
+        self.idle = self.idle.saturating_add(1);
+        let waits = self
+            .idle
+            .checked_sub(Self::SPINS)
+            .filter(|waits| *waits > 0)?;
+        let doublings = (waits - 1).min(7);
+        Some((Self::FIRST * (1 << doublings)).min(Self::LONGEST))
+    }
+}
+
+/// Requests served between two looks at the launch's state: under heavy output the state query
+/// would otherwise cost as much as the requests.
+const SERVE_BATCH: u32 = 64;
+/// How often the watchdog looks.
+const WATCH_PERIOD: Duration = Duration::from_millis(10);
+/// How long one request may keep the server before the watchdog asks whether the conversation
+/// is still alive.
+const STALL: Duration = Duration::from_millis(20);
+
+/// What the serving thread shares with its watchdog.
+struct Watch {
+    started: Instant,
+    /// Nanoseconds after `started` at which the request being served began; `u64::MAX` when
+    /// the server is not inside a request.
+    serving_since: AtomicU64,
+    /// Nanoseconds after `started` at which the exit grace period ends; `u64::MAX`: none.
+    grace_until: AtomicU64,
+    /// Set by the watchdog before it cancels the server's wait.
+    cancelled: AtomicBool,
+}
+
+const NEVER: u64 = u64::MAX;
+
+impl Watch {
+    fn nanos(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.started).as_nanos()).unwrap_or(NEVER - 1)
+    }
+
+    fn now(&self) -> u64 {
+        self.nanos(Instant::now())
+    }
+
+    /// Whether the watchdog should stop the request being served now.
+    fn must_cancel(&self, launch: &dyn Launch, timeout: Option<Duration>) -> bool {
+        let since = self.serving_since.load(Ordering::Acquire);
+        let now = self.now();
+        if since == NEVER || now.saturating_sub(since) < STALL.as_nanos() as u64 {
+            return false;
+        }
+        let past_timeout = timeout.is_some_and(|limit| self.started.elapsed() >= limit);
+        let past_grace = now >= self.grace_until.load(Ordering::Acquire);
+        past_timeout || past_grace || launch.state() != LaunchState::Running
+    }
+}
+
+/// Runs the loop for `launch` until it ends: serves `rpc` (when the image talks RPC) with
+/// `memory` for its allocations and `sink` for its output.
+pub fn serve_launch(
+    launch: &dyn Launch,
+    rpc: Option<&RpcServer>,
+    memory: &mut dyn DeviceMemory,
+    sink: &mut dyn Sink,
+    limits: WaitLimits,
+) -> Finish {
+    let Some(rpc) = rpc else {
+        return Loop::new(launch, None, limits).run(memory, sink);
+    };
+    let watch = Watch {
+        started: limits.started,
+        serving_since: AtomicU64::new(NEVER),
+        grace_until: AtomicU64::new(NEVER),
+        cancelled: AtomicBool::new(false),
+    };
+    let (stop, stopped) = mpsc::channel::<()>();
+    let watch = &watch;
+    std::thread::scope(|scope| {
+        let watchdog = std::thread::Builder::new()
+            .name("gpurun-watchdog".into())
+            .spawn_scoped(scope, move || loop {
+                match stopped.recv_timeout(WATCH_PERIOD) {
+                    Err(mpsc::RecvTimeoutError::Timeout) => {}
+                    _ => return,
+                }
+                if watch.must_cancel(launch, limits.timeout) {
+                    watch.cancelled.store(true, Ordering::Release);
+                    rpc.cancel();
+                    return;
+                }
+            });
+        // Without a watchdog the loop still runs; only a stalled conversation could then hang.
+        let watch_ref = watchdog.is_ok().then_some(watch);
+        let finish = Loop::new(launch, Some((rpc, watch_ref)), limits).run(memory, sink);
+        drop(stop);
+        finish
+    })
+}
+
+struct Loop<'a> {
+    launch: &'a dyn Launch,
+    rpc: Option<(&'a RpcServer, Option<&'a Watch>)>,
+    deadlines: Deadlines,
+    /// The first exit or abort the device asked for.
+    ended: Option<LaunchEnd>,
+}
+
+impl<'a> Loop<'a> {
+    fn new(
+        launch: &'a dyn Launch,
+        rpc: Option<(&'a RpcServer, Option<&'a Watch>)>,
+        limits: WaitLimits,
+    ) -> Loop<'a> {
+        Loop {
+            launch,
+            rpc,
+            deadlines: Deadlines::new(limits),
+            ended: None,
+        }
+    }
+
+    fn run(mut self, memory: &mut dyn DeviceMemory, sink: &mut dyn Sink) -> Finish {
+        let mut backoff = Backoff::new();
+        loop {
+            let state = self.launch.state();
+            let handled = match self.serve(memory, sink, state == LaunchState::Running) {
+                Ok(handled) => handled,
+                Err(error) => return self.broken_conversation(error),
+            };
+            match state {
+                LaunchState::Running => {}
+                LaunchState::Done => {
+                    return Finish::clean(self.ended.unwrap_or(LaunchEnd::Completed));
+                }
+                LaunchState::Faulted(text) => {
+                    return Finish {
+                        end: Ok(self.ended.unwrap_or(LaunchEnd::Faulted(text.clone()))),
+                        broken: Some(text),
+                    }
+                }
+            }
+            if let Some(finish) = self.deadlines.check(self.ended.as_ref()) {
+                return finish;
+            }
+            if handled > 0 {
+                backoff.busy();
+            } else {
+                match backoff.next() {
+                    Some(pause) => self.launch.pause(pause),
+                    None => std::hint::spin_loop(),
+                }
+            }
+        }
+    }
+
+    /// Serves up to a batch of requests while the kernel runs, or every pending one (a full idle
+    /// pass) once it has ended. Returns how many were handled.
+    fn serve(
+        &mut self,
+        memory: &mut dyn DeviceMemory,
+        sink: &mut dyn Sink,
+        running: bool,
+    ) -> Result<u32, BackendError> {
+        let Some((rpc, watch)) = self.rpc else {
+            return Ok(0);
+        };
+        if !running {
+            let ended = self.watched(watch, || rpc.drain(sink, memory))?;
+            if let Some(end) = ended {
+                self.device_ended(end);
+            }
+            return Ok(0);
+        }
+        let mut handled = 0;
+        while handled < SERVE_BATCH {
+            match self.watched(watch, || rpc.poll(sink, memory))? {
+                Served::Idle => break,
+                Served::Handled => {}
+                Served::End(end) => self.device_ended(end),
+            }
+            handled += 1;
+        }
+        Ok(handled)
+    }
+
+    /// Runs one server call with the watchdog told that a request is being served.
+    fn watched<T>(
+        &self,
+        watch: Option<&Watch>,
+        call: impl FnOnce() -> Result<T, BackendError>,
+    ) -> Result<T, BackendError> {
+        let Some(watch) = watch else {
+            return call();
+        };
+        watch.serving_since.store(watch.now(), Ordering::Release);
+        let result = call();
+        watch.serving_since.store(NEVER, Ordering::Release);
+        result
+    }
+
+    fn device_ended(&mut self, end: LaunchEnd) {
+        if self.ended.is_none() {
+            self.ended = Some(end);
+            let until = self.deadlines.device_ended();
+            if let Some((_, Some(watch))) = self.rpc {
+                watch
+                    .grace_until
+                    .store(watch.nanos(until), Ordering::Release);
+            }
+        }
+    }
+
+    /// The server failed: either the watchdog stopped a dead conversation (then the launch's
+    /// state or a deadline says how it ended) or the device broke the protocol.
+    fn broken_conversation(&self, error: BackendError) -> Finish {
+        let by_watchdog =
+            matches!(self.rpc, Some((_, Some(watch))) if watch.cancelled.load(Ordering::Acquire));
+        if by_watchdog {
+            if let LaunchState::Faulted(text) = self.launch.state() {
+                return Finish {
+                    end: Ok(self
+                        .ended
+                        .clone()
+                        .unwrap_or(LaunchEnd::Faulted(text.clone()))),
+                    broken: Some(text),
+                };
+            }
+            if let Some(finish) = self.deadlines.check(self.ended.as_ref()) {
+                return finish;
+            }
+            let reason = "the kernel ended in the middle of an RPC message".to_owned();
+            return Finish {
+                end: Err(BackendError::Rpc(reason.clone())),
+                broken: Some(reason),
+            };
+        }
+        // A broken conversation leaves the kernel waiting for an answer that never comes.
+        Finish {
+            broken: Some(error.to_string()),
+            end: Err(error),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_spins_then_waits_longer_up_to_a_millisecond() {
+        let mut backoff = Backoff::new();
+        for _ in 0..Backoff::SPINS {
+            assert_eq!(backoff.next(), None);
+        }
+        assert_eq!(backoff.next(), Some(Backoff::FIRST));
+        assert_eq!(backoff.next(), Some(Duration::from_micros(20)));
+        let longest = (0..20).filter_map(|_| backoff.next()).last();
+        assert_eq!(longest, Some(Duration::from_millis(1)));
+        backoff.busy();
+        assert_eq!(backoff.next(), None);
+    }
+
+    #[test]
+    fn timeout_ends_the_wait_and_breaks_the_module() {
+        let deadlines = Deadlines::new(WaitLimits {
+            started: Instant::now() - Duration::from_secs(5),
+            timeout: Some(Duration::from_secs(1)),
+            exit_grace: EXIT_GRACE,
+        });
+        let finish = deadlines.check(None).expect("past the timeout");
+        assert_eq!(
+            finish.end.ok(),
+            Some(LaunchEnd::TimedOut(Duration::from_secs(1)))
+        );
+        assert!(finish.broken.is_some());
+    }
+
+    #[test]
+    fn exit_waits_for_the_grace_period() {
+        let mut deadlines = Deadlines::new(WaitLimits {
+            started: Instant::now(),
+            timeout: None,
+            exit_grace: Duration::from_millis(20),
+        });
+        assert!(deadlines.check(None).is_none());
+        deadlines.device_ended();
+        assert!(deadlines.check(Some(&LaunchEnd::Exited(3))).is_none());
+        std::thread::sleep(Duration::from_millis(30));
+        let finish = deadlines
+            .check(Some(&LaunchEnd::Exited(3)))
+            .expect("grace over");
+        assert_eq!(finish.end.ok(), Some(LaunchEnd::Exited(3)));
+    }
+}
