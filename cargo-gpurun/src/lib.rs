@@ -6,7 +6,6 @@
 pub mod build;
 pub mod cli;
 pub mod cmd;
-pub mod executor;
 pub mod exit_code;
 pub mod toolchain;
 

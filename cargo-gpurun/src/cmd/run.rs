@@ -13,12 +13,11 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use gpurun_hal::select::{self, BackendChoice};
-use gpurun_hal::worker::{Command, Event, RunEnd, Worker, WorkerEnd};
 use gpurun_hal::BackendKind;
 use gpurun_image::{Image, ImageKind};
+use gpurun_runner::{Command, Event, RunEnd, Worker, WorkerEnd, WorkerExecutor, WorkerOptions};
 
-use super::worker::{worker_spec, WorkerOptions};
-use crate::executor::WorkerExecutor;
+use super::worker::worker_spec;
 use crate::exit_code;
 
 /// `cargo gpurun run`.
@@ -110,7 +109,7 @@ pub fn backend_for(choice: BackendChoice, image: &Image) -> anyhow::Result<Backe
 /// Adds what to do about a missing GPU to a worker start failure.
 pub fn start_failure(kind: BackendKind, image: &Image, error: String) -> anyhow::Error {
     let hint = match kind {
-        BackendKind::Host => String::new(),
+        BackendKind::Host | BackendKind::Scripted => String::new(),
         BackendKind::Cuda | BackendKind::Hsa => format!(
             "\n  {} needs a machine with that GPU; to run it without one, build the crate for \
              the host emulation (`cargo gpurun build --target host`) and run the `.so` it prints",

@@ -97,7 +97,7 @@ fn auto_target(choice: BackendChoice) -> &'static str {
     match choice {
         BackendChoice::Only(BackendKind::Cuda) => return "nvptx",
         BackendChoice::Only(BackendKind::Hsa) => return "amdgcn",
-        BackendChoice::Only(BackendKind::Host) => return "host",
+        BackendChoice::Only(BackendKind::Host | BackendKind::Scripted) => return "host",
         BackendChoice::Auto => {}
     }
     let mut reasons = Vec::new();

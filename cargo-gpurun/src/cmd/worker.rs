@@ -1,90 +1,28 @@
-//! `cargo gpurun __worker`: the process that owns one device (see `gpurun_hal::worker`).
+//! `cargo gpurun __worker`: the process that owns one device (see `gpurun_runner::child`). Its
+//! command line belongs to the runner, which writes and reads it.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Args;
-use gpurun_hal::{BackendKind, LoadOptions};
+use gpurun_runner::{WorkerOptions, WorkerSpec};
 
-/// Arguments of the hidden worker subcommand; the parent builds them with [`worker_args`].
+/// Arguments of the hidden worker subcommand, passed through to the runner.
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    #[arg(long, value_parser = parse_kind)]
-    pub backend: BackendKind,
-    #[arg(long, default_value_t = 0)]
-    pub device: usize,
-    #[arg(long, default_value_t = 32)]
-    pub lane_size: u32,
-    #[arg(long, default_value_t = 1024)]
-    pub rpc_ports: u32,
-    #[arg(long)]
-    pub stack_size: Option<usize>,
-    /// Tests to run at once, each in its own slot (set by the parent through the environment).
-    #[arg(long, env = gpurun_hal::worker::child::SLOTS_ENV, default_value_t = 1)]
-    pub slots: usize,
-    pub image: PathBuf,
-}
-
-fn parse_kind(text: &str) -> Result<BackendKind, String> {
-    match text {
-        "cuda" => Ok(BackendKind::Cuda),
-        "hsa" => Ok(BackendKind::Hsa),
-        "host" => Ok(BackendKind::Host),
-        other => Err(format!("unknown backend `{other}`")),
-    }
-}
-
-/// Options every command that starts workers shares.
-#[derive(Clone, Debug)]
-pub struct WorkerOptions {
-    pub backend: BackendKind,
-    pub device: usize,
-    pub lane_size: u32,
-    pub stack_size: Option<usize>,
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<OsString>,
 }
 
 /// The spec that starts a worker for `image`: this very executable, hidden subcommand.
-pub fn worker_spec(
-    options: &WorkerOptions,
-    image: &std::path::Path,
-) -> anyhow::Result<gpurun_hal::worker::WorkerSpec> {
+pub fn worker_spec(options: &WorkerOptions, image: &Path) -> anyhow::Result<WorkerSpec> {
     let exe = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("cannot find the cargo-gpurun executable: {e}"))?;
-    let mut args = vec![
-        "gpurun".to_string(),
-        "__worker".into(),
-        "--backend".into(),
-        options.backend.name().into(),
-        "--device".into(),
-        options.device.to_string(),
-        "--lane-size".into(),
-        options.lane_size.to_string(),
-    ];
-    if let Some(stack) = options.stack_size {
-        args.push("--stack-size".into());
-        args.push(stack.to_string());
-    }
-    args.push("--".into());
-    Ok(gpurun_hal::worker::WorkerSpec {
-        exe,
-        args,
-        image: image.to_path_buf(),
-        slots: 1,
-    })
+    Ok(options.spec(exe, &["gpurun", "__worker"], image))
 }
 
 pub fn run(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
-    let options = LoadOptions {
-        rpc_ports: args.rpc_ports,
-        stack_size: args.stack_size,
-        emulated_lane_size: args.lane_size,
-    };
-    let status = gpurun_hal::worker::child::serve(
-        args.backend,
-        args.device,
-        &args.image,
-        &options,
-        args.slots,
-    );
+    let status = gpurun_runner::child::main(&args.args);
     Ok(ExitCode::from(u8::try_from(status).unwrap_or(1)))
 }

@@ -21,7 +21,6 @@ pub mod select;
 pub mod serve;
 pub mod server;
 mod shape;
-pub mod worker;
 
 pub use error::BackendError;
 pub use shape::LaunchShape;
@@ -43,6 +42,19 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// Every kind, in the order `auto` tries the GPU ones.
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Cuda,
+        BackendKind::Hsa,
+        BackendKind::Host,
+        BackendKind::Scripted,
+    ];
+
+    /// The kind a command-line name means.
+    pub fn from_name(name: &str) -> Option<BackendKind> {
+        BackendKind::ALL.into_iter().find(|kind| kind.name() == name)
+    }
+
     /// The name used on the command line (`--backend cuda|hsa|host`).
     pub fn name(self) -> &'static str {
         match self {

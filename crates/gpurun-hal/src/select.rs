@@ -17,12 +17,15 @@ impl std::str::FromStr for BackendChoice {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "auto" => Ok(BackendChoice::Auto),
-            "cuda" => Ok(BackendChoice::Only(BackendKind::Cuda)),
-            "hsa" => Ok(BackendChoice::Only(BackendKind::Hsa)),
-            "host" => Ok(BackendChoice::Only(BackendKind::Host)),
-            other => Err(format!(
-                "unknown backend `{other}` (expected auto, cuda, hsa or host)"
+            // The scripted backend is for tests of the runner; users cannot pick it.
+            "scripted" => Err(format!(
+                "unknown backend `{s}` (expected auto, cuda, hsa or host)"
             )),
+            other => BackendKind::from_name(other)
+                .map(BackendChoice::Only)
+                .ok_or_else(|| {
+                    format!("unknown backend `{other}` (expected auto, cuda, hsa or host)")
+                }),
         }
     }
 }

@@ -4,8 +4,8 @@
 //! per slot at a time, each slot on its own stream/queue with its own copy of the module, so
 //! the slot number keeps the output of concurrent tests apart.
 
-use crate::server::PanicReport;
-use crate::LaunchShape;
+use gpurun_hal::server::PanicReport;
+use gpurun_hal::LaunchShape;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 

@@ -1,15 +1,30 @@
 //! The harness side of a worker: spawn it, send commands to its slots, collect each slot's
 //! events with a deadline, and name what happened when it dies.
 
-use super::child::SLOTS_ENV;
-use super::protocol::{self, Command, Event, RunEnd, MAX_SLOTS};
-use crate::BackendError;
+use crate::child::SLOTS_ENV;
+use crate::protocol::{self, Command, Event, RunEnd, MAX_SLOTS};
 use std::io::{self, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command as Process, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
+
+/// The CUDA driver's module loading mode, read at `cuInit`.
+const MODULE_LOADING_ENV: &str = "CUDA_MODULE_LOADING";
+
+/// Why a worker could not start (the device would not open, the image would not load, the
+/// process would not spawn); the text reads on its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartError(pub String);
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for StartError {}
 
 /// How to start a worker: `<exe> <args...> <image>` speaking the protocol on stdin/stdout.
 #[derive(Clone, Debug)]
@@ -22,6 +37,8 @@ pub struct WorkerSpec {
     /// Tests the worker runs at the same time, each in its own slot (stream, queue or library
     /// copy); at least 1.
     pub slots: usize,
+    /// Variables added to the worker's environment (the scripted backend's script).
+    pub env: Vec<(String, String)>,
 }
 
 /// Whether a worker's end is explained by one of its slots: a run that ended the process on
@@ -119,24 +136,33 @@ fn route_events(
 
 impl Worker {
     /// Starts a worker and waits until every slot has opened the device and loaded the image.
-    pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<Worker, BackendError> {
+    pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<Worker, StartError> {
         let slot_count = spec.slots.clamp(1, MAX_SLOTS);
-        let mut child = Process::new(&spec.exe)
+        let mut command = Process::new(&spec.exe);
+        if std::env::var_os(MODULE_LOADING_ENV).is_none() {
+            // Lazy loading (the default since CUDA 12.2) loads a kernel at its first launch,
+            // which then waits behind whatever another slot's stream runs, hung kernels too.
+            command.env(MODULE_LOADING_ENV, "EAGER");
+        }
+        let mut child = command
             .args(&spec.args)
             .arg(&spec.image)
+            .envs(spec.env.iter().map(|(key, value)| (key, value)))
             .env(SLOTS_ENV, slot_count.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .map_err(|source| BackendError::Io {
-                context: format!("failed to start worker `{}`", spec.exe.display()),
-                source,
+            .map_err(|source| {
+                StartError(format!(
+                    "failed to start worker `{}`: {source}",
+                    spec.exe.display()
+                ))
             })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(BackendError::InvalidArgument("worker pipes missing".into()));
+            return Err(StartError("worker pipes missing".into()));
         };
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..slot_count).map(|_| mpsc::channel()).unzip();
@@ -152,9 +178,10 @@ impl Worker {
         std::thread::Builder::new()
             .name("gpurun-worker-reader".into())
             .spawn(move || route_events(stdout, &senders, &breakage))
-            .map_err(|source| BackendError::Io {
-                context: "failed to start the worker reader thread".into(),
-                source,
+            .map_err(|source| {
+                StartError(format!(
+                    "failed to start the worker reader thread: {source}"
+                ))
             })?;
         let deadline = Instant::now() + start_timeout;
         for slot in 0..slot_count {
@@ -168,31 +195,27 @@ impl Worker {
         slot: usize,
         deadline: Instant,
         start_timeout: Duration,
-    ) -> Result<String, BackendError> {
+    ) -> Result<String, StartError> {
         loop {
             match self.next_event(slot, Some(deadline)) {
                 Ok(Event::Ready { device }) => return Ok(device),
                 Ok(Event::StartFailed { error }) => {
                     self.kill();
-                    return Err(BackendError::NotAvailable(error));
+                    return Err(StartError(error));
                 }
                 Ok(Event::Stdout(_) | Event::Stderr(_) | Event::Panic(_) | Event::Done(_)) => {}
                 Err(WorkerEnd::TimedOut(_)) => {
                     self.kill();
-                    return Err(BackendError::NotAvailable(format!(
+                    return Err(StartError(format!(
                         "worker did not start within {}s",
                         start_timeout.as_secs()
                     )));
                 }
                 Err(WorkerEnd::Died(how) | WorkerEnd::Done(RunEnd::Failed { error: how })) => {
-                    return Err(BackendError::NotAvailable(format!(
-                        "worker failed to start: {how}"
-                    )))
+                    return Err(StartError(format!("worker failed to start: {how}")))
                 }
                 Err(WorkerEnd::Done(other)) => {
-                    return Err(BackendError::NotAvailable(format!(
-                        "worker failed to start: {other:?}"
-                    )))
+                    return Err(StartError(format!("worker failed to start: {other:?}")))
                 }
             }
         }

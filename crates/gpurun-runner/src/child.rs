@@ -5,9 +5,11 @@
 //! its own `dlopen`ed copy of the library. Tests in different slots run at the same time and
 //! their output never mixes, because every frame names its slot.
 
-use super::protocol::{self, Command, Event, RunEnd, Slot, MAX_SLOTS};
-use crate::server::{PanicReport, Sink};
-use crate::{args, select, BackendKind, LaunchEnd, LaunchShape, LoadOptions, Module};
+use crate::protocol::{self, Command, Event, RunEnd, Slot, MAX_SLOTS};
+use gpurun_hal::server::{PanicReport, Sink};
+use gpurun_hal::{
+    args, select, BackendError, BackendKind, LaunchEnd, LaunchShape, LoadOptions, Module,
+};
 use gpurun_image::Image;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -73,6 +75,29 @@ impl Sink for SlotSink<'_> {
 
 /// Environment variable through which the parent tells a worker how many slots to open.
 pub const SLOTS_ENV: &str = "GPURUN_WORKER_SLOTS";
+
+/// The worker's entry point: `args` are what [`crate::WorkerOptions::spec`] put after the
+/// prefix. Returns the process exit status.
+pub fn main(args: &[std::ffi::OsString]) -> i32 {
+    let (options, image) = match crate::WorkerOptions::parse(args) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            eprintln!("gpurun worker: {error}");
+            return 2;
+        }
+    };
+    let slots = std::env::var(SLOTS_ENV)
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(1);
+    serve(
+        options.backend,
+        options.device,
+        &image,
+        &options.load_options(),
+        slots,
+    )
+}
 
 /// Runs a worker with `slots` concurrent slots until its parent closes stdin. Returns the
 /// process exit status.
@@ -326,7 +351,7 @@ fn try_run_main(
     module: &mut dyn Module,
     run: &MainRun,
     sink: &mut dyn Sink,
-) -> Result<RunEnd, crate::BackendError> {
+) -> Result<RunEnd, BackendError> {
     let report_usage = |module: &dyn Module, kernel: &str, sink: &mut dyn Sink| {
         if run.print_resource_usage {
             let text = match module.resource_usage(kernel) {
@@ -368,7 +393,7 @@ fn try_run_main(
     let begin = args::begin_args(argc, argv_mem.device, envp_mem.device);
     let end = module.launch("_begin", LaunchShape::SINGLE, &begin, None, sink);
     match end {
-        Ok(LaunchEnd::Completed) | Err(crate::BackendError::MissingSymbol { .. }) => {}
+        Ok(LaunchEnd::Completed) | Err(BackendError::MissingSymbol { .. }) => {}
         Ok(other) => return Ok(from_launch(other, 0)),
         Err(error) => return Err(error),
     }
@@ -381,7 +406,7 @@ fn try_run_main(
     // SAFETY: `ret_mem` holds at least 4 bytes, written by the finished kernel.
     let status = unsafe { std::ptr::read_volatile(ret_mem.host as *const i32) };
     match module.launch("_end", LaunchShape::SINGLE, &[], None, sink) {
-        Ok(LaunchEnd::Completed) | Err(crate::BackendError::MissingSymbol { .. }) => {}
+        Ok(LaunchEnd::Completed) | Err(BackendError::MissingSymbol { .. }) => {}
         Ok(other) => return Ok(from_launch(other, status)),
         Err(error) => return Err(error),
     }

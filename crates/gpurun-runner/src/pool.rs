@@ -1,5 +1,4 @@
-//! Runs tests in worker processes: the harness's [`Executor`] on top of
-//! `gpurun_hal::worker`.
+//! Runs tests in worker processes: the harness's [`Executor`] on top of [`crate::parent`].
 //!
 //! One worker per device in use (all visible devices unless `--device` names one), each with
 //! enough slots that the harness's `--test-threads N` tests run at once: on a GPU every slot is
@@ -13,9 +12,8 @@
 //!   context reports it), so each test that was in flight runs again alone in a fresh worker,
 //!   where it either passes or shows the fault as its own.
 
-use gpurun_hal::worker::{
-    breakage_of, Breakage, Command, Event, RunEnd, Worker, WorkerEnd, WorkerSpec,
-};
+use crate::parent::{breakage_of, Breakage, Worker, WorkerEnd, WorkerSpec};
+use crate::protocol::{Command, Event, RunEnd};
 use gpurun_harness::{Executor, PanicReport, TestCase, TestEnd, TestRun};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -54,16 +52,16 @@ impl Pooled {
 }
 
 /// One device: its worker spec and the worker currently serving it.
-struct Lane {
+struct DeviceWorkers {
     spec: WorkerSpec,
     current: Mutex<Option<Arc<Pooled>>>,
-    /// Tests assigned to this lane right now, for spreading work across devices.
+    /// Tests assigned to this device right now, for spreading work across devices.
     assigned: AtomicUsize,
 }
 
 /// A slot held by one test; gives the slot back (or not, if the worker broke) when dropped.
 struct Lease<'a> {
-    lane: &'a Lane,
+    workers: &'a DeviceWorkers,
     pooled: Arc<Pooled>,
     slot: usize,
 }
@@ -76,12 +74,12 @@ impl Drop for Lease<'_> {
             state.free_slots.push(self.slot);
         }
         drop(state);
-        self.lane.assigned.fetch_sub(1, Ordering::Relaxed);
+        self.workers.assigned.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 pub struct WorkerExecutor {
-    lanes: Vec<Lane>,
+    devices: Vec<DeviceWorkers>,
     slots_per_worker: usize,
     timeout: Option<Duration>,
 }
@@ -114,18 +112,18 @@ impl WorkerExecutor {
         timeout: Option<Duration>,
     ) -> WorkerExecutor {
         let concurrency = concurrency.max(1);
-        let lanes: Vec<Lane> = specs
+        let devices: Vec<DeviceWorkers> = specs
             .into_iter()
             .take(concurrency)
-            .map(|spec| Lane {
+            .map(|spec| DeviceWorkers {
                 spec,
                 current: Mutex::new(None),
                 assigned: AtomicUsize::new(0),
             })
             .collect();
-        let slots_per_worker = concurrency.div_ceil(lanes.len().max(1));
+        let slots_per_worker = concurrency.div_ceil(devices.len().max(1));
         WorkerExecutor {
-            lanes,
+            devices,
             slots_per_worker,
             timeout,
         }
@@ -133,29 +131,29 @@ impl WorkerExecutor {
 
     /// Devices in use and tests each runs at once, for the "Running" line.
     pub fn shape(&self) -> (usize, usize) {
-        (self.lanes.len(), self.slots_per_worker)
+        (self.devices.len(), self.slots_per_worker)
     }
 
     /// A free slot on the least busy device, starting a worker there if it has none that works.
     fn lease(&self) -> Result<Lease<'_>, String> {
-        let lane = self
-            .lanes
+        let workers = self
+            .devices
             .iter()
-            .min_by_key(|lane| lane.assigned.load(Ordering::Relaxed))
+            .min_by_key(|device| device.assigned.load(Ordering::Relaxed))
             .ok_or("no device to run tests on")?;
-        lane.assigned.fetch_add(1, Ordering::Relaxed);
-        let mut current = lock(&lane.current);
+        workers.assigned.fetch_add(1, Ordering::Relaxed);
+        let mut current = lock(&workers.current);
         let usable = current.as_ref().filter(|pooled| {
             pooled.worker.breakage().is_none() && !lock(&pooled.state).free_slots.is_empty()
         });
         let pooled = match usable {
             Some(pooled) => Arc::clone(pooled),
             None => {
-                let started = self.start(&lane.spec, self.slots_per_worker);
+                let started = self.start(&workers.spec, self.slots_per_worker);
                 let pooled = match started {
                     Ok(pooled) => pooled,
                     Err(error) => {
-                        lane.assigned.fetch_sub(1, Ordering::Relaxed);
+                        workers.assigned.fetch_sub(1, Ordering::Relaxed);
                         return Err(error);
                     }
                 };
@@ -167,13 +165,17 @@ impl WorkerExecutor {
         let mut state = lock(&pooled.state);
         let Some(slot) = state.free_slots.pop() else {
             drop(state);
-            lane.assigned.fetch_sub(1, Ordering::Relaxed);
+            workers.assigned.fetch_sub(1, Ordering::Relaxed);
             return Err("no free slot in the device's worker".into());
         };
         state.in_flight += 1;
         drop(state);
         drop(current);
-        Ok(Lease { lane, pooled, slot })
+        Ok(Lease {
+            workers,
+            pooled,
+            slot,
+        })
     }
 
     fn start(&self, spec: &WorkerSpec, slots: usize) -> Result<Arc<Pooled>, String> {
@@ -195,12 +197,12 @@ impl WorkerExecutor {
 
     /// Runs `test` once in a fresh worker of its own.
     fn run_alone(&self, test: &TestCase, collected: &mut Collected) -> TestEnd {
-        let Some(lane) = self.lanes.first() else {
+        let Some(workers) = self.devices.first() else {
             return TestEnd::Infrastructure {
                 error: "no device to run tests on".into(),
             };
         };
-        let pooled = match self.start(&lane.spec, 1) {
+        let pooled = match self.start(&workers.spec, 1) {
             Ok(pooled) => pooled,
             Err(error) => return TestEnd::Infrastructure { error },
         };
@@ -368,6 +370,7 @@ mod tests {
                 args: vec!["--device".into(), ordinal.to_string()],
                 image: "image.so".into(),
                 slots: 1,
+                env: Vec::new(),
             })
             .collect()
     }

@@ -1,0 +1,24 @@
+//! The runner: everything about running device code that happens outside the driver.
+//!
+//! Owns: the worker protocol, both ends ([`protocol`]; the worker side in [`child`], the parent
+//! side in [`parent`]); a worker's command line, both ends ([`WorkerOptions`]); spawning workers;
+//! the per-device pool of workers and their slots, crash attribution and re-runs ([`pool`]);
+//! and the mapping of a launch's end to a run's end (worker side) and to a test's end (parent
+//! side), each done once.
+//!
+//! Must not: touch a driver itself (the worker side reaches devices only through
+//! `gpurun-hal`'s traits, in the worker process), parse command lines other than the worker's,
+//! or know how images are built. The parent side runs in the `cargo gpurun` process, which
+//! never opens a device: a fault that poisons a context (CUDA) or aborts a process (ROCr) only
+//! costs a worker.
+
+pub mod child;
+pub mod parent;
+pub mod pool;
+pub mod protocol;
+mod spec;
+
+pub use parent::{breakage_of, describe_exit, Breakage, StartError, Worker, WorkerEnd, WorkerSpec};
+pub use pool::WorkerExecutor;
+pub use protocol::{Command, Event, RunEnd, Slot};
+pub use spec::WorkerOptions;

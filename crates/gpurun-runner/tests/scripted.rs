@@ -1,0 +1,304 @@
+//! The runner against scripted workers: real worker processes (this test binary, started with
+//! `--worker`) over the scripted backend, so the worker protocol, the pool, crash attribution
+//! and re-runs are tested without a GPU, a fixture or a nightly.
+
+use gpurun_hal::scripted::{test, ImageSpec, Script, Step, SCRIPT_ENV};
+use gpurun_hal::BackendKind;
+use gpurun_harness::{Executor, ShouldPanic, TestCase, TestEnd, TestRun};
+use gpurun_runner::{Command, Event, RunEnd, Worker, WorkerEnd, WorkerExecutor, WorkerOptions};
+use libtest_mimic::{Arguments, Failed, Trial};
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|arg| arg == "--worker") {
+        let status = gpurun_runner::child::main(&args[2..]);
+        return ExitCode::from(u8::try_from(status).unwrap_or(1));
+    }
+    let trials = vec![
+        Trial::test(
+            "results_output_and_panics_reach_the_harness",
+            results_and_output,
+        ),
+        Trial::test(
+            "exit_abort_and_timeout_fail_only_their_test",
+            ends_of_one_test,
+        ),
+        Trial::test("a_crash_reruns_every_test_in_flight_alone", crash_reruns),
+        Trial::test("a_fault_fails_only_the_test_that_faults", fault_reruns),
+        Trial::test("a_worker_that_cannot_start_fails_each_test", start_failure),
+        Trial::test("a_program_runs_through_the_worker_protocol", program),
+    ];
+    libtest_mimic::run(&Arguments::from_args(), trials).exit_code()
+}
+
+/// A scripted image whose tests are the script's kernels, written to a temporary directory,
+/// and the script beside it.
+struct Setup {
+    dir: PathBuf,
+    image: PathBuf,
+    script: PathBuf,
+    tests: Vec<TestCase>,
+}
+
+impl Setup {
+    fn new(name: &str, kernels: Vec<(&str, Vec<Step>)>) -> Setup {
+        let dir = std::env::temp_dir().join(format!("gpurun-runner-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let descs: Vec<_> = kernels.iter().map(|(name, _)| test(name)).collect();
+        let image = dir.join("scripted.ptx");
+        std::fs::write(&image, ImageSpec::with_tests(descs.clone()).ptx().unwrap()).unwrap();
+        let script = Script {
+            kernels: descs
+                .iter()
+                .zip(kernels)
+                .map(|(desc, (_, steps))| (desc.kernel.clone(), steps))
+                .collect::<HashMap<_, _>>(),
+            devices: 1,
+        };
+        let script_path = dir.join("script.json");
+        std::fs::write(&script_path, serde_json::to_vec(&script).unwrap()).unwrap();
+        let tests = descs
+            .iter()
+            .map(|desc| TestCase {
+                name: desc.name.clone(),
+                kernel: desc.kernel.clone(),
+                ignored: false,
+                ignore_reason: None,
+                should_panic: ShouldPanic::No,
+                threads: desc.threads,
+                blocks: desc.blocks,
+                source_file: None,
+            })
+            .collect();
+        Setup {
+            dir,
+            image,
+            script: script_path,
+            tests,
+        }
+    }
+
+    fn spec(&self) -> gpurun_runner::WorkerSpec {
+        let options = WorkerOptions {
+            backend: BackendKind::Scripted,
+            device: 0,
+            lane_size: 1,
+            stack_size: None,
+        };
+        let mut spec = options.spec(std::env::current_exe().unwrap(), &["--worker"], &self.image);
+        spec.env
+            .push((SCRIPT_ENV.into(), self.script.display().to_string()));
+        spec
+    }
+
+    /// Runs every test with `threads` at once; returns each run by test name.
+    fn run_all(&self, threads: usize, timeout: Duration) -> HashMap<String, TestRun> {
+        let executor = WorkerExecutor::new(vec![self.spec()], threads, Some(timeout));
+        std::thread::scope(|scope| {
+            let runs: Vec<_> = self
+                .tests
+                .iter()
+                .map(|test| {
+                    let executor = &executor;
+                    scope.spawn(move || (test.name.clone(), executor.run(test)))
+                })
+                .collect();
+            runs.into_iter().map(|run| run.join().unwrap()).collect()
+        })
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn check(condition: bool, what: impl FnOnce() -> String) -> Result<(), Failed> {
+    if condition {
+        Ok(())
+    } else {
+        Err(what().into())
+    }
+}
+
+fn passed(run: &TestRun) -> bool {
+    matches!(
+        run.end,
+        TestEnd::Completed {
+            first_panic: None,
+            ..
+        }
+    )
+}
+
+fn results_and_output() -> Result<(), Failed> {
+    let setup = Setup::new(
+        "results",
+        vec![
+            (
+                "talks",
+                vec![Step::Print("hello\n".into()), Step::Eprint("err\n".into())],
+            ),
+            (
+                "panics",
+                vec![Step::Panic {
+                    message: "boom".into(),
+                    file: "src/lib.rs".into(),
+                    line: 3,
+                }],
+            ),
+            ("quiet", vec![]),
+        ],
+    );
+    let runs = setup.run_all(2, Duration::from_secs(30));
+    let talks = &runs["talks"];
+    check(passed(talks), || format!("{:?}", talks.end))?;
+    check(
+        talks.stdout == b"hello\n" && talks.stderr == b"err\n",
+        || format!("{:?} {:?}", talks.stdout, talks.stderr),
+    )?;
+    match &runs["panics"].end {
+        TestEnd::Completed {
+            first_panic: Some(report),
+            panicked_threads: 1,
+        } => check(report.message == "boom" && report.line == 3, || {
+            format!("{report:?}")
+        })?,
+        other => return Err(format!("{other:?}").into()),
+    }
+    check(passed(&runs["quiet"]), || {
+        format!("{:?}", runs["quiet"].end)
+    })
+}
+
+fn ends_of_one_test() -> Result<(), Failed> {
+    let setup = Setup::new(
+        "ends",
+        vec![
+            ("exits", vec![Step::SleepMs(50), Step::Exit(3)]),
+            ("aborts", vec![Step::SleepMs(50), Step::Abort]),
+            ("hangs", vec![Step::Hang]),
+            (
+                "fine_a",
+                vec![Step::SleepMs(100), Step::Print("a\n".into())],
+            ),
+            (
+                "fine_b",
+                vec![Step::SleepMs(100), Step::Print("b\n".into())],
+            ),
+        ],
+    );
+    let runs = setup.run_all(5, Duration::from_millis(1500));
+    check(
+        matches!(runs["exits"].end, TestEnd::Exited { code: 3 }),
+        || format!("{:?}", runs["exits"].end),
+    )?;
+    check(matches!(runs["aborts"].end, TestEnd::Aborted), || {
+        format!("{:?}", runs["aborts"].end)
+    })?;
+    check(
+        matches!(runs["hangs"].end, TestEnd::TimedOut { .. }),
+        || format!("{:?}", runs["hangs"].end),
+    )?;
+    for name in ["fine_a", "fine_b"] {
+        let run = &runs[name];
+        check(passed(run), || format!("{name}: {:?}", run.end))?;
+        let expected = format!("{}\n", &name[5..]);
+        check(run.stdout == expected.as_bytes(), || {
+            format!("{name}: {:?}", String::from_utf8_lossy(&run.stdout))
+        })?;
+    }
+    Ok(())
+}
+
+fn crash_reruns() -> Result<(), Failed> {
+    let setup = Setup::new(
+        "crash",
+        vec![
+            ("crashes", vec![Step::SleepMs(100), Step::Crash]),
+            (
+                "bystander",
+                vec![Step::SleepMs(300), Step::Print("ok\n".into())],
+            ),
+        ],
+    );
+    let runs = setup.run_all(2, Duration::from_secs(30));
+    let crashes = &runs["crashes"];
+    check(
+        matches!(&crashes.end, TestEnd::Faulted { error } if error.contains("SIGABRT") || error.contains("signal")),
+        || format!("{:?}", crashes.end),
+    )?;
+    let bystander = &runs["bystander"];
+    check(passed(bystander) && bystander.stdout == b"ok\n", || {
+        format!("{:?} {:?}", bystander.end, bystander.stdout)
+    })?;
+    let note = String::from_utf8_lossy(&bystander.stderr);
+    check(note.contains("ran again alone"), || note.to_string())
+}
+
+fn fault_reruns() -> Result<(), Failed> {
+    let setup = Setup::new(
+        "fault",
+        vec![
+            (
+                "faults",
+                vec![
+                    Step::SleepMs(100),
+                    Step::Fault("CUDA_ERROR_ILLEGAL_ADDRESS".into()),
+                ],
+            ),
+            ("bystander", vec![Step::SleepMs(300)]),
+        ],
+    );
+    let runs = setup.run_all(2, Duration::from_secs(30));
+    check(
+        matches!(&runs["faults"].end, TestEnd::Faulted { error } if error.contains("ILLEGAL_ADDRESS")),
+        || format!("{:?}", runs["faults"].end),
+    )?;
+    check(passed(&runs["bystander"]), || {
+        format!("{:?}", runs["bystander"].end)
+    })
+}
+
+fn start_failure() -> Result<(), Failed> {
+    let setup = Setup::new("start", vec![("any", vec![])]);
+    std::fs::remove_file(&setup.script).unwrap();
+    let runs = setup.run_all(1, Duration::from_secs(30));
+    check(
+        matches!(&runs["any"].end, TestEnd::Infrastructure { error } if error.contains("script")),
+        || format!("{:?}", runs["any"].end),
+    )
+}
+
+fn program() -> Result<(), Failed> {
+    let setup = Setup::new(
+        "program",
+        vec![(
+            "main",
+            vec![Step::Print("from main\n".into()), Step::Exit(7)],
+        )],
+    );
+    let worker = Worker::spawn(&setup.spec(), Duration::from_secs(30))?;
+    let mut stdout = Vec::new();
+    let command = Command::RunTest {
+        kernel: setup.tests[0].kernel.clone(),
+        threads: [1, 1, 1],
+        blocks: [1, 1, 1],
+    };
+    let end = worker.run(0, &command, Some(Duration::from_secs(30)), &mut |event| {
+        if let Event::Stdout(bytes) = event {
+            stdout.extend_from_slice(&bytes);
+        }
+    });
+    check(
+        matches!(end, WorkerEnd::Done(RunEnd::Exited { code: 7 })),
+        || format!("{end:?}"),
+    )?;
+    check(stdout == b"from main\n", || format!("{stdout:?}"))
+}
