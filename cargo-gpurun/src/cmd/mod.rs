@@ -1,10 +1,12 @@
 //! One module per subcommand; [`dispatch`] maps the parsed command line to them.
 
 pub mod build;
+pub mod device;
 pub mod doctor;
 pub mod info;
 pub mod nvptx_link;
 pub mod run;
+pub mod suite;
 pub mod test;
 pub mod worker;
 

@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use gpurun_hal::select::{self, BackendChoice};
-use gpurun_hal::BackendKind;
-use gpurun_image::{Image, ImageKind};
-use gpurun_runner::{Command, Event, RunEnd, Worker, WorkerEnd, WorkerExecutor, WorkerOptions};
+use gpurun_image::Image;
+use gpurun_runner::{Command, Event, RunEnd, Worker, WorkerEnd, WorkerOptions};
 
+use super::device::{backend_for, options, start_failure, DeviceArgs};
+use super::suite::{test_cases, test_executor, DEFAULT_TEST_TIMEOUT};
 use super::worker::worker_spec;
 use crate::exit_code;
 
@@ -57,111 +57,6 @@ pub struct RunArgs {
     /// Arguments for the device program (or libtest arguments for a test image).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub args: Vec<OsString>,
-}
-
-/// Which device runs the image; shared by `run` and `test`.
-#[derive(Debug, Clone, Args)]
-pub struct DeviceArgs {
-    /// Backend: auto (from the image), cuda, hsa or host.
-    #[arg(long, default_value = "auto", env = "GPURUN_BACKEND")]
-    pub backend: BackendChoice,
-    /// Device index within the backend [default: 0 for `run`; every visible device for `test`].
-    #[arg(long)]
-    pub device: Option<usize>,
-    /// Warp size the host emulation uses: 1, 32 or 64.
-    #[arg(long, default_value_t = 32, value_parser = parse_lane_size)]
-    pub lane_size: u32,
-    /// Stack size per device thread in bytes (CUDA, host emulation).
-    #[arg(long, value_name = "BYTES")]
-    pub stack_size: Option<usize>,
-}
-
-fn parse_lane_size(text: &str) -> Result<u32, String> {
-    match text.parse::<u32>() {
-        Ok(size @ (1 | 32 | 64)) => Ok(size),
-        _ => Err(format!("lane size must be 1, 32 or 64, not `{text}`")),
-    }
-}
-
-/// The image's kind in words, for error messages.
-fn describe(kind: ImageKind) -> &'static str {
-    match kind {
-        ImageKind::Ptx => "an NVIDIA PTX image",
-        ImageKind::Cubin => "an NVIDIA cubin",
-        ImageKind::Amdgpu => "an AMDGPU code object",
-        ImageKind::Host => "a host emulation image",
-    }
-}
-
-/// Picks the backend for `image`, refusing combinations that cannot work.
-pub fn backend_for(choice: BackendChoice, image: &Image) -> anyhow::Result<BackendKind> {
-    let natural = select::kind_for_image(image.kind());
-    match choice {
-        BackendChoice::Auto => Ok(natural),
-        BackendChoice::Only(kind) if kind == natural => Ok(kind),
-        BackendChoice::Only(kind) => bail!(
-            "the {kind} backend cannot run {}; it needs the {natural} backend",
-            describe(image.kind())
-        ),
-    }
-}
-
-/// Adds what to do about a missing GPU to a worker start failure.
-pub fn start_failure(kind: BackendKind, image: &Image, error: String) -> anyhow::Error {
-    let hint = match kind {
-        BackendKind::Host | BackendKind::Scripted => String::new(),
-        BackendKind::Cuda | BackendKind::Hsa => format!(
-            "\n  {} needs a machine with that GPU; to run it without one, build the crate for \
-             the host emulation (`cargo gpurun build --target host`) and run the `.so` it prints",
-            describe(image.kind())
-        ),
-    };
-    anyhow::anyhow!("{error}{hint}")
-}
-
-pub fn options(device: &DeviceArgs, kind: BackendKind) -> WorkerOptions {
-    WorkerOptions {
-        backend: kind,
-        device: device.device.unwrap_or(0),
-        lane_size: device.lane_size,
-        stack_size: device.stack_size,
-    }
-}
-
-/// The executor that runs an image's tests: one worker per device in use (the one `--device`
-/// names, else every device the backend sees), sized so that the harness's test threads all
-/// have a slot.
-pub fn test_executor(
-    device: &DeviceArgs,
-    kind: BackendKind,
-    image: &std::path::Path,
-    harness_args: &gpurun_harness::HarnessArgs,
-    timeout: Duration,
-) -> anyhow::Result<WorkerExecutor> {
-    let ordinals: Vec<usize> = match device.device {
-        Some(ordinal) => vec![ordinal],
-        None => match select::backend(kind).devices() {
-            Ok(devices) if !devices.is_empty() => devices.iter().map(|d| d.ordinal).collect(),
-            // A setting that makes no sense is the user's to fix before anything runs.
-            Err(error @ gpurun_hal::BackendError::InvalidArgument(_)) => bail!(error),
-            // A missing driver fails every test with the reason, libtest-style, in the worker.
-            _ => vec![0],
-        },
-    };
-    let base = options(device, kind);
-    let specs = ordinals
-        .into_iter()
-        .map(|ordinal| {
-            let options = WorkerOptions {
-                device: ordinal,
-                ..base.clone()
-            };
-            worker_spec(&options, image)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    // A bad RUST_TEST_THREADS is reported by the harness itself.
-    let concurrency = gpurun_harness::test_threads(harness_args).unwrap_or(1);
-    Ok(WorkerExecutor::new(specs, concurrency, Some(timeout)))
 }
 
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
@@ -270,7 +165,7 @@ fn run_test_image(
             .timeout
             .filter(|t| t.is_finite() && *t > 0.0)
             .map(Duration::from_secs_f64))
-        .unwrap_or(super::test::DEFAULT_TEST_TIMEOUT);
+        .unwrap_or(DEFAULT_TEST_TIMEOUT);
     let executor = test_executor(
         &args.device,
         options.backend,
@@ -278,7 +173,7 @@ fn run_test_image(
         &harness_args,
         timeout,
     )?;
-    let tests = super::test::test_cases(image);
+    let tests = test_cases(image);
     let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
     Ok(exit_code::code(code))
 }

@@ -12,10 +12,11 @@ use anyhow::Context;
 use clap::Args;
 use gpurun_hal::select::{self, BackendChoice};
 use gpurun_hal::BackendKind;
-use gpurun_harness::{HarnessArgs, ShouldPanic, TestCase};
+use gpurun_harness::HarnessArgs;
 use gpurun_image::Image;
 
-use super::run::{backend_for, test_executor, DeviceArgs};
+use super::device::{backend_for, DeviceArgs};
+use super::suite::{test_cases, test_executor, DEFAULT_TEST_TIMEOUT};
 use crate::build::{self, BuildOptions, BuiltImage, DeviceTarget, ImageKind};
 use crate::exit_code;
 
@@ -33,33 +34,6 @@ pub struct TestArgs {
     #[arg(last = true, allow_hyphen_values = true)]
     pub harness_args: Vec<OsString>,
 }
-
-/// The harness's view of an image's tests.
-pub fn test_cases(image: &Image) -> Vec<TestCase> {
-    image
-        .tests()
-        .iter()
-        .map(|desc| TestCase {
-            name: desc.name.clone(),
-            kernel: desc.kernel.clone(),
-            ignored: desc.ignored,
-            ignore_reason: desc.ignore_reason.clone(),
-            should_panic: match &desc.should_panic {
-                gpurun_image::ShouldPanic::No => ShouldPanic::No,
-                gpurun_image::ShouldPanic::Yes => ShouldPanic::Yes,
-                gpurun_image::ShouldPanic::Expected(text) => ShouldPanic::Expected(text.clone()),
-            },
-            threads: desc.threads,
-            blocks: desc.blocks,
-            source_file: None,
-        })
-        .collect()
-}
-
-/// A test that runs longer than this fails, unless `--test-timeout` or
-/// `[package.metadata.gpurun] test-timeout = SECS` says otherwise. Generous: a debug build of a
-/// big grid under emulation is slow, but a hang must still end.
-pub const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// `test-timeout` from each device crate's `[package.metadata.gpurun]`, by package name.
 fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Duration>> {

@@ -88,7 +88,10 @@ impl core::fmt::Display for EncodeError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             EncodeError::TooLong(what) => {
-                write!(f, "cannot encode descriptor: {what} is longer than 65535 bytes")
+                write!(
+                    f,
+                    "cannot encode descriptor: {what} is longer than 65535 bytes"
+                )
             }
             EncodeError::WrongSize => f.write_str("descriptor buffer has the wrong size"),
         }
@@ -172,7 +175,10 @@ impl core::fmt::Display for Problem {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Problem::ShorterThanHeader(len) => {
-                write!(f, "{len} bytes is shorter than the {HEADER_LEN}-byte header")
+                write!(
+                    f,
+                    "{len} bytes is shorter than the {HEADER_LEN}-byte header"
+                )
             }
             Problem::BadMagic(magic) => write!(f, "bad magic {magic:02x?} (expected `GPRT`)"),
             Problem::UnknownFlags(bits) => write!(f, "unknown flag bits {bits:#04x}"),

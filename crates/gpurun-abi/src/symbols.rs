@@ -44,10 +44,12 @@ pub const KEEP_EXPORTED: &[&str] = &[
 
 /// Whether `name` is one of [`KEEP_EXPORTED`].
 pub fn keep_exported(name: &str) -> bool {
-    KEEP_EXPORTED.iter().any(|pattern| match pattern.strip_suffix('*') {
-        Some(prefix) => name.starts_with(prefix),
-        None => name == *pattern,
-    })
+    KEEP_EXPORTED
+        .iter()
+        .any(|pattern| match pattern.strip_suffix('*') {
+            Some(prefix) => name.starts_with(prefix),
+            None => name == *pattern,
+        })
 }
 
 #[cfg(test)]

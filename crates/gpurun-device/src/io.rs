@@ -13,6 +13,16 @@ pub enum Stream {
     Stderr,
 }
 
+impl Stream {
+    /// The RPC opcode that writes to this stream.
+    fn opcode(self) -> u32 {
+        match self {
+            Stream::Stdout => gpurun_rpc::opcode::WRITE_TO_STDOUT,
+            Stream::Stderr => gpurun_rpc::opcode::WRITE_TO_STDERR,
+        }
+    }
+}
+
 /// A fixed-capacity byte buffer that implements `fmt::Write`; it remembers whether it
 /// overflowed.
 pub struct FixedBuf<const N: usize> {
@@ -59,17 +69,17 @@ impl<const N: usize> Write for FixedBuf<N> {
 #[doc(hidden)]
 pub fn _print(stream: Stream, args: fmt::Arguments<'_>) {
     if let Some(text) = args.as_str() {
-        crate::rpc::write(stream, text.as_bytes());
+        crate::rpc::write(stream.opcode(), text.as_bytes());
         return;
     }
     let mut small = FixedBuf::<256>::new();
     if small.write_fmt(args).is_ok() {
-        crate::rpc::write(stream, small.as_bytes());
+        crate::rpc::write(stream.opcode(), small.as_bytes());
         return;
     }
     let mut text = alloc::string::String::new();
     let _ = text.write_fmt(args);
-    crate::rpc::write(stream, text.as_bytes());
+    crate::rpc::write(stream.opcode(), text.as_bytes());
 }
 
 /// Prints to the host's standard output.

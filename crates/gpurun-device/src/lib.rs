@@ -59,7 +59,11 @@ const _: () = {
     }
     #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
     {
-        exported_as!(arch::imp, __gpurun_host_abi_version, symbols::HOST_ABI_VERSION);
+        exported_as!(
+            arch::imp,
+            __gpurun_host_abi_version,
+            symbols::HOST_ABI_VERSION
+        );
     }
 };
 

@@ -18,12 +18,8 @@ fn lanes() -> Lanes {
     Lanes::new(arch::lane_size(), arch::lane_id()).unwrap_or(Lanes::SINGLE)
 }
 
-/// Writes `bytes` to the host's stdout or stderr in one request.
-pub(crate) fn write(stream: crate::io::Stream, bytes: &[u8]) {
-    let code = match stream {
-        crate::io::Stream::Stdout => opcode::WRITE_TO_STDOUT,
-        crate::io::Stream::Stderr => opcode::WRITE_TO_STDERR,
-    };
+/// Writes `bytes` in one request with a write opcode (`WRITE_TO_STDOUT`, `WRITE_TO_STDERR`).
+pub(crate) fn write(code: u32, bytes: &[u8]) {
     calls::write(&__llvm_rpc_client, &lanes(), code, bytes);
 }
 

@@ -1,14 +1,19 @@
-//! The backend layer: one family of object-safe traits ([`Backend`], [`Device`], [`Module`]) with
-//! three implementations chosen at run time: `cuda` (NVIDIA, through cudarc), `hsa` (AMD, through
-//! our `hsa-sys`) and `host` (CPU emulation of the device crate built for the host).
+//! The hardware layer, run inside a worker process: one family of object-safe traits
+//! ([`Backend`], [`Device`], [`Module`]) over four backends chosen at run time: `cuda` (NVIDIA,
+//! through cudarc), `hsa` (AMD, through our `hsa-sys`), `host` (CPU emulation of the device
+//! crate built for the host) and `scripted` (a device that plays back a script, for tests).
 //!
-//! Contract, in the spirit of wgpu-hal: the caller validates the image up front
-//! (`gpurun_image::Image`); a loaded [`Module`] runs one launch at a time, serving the device's
-//! RPC requests through the shared [`server`] while the kernel runs. Concurrency comes from
-//! loading the image several times, one module per thread, each with its own stream/queue and
-//! RPC buffer (see [`worker`]). Nothing above this crate touches a driver: a worker process owns
-//! its devices, so a fault that poisons a context (CUDA) or aborts a process (ROCr) only costs
-//! that worker.
+//! Owns: the one launch-and-serve loop and the rule for how a launch ends ([`serve`]), the one
+//! [`Module`] every backend's image becomes, with the one RPC installation and the checks
+//! before a launch ([`module`]), the RPC server and its opcode handlers ([`server`]), and each
+//! backend's primitives (load, symbols, globals, host-visible memory, start a launch, its
+//! state). In the spirit of wgpu-hal, backends supply primitives and shared code decides, so
+//! what the host emulation and the scripted backend test is what the GPUs run.
+//!
+//! Must not: spawn processes or know about tests, harnesses or workers (that is
+//! `gpurun-runner`'s), or parse images (the caller hands a checked `gpurun_image::Image`).
+//! Concurrency comes from loading the image several times, one module per thread, each with its
+//! own stream/queue and RPC buffer.
 
 pub mod args;
 pub mod cuda;
@@ -52,7 +57,9 @@ impl BackendKind {
 
     /// The kind a command-line name means.
     pub fn from_name(name: &str) -> Option<BackendKind> {
-        BackendKind::ALL.into_iter().find(|kind| kind.name() == name)
+        BackendKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == name)
     }
 
     /// The name used on the command line (`--backend cuda|hsa|host`).

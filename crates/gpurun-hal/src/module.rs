@@ -7,11 +7,13 @@ use crate::args::KernelArg;
 use crate::serve::{self, Launch, WaitLimits};
 use crate::server::{DeviceMemory, RpcServer, Sink};
 use crate::{
-    BackendError, LaunchEnd, LaunchShape, LoadOptions, Module, ResourceUsage, SharedAlloc,
+    BackendError, Device, DeviceInfo, LaunchEnd, LaunchShape, LoadOptions, Module, ResourceUsage,
+    SharedAlloc,
 };
 use gpurun_abi::symbols;
 use gpurun_image::Image;
 use gpurun_rpc::Layout;
+use std::mem::ManuallyDrop;
 use std::time::Duration;
 
 /// Largest block every backend accepts (the CUDA and HSA limit).
@@ -57,20 +59,81 @@ pub trait Primitives {
         args: &[KernelArg],
     ) -> Result<Box<dyn Launch>, BackendError>;
 
-    fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage>;
+    /// Registers and memory of a kernel, where the backend can tell.
+    fn resource_usage(&self, _kernel: &str) -> Option<ResourceUsage> {
+        None
+    }
 
-    /// The module is broken and a kernel may still use its memory: from now on nothing may be
-    /// freed (dropping must leak what a kernel could touch). The worker process ends soon after.
-    fn abandon(&mut self);
+    /// The module is broken and a kernel may still run: the primitives will never be dropped
+    /// (see [`HalModule`]'s `Drop`); anything else that must not be released goes here.
+    fn abandon(&mut self) {}
+}
+
+/// What an opened device of a backend supplies: loading an image's primitives.
+pub trait LoadPrimitives {
+    type Primitives<'a>: Primitives + 'a
+    where
+        Self: 'a;
+
+    fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self>;
+}
+
+/// What [`LoadPrimitives::primitives`] returns.
+pub type Loaded<'a, L> = Result<<L as LoadPrimitives>::Primitives<'a>, BackendError>;
+
+/// The one [`Device`] of every backend: its description and its loader.
+pub struct OpenedDevice<L> {
+    info: DeviceInfo,
+    loader: L,
+}
+
+impl<L: LoadPrimitives> OpenedDevice<L> {
+    /// A boxed device, as [`crate::Backend::open`] returns it.
+    pub fn boxed(info: DeviceInfo, loader: L) -> Box<dyn Device>
+    where
+        L: 'static,
+    {
+        Box::new(OpenedDevice { info, loader })
+    }
+}
+
+impl<L: LoadPrimitives> Device for OpenedDevice<L> {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn load(
+        &mut self,
+        image: &Image,
+        options: &LoadOptions,
+    ) -> Result<Box<dyn Module + '_>, BackendError> {
+        let primitives = self.loader.primitives(image, options)?;
+        Ok(Box::new(HalModule::new(primitives, image, options)?))
+    }
 }
 
 /// A loaded image on one device.
 pub struct HalModule<P: Primitives> {
-    /// Declared before `primitives`: the server is dropped before the memory it reads.
     rpc: Option<RpcServer>,
-    primitives: P,
+    /// Dropped by hand (see `Drop`): never once the module is broken.
+    primitives: ManuallyDrop<P>,
     /// Why the module cannot run kernels any more.
     broken: Option<String>,
+}
+
+impl<P: Primitives> Drop for HalModule<P> {
+    fn drop(&mut self) {
+        // The server first: it reads memory the primitives own.
+        drop(self.rpc.take());
+        if self.broken.is_some() {
+            // A kernel may still run and use the module's memory, queue or library: freeing any
+            // of it could fault it or wait for it forever. Leak it all instead; the worker
+            // process is replaced right after, and its exit frees everything.
+            return;
+        }
+        // SAFETY: dropped once, here; the field is not used afterwards.
+        unsafe { ManuallyDrop::drop(&mut self.primitives) };
+    }
 }
 
 impl<P: Primitives> HalModule<P> {
@@ -104,7 +167,7 @@ impl<P: Primitives> HalModule<P> {
         };
         Ok(HalModule {
             rpc,
-            primitives,
+            primitives: ManuallyDrop::new(primitives),
             broken: None,
         })
     }
@@ -195,11 +258,23 @@ impl<P: Primitives> Module for HalModule<P> {
             self.primitives
                 .write_global(symbols::LAUNCH_SHAPE, &words)?;
         }
-        let launch = self.primitives.start(kernel, shape, args)?;
+        let launch = match self.primitives.start(kernel, shape, args) {
+            Ok(launch) => launch,
+            Err(error) => {
+                // A driver or runtime failure while starting (a queue slot reserved and never
+                // filled, a failed launch call) leaves the module in doubt; a missing kernel or
+                // a bad argument does not.
+                if matches!(error, BackendError::Runtime { .. }) {
+                    self.mark_broken(error.to_string());
+                }
+                return Err(error);
+            }
+        };
+        let primitives = &mut *self.primitives;
         let finish = serve::serve_launch(
             &*launch,
             self.rpc.as_ref(),
-            self.primitives.heap(),
+            primitives.heap(),
             sink,
             WaitLimits::starting_now(timeout),
         );

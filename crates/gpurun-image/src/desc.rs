@@ -174,7 +174,9 @@ mod tests {
         assert!(patch(8, 0).contains("zero dimension"));
         assert!(patch(40, 0xff).contains("UTF-8"));
         // Flag says no should_panic, but expected text is present.
-        assert!(patch(5, desc::FLAG_IGNORE | desc::FLAG_HAS_EXPECTED).contains("without should_panic"));
+        assert!(
+            patch(5, desc::FLAG_IGNORE | desc::FLAG_HAS_EXPECTED).contains("without should_panic")
+        );
         assert!(patch(5, desc::FLAG_SHOULD_PANIC | desc::FLAG_HAS_EXPECTED).contains("ignore flag"));
     }
 

@@ -5,6 +5,7 @@
 //! the descriptor layout of `docs/abi.md`. They find that crate under whatever name the user's
 //! `Cargo.toml` gives it (`gpurun = { package = "gpurun-device" }` is the documented spelling).
 
+use gpurun_abi::{desc, symbols};
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{format_ident, quote};
@@ -12,7 +13,6 @@ use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Attribute, Expr, ExprLit, ItemFn, Lit, Meta, ReturnType, Token};
-use gpurun_abi::{desc, symbols};
 
 /// Marks `fn()` as a device test. Every thread of the launch runs it; the test passes when no
 /// thread panics.

@@ -1,69 +1,8 @@
 //! Finding the driver, listing devices and opening one (its primary context).
 
-use super::driver::{check, DriverError};
+use super::driver::{check, init, Driver, DriverError};
 use crate::{BackendError, BackendKind, DeviceInfo};
-use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute, CUresult};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
-
-/// What a missing `libcuda.so` is reported as, everywhere.
-pub const NO_DRIVER: &str = "no NVIDIA driver found (libcuda.so)";
-
-/// Set once the driver library was found: only then may any `sys::cu*` function be called,
-/// because cudarc panics when asked to load a missing library.
-static DRIVER_LOADED: AtomicBool = AtomicBool::new(false);
-
-/// Whether the driver library has been found (and so driver calls are safe to make).
-pub(crate) fn driver_loaded() -> bool {
-    DRIVER_LOADED.load(Ordering::Acquire)
-}
-
-/// The outcome of `cuInit`, which the driver allows once per process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Driver {
-    Ready,
-    /// `cuInit` said there is no device (none installed, or `CUDA_VISIBLE_DEVICES` hides all).
-    NoDevice,
-}
-
-/// Decides from the probe alone whether the driver can be used. Split out so both answers are
-/// tested on every machine.
-fn availability(library_present: bool) -> Result<(), BackendError> {
-    if library_present {
-        Ok(())
-    } else {
-        Err(BackendError::NotAvailable(NO_DRIVER.into()))
-    }
-}
-
-/// Probes for `libcuda.so` and runs `cuInit(0)`, once per process. Never panics: the probe
-/// comes before any call that would make cudarc load the library.
-pub(crate) fn init() -> Result<Driver, BackendError> {
-    /// `None`: no driver library; `Some(Err(code))`: `cuInit` failed.
-    static INIT: OnceLock<Option<Result<Driver, CUresult>>> = OnceLock::new();
-    let outcome = INIT.get_or_init(|| {
-        // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names.
-        if availability(unsafe { sys::is_culib_present() }).is_err() {
-            return None;
-        }
-        DRIVER_LOADED.store(true, Ordering::Release);
-        // SAFETY: plain driver call with a flags value of 0, the only one defined.
-        Some(match unsafe { sys::cuInit(0) } {
-            CUresult::CUDA_SUCCESS => Ok(Driver::Ready),
-            CUresult::CUDA_ERROR_NO_DEVICE => Ok(Driver::NoDevice),
-            other => Err(other),
-        })
-    });
-    match *outcome {
-        None => Err(BackendError::NotAvailable(NO_DRIVER.into())),
-        Some(Ok(driver)) => Ok(driver),
-        Some(Err(code)) => Err(DriverError {
-            call: "cuInit",
-            code,
-        }
-        .into()),
-    }
-}
+use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
 
 /// `sm_NN` for a compute capability.
 pub fn sm_arch(major: i32, minor: i32) -> String {
@@ -273,6 +212,7 @@ impl Drop for CudaDevice {
 
 #[cfg(test)]
 mod tests {
+    use super::super::driver::{availability, NO_DRIVER};
     use super::*;
 
     #[test]

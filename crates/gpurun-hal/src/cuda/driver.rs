@@ -74,7 +74,7 @@ pub(crate) fn check(call: &'static str, code: CUresult) -> Result<(), DriverErro
 /// Without a loaded driver the variant name is used directly: cudarc panics on a lookup in a
 /// missing library.
 pub(crate) fn error_name(code: CUresult) -> String {
-    if !super::device::driver_loaded() {
+    if !driver_loaded() {
         return format!("{code:?}");
     }
     let mut text: *const std::ffi::c_char = std::ptr::null();
@@ -91,7 +91,7 @@ pub(crate) fn error_name(code: CUresult) -> String {
 
 /// The driver's description of `code` (`cuGetErrorString`), when it has one.
 fn error_description(code: CUresult) -> Option<String> {
-    if !super::device::driver_loaded() {
+    if !driver_loaded() {
         return None;
     }
     let mut text: *const std::ffi::c_char = std::ptr::null();
@@ -134,6 +134,79 @@ pub(crate) fn is_sticky(code: CUresult) -> bool {
             | CUresult::CUDA_ERROR_DEINITIALIZED
     )
 }
+
+/// Finding the driver library and `cuInit`: the first driver calls of every path.
+mod loading {
+    use super::DriverError;
+    use crate::BackendError;
+    use cudarc::driver::sys::{self, CUresult};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::OnceLock;
+
+    /// What a missing `libcuda.so` is reported as, everywhere.
+    pub const NO_DRIVER: &str = "no NVIDIA driver found (libcuda.so)";
+
+    /// Set once the driver library was found: only then may any `sys::cu*` function be called,
+    /// because cudarc panics when asked to load a missing library.
+    static DRIVER_LOADED: AtomicBool = AtomicBool::new(false);
+
+    /// Whether the driver library has been found (and so driver calls are safe to make).
+    pub(crate) fn driver_loaded() -> bool {
+        DRIVER_LOADED.load(Ordering::Acquire)
+    }
+
+    /// The outcome of `cuInit`, which the driver allows once per process.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(crate) enum Driver {
+        Ready,
+        /// `cuInit` said there is no device (none installed, or `CUDA_VISIBLE_DEVICES` hides all).
+        NoDevice,
+    }
+
+    /// Decides from the probe alone whether the driver can be used. Split out so both answers are
+    /// tested on every machine.
+    pub(crate) fn availability(library_present: bool) -> Result<(), BackendError> {
+        if library_present {
+            Ok(())
+        } else {
+            Err(BackendError::NotAvailable(NO_DRIVER.into()))
+        }
+    }
+
+    /// Probes for `libcuda.so` and runs `cuInit(0)`, once per process. Never panics: the probe
+    /// comes before any call that would make cudarc load the library.
+    pub(crate) fn init() -> Result<Driver, BackendError> {
+        /// `None`: no driver library; `Some(Err(code))`: `cuInit` failed.
+        static INIT: OnceLock<Option<Result<Driver, CUresult>>> = OnceLock::new();
+        let outcome = INIT.get_or_init(|| {
+            // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names.
+            if availability(unsafe { sys::is_culib_present() }).is_err() {
+                return None;
+            }
+            DRIVER_LOADED.store(true, Ordering::Release);
+            // SAFETY: plain driver call with a flags value of 0, the only one defined.
+            Some(match unsafe { sys::cuInit(0) } {
+                CUresult::CUDA_SUCCESS => Ok(Driver::Ready),
+                CUresult::CUDA_ERROR_NO_DEVICE => Ok(Driver::NoDevice),
+                other => Err(other),
+            })
+        });
+        match *outcome {
+            None => Err(BackendError::NotAvailable(NO_DRIVER.into())),
+            Some(Ok(driver)) => Ok(driver),
+            Some(Err(code)) => Err(DriverError {
+                call: "cuInit",
+                code,
+            }
+            .into()),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) use loading::availability;
+pub use loading::NO_DRIVER;
+pub(crate) use loading::{driver_loaded, init, Driver};
 
 #[cfg(test)]
 mod tests {

@@ -31,14 +31,13 @@ mod launch;
 mod memory;
 mod module;
 
-pub use device::{
-    driver_version_text, sm_arch, sm_number, CudaDevice, DEFAULT_STACK_SIZE, NO_DRIVER,
-};
+pub use device::{driver_version_text, sm_arch, sm_number, CudaDevice, DEFAULT_STACK_SIZE};
+pub use driver::NO_DRIVER;
 pub use image::{choose_image, ImageChoice};
 pub use module::{CudaPrimitives, ImageFacts};
 
-use crate::module::HalModule;
-use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions, Module};
+use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
+use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
 use gpurun_image::Image;
 
 pub const KIND: BackendKind = BackendKind::Cuda;
@@ -57,23 +56,16 @@ impl Backend for CudaBackend {
     }
 
     fn open(&self, ordinal: usize) -> Result<Box<dyn Device>, BackendError> {
-        Ok(Box::new(CudaDevice::open(ordinal)?))
+        let device = CudaDevice::open(ordinal)?;
+        Ok(OpenedDevice::boxed(device.info.clone(), device))
     }
 }
 
-impl Device for CudaDevice {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
+impl LoadPrimitives for CudaDevice {
+    type Primitives<'a> = CudaPrimitives<'a>;
 
-    fn load(
-        &mut self,
-        image: &Image,
-        options: &LoadOptions,
-    ) -> Result<Box<dyn Module + '_>, BackendError> {
-        let facts = image_facts(image)?;
-        let primitives = module::load(self, &facts, options.stack_size)?;
-        Ok(Box::new(HalModule::new(primitives, image, options)?))
+    fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
+        module::load(self, &image_facts(image)?, opts.stack_size)
     }
 }
 

@@ -48,8 +48,6 @@ pub struct CudaPrimitives<'d> {
     pub(crate) shared: Vec<PinnedHost>,
     /// The constructor/destructor array the start code walks; must outlive the module.
     pub(crate) init_arrays: Option<PinnedHost>,
-    /// Set after a fault or a timeout: the context cannot be trusted any more.
-    pub(crate) abandoned: bool,
     /// `CUDA_LAUNCH_BLOCKING=1` makes `cuLaunchKernel` wait for the kernel, which would wait
     /// for our RPC server: launches then happen on a helper thread.
     pub(crate) launch_blocking: bool,
@@ -76,7 +74,6 @@ pub(crate) fn load<'d>(
         functions: HashMap::new(),
         shared: Vec::new(),
         init_arrays: None,
-        abandoned: false,
         launch_blocking: std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1"),
     };
     loaded.set_up_init_arrays(&facts.globals)?;
@@ -375,15 +372,6 @@ impl CudaPrimitives<'_> {
 
 impl Drop for CudaPrimitives<'_> {
     fn drop(&mut self) {
-        if self.abandoned {
-            // After a fault or a timeout, freeing pinned memory or unloading the module can
-            // wait for a kernel that never finishes. Leak everything instead: the worker
-            // process is about to exit, and exiting frees it all.
-            self.device.poisoned.set(true);
-            std::mem::forget(std::mem::take(&mut self.shared));
-            std::mem::forget(self.init_arrays.take());
-            return;
-        }
         // Errors cannot be reported from here.
         let _ = self.device.make_current();
         // Device memory first, on the stream it was allocated on, then the streams, then the
@@ -471,7 +459,8 @@ impl Primitives for CudaPrimitives<'_> {
     }
 
     fn abandon(&mut self) {
-        self.abandoned = true;
+        // The context may still run the kernel: releasing it could wait forever.
+        self.device.poisoned.set(true);
     }
 }
 

@@ -36,6 +36,20 @@ impl HostMemory {
     }
 }
 
+impl HostMemory {
+    /// A zeroed block both sides use (host and device addresses are the same here).
+    pub fn alloc_shared(&mut self, size: usize) -> Result<crate::SharedAlloc, crate::BackendError> {
+        let block = self.alloc_zeroed(size).ok_or_else(|| {
+            crate::BackendError::InvalidArgument(format!("no memory for {size} bytes"))
+        })?;
+        Ok(crate::SharedAlloc {
+            host: block,
+            device: block as u64,
+            len: size,
+        })
+    }
+}
+
 impl DeviceMemory for HostMemory {
     fn malloc(&mut self, size: u64) -> u64 {
         usize::try_from(size)

@@ -13,7 +13,8 @@ mod launch;
 pub(crate) mod memory;
 mod module;
 
-use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions, Module};
+use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
+use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
 use gpurun_image::Image;
 
 /// The host CPU as an emulated device.
@@ -72,29 +73,17 @@ impl Backend for HostBackend {
                 ),
             }));
         }
-        Ok(Box::new(HostDevice {
-            info: host_info(ordinal),
-        }))
+        Ok(OpenedDevice::boxed(host_info(ordinal), HostLoader))
     }
 }
 
-struct HostDevice {
-    info: DeviceInfo,
-}
+/// Loads host images (with `dlopen`).
+struct HostLoader;
 
-impl Device for HostDevice {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
+impl LoadPrimitives for HostLoader {
+    type Primitives<'a> = module::HostPrimitives;
 
-    fn load(
-        &mut self,
-        image: &Image,
-        options: &LoadOptions,
-    ) -> Result<Box<dyn Module + '_>, BackendError> {
-        let primitives = module::HostPrimitives::load(image, options)?;
-        Ok(Box::new(crate::module::HalModule::new(
-            primitives, image, options,
-        )?))
+    fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
+        module::HostPrimitives::load(image, opts)
     }
 }

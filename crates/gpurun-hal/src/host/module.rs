@@ -6,7 +6,7 @@ use crate::args::KernelArg;
 use crate::module::Primitives;
 use crate::serve::Launch;
 use crate::server::DeviceMemory;
-use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
+use crate::{BackendError, LaunchShape, LoadOptions, SharedAlloc};
 use gpurun_abi::host::EnterThread;
 use gpurun_abi::symbols;
 use gpurun_image::{Image, ImageKind};
@@ -22,9 +22,7 @@ pub(crate) struct HostPrimitives {
     stack_size: usize,
     enter: EnterThread,
     globals: HashMap<String, u64>,
-    /// Set once a launch may still run: then nothing may be freed or unloaded.
-    abandoned: bool,
-    library: Option<libloading::Library>,
+    library: libloading::Library,
 }
 
 impl HostPrimitives {
@@ -76,8 +74,7 @@ impl HostPrimitives {
                 .iter()
                 .map(|global| (global.name.clone(), global.size))
                 .collect(),
-            abandoned: false,
-            library: Some(library),
+            library,
         })
     }
 
@@ -86,12 +83,11 @@ impl HostPrimitives {
             what,
             name: name.to_string(),
         };
-        let library = self.library.as_ref().ok_or_else(missing)?;
         let mut c_name = name.as_bytes().to_vec();
         c_name.push(0);
         // SAFETY: with a pointer type, libloading hands back the symbol's address itself; we
         // only copy it.
-        unsafe { library.get::<*mut u8>(&c_name) }
+        unsafe { self.library.get::<*mut u8>(&c_name) }
             .map(|symbol| *symbol)
             .map_err(|_| missing())
     }
@@ -123,15 +119,7 @@ impl Primitives for HostPrimitives {
     }
 
     fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
-        let block = self
-            .memory
-            .alloc_zeroed(size)
-            .ok_or_else(|| BackendError::InvalidArgument(format!("no memory for {size} bytes")))?;
-        Ok(SharedAlloc {
-            host: block,
-            device: block as u64,
-            len: size,
-        })
+        self.memory.alloc_shared(size)
     }
 
     fn heap(&mut self) -> &mut dyn DeviceMemory {
@@ -164,24 +152,5 @@ impl Primitives for HostPrimitives {
         };
         let grid = Grid::start(entry, shape, registers, self.lane_size, self.stack_size)?;
         Ok(Box::new(grid))
-    }
-
-    fn resource_usage(&self, _kernel: &str) -> Option<ResourceUsage> {
-        None
-    }
-
-    fn abandon(&mut self) {
-        self.abandoned = true;
-    }
-}
-
-impl Drop for HostPrimitives {
-    fn drop(&mut self) {
-        if self.abandoned {
-            // Emulated threads cannot be stopped: they may still run the library's code and use
-            // this memory. The worker process ends right after.
-            std::mem::forget(std::mem::take(&mut self.memory));
-            std::mem::forget(self.library.take());
-        }
     }
 }

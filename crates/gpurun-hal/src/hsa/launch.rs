@@ -112,7 +112,7 @@ impl HsaPrimitives<'_> {
             }
             if Instant::now() > deadline {
                 let reason = "the GPU queue stayed full for 10 s".to_owned();
-                self.abandoned = true;
+                // A runtime error: the module is marked broken by its caller.
                 return Err(runtime_message(reason));
             }
             std::thread::yield_now();

@@ -39,7 +39,8 @@ pub use device::arch_from_isa_name;
 pub use module::{kernel_descriptor_name, HsaPrimitives};
 pub use result::HsaError;
 
-use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions, Module};
+use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
+use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
 use device::Opened;
 use gpurun_image::{Image, ImageKind};
 use runtime::{LibrarySource, Runtime};
@@ -102,7 +103,10 @@ impl Backend for HsaBackend {
 
     fn open(&self, ordinal: usize) -> Result<Box<dyn Device>, BackendError> {
         let opened = device::open(self.runtime()?, ordinal)?;
-        Ok(Box::new(HsaDevice { opened }))
+        Ok(OpenedDevice::boxed(
+            opened.info.clone(),
+            HsaDevice { opened },
+        ))
     }
 }
 
@@ -111,22 +115,13 @@ pub struct HsaDevice {
     opened: Opened,
 }
 
-impl Device for HsaDevice {
-    fn info(&self) -> &DeviceInfo {
-        &self.opened.info
-    }
+impl LoadPrimitives for HsaDevice {
+    type Primitives<'a> = HsaPrimitives<'a>;
 
-    fn load(
-        &mut self,
-        image: &Image,
-        options: &LoadOptions,
-    ) -> Result<Box<dyn Module + '_>, BackendError> {
+    fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
         check_image_kind(image)?;
         let lane_size = rpc_lane_size(image, self.opened.gpu.wavefront_size);
-        let primitives = module::load(&self.opened, image.bytes(), lane_size, options)?;
-        Ok(Box::new(crate::module::HalModule::new(
-            primitives, image, options,
-        )?))
+        module::load(&self.opened, image.bytes(), lane_size, opts)
     }
 }
 

@@ -19,7 +19,6 @@ use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
 use hsa_sys::*;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex};
 
 /// An executable, destroyed on drop.
@@ -180,12 +179,10 @@ pub struct HsaPrimitives<'d> {
     pub(crate) device: &'d Opened,
     /// Everything a running kernel may touch; leaked instead of freed once a launch faulted or
     /// timed out (see `Drop`).
-    pub(crate) res: ManuallyDrop<Resources>,
+    pub(crate) res: Resources,
     kernels: HashMap<String, KernelFacts>,
     /// RPC lanes: the wavefront size the image was built for.
     lane_size: u32,
-    /// Set after a fault or a timeout: the queue and executable cannot be trusted any more.
-    pub(crate) abandoned: bool,
     /// `LoadOptions::stack_size`: the private memory a dynamic-stack kernel gets at least.
     pub(crate) stack_size: Option<usize>,
 }
@@ -217,15 +214,14 @@ pub(crate) fn load<'d>(
     };
     Ok(HsaPrimitives {
         device,
-        res: ManuallyDrop::new(Resources {
+        res: Resources {
             queue,
             heap,
             shared: Vec::new(),
             executable,
-        }),
+        },
         kernels: HashMap::new(),
         lane_size,
-        abandoned: false,
         stack_size: options.stack_size,
     })
 }
@@ -609,23 +605,6 @@ impl Primitives for HsaPrimitives<'_> {
 
     fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage> {
         self.cached_usage(kernel)
-    }
-
-    fn abandon(&mut self) {
-        self.abandoned = true;
-    }
-}
-
-impl Drop for HsaPrimitives<'_> {
-    fn drop(&mut self) {
-        if self.abandoned {
-            // A kernel may still be running on this queue and using these objects: leak them
-            // rather than free memory under a live kernel. The worker process that owns this
-            // module is replaced right after.
-            return;
-        }
-        // SAFETY: dropped exactly once, here, and never used afterwards.
-        unsafe { ManuallyDrop::drop(&mut self.res) };
     }
 }
 

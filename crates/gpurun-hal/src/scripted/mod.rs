@@ -13,8 +13,8 @@ mod module;
 
 pub use image::{test, ImageSpec};
 
-use crate::module::HalModule;
-use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions, Module};
+use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
+use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
 use gpurun_image::Image;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -161,30 +161,26 @@ impl Backend for ScriptedBackend {
                 script.devices
             )));
         }
-        Ok(Box::new(ScriptedDevice {
-            info: Self::info(ordinal),
+        let loader = ScriptedLoader {
             script: Arc::clone(script),
-        }))
+        };
+        Ok(OpenedDevice::boxed(Self::info(ordinal), loader))
     }
 }
 
-struct ScriptedDevice {
-    info: DeviceInfo,
+/// "Loads" images whose kernels play the script.
+struct ScriptedLoader {
     script: Arc<Script>,
 }
 
-impl Device for ScriptedDevice {
-    fn info(&self) -> &DeviceInfo {
-        &self.info
-    }
+impl LoadPrimitives for ScriptedLoader {
+    type Primitives<'a> = module::ScriptedPrimitives;
 
-    fn load(
-        &mut self,
-        image: &Image,
-        options: &LoadOptions,
-    ) -> Result<Box<dyn Module + '_>, BackendError> {
-        let primitives = module::ScriptedPrimitives::new(Arc::clone(&self.script), image);
-        Ok(Box::new(HalModule::new(primitives, image, options)?))
+    fn primitives<'a>(&'a mut self, image: &Image, _: &LoadOptions) -> Loaded<'a, Self> {
+        Ok(module::ScriptedPrimitives::new(
+            Arc::clone(&self.script),
+            image,
+        ))
     }
 }
 

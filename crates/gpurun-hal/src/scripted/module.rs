@@ -8,7 +8,7 @@ use crate::host::memory::HostMemory;
 use crate::module::Primitives;
 use crate::serve::Launch;
 use crate::server::DeviceMemory;
-use crate::{BackendError, LaunchShape, ResourceUsage, SharedAlloc};
+use crate::{BackendError, LaunchShape, SharedAlloc};
 use gpurun_abi::symbols;
 use gpurun_image::Image;
 use gpurun_rpc::Client;
@@ -24,7 +24,6 @@ pub(crate) struct ScriptedPrimitives {
     client: Box<Client>,
     has_client: bool,
     memory: HostMemory,
-    abandoned: bool,
 }
 
 impl ScriptedPrimitives {
@@ -45,7 +44,6 @@ impl ScriptedPrimitives {
             client: Box::new(Client::uninit()),
             has_client: image.rpc_client().is_some(),
             memory: HostMemory::default(),
-            abandoned: false,
         }
     }
 }
@@ -99,15 +97,7 @@ impl Primitives for ScriptedPrimitives {
     }
 
     fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
-        let block = self
-            .memory
-            .alloc_zeroed(size)
-            .ok_or_else(|| BackendError::InvalidArgument(format!("no memory for {size} bytes")))?;
-        Ok(SharedAlloc {
-            host: block,
-            device: block as u64,
-            len: size,
-        })
+        self.memory.alloc_shared(size)
     }
 
     fn heap(&mut self) -> &mut dyn DeviceMemory {
@@ -129,26 +119,5 @@ impl Primitives for ScriptedPrimitives {
         let steps = self.script.kernels.get(kernel).cloned().unwrap_or_default();
         let client = self.has_client.then_some(&*self.client as *const Client);
         Ok(Box::new(ScriptedLaunch::start(steps, client)?))
-    }
-
-    fn resource_usage(&self, _kernel: &str) -> Option<ResourceUsage> {
-        None
-    }
-
-    fn abandon(&mut self) {
-        self.abandoned = true;
-    }
-}
-
-impl Drop for ScriptedPrimitives {
-    fn drop(&mut self) {
-        if self.abandoned {
-            // A scripted thread may still use the client and the buffer, as a kernel would.
-            std::mem::forget(std::mem::take(&mut self.memory));
-            std::mem::forget(std::mem::replace(
-                &mut self.client,
-                Box::new(Client::uninit()),
-            ));
-        }
     }
 }

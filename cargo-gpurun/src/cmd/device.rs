@@ -1,0 +1,79 @@
+//! Which device runs an image, shared by `run` and `test`: the `--backend`/`--device`/
+//! `--lane-size`/`--stack-size` options, the backend an image needs, and the worker options
+//! they make.
+
+use anyhow::bail;
+use clap::Args;
+use gpurun_hal::select::{self, BackendChoice};
+use gpurun_hal::BackendKind;
+use gpurun_image::{Image, ImageKind};
+use gpurun_runner::WorkerOptions;
+
+/// Which device runs the image; shared by `run` and `test`.
+#[derive(Debug, Clone, Args)]
+pub struct DeviceArgs {
+    /// Backend: auto (from the image), cuda, hsa or host.
+    #[arg(long, default_value = "auto", env = "GPURUN_BACKEND")]
+    pub backend: BackendChoice,
+    /// Device index within the backend [default: 0 for `run`; every visible device for `test`].
+    #[arg(long)]
+    pub device: Option<usize>,
+    /// Warp size the host emulation uses: 1, 32 or 64.
+    #[arg(long, default_value_t = 32, value_parser = parse_lane_size)]
+    pub lane_size: u32,
+    /// Stack size per device thread in bytes (CUDA, host emulation).
+    #[arg(long, value_name = "BYTES")]
+    pub stack_size: Option<usize>,
+}
+
+fn parse_lane_size(text: &str) -> Result<u32, String> {
+    match text.parse::<u32>() {
+        Ok(size @ (1 | 32 | 64)) => Ok(size),
+        _ => Err(format!("lane size must be 1, 32 or 64, not `{text}`")),
+    }
+}
+
+/// The image's kind in words, for error messages.
+fn describe(kind: ImageKind) -> &'static str {
+    match kind {
+        ImageKind::Ptx => "an NVIDIA PTX image",
+        ImageKind::Cubin => "an NVIDIA cubin",
+        ImageKind::Amdgpu => "an AMDGPU code object",
+        ImageKind::Host => "a host emulation image",
+    }
+}
+
+/// Picks the backend for `image`, refusing combinations that cannot work.
+pub fn backend_for(choice: BackendChoice, image: &Image) -> anyhow::Result<BackendKind> {
+    let natural = select::kind_for_image(image.kind());
+    match choice {
+        BackendChoice::Auto => Ok(natural),
+        BackendChoice::Only(kind) if kind == natural => Ok(kind),
+        BackendChoice::Only(kind) => bail!(
+            "the {kind} backend cannot run {}; it needs the {natural} backend",
+            describe(image.kind())
+        ),
+    }
+}
+
+/// Adds what to do about a missing GPU to a worker start failure.
+pub fn start_failure(kind: BackendKind, image: &Image, error: String) -> anyhow::Error {
+    let hint = match kind {
+        BackendKind::Host | BackendKind::Scripted => String::new(),
+        BackendKind::Cuda | BackendKind::Hsa => format!(
+            "\n  {} needs a machine with that GPU; to run it without one, build the crate for \
+             the host emulation (`cargo gpurun build --target host`) and run the `.so` it prints",
+            describe(image.kind())
+        ),
+    };
+    anyhow::anyhow!("{error}{hint}")
+}
+
+pub fn options(device: &DeviceArgs, kind: BackendKind) -> WorkerOptions {
+    WorkerOptions {
+        backend: kind,
+        device: device.device.unwrap_or(0),
+        lane_size: device.lane_size,
+        stack_size: device.stack_size,
+    }
+}
