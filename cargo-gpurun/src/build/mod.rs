@@ -11,6 +11,7 @@ pub mod arch;
 mod cargo;
 mod crates;
 pub mod nvptx_link;
+mod rustflags;
 pub mod targets;
 pub mod validate;
 
@@ -28,8 +29,8 @@ pub struct BuildOptions {
     /// Path to Cargo.toml of the device crate or workspace.
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
-    /// Device crate(s) to build (default: the current package, or every device crate of a
-    /// virtual workspace).
+    /// Device crate(s) to build (default, as cargo: the package of the manifest in use, or at
+    /// a virtual root the device crates of `default-members`, else of every member).
     #[arg(short = 'p', long = "package", value_name = "SPEC")]
     pub packages: Vec<String>,
     /// Build every device crate of the workspace.
@@ -147,6 +148,9 @@ pub enum BuildError {
     /// cargo itself could not be run, or the build failed (its diagnostics are already printed).
     #[error("failed to build {what}: {detail}")]
     Cargo { what: String, detail: String },
+    /// The user's cargo configuration could not be read (for their `build.rustflags`).
+    #[error("cannot read the cargo configuration: {0}")]
+    Config(String),
     /// ptxas rejected the PTX we made.
     #[error("ptxas failed on {ptx}: {stderr}")]
     Ptxas { ptx: PathBuf, stderr: String },
@@ -224,6 +228,13 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     }
     let mut images = Vec::new();
     for target in targets {
+        // Only without RUSTFLAGS: cargo takes those alone, and ours are appended to them.
+        let user_build_flags = match (target.triple(), &toolchain) {
+            (Some(triple), Some(toolchain)) if !cargo::rustflags_from_env() => {
+                rustflags::hidden_build_flags(toolchain, triple)?
+            }
+            _ => Vec::new(),
+        };
         let detected = std::cell::OnceCell::new();
         // Packages that share an architecture build in one cargo invocation.
         let mut groups: Vec<(Option<String>, Vec<&crates::DeviceCrate>)> = Vec::new();
@@ -252,6 +263,7 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
                 packages: &packages,
                 workspace: &workspace,
                 toolchain: toolchain.as_ref(),
+                user_build_flags: &user_build_flags,
                 selection: cargo::Selection::Default,
             };
             let built = match mode {

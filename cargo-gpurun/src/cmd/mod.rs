@@ -5,6 +5,7 @@ pub mod doctor;
 pub mod info;
 pub mod nvptx_link;
 pub mod run;
+mod suite;
 pub mod test;
 pub mod worker;
 
