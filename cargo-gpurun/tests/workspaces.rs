@@ -83,6 +83,10 @@ pub extern "gpu-kernel" fn user_flag_seen() {}
 #[no_mangle]
 pub extern "gpu-kernel" fn target_flag_seen() {}
 
+#[cfg(all(panic = "unwind", not(target_arch = "nvptx64")))]
+#[no_mangle]
+pub extern "C" fn host_unwinds() {}
+
 #[cfg(target_arch = "nvptx64")]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {
@@ -322,6 +326,34 @@ fn a_kernel_crate_is_a_suite_of_no_tests_and_a_broken_image_fails_only_its_suite
     );
     assert!(output.status.success(), "{}", describe(&output));
     assert_eq!(text(&output.stdout), "", "{}", describe(&output));
+}
+
+#[test]
+fn host_builds_unwind_and_say_so_when_the_profile_aborts() {
+    use object::{Object, ObjectSymbol};
+    // The scratch workspaces set `panic = "abort"` for `dev`, as device workspaces do.
+    let root = workspace("host-panic", &[("unwinds", Member::Kernel)], None);
+    let output = gpurun(
+        &root,
+        &["build", "--target", "host", "--message-format", "json"],
+    );
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(
+        text(&output.stderr).contains(
+            "note: host images are built with panic = \"unwind\", not the \"abort\" of profile `dev`"
+        ),
+        "{}",
+        describe(&output)
+    );
+    let image: serde_json::Value =
+        serde_json::from_str(text(&output.stdout).trim()).expect("one JSON line");
+    let bytes = std::fs::read(image["path"].as_str().expect("path")).unwrap();
+    let file = object::File::parse(&*bytes).unwrap();
+    assert!(
+        file.dynamic_symbols()
+            .any(|symbol| symbol.name() == Ok("host_unwinds")),
+        "the host image was not built with panic = \"unwind\""
+    );
 }
 
 fn nightly_ready() -> bool {

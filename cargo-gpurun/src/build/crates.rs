@@ -141,6 +141,25 @@ impl Workspace {
         }
     }
 
+    /// The `panic` strategy the workspace sets for `profile` (`dev`, `release`), if any:
+    /// `CARGO_PROFILE_<NAME>_PANIC`, else `[profile.<name>] panic` of the root manifest (where
+    /// cargo reads profiles). A root manifest that cannot be read says nothing here: cargo reports
+    /// that itself.
+    pub fn profile_panic(&self, profile: &str) -> Option<String> {
+        if let Ok(value) = std::env::var(format!("CARGO_PROFILE_{}_PANIC", profile.to_uppercase()))
+        {
+            return Some(value);
+        }
+        let text = std::fs::read_to_string(self.root.join("Cargo.toml")).ok()?;
+        let document: toml_edit::DocumentMut = text.parse().ok()?;
+        document
+            .get("profile")?
+            .get(profile)?
+            .get("panic")?
+            .as_str()
+            .map(str::to_owned)
+    }
+
     /// The member called `name`, which must be a device crate.
     fn device_crate(&self, name: &str) -> Result<DeviceCrate, BuildError> {
         let package = self

@@ -226,6 +226,20 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
             selections.insert(package.name.clone(), selection);
         }
     }
+    if mode == Mode::Build && targets.contains(&DeviceTarget::Host) {
+        let profile = if opts.release { "release" } else { "dev" };
+        if let Some(panic) = workspace
+            .profile_panic(profile)
+            .filter(|panic| panic != "unwind")
+        {
+            // The host image differs from what the profile asks for: say so where it is made.
+            eprintln!(
+                "note: host images are built with panic = \"unwind\", not the \"{panic}\" of \
+                 profile `{profile}`: the host emulation ends a panicking device thread by \
+                 unwinding to its kernel wrapper, as a GPU ends just that thread"
+            );
+        }
+    }
     let mut images = Vec::new();
     for target in targets {
         // Only without RUSTFLAGS: cargo takes those alone, and ours are appended to them.
@@ -267,6 +281,7 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
                 selection: cargo::Selection::Default,
             };
             let built = match mode {
+                Mode::Build if target == DeviceTarget::Host => build_group_for_host(&request)?,
                 Mode::Build => request.run()?,
                 Mode::Test => build_group_for_test(&request, &selections)?,
             };
@@ -410,6 +425,60 @@ fn build_group_for_test(
             let request = cargo::CargoBuild {
                 packages: std::slice::from_ref(package),
                 selection: cargo::Selection::SharedObject(selected),
+                ..*group
+            };
+            images.extend(request.run()?);
+        }
+    }
+    Ok(images)
+}
+
+/// Builds one group for the host with `cargo gpurun build`: the libs in one cargo run, then
+/// each bin on its own, linked as a shared object (as `cargo gpurun test` links executables for
+/// the host, see [`targets`]): a device program is no host executable, and the emulation loads
+/// shared objects only. Bins whose `required-features` are not enabled are left out, as cargo
+/// leaves them out of a build.
+fn build_group_for_host(group: &cargo::CargoBuild<'_>) -> Result<Vec<BuiltImage>, BuildError> {
+    let has = |package: &crates::DeviceCrate, kind: ImageKind| {
+        package.targets.iter().any(|target| target.kind == kind)
+    };
+    let with_lib: Vec<&crates::DeviceCrate> = group
+        .packages
+        .iter()
+        .copied()
+        .filter(|package| has(package, ImageKind::Lib))
+        .collect();
+    let mut images = Vec::new();
+    if !with_lib.is_empty() {
+        let request = cargo::CargoBuild {
+            packages: &with_lib,
+            selection: cargo::Selection::Only {
+                lib: true,
+                targets: &[],
+            },
+            ..*group
+        };
+        images.extend(request.run()?);
+    }
+    for package in group.packages {
+        let features = targets::EnabledFeatures::resolve(
+            &package.name,
+            &package.features,
+            &group.opts.features,
+            group.opts.all_features,
+            group.opts.no_default_features,
+        );
+        for bin in package.targets.iter().filter(|target| {
+            target.kind == ImageKind::Bin && features.missing(&target.required_features).is_empty()
+        }) {
+            let selected = targets::Selected {
+                kind: ImageKind::Bin,
+                name: bin.name.clone(),
+                executable: true,
+            };
+            let request = cargo::CargoBuild {
+                packages: std::slice::from_ref(package),
+                selection: cargo::Selection::SharedObject(&selected),
                 ..*group
             };
             images.extend(request.run()?);
