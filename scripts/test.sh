@@ -14,7 +14,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked 2>&1 | tee -a "$log"
+# Warnings are errors here too (clippy above does not build this configuration).
+RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked 2>&1 | tee -a "$log"
 # The GPU check script's table and verdicts, against a fake runner (no GPU needed).
 bash scripts/gpu-check.sh --self-test
 # One closing line over every test binary (cargo prints one summary per binary).
