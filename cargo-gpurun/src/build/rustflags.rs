@@ -25,8 +25,8 @@ pub fn hidden_build_flags(toolchain: &Toolchain, triple: &str) -> Result<Vec<Str
     if std::env::var_os(&env_target_name).is_some() {
         return Ok(Vec::new());
     }
-    if env_build.is_none() && !has_config_files() {
-        // Nothing to read: spare the build a cargo process.
+    if env_build.is_none() && !config_files_may_set_build_rustflags() {
+        // Nothing to read: spare the build a cargo process (no-op builds are timed).
         return Ok(Vec::new());
     }
     let config = read_config(toolchain)?;
@@ -67,22 +67,35 @@ fn flag_list(value: &serde_json::Value) -> Vec<String> {
     }
 }
 
-/// Whether cargo would find any configuration file: `.cargo/config(.toml)` in the working
-/// directory or above, or in `$CARGO_HOME`.
-fn has_config_files() -> bool {
-    let has_config = |dir: &Path| {
-        ["config.toml", "config"]
-            .iter()
-            .any(|name| dir.join(name).is_file())
-    };
+/// Whether a configuration file cargo reads (`.cargo/config(.toml)` in the working directory or
+/// above, or in `$CARGO_HOME`) may set `build.rustflags`: one sets it, includes other files, or
+/// cannot be parsed here (cargo will say what is wrong with it).
+fn config_files_may_set_build_rustflags() -> bool {
     let cwd = std::env::current_dir().unwrap_or_default();
-    if cwd.ancestors().any(|dir| has_config(&dir.join(".cargo"))) {
-        return true;
-    }
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
-    cargo_home.is_some_and(|home| has_config(&home))
+    let dirs = cwd
+        .ancestors()
+        .map(|dir| dir.join(".cargo"))
+        .chain(cargo_home);
+    dirs.flat_map(|dir| [dir.join("config.toml"), dir.join("config")])
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .any(|text| may_set_build_rustflags(&text))
+}
+
+/// Whether one configuration file may set `build.rustflags` (see above).
+fn may_set_build_rustflags(text: &str) -> bool {
+    match text.parse::<toml_edit::DocumentMut>() {
+        Ok(document) => {
+            document.contains_key("include")
+                || document
+                    .get("build")
+                    .and_then(|build| build.get("rustflags"))
+                    .is_some()
+        }
+        Err(_) => true,
+    }
 }
 
 /// The configuration cargo resolves here, files and `--config` values (not the environment):
@@ -134,5 +147,19 @@ mod tests {
             ["--cfg", "a b"]
         );
         assert!(flag_list(&serde_json::Value::Null).is_empty());
+    }
+
+    #[test]
+    fn only_files_that_may_set_build_rustflags_need_cargo() {
+        assert!(may_set_build_rustflags(
+            "[build]\nrustflags = [\"--cfg\", \"a\"]\n"
+        ));
+        assert!(may_set_build_rustflags("build.rustflags = \"--cfg a\"\n"));
+        assert!(may_set_build_rustflags("include = [\"other.toml\"]\n"));
+        assert!(may_set_build_rustflags("[build\n"));
+        // Target-level rustflags alone: cargo never uses build.rustflags there anyway.
+        assert!(!may_set_build_rustflags(
+            "# rustflags = [\"-Cx\"]\n[alias]\nb = \"build\"\n[target.x86_64-unknown-linux-gnu]\nrustflags = [\"-Cx\"]\n"
+        ));
     }
 }
