@@ -99,7 +99,7 @@ impl Workspace {
     }
 
     /// The device crates `opts` selects, as cargo selects packages: the `-p` names, else every
-    /// member with `--workspace`, else the default members (see [`Workspace::default_members`]).
+    /// member with `--workspace`, else the default members (the `default_members` field).
     /// A package named or selected alone must be a device crate; of several, the members that
     /// are not device crates are left out.
     pub fn select(&self, opts: &BuildOptions) -> Result<Vec<DeviceCrate>, BuildError> {
