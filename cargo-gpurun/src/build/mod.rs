@@ -11,6 +11,7 @@ pub mod arch;
 mod cargo;
 mod crates;
 pub mod nvptx_link;
+mod rustflags;
 pub mod targets;
 pub mod validate;
 
@@ -28,8 +29,8 @@ pub struct BuildOptions {
     /// Path to Cargo.toml of the device crate or workspace.
     #[arg(long, value_name = "PATH")]
     pub manifest_path: Option<PathBuf>,
-    /// Device crate(s) to build (default: the current package, or every device crate of a
-    /// virtual workspace).
+    /// Device crate(s) to build (default, as cargo: the package of the manifest in use, or at
+    /// a virtual root the device crates of `default-members`, else of every member).
     #[arg(short = 'p', long = "package", value_name = "SPEC")]
     pub packages: Vec<String>,
     /// Build every device crate of the workspace.
@@ -147,6 +148,9 @@ pub enum BuildError {
     /// cargo itself could not be run, or the build failed (its diagnostics are already printed).
     #[error("failed to build {what}: {detail}")]
     Cargo { what: String, detail: String },
+    /// The user's cargo configuration could not be read (for their `build.rustflags`).
+    #[error("cannot read the cargo configuration: {0}")]
+    Config(String),
     /// ptxas rejected the PTX we made.
     #[error("ptxas failed on {ptx}: {stderr}")]
     Ptxas { ptx: PathBuf, stderr: String },
@@ -222,8 +226,29 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
             selections.insert(package.name.clone(), selection);
         }
     }
+    if mode == Mode::Build && targets.contains(&DeviceTarget::Host) {
+        let profile = if opts.release { "release" } else { "dev" };
+        if let Some(panic) = workspace
+            .profile_panic(profile)
+            .filter(|panic| panic != "unwind")
+        {
+            // The host image differs from what the profile asks for: say so where it is made.
+            eprintln!(
+                "note: host images are built with panic = \"unwind\", not the \"{panic}\" of \
+                 profile `{profile}`: the host emulation ends a panicking device thread by \
+                 unwinding to its kernel wrapper, as a GPU ends just that thread"
+            );
+        }
+    }
     let mut images = Vec::new();
     for target in targets {
+        // Only without RUSTFLAGS: cargo takes those alone, and ours are appended to them.
+        let user_build_flags = match (target.triple(), &toolchain) {
+            (Some(triple), Some(toolchain)) if !cargo::rustflags_from_env() => {
+                rustflags::hidden_build_flags(toolchain, triple)?
+            }
+            _ => Vec::new(),
+        };
         let detected = std::cell::OnceCell::new();
         // Packages that share an architecture build in one cargo invocation.
         let mut groups: Vec<(Option<String>, Vec<&crates::DeviceCrate>)> = Vec::new();
@@ -252,9 +277,11 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
                 packages: &packages,
                 workspace: &workspace,
                 toolchain: toolchain.as_ref(),
+                user_build_flags: &user_build_flags,
                 selection: cargo::Selection::Default,
             };
             let built = match mode {
+                Mode::Build if target == DeviceTarget::Host => build_group_for_host(&request)?,
                 Mode::Build => request.run()?,
                 Mode::Test => build_group_for_test(&request, &selections)?,
             };
@@ -398,6 +425,60 @@ fn build_group_for_test(
             let request = cargo::CargoBuild {
                 packages: std::slice::from_ref(package),
                 selection: cargo::Selection::SharedObject(selected),
+                ..*group
+            };
+            images.extend(request.run()?);
+        }
+    }
+    Ok(images)
+}
+
+/// Builds one group for the host with `cargo gpurun build`: the libs in one cargo run, then
+/// each bin on its own, linked as a shared object (as `cargo gpurun test` links executables for
+/// the host, see [`targets`]): a device program is no host executable, and the emulation loads
+/// shared objects only. Bins whose `required-features` are not enabled are left out, as cargo
+/// leaves them out of a build.
+fn build_group_for_host(group: &cargo::CargoBuild<'_>) -> Result<Vec<BuiltImage>, BuildError> {
+    let has = |package: &crates::DeviceCrate, kind: ImageKind| {
+        package.targets.iter().any(|target| target.kind == kind)
+    };
+    let with_lib: Vec<&crates::DeviceCrate> = group
+        .packages
+        .iter()
+        .copied()
+        .filter(|package| has(package, ImageKind::Lib))
+        .collect();
+    let mut images = Vec::new();
+    if !with_lib.is_empty() {
+        let request = cargo::CargoBuild {
+            packages: &with_lib,
+            selection: cargo::Selection::Only {
+                lib: true,
+                targets: &[],
+            },
+            ..*group
+        };
+        images.extend(request.run()?);
+    }
+    for package in group.packages {
+        let features = targets::EnabledFeatures::resolve(
+            &package.name,
+            &package.features,
+            &group.opts.features,
+            group.opts.all_features,
+            group.opts.no_default_features,
+        );
+        for bin in package.targets.iter().filter(|target| {
+            target.kind == ImageKind::Bin && features.missing(&target.required_features).is_empty()
+        }) {
+            let selected = targets::Selected {
+                kind: ImageKind::Bin,
+                name: bin.name.clone(),
+                executable: true,
+            };
+            let request = cargo::CargoBuild {
+                packages: std::slice::from_ref(package),
+                selection: cargo::Selection::SharedObject(&selected),
                 ..*group
             };
             images.extend(request.run()?);

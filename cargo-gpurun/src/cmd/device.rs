@@ -60,9 +60,12 @@ pub fn backend_for(choice: BackendChoice, image: &Image) -> anyhow::Result<Backe
 pub fn start_failure(kind: BackendKind, image: &Image, error: String) -> anyhow::Error {
     let hint = match kind {
         BackendKind::Host | BackendKind::Scripted => String::new(),
+        // `cargo gpurun build --target host` gives a host image of every lib and bin (a bin
+        // linked as a shared object), which is what a GPU image built through cargo came from.
         BackendKind::Cuda | BackendKind::Hsa => format!(
-            "\n  {} needs a machine with that GPU; to run it without one, build the crate for \
-             the host emulation (`cargo gpurun build --target host`) and run the `.so` it prints",
+            "\n  {} needs a machine with that GPU; to run it without one, run `cargo gpurun \
+             build --target host` in its crate and `cargo gpurun run` the host image it prints \
+             for this lib or bin (the host emulation)",
             describe(image.kind())
         ),
     };

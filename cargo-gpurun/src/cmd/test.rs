@@ -13,10 +13,9 @@ use clap::Args;
 use gpurun_hal::select::{self, BackendChoice};
 use gpurun_hal::BackendKind;
 use gpurun_harness::HarnessArgs;
-use gpurun_image::Image;
 
 use super::device::{backend_for, DeviceArgs};
-use super::suite::{test_cases, test_executor, DEFAULT_TEST_TIMEOUT};
+use super::suite::{self, test_cases, test_executor, DEFAULT_TEST_TIMEOUT};
 use crate::build::{self, BuildOptions, BuiltImage, DeviceTarget, ImageKind};
 use crate::exit_code;
 
@@ -109,15 +108,23 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir().unwrap_or_default();
     let mut worst = exit_code::SUCCESS;
     for built in &images {
-        let image = Image::read(&built.path)
-            .with_context(|| format!("failed to load image `{}`", built.path.display()))?;
-        let tests = test_cases(&image);
+        // A broken image fails its own suite; the others still run and report.
+        let (tests, kind) = match suite::load(built) {
+            Ok(Some(image)) => (test_cases(&image), backend_for(args.device.backend, &image)),
+            Ok(None) => (Vec::new(), Ok(suite::backend_for_target(built.target))),
+            Err(error) => {
+                eprintln!("{:>12} {}", "Running", suite_header(built, &cwd));
+                eprintln!("error: {error:#}");
+                worst = worst.max(exit_code::ERROR);
+                continue;
+            }
+        };
         // A program is a test suite only if it has tests; every other target is one even when
         // empty ("running 0 tests"), as with cargo.
         if built.kind == ImageKind::Bin && tests.is_empty() {
             continue;
         }
-        let kind = backend_for(args.device.backend, &image)?;
+        let kind = kind?;
         eprintln!("{:>12} {}", "Running", suite_header(built, &cwd));
         let timeout = harness_args
             .test_timeout

@@ -31,6 +31,9 @@ pub const HOST_ENTER_THREAD: &str = "__gpurun_host_enter_thread";
 /// AMD: the launch-shape words the loader writes before each launch ([`crate::shape`]).
 pub const LAUNCH_SHAPE: &str = "__gpurun_launch_shape";
 
+/// The prefix of every symbol of ours in an image (the device runtime's and the attributes').
+pub const RUNTIME_PREFIX: &str = "__gpurun_";
+
 /// Names every image keeps exported through linking: the entry kernels, the RPC client and
 /// anything of ours (`*` ends a prefix). The nvptx linker internalizes everything else.
 pub const KEEP_EXPORTED: &[&str] = &[
@@ -50,6 +53,23 @@ pub fn keep_exported(name: &str) -> bool {
             Some(prefix) => name.starts_with(prefix),
             None => name == *pattern,
         })
+}
+
+/// Whether two names are equal, at compile time: lets the device runtime check that the
+/// identifiers it exports spell these constants (`stringify!(ident)`).
+pub const fn same_name(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 #[cfg(test)]
@@ -73,21 +93,4 @@ mod tests {
         assert!(!keep_exported("memcpy"));
         assert!(!keep_exported("_starting"));
     }
-}
-
-/// Whether two names are equal, at compile time: lets the device runtime check that the
-/// identifiers it exports spell these constants (`stringify!(ident)`).
-pub const fn same_name(a: &str, b: &str) -> bool {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut i = 0;
-    while i < a.len() {
-        if a[i] != b[i] {
-            return false;
-        }
-        i += 1;
-    }
-    true
 }

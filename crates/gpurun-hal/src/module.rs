@@ -124,7 +124,7 @@ pub struct HalModule<P: Primitives> {
 impl<P: Primitives> Drop for HalModule<P> {
     fn drop(&mut self) {
         // The server first: it reads memory the primitives own.
-        drop(self.rpc.take());
+        self.rpc = None;
         if self.broken.is_some() {
             // A kernel may still run and use the module's memory, queue or library: freeing any
             // of it could fault it or wait for it forever. Leak it all instead; the worker
@@ -203,7 +203,7 @@ fn install_rpc<P: Primitives>(
             BackendError::Incompatible(format!("unsupported `{}`: {error}", symbols::RPC_CLIENT))
         })?;
     let buffer = primitives.alloc_host_visible(layout.allocation_size())?;
-    if buffer.host as usize % 64 != 0 || buffer.len < layout.allocation_size() {
+    if !(buffer.host as usize).is_multiple_of(64) || buffer.len < layout.allocation_size() {
         return Err(BackendError::InvalidArgument(
             "the backend gave an RPC buffer that is too small or not 64-byte aligned".into(),
         ));

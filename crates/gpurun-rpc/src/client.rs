@@ -6,7 +6,10 @@
 //! with the server until it has read the packet, and other warps skip it meanwhile.
 
 use crate::lanes::Lanes;
-use crate::layout::{Buffer, Header, Layout, FIRST_PACKET_PAYLOAD, MAX_PORT_COUNT};
+use crate::layout::{Buffer, Header, FIRST_PACKET_PAYLOAD, MAX_PORT_COUNT};
+// Only the real constructor takes a layout; the loom model builds clients from parts.
+#[cfg(not(loom))]
+use crate::layout::Layout;
 use crate::sync::{self, AtomicU32};
 use core::ptr;
 

@@ -10,7 +10,7 @@
 //! function into a table of pointers; it returns a [`LoadError`] naming the library or symbol
 //! that is missing, never panics. Calling through the table is `unsafe`: the caller upholds
 //! the HSA API's own rules (initialised runtime, valid handles, buffers of the right size).
-//! Safe wrappers live in `gpurun-backend`'s `hsa` module.
+//! Safe wrappers live in `gpurun-hal`'s `hsa` module.
 
 mod functions;
 mod types;

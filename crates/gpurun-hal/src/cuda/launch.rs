@@ -164,8 +164,8 @@ impl Launch for CudaLaunch {
         // SAFETY: the context is retained by the device; the watchdog calls this from its own
         // thread, where the context must be made current first.
         let current = unsafe { sys::cuCtxSetCurrent(self.context) };
-        // SAFETY: the stream lives as long as the module, which outlives the launch.
         let status = match current {
+            // SAFETY: the stream lives as long as the module, which outlives the launch.
             CUresult::CUDA_SUCCESS => unsafe { sys::cuStreamQuery(self.stream) },
             error => error,
         };
