@@ -95,6 +95,21 @@ pub struct DeviceInfo {
     pub driver: Option<String>,
 }
 
+impl DeviceInfo {
+    /// A device the host provides (emulated or scripted): no driver, no memory figure.
+    pub fn on_host(backend: BackendKind, ordinal: usize, name: String, lane_size: u32) -> Self {
+        DeviceInfo {
+            backend,
+            ordinal,
+            name,
+            arch: backend.name().into(),
+            lane_size,
+            memory_bytes: None,
+            driver: None,
+        }
+    }
+}
+
 /// Options that apply when an image is loaded.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {

@@ -52,12 +52,7 @@ pub trait Primitives {
     fn heap(&mut self) -> &mut dyn DeviceMemory;
 
     /// Starts `kernel` (shape already checked) and returns at once.
-    fn start(
-        &mut self,
-        kernel: &str,
-        shape: LaunchShape,
-        args: &[KernelArg],
-    ) -> Result<Box<dyn Launch>, BackendError>;
+    fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started;
 
     /// Registers and memory of a kernel, where the backend can tell.
     fn resource_usage(&self, _kernel: &str) -> Option<ResourceUsage> {
@@ -77,6 +72,9 @@ pub trait LoadPrimitives {
 
     fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self>;
 }
+
+/// What [`Primitives::start`] returns.
+pub type Started = Result<Box<dyn Launch>, BackendError>;
 
 /// What [`LoadPrimitives::primitives`] returns.
 pub type Loaded<'a, L> = Result<<L as LoadPrimitives>::Primitives<'a>, BackendError>;

@@ -93,7 +93,7 @@ fn image_facts(image: &Image) -> Result<ImageFacts<'_>, BackendError> {
 mod tests {
     use super::*;
     use crate::args::KernelArg;
-    use crate::server::{self, PanicReport};
+    use crate::server::Collect;
     use crate::{LaunchEnd, LaunchShape};
     use std::time::Duration;
 
@@ -134,24 +134,6 @@ $L_spin:
     bra.uni $L_spin;
 }
 ";
-
-    #[derive(Default)]
-    struct Collect {
-        stdout: Vec<u8>,
-        panics: Vec<PanicReport>,
-    }
-
-    impl server::Sink for Collect {
-        fn stdout(&mut self, bytes: &[u8]) {
-            self.stdout.extend_from_slice(bytes);
-        }
-        fn stderr(&mut self, bytes: &[u8]) {
-            self.stdout.extend_from_slice(bytes);
-        }
-        fn panic(&mut self, report: PanicReport) {
-            self.panics.push(report);
-        }
-    }
 
     /// The first GPU, or `None` (with the reason printed) where there is none. CI machines
     /// have no NVIDIA GPU by design, so this is not a failure there.
@@ -256,7 +238,7 @@ $L_spin:
         ));
         let usage = module.resource_usage("gpurun_store").unwrap();
         assert!(usage.registers.is_some_and(|n| n > 0), "{usage:?}");
-        assert!(sink.stdout.is_empty() && sink.panics.is_empty());
+        assert!(sink.stdout.is_empty() && sink.stderr.is_empty() && sink.panics.is_empty());
     }
 
     /// Which failure `hardware_child` provokes (set by `hardware_faults_end_the_launch`).

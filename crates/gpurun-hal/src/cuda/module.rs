@@ -10,8 +10,7 @@ use super::image::{
 use super::launch::{param_buffer, CudaLaunch, RawLaunch};
 use super::memory::{DeviceHeap, PinnedHost};
 use crate::args::KernelArg;
-use crate::module::Primitives;
-use crate::serve::Launch;
+use crate::module::{Primitives, Started};
 use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, ResourceUsage, SharedAlloc};
 use cudarc::driver::sys::{self, CUfunction, CUjit_option, CUmodule, CUresult, CUstream};
@@ -431,12 +430,7 @@ impl Primitives for CudaPrimitives<'_> {
         &mut self.heap
     }
 
-    fn start(
-        &mut self,
-        kernel: &str,
-        shape: LaunchShape,
-        args: &[KernelArg],
-    ) -> Result<Box<dyn Launch>, BackendError> {
+    fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
         self.device.make_current()?;
         // Frees the device asked for during the last launch (see `DeviceHeap::free`).
         self.heap.release_deferred();

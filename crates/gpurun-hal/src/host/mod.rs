@@ -42,15 +42,8 @@ fn host_device_count() -> Result<usize, BackendError> {
 }
 
 fn host_info(ordinal: usize) -> DeviceInfo {
-    DeviceInfo {
-        backend: BackendKind::Host,
-        ordinal,
-        name: format!("host CPU emulation ({})", std::env::consts::ARCH),
-        arch: "host".into(),
-        lane_size: 32,
-        memory_bytes: None,
-        driver: None,
-    }
+    let name = format!("host CPU emulation ({})", std::env::consts::ARCH);
+    DeviceInfo::on_host(BackendKind::Host, ordinal, name, 32)
 }
 
 impl Backend for HostBackend {

@@ -3,8 +3,7 @@
 use super::launch::{Entry, Grid, KernelFn};
 use super::memory::HostMemory;
 use crate::args::KernelArg;
-use crate::module::Primitives;
-use crate::serve::Launch;
+use crate::module::{Primitives, Started};
 use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, LoadOptions, SharedAlloc};
 use gpurun_abi::host::EnterThread;
@@ -126,12 +125,7 @@ impl Primitives for HostPrimitives {
         &mut self.memory
     }
 
-    fn start(
-        &mut self,
-        kernel: &str,
-        shape: LaunchShape,
-        args: &[KernelArg],
-    ) -> Result<Box<dyn Launch>, BackendError> {
+    fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
         if args.len() > 6 {
             return Err(BackendError::InvalidArgument(format!(
                 "the host backend passes at most 6 kernel arguments, `{kernel}` got {}",

@@ -12,8 +12,7 @@ use super::packet::{
 use super::result::{status_string, HsaError, StatusExt};
 use super::runtime::fault_count;
 use crate::args::{pack_c_struct, KernelArg};
-use crate::module::Primitives;
-use crate::serve::Launch;
+use crate::module::{Primitives, Started};
 use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
 use hsa_sys::*;
@@ -575,12 +574,7 @@ impl Primitives for HsaPrimitives<'_> {
         &mut self.res.heap
     }
 
-    fn start(
-        &mut self,
-        kernel: &str,
-        shape: LaunchShape,
-        args: &[KernelArg],
-    ) -> Result<Box<dyn Launch>, BackendError> {
+    fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
         let facts = with_stack_size(self.kernel(kernel)?, self.stack_size);
         let block = kernarg_block(&pack_c_struct(args), &shape, facts.kernarg_segment_size)?;
         let lib = Arc::clone(self.lib());

@@ -132,15 +132,8 @@ impl ScriptedBackend {
     }
 
     fn info(ordinal: usize) -> DeviceInfo {
-        DeviceInfo {
-            backend: BackendKind::Scripted,
-            ordinal,
-            name: format!("scripted device {ordinal}"),
-            arch: "scripted".into(),
-            lane_size: 1,
-            memory_bytes: None,
-            driver: None,
-        }
+        let name = format!("scripted device {ordinal}");
+        DeviceInfo::on_host(BackendKind::Scripted, ordinal, name, 1)
     }
 }
 

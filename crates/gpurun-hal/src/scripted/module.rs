@@ -5,8 +5,7 @@ use super::launch::ScriptedLaunch;
 use super::Script;
 use crate::args::KernelArg;
 use crate::host::memory::HostMemory;
-use crate::module::Primitives;
-use crate::serve::Launch;
+use crate::module::{Primitives, Started};
 use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, SharedAlloc};
 use gpurun_abi::symbols;
@@ -96,20 +95,11 @@ impl Primitives for ScriptedPrimitives {
             })
     }
 
-    fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
-        self.memory.alloc_shared(size)
-    }
-
     fn heap(&mut self) -> &mut dyn DeviceMemory {
         &mut self.memory
     }
 
-    fn start(
-        &mut self,
-        kernel: &str,
-        _shape: LaunchShape,
-        _args: &[KernelArg],
-    ) -> Result<Box<dyn Launch>, BackendError> {
+    fn start(&mut self, kernel: &str, _shape: LaunchShape, _args: &[KernelArg]) -> Started {
         if !self.kernels.iter().any(|name| name == kernel) {
             return Err(BackendError::MissingSymbol {
                 what: "kernel",
@@ -119,5 +109,9 @@ impl Primitives for ScriptedPrimitives {
         let steps = self.script.kernels.get(kernel).cloned().unwrap_or_default();
         let client = self.has_client.then_some(&*self.client as *const Client);
         Ok(Box::new(ScriptedLaunch::start(steps, client)?))
+    }
+
+    fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        self.memory.alloc_shared(size)
     }
 }

@@ -2,28 +2,9 @@
 //! exit/abort precedence, deadlines, dead conversations, and what a broken module refuses.
 
 use super::*;
-use crate::server::{PanicReport, Sink};
+use crate::server::Collect;
 use crate::{LaunchEnd, LaunchShape};
 use std::time::{Duration, Instant};
-
-#[derive(Default)]
-struct Collect {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    panics: Vec<PanicReport>,
-}
-
-impl Sink for Collect {
-    fn stdout(&mut self, bytes: &[u8]) {
-        self.stdout.extend_from_slice(bytes);
-    }
-    fn stderr(&mut self, bytes: &[u8]) {
-        self.stderr.extend_from_slice(bytes);
-    }
-    fn panic(&mut self, report: PanicReport) {
-        self.panics.push(report);
-    }
-}
 
 fn image(spec: &ImageSpec) -> Image {
     let text = spec.ptx().expect("descriptors encode");
@@ -293,10 +274,10 @@ fn an_image_with_tests_but_no_rpc_client_does_not_load() {
     };
     let backend = ScriptedBackend::new(Script::default());
     let mut device = backend.open(0).unwrap();
-    let error = device
+    let loaded = device
         .load(&image(&spec), &LoadOptions::default())
-        .err()
-        .expect("refused");
+        .map(drop);
+    let error = loaded.expect_err("an image that cannot report its tests was loaded");
     assert!(
         error.to_string().contains("no `__llvm_rpc_client`"),
         "{error}"

@@ -311,3 +311,24 @@ fn write(
     port.send(|buffer, lane| buffer.data[0] = written[lane as usize])?;
     Ok(Served::Handled)
 }
+
+/// A [`Sink`] that keeps everything, for tests of the loop and the backends.
+#[doc(hidden)]
+#[derive(Debug, Default)]
+pub struct Collect {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub panics: Vec<PanicReport>,
+}
+
+impl Sink for Collect {
+    fn stdout(&mut self, bytes: &[u8]) {
+        self.stdout.extend_from_slice(bytes);
+    }
+    fn stderr(&mut self, bytes: &[u8]) {
+        self.stderr.extend_from_slice(bytes);
+    }
+    fn panic(&mut self, report: PanicReport) {
+        self.panics.push(report);
+    }
+}
