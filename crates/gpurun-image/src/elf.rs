@@ -26,7 +26,7 @@ pub(crate) struct ElfModule {
     pub kernels: Vec<Kernel>,
     pub globals: Vec<Global>,
     pub amdgpu: Option<AmdgpuInfo>,
-    pub cuda_sm: Option<u32>,
+    pub cuda_arch: Option<crate::CudaArch>,
 }
 
 /// The fields of the ELF header that decide how to read the rest, read by hand so that a
@@ -233,9 +233,10 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
             }),
         }
     });
-    // In cubins of ELF ABI version 7 (CUDA 12 and earlier) the low byte of e_flags is the SM.
     let ident = &elf.elf_header().e_ident;
-    let cuda_sm = (kind == ImageKind::Cubin && ident.abi_version == 7).then_some(e_flags & 0xff);
+    let cuda_arch = (kind == ImageKind::Cubin)
+        .then(|| crate::CudaArch::from_elf(ident.abi_version, e_flags))
+        .flatten();
     Ok(ElfModule {
         kind,
         machine,
@@ -243,7 +244,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         kernels,
         globals,
         amdgpu,
-        cuda_sm,
+        cuda_arch,
     })
 }
 

@@ -47,6 +47,44 @@ pub const CTOR_PREFIX: &str = "__init_array_object_";
 /// Prefix of destructor objects.
 pub const DTOR_PREFIX: &str = "__fini_array_object_";
 
+/// The architecture a cubin was built for, from its ELF header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CudaArch {
+    /// 90 for sm_90.
+    pub sm: u32,
+    /// Built for `sm_NNa` (runs only on exactly that architecture).
+    pub arch_specific: bool,
+}
+
+impl CudaArch {
+    /// Reads it from a cubin's ELF ABI version and `e_flags`. The encoding was checked against
+    /// ptxas 12.9: ABI version 7 keeps the SM number in bits 0..8 (`0x800` marks `sm_NNa`);
+    /// version 8 (sm_100 and later) keeps it in bits 8..16 (`0x8` marks `sm_NNa`).
+    pub fn from_elf(abi_version: u8, e_flags: u32) -> Option<CudaArch> {
+        match abi_version {
+            7 => Some(CudaArch {
+                sm: e_flags & 0xff,
+                arch_specific: e_flags & 0x800 != 0,
+            }),
+            8 => Some(CudaArch {
+                sm: (e_flags >> 8) & 0xff,
+                arch_specific: e_flags & 0x8 != 0,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether code built for this runs on a device of compute capability `device_sm`: same
+    /// major version and a minor version no higher than the device's (exact match for
+    /// `sm_NNa`).
+    pub fn runs_on(self, device_sm: u32) -> bool {
+        if self.arch_specific {
+            return self.sm == device_sm;
+        }
+        self.sm / 10 == device_sm / 10 && self.sm <= device_sm
+    }
+}
+
 /// What kind of image a file holds, decided from its content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ImageKind {
@@ -243,7 +281,7 @@ pub struct Image {
     ptx_target: Option<String>,
     elf_machine: Option<String>,
     elf_flags: Option<u32>,
-    cuda_sm: Option<u32>,
+    cuda_arch: Option<CudaArch>,
     amdgpu: Option<AmdgpuInfo>,
     ctors: Vec<usize>,
     dtors: Vec<usize>,
@@ -281,7 +319,7 @@ impl Image {
             ptx_target: None,
             elf_machine: None,
             elf_flags: None,
-            cuda_sm: None,
+            cuda_arch: None,
             amdgpu: None,
             ctors: Vec::new(),
             dtors: Vec::new(),
@@ -293,7 +331,7 @@ impl Image {
             image.globals = module.globals;
             image.elf_machine = Some(module.machine);
             image.elf_flags = Some(module.e_flags);
-            image.cuda_sm = module.cuda_sm;
+            image.cuda_arch = module.cuda_arch;
             image.amdgpu = module.amdgpu;
         } else if ptx::looks_like_ptx(&bytes) {
             // looks_like_ptx checked UTF-8 already; a failure here is still an error, not a panic.
@@ -547,7 +585,12 @@ impl Image {
 
     /// Cubin: the SM number (e.g. 70) from `e_flags`, for cubins of ELF ABI version 7.
     pub fn cuda_sm(&self) -> Option<u32> {
-        self.cuda_sm
+        self.cuda_arch.map(|arch| arch.sm)
+    }
+
+    /// Cubin: the architecture it was built for (ELF ABI versions 7 and 8).
+    pub fn cuda_arch(&self) -> Option<CudaArch> {
+        self.cuda_arch
     }
 
     /// ELF: the machine in words.
@@ -572,5 +615,53 @@ impl Image {
     pub fn ctor_dtor_objects(&self) -> (Vec<&Global>, Vec<&Global>) {
         let pick = |indices: &[usize]| indices.iter().map(|i| &self.globals[*i]).collect();
         (pick(&self.ctors), pick(&self.dtors))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CudaArch;
+
+    #[test]
+    fn cubin_arch_from_both_header_versions() {
+        // e_flags of real ptxas 12.9 / 13.x output.
+        let arch = |abi, flags| CudaArch::from_elf(abi, flags).unwrap();
+        let plain = |sm| CudaArch {
+            sm,
+            arch_specific: false,
+        };
+        let specific = |sm| CudaArch {
+            sm,
+            arch_specific: true,
+        };
+        assert_eq!(arch(7, 0x46_0546), plain(70));
+        assert_eq!(arch(7, 0x46_055a), plain(90));
+        assert_eq!(arch(7, 0x46_0d5a), specific(90));
+        assert_eq!(arch(8, 0x600_6402), plain(100));
+        assert_eq!(arch(8, 0x600_7802), plain(120));
+        assert_eq!(arch(8, 0x600_640a), specific(100));
+        assert_eq!(CudaArch::from_elf(51, 0x46), None);
+    }
+
+    #[test]
+    fn cubin_compatibility_follows_the_major_version() {
+        let plain = |sm| CudaArch {
+            sm,
+            arch_specific: false,
+        };
+        assert!(plain(80).runs_on(80));
+        assert!(plain(80).runs_on(86));
+        assert!(plain(80).runs_on(89));
+        assert!(!plain(86).runs_on(80));
+        assert!(!plain(80).runs_on(90));
+        assert!(!plain(70).runs_on(90));
+        assert!(plain(100).runs_on(103));
+        assert!(!plain(100).runs_on(120));
+        let accel = CudaArch {
+            sm: 90,
+            arch_specific: true,
+        };
+        assert!(accel.runs_on(90));
+        assert!(!accel.runs_on(91));
     }
 }

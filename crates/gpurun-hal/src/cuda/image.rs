@@ -1,9 +1,17 @@
 //! Decisions about the image file that need no driver: which file to hand the driver (a cubin
 //! built for this GPU, else the PTX), whether the PTX can run here at all, and the constructor /
-//! destructor arrays the NVPTX start code walks.
+//! destructor arrays the NVPTX start code walks. The facts they start from (the cubin's
+//! architecture, the PTX's `.target` and `.version`, the constructor objects) are read by
+//! `gpurun-image`, the one parser of images.
 
 use crate::BackendError;
+use gpurun_image::{CudaArch, Image};
 use std::path::{Path, PathBuf};
+
+/// The architecture of the cubin at `path`, if it exists and is a cubin.
+pub fn cubin_arch(path: &Path) -> Option<CudaArch> {
+    Image::read(path).ok()?.cuda_arch()
+}
 
 /// What gets loaded for an image.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -12,50 +20,6 @@ pub enum ImageChoice {
     Cubin(PathBuf),
     /// The PTX itself, compiled by the driver's JIT.
     Ptx,
-}
-
-/// The architecture a cubin was built for, from its ELF header.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CubinArch {
-    /// 90 for sm_90.
-    pub sm: u32,
-    /// Built for `sm_NNa` (runs only on exactly that architecture).
-    pub arch_specific: bool,
-}
-
-/// Reads the target architecture from a cubin's ELF header, or `None` if `bytes` is not a
-/// 64-bit little-endian CUDA ELF. The encoding was checked against ptxas 12.9: ELF ABI version
-/// 7 keeps the SM number in `e_flags` bits 0..8 (`0x800` marks `sm_NNa`); version 8 (sm_100 and
-/// later) keeps it in bits 8..16.
-pub fn cubin_arch(bytes: &[u8]) -> Option<CubinArch> {
-    const EM_CUDA: u16 = 190;
-    if bytes.len() < 64 || &bytes[0..4] != b"\x7fELF" || bytes[4] != 2 || bytes[5] != 1 {
-        return None;
-    }
-    let machine = u16::from_le_bytes([bytes[18], bytes[19]]);
-    if machine != EM_CUDA {
-        return None;
-    }
-    let flags = u32::from_le_bytes([bytes[48], bytes[49], bytes[50], bytes[51]]);
-    match bytes[8] {
-        8 => Some(CubinArch {
-            sm: (flags >> 8) & 0xff,
-            arch_specific: flags & 0x8 != 0,
-        }),
-        _ => Some(CubinArch {
-            sm: flags & 0xff,
-            arch_specific: flags & 0x800 != 0,
-        }),
-    }
-}
-
-/// Whether code built for `cubin` runs on a device of compute capability `device_sm`: same
-/// major version and a minor version no higher than the device's (exact match for `sm_NNa`).
-pub fn cubin_runs_on(cubin: CubinArch, device_sm: u32) -> bool {
-    if cubin.arch_specific {
-        return cubin.sm == device_sm;
-    }
-    cubin.sm / 10 == device_sm / 10 && cubin.sm <= device_sm
 }
 
 /// Candidate cubin files for the PTX image at `ptx`: `NAME.sm_NN.cubin`, then `NAME.cubin`
@@ -73,11 +37,11 @@ pub fn cubin_candidates(ptx: &Path, device_sm: u32) -> [PathBuf; 2] {
 pub fn choose_image(
     ptx: &Path,
     device_sm: u32,
-    mut read_arch: impl FnMut(&Path) -> Option<CubinArch>,
+    mut read_arch: impl FnMut(&Path) -> Option<CudaArch>,
 ) -> ImageChoice {
     for candidate in cubin_candidates(ptx, device_sm) {
         if let Some(arch) = read_arch(&candidate) {
-            if cubin_runs_on(arch, device_sm) {
+            if arch.runs_on(device_sm) {
                 return ImageChoice::Cubin(candidate);
             }
         }
@@ -85,85 +49,20 @@ pub fn choose_image(
     ImageChoice::Ptx
 }
 
-/// The architecture in a PTX module's `.target` directive (`.target sm_90, debug` -> 90).
-pub fn ptx_target(ptx: &str) -> Option<u32> {
-    ptx.lines().find_map(|line| {
-        let rest = line.trim_start().strip_prefix(".target")?;
-        let first = rest.split(',').next()?.trim();
-        super::device::sm_number(first)
-    })
-}
-
-/// The PTX ISA version in a module's `.version` directive (`.version 7.0` -> "7.0").
-pub fn ptx_version(ptx: &str) -> Option<&str> {
-    ptx.lines()
-        .find_map(|line| line.trim_start().strip_prefix(".version"))
-        .map(str::trim)
-}
-
 /// Refuses PTX written for a newer GPU than the device (the JIT would fail with a less clear
 /// message).
-pub fn check_ptx_target(ptx: &str, device_sm: u32, device_name: &str) -> Result<(), BackendError> {
-    match ptx_target(ptx) {
+pub fn check_ptx_target(
+    target: Option<&str>,
+    device_sm: u32,
+    device_name: &str,
+) -> Result<(), BackendError> {
+    match target.and_then(|target| super::device::sm_number(target.split(',').next()?.trim())) {
         Some(target) if target > device_sm => Err(BackendError::Incompatible(format!(
             "the image targets sm_{target} but {device_name} is sm_{device_sm}: rebuild it for \
              sm_{device_sm} (cargo gpurun build --arch sm_{device_sm})"
         ))),
         _ => Ok(()),
     }
-}
-
-/// Prefixes of the globals through which the NVPTX start code finds constructors and
-/// destructors (nvlink makes no init/fini arrays, so the loader builds them).
-pub const INIT_OBJECT_PREFIX: &str = "__init_array_object_";
-pub const FINI_OBJECT_PREFIX: &str = "__fini_array_object_";
-
-/// Constructor and destructor globals of an image, each list sorted by priority (the decimal
-/// number after the last `_`, lowest first; the start code runs destructors in reverse).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InitFini {
-    pub ctors: Vec<String>,
-    pub dtors: Vec<String>,
-}
-
-impl InitFini {
-    pub fn is_empty(&self) -> bool {
-        self.ctors.is_empty() && self.dtors.is_empty()
-    }
-}
-
-/// Collects the `__init_array_object_*` / `__fini_array_object_*` globals among `names`.
-pub fn init_fini_objects<'a>(
-    names: impl IntoIterator<Item = &'a str>,
-) -> Result<InitFini, BackendError> {
-    let mut ctors = Vec::new();
-    let mut dtors = Vec::new();
-    for name in names {
-        let list = if name.starts_with(INIT_OBJECT_PREFIX) {
-            &mut ctors
-        } else if name.starts_with(FINI_OBJECT_PREFIX) {
-            &mut dtors
-        } else {
-            continue;
-        };
-        let priority = name
-            .rsplit('_')
-            .next()
-            .and_then(|digits| digits.parse::<u16>().ok())
-            .ok_or_else(|| {
-                BackendError::Incompatible(format!(
-                    "invalid constructor/destructor priority in global `{name}`"
-                ))
-            })?;
-        list.push((priority, name.to_owned()));
-    }
-    // Stable: equal priorities keep the image's order.
-    ctors.sort_by_key(|(priority, _)| *priority);
-    dtors.sort_by_key(|(priority, _)| *priority);
-    Ok(InitFini {
-        ctors: ctors.into_iter().map(|(_, name)| name).collect(),
-        dtors: dtors.into_iter().map(|(_, name)| name).collect(),
-    })
 }
 
 /// The pinned array the start code walks and the four values for `__init_array_start`,
@@ -206,108 +105,11 @@ pub const GLOBALTIMER_HZ: u64 = 1_000_000_000;
 pub(crate) mod tests {
     use super::*;
 
-    /// A minimal 64-byte ELF header as ptxas writes it (values from real ptxas 12.9 output).
-    fn cubin_header(abi_version: u8, flags: u32) -> Vec<u8> {
-        let mut header = vec![0u8; 64];
-        header[0..4].copy_from_slice(b"\x7fELF");
-        header[4] = 2; // 64-bit
-        header[5] = 1; // little-endian
-        header[7] = if abi_version == 8 { 65 } else { 51 };
-        header[8] = abi_version;
-        header[18..20].copy_from_slice(&190u16.to_le_bytes());
-        header[48..52].copy_from_slice(&flags.to_le_bytes());
-        header
-    }
-
-    #[test]
-    fn reads_cubin_arch_from_both_header_versions() {
-        let sm70 = cubin_header(7, 0x46_0546);
-        let sm90 = cubin_header(7, 0x46_055a);
-        let sm90a = cubin_header(7, 0x46_0d5a);
-        let sm100 = cubin_header(8, 0x600_6402);
-        let sm120 = cubin_header(8, 0x600_7802);
-        let sm100a = cubin_header(8, 0x600_640a);
-        let arch = |bytes: &[u8]| cubin_arch(bytes).unwrap();
-        assert_eq!(
-            arch(&sm70),
-            CubinArch {
-                sm: 70,
-                arch_specific: false
-            }
-        );
-        assert_eq!(
-            arch(&sm90),
-            CubinArch {
-                sm: 90,
-                arch_specific: false
-            }
-        );
-        assert_eq!(
-            arch(&sm90a),
-            CubinArch {
-                sm: 90,
-                arch_specific: true
-            }
-        );
-        assert_eq!(
-            arch(&sm100),
-            CubinArch {
-                sm: 100,
-                arch_specific: false
-            }
-        );
-        assert_eq!(
-            arch(&sm120),
-            CubinArch {
-                sm: 120,
-                arch_specific: false
-            }
-        );
-        assert_eq!(
-            arch(&sm100a),
-            CubinArch {
-                sm: 100,
-                arch_specific: true
-            }
-        );
-    }
-
-    #[test]
-    fn rejects_non_cuda_elf() {
-        assert_eq!(cubin_arch(b".version 7.0\n.target sm_70\n"), None);
-        let mut amd = cubin_header(7, 0x46);
-        amd[18..20].copy_from_slice(&224u16.to_le_bytes()); // EM_AMDGPU
-        assert_eq!(cubin_arch(&amd), None);
-        assert_eq!(cubin_arch(&cubin_header(7, 0x46)[..40]), None);
-    }
-
-    #[test]
-    fn cubin_compatibility_follows_major_version() {
-        let plain = |sm| CubinArch {
-            sm,
-            arch_specific: false,
-        };
-        assert!(cubin_runs_on(plain(80), 80));
-        assert!(cubin_runs_on(plain(80), 86));
-        assert!(cubin_runs_on(plain(80), 89));
-        assert!(!cubin_runs_on(plain(86), 80));
-        assert!(!cubin_runs_on(plain(80), 90));
-        assert!(!cubin_runs_on(plain(70), 90));
-        assert!(cubin_runs_on(plain(100), 103));
-        assert!(!cubin_runs_on(plain(100), 120));
-        let accel = CubinArch {
-            sm: 90,
-            arch_specific: true,
-        };
-        assert!(cubin_runs_on(accel, 90));
-        assert!(!cubin_runs_on(accel, 91));
-    }
-
     #[test]
     fn prefers_a_matching_cubin_and_falls_back_to_ptx() {
         let ptx = Path::new("/b/hello.ptx");
         let plain = |sm| {
-            Some(CubinArch {
+            Some(CudaArch {
                 sm,
                 arch_specific: false,
             })
@@ -334,57 +136,15 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn ptx_directives() {
-        let ptx = "//\n// Generated by LLVM NVPTX Back-End\n//\n\n.version 7.8\n.target sm_90, debug\n.address_size 64\n";
-        assert_eq!(ptx_target(ptx), Some(90));
-        assert_eq!(ptx_version(ptx), Some("7.8"));
-        assert_eq!(ptx_target(".version 7.0\n"), None);
-    }
-
-    #[test]
     fn newer_ptx_target_is_refused_with_both_names() {
-        let ptx = ".version 8.0\n.target sm_90\n";
-        let error = check_ptx_target(ptx, 80, "NVIDIA A100")
+        let error = check_ptx_target(Some("sm_90"), 80, "NVIDIA A100")
             .unwrap_err()
             .to_string();
         assert!(error.contains("sm_90"), "{error}");
         assert!(error.contains("NVIDIA A100 is sm_80"), "{error}");
-        assert!(check_ptx_target(ptx, 90, "H100").is_ok());
-        assert!(check_ptx_target(".target sm_70\n", 90, "H100").is_ok());
-    }
-
-    #[test]
-    fn init_fini_objects_sorted_by_priority() {
-        let names = [
-            "__init_array_object_b_200",
-            "_start",
-            "__fini_array_object_x_5",
-            "__init_array_object_a_101",
-            "__init_array_object_c_101",
-            "__fini_array_object_y_1",
-        ];
-        let found = init_fini_objects(names).unwrap();
-        assert_eq!(
-            found.ctors,
-            [
-                "__init_array_object_a_101",
-                "__init_array_object_c_101",
-                "__init_array_object_b_200"
-            ]
-        );
-        assert_eq!(
-            found.dtors,
-            ["__fini_array_object_y_1", "__fini_array_object_x_5"]
-        );
-        assert!(init_fini_objects(["_start", "__llvm_rpc_client"])
-            .unwrap()
-            .is_empty());
-    }
-
-    #[test]
-    fn bad_priority_is_an_error() {
-        assert!(init_fini_objects(["__init_array_object_f_x"]).is_err());
-        assert!(init_fini_objects(["__fini_array_object_f_70000"]).is_err());
+        assert!(check_ptx_target(Some("sm_90"), 90, "H100").is_ok());
+        assert!(check_ptx_target(Some("sm_70, debug"), 90, "H100").is_ok());
+        assert!(check_ptx_target(None, 90, "H100").is_ok());
     }
 
     #[test]
@@ -442,49 +202,49 @@ pub(crate) mod tests {
         for (arch, expected) in [
             (
                 "sm_70",
-                CubinArch {
+                CudaArch {
                     sm: 70,
                     arch_specific: false,
                 },
             ),
             (
                 "sm_80",
-                CubinArch {
+                CudaArch {
                     sm: 80,
                     arch_specific: false,
                 },
             ),
             (
                 "sm_86",
-                CubinArch {
+                CudaArch {
                     sm: 86,
                     arch_specific: false,
                 },
             ),
             (
                 "sm_90",
-                CubinArch {
+                CudaArch {
                     sm: 90,
                     arch_specific: false,
                 },
             ),
             (
                 "sm_90a",
-                CubinArch {
+                CudaArch {
                     sm: 90,
                     arch_specific: true,
                 },
             ),
             (
                 "sm_100",
-                CubinArch {
+                CudaArch {
                     sm: 100,
                     arch_specific: false,
                 },
             ),
             (
                 "sm_120",
-                CubinArch {
+                CudaArch {
                     sm: 120,
                     arch_specific: false,
                 },
@@ -505,8 +265,7 @@ pub(crate) mod tests {
                 eprintln!("note: this ptxas cannot target {arch}: {stderr}");
                 continue;
             }
-            let bytes = std::fs::read(&cubin).unwrap();
-            assert_eq!(cubin_arch(&bytes), Some(expected), "{arch}");
+            assert_eq!(cubin_arch(&cubin), Some(expected), "{arch}");
         }
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -81,11 +81,16 @@ fn image_facts(image: &Image) -> Result<ImageFacts<'_>, BackendError> {
             )))
         }
     };
+    let (ctors, dtors) = image.ctor_dtor_objects();
     Ok(ImageFacts {
         path: image.path(),
         bytes: image.bytes(),
         is_cubin,
         globals: image.globals().iter().map(|g| g.name.as_str()).collect(),
+        ptx_target: image.ptx_target(),
+        ptx_version: image.ptx_version(),
+        ctors: ctors.iter().map(|g| g.name.as_str()).collect(),
+        dtors: dtors.iter().map(|g| g.name.as_str()).collect(),
     })
 }
 
@@ -165,7 +170,7 @@ $L_spin:
             "{:?}",
             facts.globals
         );
-        assert_eq!(image::ptx_target(TEST_PTX), Some(70));
+        assert_eq!(facts.ptx_target, Some("sm_70"));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 use super::device::CudaDevice;
 use super::driver::{check, runtime, DriverError};
 use super::image::{
-    check_ptx_target, choose_image, cubin_arch, init_fini_objects, pack_init_arrays, ptx_version,
-    ImageChoice, GLOBALTIMER_HZ, INIT_ARRAY_BOUNDS,
+    check_ptx_target, choose_image, cubin_arch, pack_init_arrays, ImageChoice, GLOBALTIMER_HZ,
+    INIT_ARRAY_BOUNDS,
 };
 use super::launch::{param_buffer, CudaLaunch, RawLaunch};
 use super::memory::{DeviceHeap, PinnedHost};
@@ -31,6 +31,12 @@ pub struct ImageFacts<'a> {
     pub is_cubin: bool,
     /// Names of the image's global variables.
     pub globals: Vec<&'a str>,
+    /// PTX: the `.target` architecture and the `.version`.
+    pub ptx_target: Option<&'a str>,
+    pub ptx_version: Option<(u32, u32)>,
+    /// Constructor and destructor objects, each in priority order.
+    pub ctors: Vec<&'a str>,
+    pub dtors: Vec<&'a str>,
 }
 
 /// An image loaded into a device's primary context.
@@ -75,7 +81,7 @@ pub(crate) fn load<'d>(
         init_arrays: None,
         launch_blocking: std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1"),
     };
-    loaded.set_up_init_arrays(&facts.globals)?;
+    loaded.set_up_init_arrays(&facts.ctors, &facts.dtors)?;
     Ok(loaded)
 }
 
@@ -103,8 +109,7 @@ fn load_module(device: &CudaDevice, facts: &ImageFacts<'_>) -> Result<CUmodule, 
         return load_with_log(facts.bytes)
             .map_err(|failure| runtime(failure.message(&shown, "cubin", None)));
     }
-    let text = String::from_utf8_lossy(facts.bytes);
-    check_ptx_target(&text, device_sm, &device.info.name)?;
+    check_ptx_target(facts.ptx_target, device_sm, &device.info.name)?;
     if let Some(path) = facts.path {
         if let ImageChoice::Cubin(cubin) = choose_image(path, device_sm, |candidate| {
             fresh_cubin_arch(candidate, path)
@@ -123,8 +128,12 @@ fn load_module(device: &CudaDevice, facts: &ImageFacts<'_>) -> Result<CUmodule, 
     if ptx.last() != Some(&0) {
         ptx.push(0);
     }
+    let ptx_version = facts.ptx_version.map_or_else(
+        || "unknown".to_owned(),
+        |(major, minor)| format!("{major}.{minor}"),
+    );
     let versions = PtxVersions {
-        ptx: ptx_version(&text).unwrap_or("unknown"),
+        ptx: &ptx_version,
         driver: device.info.driver.as_deref().unwrap_or("unknown version"),
     };
     load_with_log(&ptx).map_err(|failure| runtime(failure.message(&shown, "PTX", Some(versions))))
@@ -280,24 +289,21 @@ impl CudaPrimitives<'_> {
     /// Builds the constructor/destructor array the NVPTX start code walks (nvlink makes none):
     /// each `__init_array_object_*` global holds a function address, collected in priority
     /// order into pinned memory whose bounds go into `__init_array_start` and friends.
-    fn set_up_init_arrays(&mut self, globals: &[&str]) -> Result<(), BackendError> {
-        let objects = init_fini_objects(globals.iter().copied())?;
-        if objects.is_empty() {
+    fn set_up_init_arrays(&mut self, ctors: &[&str], dtors: &[&str]) -> Result<(), BackendError> {
+        if ctors.is_empty() && dtors.is_empty() {
             return Ok(());
         }
-        let read_address = |name: &String| -> Result<u64, BackendError> {
+        let read_address = |name: &&str| -> Result<u64, BackendError> {
             let bytes = self.read_global_bytes(name, 8)?;
             let mut word = [0u8; 8];
             word.copy_from_slice(&bytes);
             Ok(u64::from_le_bytes(word))
         };
-        let ctors = objects
-            .ctors
+        let ctors = ctors
             .iter()
             .map(read_address)
             .collect::<Result<Vec<_>, _>>()?;
-        let dtors = objects
-            .dtors
+        let dtors = dtors
             .iter()
             .map(read_address)
             .collect::<Result<Vec<_>, _>>()?;
@@ -460,13 +466,13 @@ impl Primitives for CudaPrimitives<'_> {
 
 /// The architecture of the cubin at `candidate`, if it exists, parses, and is at least as new
 /// as the PTX it was assembled from (a stale cubin would run old code).
-pub(crate) fn fresh_cubin_arch(candidate: &Path, ptx: &Path) -> Option<super::image::CubinArch> {
+pub(crate) fn fresh_cubin_arch(candidate: &Path, ptx: &Path) -> Option<gpurun_image::CudaArch> {
     let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
     let (cubin_time, ptx_time) = (modified(candidate)?, modified(ptx)?);
     if cubin_time < ptx_time {
         return None;
     }
-    cubin_arch(&std::fs::read(candidate).ok()?)
+    cubin_arch(candidate)
 }
 
 #[cfg(test)]
@@ -528,14 +534,10 @@ mod tests {
         let ptx = dir.join("k.ptx");
         let cubin = dir.join("k.cubin");
         std::fs::write(&ptx, ".version 7.0\n.target sm_70\n").unwrap();
-        let mut header = vec![0u8; 64];
-        header[0..4].copy_from_slice(b"\x7fELF");
-        header[4] = 2;
-        header[5] = 1;
-        header[8] = 7;
-        header[18..20].copy_from_slice(&190u16.to_le_bytes());
-        header[48..52].copy_from_slice(&0x46_055au32.to_le_bytes());
-        std::fs::write(&cubin, &header).unwrap();
+        // A real cubin (ptxas output for sm_70) from gpurun-image's samples.
+        let sample =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpurun-image/tests/data/sample.cubin");
+        std::fs::copy(&sample, &cubin).unwrap();
         let set_time = |path: &Path, time: SystemTime| {
             std::fs::File::options()
                 .write(true)
@@ -548,16 +550,16 @@ mod tests {
         set_time(&ptx, now - Duration::from_secs(10));
         set_time(&cubin, now);
         let arch = fresh_cubin_arch(&cubin, &ptx).unwrap();
-        assert_eq!(arch.sm, 90);
+        assert_eq!(arch.sm, 70);
         assert_eq!(
-            choose_image(&ptx, 90, |c| fresh_cubin_arch(c, &ptx)),
+            choose_image(&ptx, 70, |c| fresh_cubin_arch(c, &ptx)),
             ImageChoice::Cubin(cubin.clone())
         );
         // The PTX was rebuilt after the cubin: the cubin is stale.
         set_time(&ptx, now + Duration::from_secs(10));
         assert_eq!(fresh_cubin_arch(&cubin, &ptx), None);
         assert_eq!(
-            choose_image(&ptx, 90, |c| fresh_cubin_arch(c, &ptx)),
+            choose_image(&ptx, 70, |c| fresh_cubin_arch(c, &ptx)),
             ImageChoice::Ptx
         );
         // Not a cubin at all.
