@@ -181,33 +181,49 @@ fn expand_response_files(args: &[OsString]) -> Result<Vec<OsString>, LinkError> 
 /// llvm-tools of the rustc that runs us (its sysroot shows in the `-L
 /// <sysroot>/lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained` it passes), else those of the
 /// nightly toolchain.
+/// Where `llvm-link`, `opt` and `llc` come from, the same for every way in (`cargo gpurun
+/// build`, `gpurun-nvptx-link` as the configured linker, `cargo gpurun __nvptx-link`): the
+/// user's `GPURUN_LLVM_TOOLS_DIR`; else, unless the user named a toolchain (`GPURUN_TOOLCHAIN`),
+/// those of the rustc that runs us, found from the sysroot in its `-L` arguments (bitcode of a
+/// newer LLVM does not load in an older `llvm-link`, and a crate pinned to a dated nightly would
+/// otherwise get another toolchain's tools); else the probed nightly's.
 fn tools_dir(args: &LinkArgs) -> Result<PathBuf, LinkError> {
     if let Some(dir) = toolchain::llvm_tools_dir_override() {
         return Ok(dir);
     }
-    if let Some(dir) = args
-        .library_dirs
-        .iter()
-        .find_map(|dir| rustc_tools_dir(dir))
-    {
-        return Ok(dir);
+    let toolchain_named = std::env::var_os(toolchain::TOOLCHAIN_ENV).is_some_and(|v| !v.is_empty());
+    if !toolchain_named {
+        if let Some(dir) = args
+            .library_dirs
+            .iter()
+            .find_map(|dir| rustc_tools_dir(dir))
+        {
+            return Ok(dir);
+        }
     }
     toolchain::Toolchain::probe()
         .map(|toolchain| toolchain.llvm_tools_dir())
         .map_err(|err| LinkError::Tools(err.to_string()))
 }
 
-/// `<sysroot>/lib/rustlib/<host>/bin` holding `llvm-link`, from rustc's self-contained `-L` dir.
+/// `<sysroot>/lib/rustlib/<host>/bin` holding the link tools, from rustc's self-contained `-L`
+/// directory (`<sysroot>/lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained`).
 fn rustc_tools_dir(library_dir: &Path) -> Option<PathBuf> {
     if !library_dir.ends_with("lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained") {
         return None;
     }
     let rustlib = library_dir.ancestors().nth(3)?;
-    std::fs::read_dir(rustlib)
+    let mut bins: Vec<PathBuf> = std::fs::read_dir(rustlib)
         .ok()?
         .flatten()
         .map(|entry| entry.path().join("bin"))
-        .find(|bin| toolchain::find_llvm_tool_in(bin, "llvm-link").is_ok())
+        .collect();
+    bins.sort();
+    bins.into_iter().find(|bin| {
+        toolchain::NVPTX_LINK_TOOLS
+            .iter()
+            .all(|tool| toolchain::find_llvm_tool_in(bin, tool).is_ok())
+    })
 }
 
 fn find_tool(dir: &Path, tool: &'static str) -> Result<PathBuf, LinkError> {
