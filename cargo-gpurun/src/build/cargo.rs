@@ -12,7 +12,7 @@ use cargo_metadata::{Artifact, Message};
 
 use super::crates::{DeviceCrate, Workspace};
 use super::targets::{is_lib_kind, Selected};
-use super::{validate, BuildError, BuildOptions, BuiltImage, DeviceTarget, ImageKind};
+use super::{validate, BuildError, BuildOptions, BuiltImage, DeviceTarget, TargetKind};
 use crate::toolchain::{self, Toolchain};
 
 /// File name of the link (inside `<target dir>/gpurun/`) that rustc runs as the nvptx linker. A
@@ -168,9 +168,9 @@ impl CargoBuild<'_> {
             package
                 .targets
                 .iter()
-                .any(|target| target.kind == ImageKind::Bin)
+                .any(|target| target.kind == TargetKind::Bin)
         });
-        if selected.kind == ImageKind::Test && has_bins {
+        if selected.kind == TargetKind::Test && has_bins {
             " (cargo links the package's bins for a tests/ target, as host executables, which \
              a device program's bin cannot be)"
         } else {
@@ -342,7 +342,7 @@ impl CargoBuild<'_> {
     }
 
     /// The image files of an artifact, with their kind.
-    fn images_of(&self, artifact: &Artifact) -> Vec<(PathBuf, ImageKind)> {
+    fn images_of(&self, artifact: &Artifact) -> Vec<(PathBuf, TargetKind)> {
         let kinds: Vec<String> = artifact
             .target
             .kind
@@ -350,13 +350,13 @@ impl CargoBuild<'_> {
             .map(|kind| kind.to_string())
             .collect();
         let kind = if kinds.iter().any(|kind| kind == "bin") {
-            ImageKind::Bin
+            TargetKind::Bin
         } else if kinds.iter().any(|kind| kind == "test") {
-            ImageKind::Test
+            TargetKind::Test
         } else if kinds.iter().any(|kind| kind == "example") {
-            ImageKind::Example
+            TargetKind::Example
         } else {
-            ImageKind::Lib
+            TargetKind::Lib
         };
         let has_extension = |extension: &str| {
             artifact
@@ -394,7 +394,7 @@ impl CargoBuild<'_> {
         package: &DeviceCrate,
         artifact: &Artifact,
         path: PathBuf,
-        kind: ImageKind,
+        kind: TargetKind,
     ) -> Result<BuiltImage, BuildError> {
         let invalid = |source| BuildError::Invalid {
             path: path.clone(),

@@ -77,7 +77,7 @@ pub enum MessageFormat {
 /// What kind of cargo target an image came from. Ordered as `cargo test` runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ImageKind {
+pub enum TargetKind {
     /// A `cdylib` (the usual shape of a device crate).
     Lib,
     /// A `[[bin]]`.
@@ -104,7 +104,7 @@ pub struct BuiltImage {
     /// The cubin assembled from the PTX, when ptxas was found.
     pub cubin: Option<PathBuf>,
     /// Which kind of cargo target produced it.
-    pub kind: ImageKind,
+    pub kind: TargetKind,
     /// The target's source file, relative to the package root (`src/lib.rs`, `tests/foo.rs`).
     pub source: PathBuf,
     /// Kernels found in the image by the offline validation (empty for host images).
@@ -313,7 +313,7 @@ fn test_selection(
     let harness_false = if package
         .targets
         .iter()
-        .any(|target| matches!(target.kind, ImageKind::Lib | ImageKind::Test))
+        .any(|target| matches!(target.kind, TargetKind::Lib | TargetKind::Test))
     {
         let text = std::fs::read_to_string(&package.manifest_path)
             .map_err(|err| manifest_error(format!("{}: {err}", package.manifest_path.display())))?;
@@ -362,7 +362,7 @@ fn build_group_for_test(
         package
             .targets
             .iter()
-            .any(|target| target.kind == ImageKind::Lib)
+            .any(|target| target.kind == TargetKind::Lib)
     };
     let mut wanted = plans
         .iter()
@@ -439,14 +439,14 @@ fn build_group_for_test(
 /// shared objects only. Bins whose `required-features` are not enabled are left out, as cargo
 /// leaves them out of a build.
 fn build_group_for_host(group: &cargo::CargoBuild<'_>) -> Result<Vec<BuiltImage>, BuildError> {
-    let has = |package: &crates::DeviceCrate, kind: ImageKind| {
+    let has = |package: &crates::DeviceCrate, kind: TargetKind| {
         package.targets.iter().any(|target| target.kind == kind)
     };
     let with_lib: Vec<&crates::DeviceCrate> = group
         .packages
         .iter()
         .copied()
-        .filter(|package| has(package, ImageKind::Lib))
+        .filter(|package| has(package, TargetKind::Lib))
         .collect();
     let mut images = Vec::new();
     if !with_lib.is_empty() {
@@ -469,10 +469,10 @@ fn build_group_for_host(group: &cargo::CargoBuild<'_>) -> Result<Vec<BuiltImage>
             group.opts.no_default_features,
         );
         for bin in package.targets.iter().filter(|target| {
-            target.kind == ImageKind::Bin && features.missing(&target.required_features).is_empty()
+            target.kind == TargetKind::Bin && features.missing(&target.required_features).is_empty()
         }) {
             let selected = targets::Selected {
-                kind: ImageKind::Bin,
+                kind: TargetKind::Bin,
                 name: bin.name.clone(),
                 executable: true,
             };

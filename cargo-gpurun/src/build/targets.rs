@@ -28,9 +28,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use cargo_metadata::{CrateType, TargetKind};
+use cargo_metadata::{CrateType, TargetKind as CargoKind};
 
-use super::{DeviceTarget, ImageKind};
+use super::{DeviceTarget, TargetKind};
 
 /// A cargo target of a device crate, as far as choosing what to test is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,7 +38,7 @@ pub struct CargoTarget {
     /// The target name (what `--test NAME` takes).
     pub name: String,
     /// Lib, bin, test or example.
-    pub kind: ImageKind,
+    pub kind: TargetKind,
     /// Cargo links it as an executable (crate type `bin`): every bin and test, and examples
     /// without a `crate-type`.
     pub executable: bool,
@@ -53,15 +53,15 @@ pub struct CargoTarget {
 impl CargoTarget {
     /// The target as `cargo metadata` describes it; `None` for benches and build scripts.
     pub fn from_metadata(target: &cargo_metadata::Target, package_root: &Path) -> Option<Self> {
-        let is = |kind: &TargetKind| target.kind.contains(kind);
-        let kind = if is(&TargetKind::Bin) {
-            ImageKind::Bin
-        } else if is(&TargetKind::Test) {
-            ImageKind::Test
-        } else if is(&TargetKind::Example) {
-            ImageKind::Example
+        let is = |kind: &CargoKind| target.kind.contains(kind);
+        let kind = if is(&CargoKind::Bin) {
+            TargetKind::Bin
+        } else if is(&CargoKind::Test) {
+            TargetKind::Test
+        } else if is(&CargoKind::Example) {
+            TargetKind::Example
         } else if target.kind.iter().any(is_lib_kind) {
-            ImageKind::Lib
+            TargetKind::Lib
         } else {
             return None;
         };
@@ -84,7 +84,7 @@ impl CargoTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selected {
     /// Bin, test or example.
-    pub kind: ImageKind,
+    pub kind: TargetKind,
     /// The target name.
     pub name: String,
     /// Whether cargo links it as an executable (see [`CargoTarget::executable`]).
@@ -95,11 +95,11 @@ impl Selected {
     /// Cargo's option naming this target: `--bin`, `--test` or `--example`.
     pub fn cargo_flag(&self) -> &'static str {
         match self.kind {
-            ImageKind::Bin => "--bin",
-            ImageKind::Test => "--test",
-            ImageKind::Example => "--example",
+            TargetKind::Bin => "--bin",
+            TargetKind::Test => "--test",
+            TargetKind::Example => "--example",
             // Never selected by name: the lib is `--lib`.
-            ImageKind::Lib => "--lib",
+            TargetKind::Lib => "--lib",
         }
     }
 }
@@ -166,7 +166,7 @@ pub fn select_for_test(
     for target in sorted {
         let what = describe(target, package);
         match target.kind {
-            ImageKind::Lib => {
+            TargetKind::Lib => {
                 selection.lib = match (harness_false.lib, target.test) {
                     (false, _) => LibSuite::Plain,
                     (true, true) => LibSuite::UnitTests,
@@ -176,15 +176,15 @@ pub fn select_for_test(
                 continue;
             }
             // `cargo test` leaves these out too.
-            ImageKind::Test if !target.test => continue,
-            ImageKind::Test if !harness_false.tests.contains(&target.name) => {
+            TargetKind::Test if !target.test => continue,
+            TargetKind::Test if !harness_false.tests.contains(&target.name) => {
                 selection.left_out.push(format!(
                     "warning: skipping {what}: it uses libtest, which cannot run on a GPU; set \
                      `harness = false` in its [[test]] section of Cargo.toml"
                 ));
                 continue;
             }
-            ImageKind::Bin | ImageKind::Test | ImageKind::Example => {}
+            TargetKind::Bin | TargetKind::Test | TargetKind::Example => {}
         }
         let missing = missing_features(&target.required_features);
         if !missing.is_empty() {
@@ -228,7 +228,7 @@ impl TestSelection {
                     plan.together.push(selected.clone());
                 }
                 DeviceTarget::Amdgcn => {
-                    let hint = if selected.kind == ImageKind::Example {
+                    let hint = if selected.kind == TargetKind::Example {
                         " (give the example crate-type = [\"cdylib\"] to test it there)"
                     } else {
                         ""
@@ -247,14 +247,14 @@ impl TestSelection {
 
 /// `test target `foo` of `pkg` (tests/foo.rs)`.
 /// Whether a cargo target kind is one of the library kinds (`lib`, `cdylib`, ...).
-pub fn is_lib_kind(kind: &TargetKind) -> bool {
+pub fn is_lib_kind(kind: &CargoKind) -> bool {
     matches!(
         kind,
-        TargetKind::Lib
-            | TargetKind::RLib
-            | TargetKind::DyLib
-            | TargetKind::CDyLib
-            | TargetKind::StaticLib
+        CargoKind::Lib
+            | CargoKind::RLib
+            | CargoKind::DyLib
+            | CargoKind::CDyLib
+            | CargoKind::StaticLib
     )
 }
 
@@ -266,12 +266,12 @@ fn describe(target: &CargoTarget, package: &str) -> String {
     )
 }
 
-fn kind_and_name(kind: ImageKind, name: &str) -> String {
+fn kind_and_name(kind: TargetKind, name: &str) -> String {
     let kind = match kind {
-        ImageKind::Lib => "lib",
-        ImageKind::Bin => "bin",
-        ImageKind::Test => "test target",
-        ImageKind::Example => "example",
+        TargetKind::Lib => "lib",
+        TargetKind::Bin => "bin",
+        TargetKind::Test => "test target",
+        TargetKind::Example => "example",
     };
     format!("{kind} `{name}`")
 }
@@ -381,18 +381,18 @@ impl EnabledFeatures {
 mod tests {
     use super::*;
 
-    fn target(kind: ImageKind, name: &str, source: &str) -> CargoTarget {
+    fn target(kind: TargetKind, name: &str, source: &str) -> CargoTarget {
         CargoTarget {
             name: name.to_owned(),
             kind,
-            executable: kind != ImageKind::Lib,
-            test: kind != ImageKind::Example,
+            executable: kind != TargetKind::Lib,
+            test: kind != TargetKind::Example,
             required_features: Vec::new(),
             source: PathBuf::from(source),
         }
     }
 
-    fn selected(kind: ImageKind, name: &str, executable: bool) -> Selected {
+    fn selected(kind: TargetKind, name: &str, executable: bool) -> Selected {
         Selected {
             kind,
             name: name.to_owned(),
@@ -426,7 +426,7 @@ mod tests {
             CargoTarget::from_metadata(&target, Path::new("/ws/pkg"))
         };
         let test = parse(json("test", "bin", "it", "/ws/pkg/tests/it.rs")).unwrap();
-        assert_eq!(test.kind, ImageKind::Test);
+        assert_eq!(test.kind, TargetKind::Test);
         assert!(test.executable && test.test);
         assert_eq!(test.source, Path::new("tests/it.rs"));
         assert_eq!(test.required_features, ["extra"]);
@@ -437,12 +437,12 @@ mod tests {
             "/ws/pkg/examples/demo.rs",
         ))
         .unwrap();
-        assert_eq!(example.kind, ImageKind::Example);
+        assert_eq!(example.kind, TargetKind::Example);
         assert!(!example.executable && !example.test);
         let lib = parse(json("cdylib", "cdylib", "pkg", "/ws/pkg/src/lib.rs")).unwrap();
         assert_eq!(
             (lib.kind, lib.source.as_path()),
-            (ImageKind::Lib, Path::new("src/lib.rs"))
+            (TargetKind::Lib, Path::new("src/lib.rs"))
         );
         assert_eq!(
             parse(json("bench", "bin", "b", "/ws/pkg/benches/b.rs")),
@@ -465,12 +465,12 @@ mod tests {
     #[test]
     fn selects_lib_bins_harness_false_tests_and_examples_in_cargo_order() {
         let targets = [
-            target(ImageKind::Example, "zdemo", "examples/zdemo.rs"),
-            target(ImageKind::Test, "b_tests", "tests/b_tests.rs"),
-            target(ImageKind::Example, "ademo", "examples/ademo.rs"),
-            target(ImageKind::Test, "a_tests", "tests/a_tests.rs"),
-            target(ImageKind::Bin, "tool", "src/main.rs"),
-            target(ImageKind::Lib, "pkg", "src/lib.rs"),
+            target(TargetKind::Example, "zdemo", "examples/zdemo.rs"),
+            target(TargetKind::Test, "b_tests", "tests/b_tests.rs"),
+            target(TargetKind::Example, "ademo", "examples/ademo.rs"),
+            target(TargetKind::Test, "a_tests", "tests/a_tests.rs"),
+            target(TargetKind::Bin, "tool", "src/main.rs"),
+            target(TargetKind::Lib, "pkg", "src/lib.rs"),
         ];
         let selection = select_for_test(
             "pkg",
@@ -482,11 +482,11 @@ mod tests {
         assert_eq!(
             selection.targets,
             [
-                selected(ImageKind::Bin, "tool", true),
-                selected(ImageKind::Test, "a_tests", true),
-                selected(ImageKind::Test, "b_tests", true),
-                selected(ImageKind::Example, "ademo", true),
-                selected(ImageKind::Example, "zdemo", true),
+                selected(TargetKind::Bin, "tool", true),
+                selected(TargetKind::Test, "a_tests", true),
+                selected(TargetKind::Test, "b_tests", true),
+                selected(TargetKind::Example, "ademo", true),
+                selected(TargetKind::Example, "zdemo", true),
             ]
         );
         assert!(selection.left_out.is_empty(), "{:?}", selection.left_out);
@@ -495,15 +495,15 @@ mod tests {
     #[test]
     fn a_libtest_test_is_skipped_with_one_warning_naming_it() {
         let targets = [
-            target(ImageKind::Lib, "pkg", "src/lib.rs"),
-            target(ImageKind::Test, "uses_libtest", "tests/uses_libtest.rs"),
-            target(ImageKind::Test, "device", "tests/device.rs"),
+            target(TargetKind::Lib, "pkg", "src/lib.rs"),
+            target(TargetKind::Test, "uses_libtest", "tests/uses_libtest.rs"),
+            target(TargetKind::Test, "device", "tests/device.rs"),
         ];
         let selection =
             select_for_test("pkg", &targets, &harness_false(&["device"]), |_| Vec::new());
         assert_eq!(
             selection.targets,
-            [selected(ImageKind::Test, "device", true)]
+            [selected(TargetKind::Test, "device", true)]
         );
         assert_eq!(
             selection.left_out,
@@ -515,7 +515,7 @@ mod tests {
 
     #[test]
     fn tests_with_test_false_are_left_out_like_cargo_test_does() {
-        let mut off = target(ImageKind::Test, "off", "tests/off.rs");
+        let mut off = target(TargetKind::Test, "off", "tests/off.rs");
         off.test = false;
         let selection = select_for_test("pkg", &[off], &harness_false(&["off"]), |_| Vec::new());
         assert_eq!(selection, TestSelection::default());
@@ -523,9 +523,9 @@ mod tests {
 
     #[test]
     fn targets_missing_required_features_are_skipped_with_a_note() {
-        let mut gated = target(ImageKind::Example, "gated", "examples/gated.rs");
+        let mut gated = target(TargetKind::Example, "gated", "examples/gated.rs");
         gated.required_features = vec!["big".to_owned(), "fast".to_owned()];
-        let mut open = target(ImageKind::Example, "open", "examples/open.rs");
+        let mut open = target(TargetKind::Example, "open", "examples/open.rs");
         open.required_features = vec!["fast".to_owned()];
         let enabled = EnabledFeatures::Some(names(&["fast"]));
         let selection = select_for_test("pkg", &[gated, open], &harness_false(&[]), |required| {
@@ -533,7 +533,7 @@ mod tests {
         });
         assert_eq!(
             selection.targets,
-            [selected(ImageKind::Example, "open", true)]
+            [selected(TargetKind::Example, "open", true)]
         );
         assert_eq!(
             selection.left_out,
@@ -549,9 +549,9 @@ mod tests {
         let selection = TestSelection {
             lib: LibSuite::Plain,
             targets: vec![
-                selected(ImageKind::Test, "it", true),
-                selected(ImageKind::Example, "bin_demo", true),
-                selected(ImageKind::Example, "cdylib_demo", false),
+                selected(TargetKind::Test, "it", true),
+                selected(TargetKind::Example, "bin_demo", true),
+                selected(TargetKind::Example, "cdylib_demo", false),
             ],
             left_out: Vec::new(),
         };
@@ -563,7 +563,7 @@ mod tests {
         let host = selection.plan_for(DeviceTarget::Host, "pkg");
         assert_eq!(
             host.together,
-            [selected(ImageKind::Example, "cdylib_demo", false)]
+            [selected(TargetKind::Example, "cdylib_demo", false)]
         );
         assert_eq!(host.one_by_one, selection.targets[..2]);
         assert!(host.left_out.is_empty());
@@ -633,7 +633,7 @@ mod tests {
 
     #[test]
     fn a_harness_false_lib_is_tested_in_test_mode_unless_test_is_false() {
-        let lib = target(ImageKind::Lib, "pkg", "src/lib.rs");
+        let lib = target(TargetKind::Lib, "pkg", "src/lib.rs");
         let lib_without_harness = HarnessFalse {
             lib: true,
             tests: BTreeSet::new(),

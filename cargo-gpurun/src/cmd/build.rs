@@ -48,7 +48,7 @@ pub fn json_line(image: &BuiltImage) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::{DeviceTarget, ImageKind};
+    use crate::build::{DeviceTarget, TargetKind};
     use std::path::PathBuf;
 
     fn image(cubin: bool) -> BuiltImage {
@@ -61,7 +61,7 @@ mod tests {
             cubin: cubin.then(|| {
                 PathBuf::from("/repo/fixtures/target/nvptx64-nvidia-cuda/debug/hello.cubin")
             }),
-            kind: ImageKind::Lib,
+            kind: TargetKind::Lib,
             source: PathBuf::from("src/lib.rs"),
             kernels: vec!["_start".to_owned()],
         }

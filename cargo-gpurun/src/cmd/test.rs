@@ -16,7 +16,7 @@ use gpurun_harness::HarnessArgs;
 
 use super::device::{backend_for, DeviceArgs};
 use super::suite::{self, test_cases, test_executor, DEFAULT_TEST_TIMEOUT};
-use crate::build::{self, BuildOptions, BuiltImage, DeviceTarget, ImageKind};
+use crate::build::{self, BuildOptions, BuiltImage, DeviceTarget, TargetKind};
 use crate::exit_code;
 
 /// `cargo gpurun test`.
@@ -121,7 +121,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         };
         // A program is a test suite only if it has tests; every other target is one even when
         // empty ("running 0 tests"), as with cargo.
-        if built.kind == ImageKind::Bin && tests.is_empty() {
+        if built.kind == TargetKind::Bin && tests.is_empty() {
             continue;
         }
         let kind = kind?;
@@ -132,8 +132,8 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or(DEFAULT_TEST_TIMEOUT);
         let executor = test_executor(&args.device, kind, &built.path, &harness_args, timeout)?;
         harness_args.suite_name = Some(match built.kind {
-            ImageKind::Lib => built.package.clone(),
-            ImageKind::Bin | ImageKind::Test | ImageKind::Example => built.name.clone(),
+            TargetKind::Lib => built.package.clone(),
+            TargetKind::Bin | TargetKind::Test | TargetKind::Example => built.name.clone(),
         });
         let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
         // One `--junit` file for the whole run: later suites add theirs to it.
@@ -171,8 +171,8 @@ fn sort_in_cargo_test_order(images: &mut [BuiltImage]) {
 fn suite_header(built: &BuiltImage, cwd: &Path) -> String {
     let path = built.path.strip_prefix(cwd).unwrap_or(&built.path);
     let prefix = match built.kind {
-        ImageKind::Test => "",
-        ImageKind::Lib | ImageKind::Bin | ImageKind::Example => "unittests ",
+        TargetKind::Test => "",
+        TargetKind::Lib | TargetKind::Bin | TargetKind::Example => "unittests ",
     };
     format!("{prefix}{} ({})", built.source.display(), path.display())
 }
