@@ -1,9 +1,9 @@
 //! Agents: listing them with what `cargo gpurun info` and the build need (name, `gfxNNN`,
 //! wavefront size), and opening a GPU agent together with a CPU agent and their memory pools.
 
-use super::error::{runtime, runtime_message};
+use super::driver::{runtime, runtime_message};
+use super::driver::{HsaError, StatusExt};
 use super::memory::{find_pools, Pools};
-use super::result::{HsaError, StatusExt};
 use super::runtime::Runtime;
 use crate::{BackendError, BackendKind, DeviceInfo};
 use hsa_sys::*;

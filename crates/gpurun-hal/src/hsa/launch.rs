@@ -3,10 +3,10 @@
 //! fault the event handler recorded, or the queue's error. The shared loop (`crate::serve`)
 //! does the rest, waiting on the completion signal while the device is quiet.
 
-use super::error::runtime_message;
+use super::driver::runtime_message;
+use super::driver::status_string;
 use super::memory::{PoolBuffer, Signal};
 use super::module::{HsaPrimitives, QueueState};
-use super::result::status_string;
 use super::runtime::{fault_count, fault_text};
 use crate::serve::{Launch, LaunchState};
 use crate::BackendError;
@@ -53,7 +53,7 @@ impl Launch for HsaLaunch {
             return LaunchState::Done;
         }
         let queue_error = self.queue.error().map(|status| {
-            super::error::describe_queue_error(status, status_string(&self.lib, status))
+            super::driver::describe_queue_error(status, status_string(&self.lib, status))
         });
         match check_health(queue_error, self.faults_before, fault_count(), fault_text) {
             Some(text) => LaunchState::Faulted(text),

@@ -2,8 +2,8 @@
 //! (host memory the GPU reads coherently: kernel arguments, argv/envp, the RPC buffer) and the
 //! coarse-grained pool of the GPU (device memory: `malloc` over RPC, the return slot).
 
-use super::error::{runtime, runtime_message};
-use super::result::{HsaError, StatusExt};
+use super::driver::{runtime, runtime_message};
+use super::driver::{HsaError, StatusExt};
 use crate::BackendError;
 use hsa_sys::*;
 use std::ffi::c_void;

@@ -27,17 +27,16 @@
 //! sees it, and ROCr's behaviour after a claimed memory fault.
 
 mod device;
-mod error;
+mod driver;
 mod launch;
 mod memory;
 mod module;
 pub mod packet;
-mod result;
 mod runtime;
 
 pub use device::arch_from_isa_name;
+pub use driver::HsaError;
 pub use module::{kernel_descriptor_name, HsaPrimitives};
-pub use result::HsaError;
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
@@ -89,7 +88,7 @@ impl Backend for HsaBackend {
 
     fn devices(&self) -> Result<Vec<DeviceInfo>, BackendError> {
         let runtime = self.runtime()?;
-        let agents = device::list_agents(&runtime).map_err(error::runtime)?;
+        let agents = device::list_agents(&runtime).map_err(driver::runtime)?;
         let version = runtime.version();
         Ok(device::dispatch_gpus(&agents)
             .into_iter()

@@ -3,13 +3,13 @@
 //! primitives the shared module runs on.
 
 use super::device::{agent_attribute, Opened};
-use super::error::runtime;
+use super::driver::runtime;
+use super::driver::{status_string, HsaError, StatusExt};
 use super::launch::HsaLaunch;
 use super::memory::{copy_and_wait, PoolBuffer, Signal};
 use super::packet::{
     dispatch_header, dispatch_packet, header_word, kernarg_block, with_stack_size, KernelFacts,
 };
-use super::result::{status_string, HsaError, StatusExt};
 use super::runtime::fault_count;
 use crate::args::{pack_c_struct, KernelArg};
 use crate::module::{Primitives, Started};

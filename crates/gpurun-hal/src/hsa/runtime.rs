@@ -1,8 +1,8 @@
 //! The loaded library and one reference on the initialised runtime, plus the process-wide
 //! memory-fault record fed by the system event handler.
 
-use super::error::{describe_memory_fault, not_available, runtime};
-use super::result::{HsaError, StatusExt};
+use super::driver::{describe_memory_fault, not_available, runtime};
+use super::driver::{HsaError, StatusExt};
 use crate::BackendError;
 use hsa_sys::*;
 use std::ffi::{c_void, OsString};
