@@ -307,8 +307,35 @@ pub struct hsa_amd_gpu_memory_fault_info_t {
     pub fault_reason_mask: u32,
 }
 
-/// `hsa_amd_event_t`. In C the payload is an anonymous union whose only member is the memory
-/// fault; a struct with that member has the same layout.
+/// `HSA_AMD_GPU_HW_EXCEPTION_EVENT` (ROCm 5.x and later; Debian's headers predate it, so it
+/// stays out of the checked constants above).
+pub const HSA_AMD_GPU_HW_EXCEPTION_EVENT: hsa_amd_event_type_t = 1;
+
+/// `hsa_amd_gpu_hw_exception_info_t` (ROCm 5.x and later; not in Debian's headers): the other
+/// member of `hsa_amd_event_t`'s union, for `HSA_AMD_GPU_HW_EXCEPTION_EVENT`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct hsa_amd_gpu_hw_exception_info_t {
+    pub agent: hsa_agent_t,
+    /// `hsa_amd_hw_exception_reset_type_t` (1: other).
+    pub reset_type: u32,
+    /// `hsa_amd_hw_exception_reset_cause_t` (1: GPU hang, 2: ECC).
+    pub reset_cause: u32,
+}
+
+// ROCr's layout (no header here to check it against): it fits the union beside the memory fault.
+const _: () = {
+    assert!(core::mem::size_of::<hsa_amd_gpu_hw_exception_info_t>() == 16);
+    assert!(core::mem::offset_of!(hsa_amd_gpu_hw_exception_info_t, reset_cause) == 12);
+    assert!(
+        core::mem::size_of::<hsa_amd_gpu_hw_exception_info_t>()
+            <= core::mem::size_of::<hsa_amd_gpu_memory_fault_info_t>()
+    );
+};
+
+/// `hsa_amd_event_t`. In C the payload is an anonymous union of the memory fault and (newer
+/// runtimes) the hardware exception; the memory fault is the larger member, so a struct with it
+/// has the union's layout. The hardware exception is read from the same bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct hsa_amd_event_t {

@@ -148,9 +148,10 @@ fn register_fault_handler(lib: &HsaLib) -> Result<(), HsaError> {
     .result(lib, "hsa_amd_register_system_event_handler")
 }
 
-/// Records a GPU memory fault and claims it as handled (`HSA_STATUS_SUCCESS`), so that ROCr
-/// does not abort the process: the launch that faulted fails, the worker is replaced, and the
-/// rest of the run goes on. (LLVM's loader returns an error here, letting ROCr abort.)
+/// Records a GPU memory fault or hardware exception (a hang the GPU was reset for, an ECC error)
+/// and claims it as handled (`HSA_STATUS_SUCCESS`), so that ROCr does not abort the process: the
+/// launch that faulted fails with the text, the worker is replaced, and the rest of the run goes
+/// on. (LLVM's loader returns an error here, letting ROCr abort.) Other events are not ours.
 unsafe extern "C" fn on_system_event(
     event: *const hsa_amd_event_t,
     _data: *mut c_void,
@@ -160,13 +161,34 @@ unsafe extern "C" fn on_system_event(
     }
     // SAFETY: the runtime passes a valid event for the duration of the call.
     let event = unsafe { *event };
-    if event.event_type == HSA_AMD_GPU_MEMORY_FAULT_EVENT {
-        let text = describe_memory_fault(&event.memory_fault);
-        if let Ok(mut faults) = FAULTS.lock() {
-            faults.push(text);
+    let text = match event.event_type {
+        HSA_AMD_GPU_MEMORY_FAULT_EVENT => describe_memory_fault(&event.memory_fault),
+        HSA_AMD_GPU_HW_EXCEPTION_EVENT => {
+            // SAFETY: for this event the union holds the hardware exception, which is smaller
+            // than the memory fault member whose bytes we copied (layout asserted in hsa-sys).
+            let exception: hsa_amd_gpu_hw_exception_info_t =
+                unsafe { std::mem::transmute_copy(&event.memory_fault) };
+            describe_hw_exception(&exception)
         }
+        _ => return HSA_STATUS_ERROR,
+    };
+    if let Ok(mut faults) = FAULTS.lock() {
+        faults.push(text);
     }
     HSA_STATUS_SUCCESS
+}
+
+/// A hardware exception in words.
+fn describe_hw_exception(exception: &hsa_amd_gpu_hw_exception_info_t) -> String {
+    let cause = match exception.reset_cause {
+        1 => "the GPU hung and was reset".to_owned(),
+        2 => "an uncorrectable ECC error; the GPU was reset".to_owned(),
+        other => format!("GPU hardware exception (reset cause {other})"),
+    };
+    format!(
+        "GPU hardware exception on agent {:#x}: {cause}",
+        exception.agent.handle
+    )
 }
 
 #[cfg(test)]
@@ -203,5 +225,47 @@ mod tests {
         // SAFETY: the handler checks for a null event before reading it.
         let status = unsafe { on_system_event(std::ptr::null(), std::ptr::null_mut()) };
         assert_eq!(status, HSA_STATUS_SUCCESS);
+    }
+
+    #[test]
+    fn hardware_exceptions_are_faults_with_their_cause() {
+        let before = fault_count();
+        let exception = hsa_amd_gpu_hw_exception_info_t {
+            agent: hsa_agent_t { handle: 7 },
+            reset_type: 1,
+            reset_cause: 1,
+        };
+        let mut event = hsa_amd_event_t {
+            event_type: HSA_AMD_GPU_HW_EXCEPTION_EVENT,
+            ..hsa_amd_event_t::default()
+        };
+        // SAFETY: the union payload's bytes, as the runtime fills them for this event.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&exception as *const hsa_amd_gpu_hw_exception_info_t).cast::<u8>(),
+                (&mut event.memory_fault as *mut hsa_amd_gpu_memory_fault_info_t).cast::<u8>(),
+                std::mem::size_of::<hsa_amd_gpu_hw_exception_info_t>(),
+            );
+        }
+        // SAFETY: a valid event; `data` is unused.
+        let status = unsafe { on_system_event(&event, std::ptr::null_mut()) };
+        assert_eq!(status, HSA_STATUS_SUCCESS);
+        let texts: Vec<String> = (before..fault_count()).filter_map(fault_text).collect();
+        assert!(
+            texts
+                .iter()
+                .any(|text| text.contains("hung") && text.contains("0x7")),
+            "{texts:?}"
+        );
+        // An event that is not ours is left to the runtime.
+        let other = hsa_amd_event_t {
+            event_type: 3,
+            ..hsa_amd_event_t::default()
+        };
+        // SAFETY: as above.
+        assert_ne!(
+            unsafe { on_system_event(&other, std::ptr::null_mut()) },
+            HSA_STATUS_SUCCESS
+        );
     }
 }
