@@ -263,9 +263,7 @@ mod tests {
             ..hsa_amd_event_t::default()
         };
         // SAFETY: as above.
-        assert_ne!(
-            unsafe { on_system_event(&other, std::ptr::null_mut()) },
-            HSA_STATUS_SUCCESS
-        );
+        let status = unsafe { on_system_event(&other, std::ptr::null_mut()) };
+        assert_ne!(status, HSA_STATUS_SUCCESS);
     }
 }
