@@ -193,6 +193,14 @@ pub trait Module {
     /// address as the device sees it. Lives until the module is dropped.
     fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError>;
 
+    /// Allocates `size` zeroed bytes of device memory (where the device reaches it fastest);
+    /// returns its device address. Lives until the module is dropped.
+    fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError>;
+
+    /// Reads `len` bytes at `address`, which must lie in a block from
+    /// [`Module::alloc_device`]. Between launches only.
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError>;
+
     /// Copies `bytes` into the global `name` of the loaded image.
     fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError>;
 

@@ -48,8 +48,14 @@ pub trait Primitives {
     /// `size` zeroed bytes both sides can read and write, aligned to 64, owned by the module.
     fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError>;
 
-    /// Device memory for RPC `malloc`/`free`.
+    /// Device memory for RPC `malloc`/`free` (and [`Module::alloc_device`]).
     fn heap(&mut self) -> &mut dyn DeviceMemory;
+
+    /// Copies `bytes` to device memory at `address` (a range the module checked).
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError>;
+
+    /// Copies `len` bytes from device memory at `address` (a range the module checked).
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError>;
 
     /// Starts `kernel` (shape already checked) and returns at once.
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started;
@@ -113,6 +119,8 @@ impl<L: LoadPrimitives> Device for OpenedDevice<L> {
 /// A loaded image on one device.
 pub struct HalModule<P: Primitives> {
     rpc: Option<RpcServer>,
+    /// Blocks from [`Module::alloc_device`]: `(address, size)`. Reads must stay inside one.
+    device_blocks: Vec<(u64, usize)>,
     /// Dropped by hand (see `Drop`): never once the module is broken.
     primitives: ManuallyDrop<P>,
     /// Why the module cannot run kernels any more.
@@ -165,6 +173,7 @@ impl<P: Primitives> HalModule<P> {
         };
         Ok(HalModule {
             rpc,
+            device_blocks: Vec::new(),
             primitives: ManuallyDrop::new(primitives),
             broken: None,
         })
@@ -285,6 +294,30 @@ impl<P: Primitives> Module for HalModule<P> {
 
     fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
         self.primitives.alloc_host_visible(size)
+    }
+
+    fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
+        let address = self.primitives.heap().malloc(size.max(1) as u64);
+        if address == 0 {
+            return Err(BackendError::InvalidArgument(format!(
+                "no device memory for {size} bytes"
+            )));
+        }
+        self.device_blocks.push((address, size));
+        self.primitives.write_device(address, &vec![0; size])?;
+        Ok(address)
+    }
+
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        let inside = self.device_blocks.iter().any(|&(start, size)| {
+            address >= start && address.saturating_add(len as u64) <= start + size as u64
+        });
+        if !inside {
+            return Err(BackendError::InvalidArgument(format!(
+                "{len} bytes at {address:#x} are not in device memory this module allocated"
+            )));
+        }
+        self.primitives.read_device(address, len)
     }
 
     fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {

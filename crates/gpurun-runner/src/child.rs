@@ -380,7 +380,9 @@ fn try_run_main(
     let envp_size = args::pack_strings(&run.envp, 0).len();
     let argv_mem = module.alloc_shared(argv_size)?;
     let envp_mem = module.alloc_shared(envp_size)?;
-    let ret_mem = module.alloc_shared(8)?;
+    // The result word lives in device memory, as in LLVM's loaders: the threads' atomic ORs stay
+    // on the device instead of crossing PCIe (which needs PCIe atomics).
+    let ret_address = module.alloc_device(4)?;
     let argv_block = args::pack_strings(&run.argv, argv_mem.device);
     let envp_block = args::pack_strings(&run.envp, envp_mem.device);
     // SAFETY: each allocation is at least as large as the block written into it and owned by
@@ -398,13 +400,13 @@ fn try_run_main(
         Err(error) => return Err(error),
     }
     report_usage(module, "_start", sink);
-    let start = args::start_args(argc, argv_mem.device, envp_mem.device, ret_mem.device);
+    let start = args::start_args(argc, argv_mem.device, envp_mem.device, ret_address);
     let end = module.launch("_start", run.shape, &start, None, sink)?;
     if end != LaunchEnd::Completed {
         return Ok(from_launch(end, 0));
     }
-    // SAFETY: `ret_mem` holds at least 4 bytes, written by the finished kernel.
-    let status = unsafe { std::ptr::read_volatile(ret_mem.host as *const i32) };
+    let word = module.read_device(ret_address, 4)?;
+    let status = <[u8; 4]>::try_from(word.as_slice()).map_or(0, i32::from_le_bytes);
     match module.launch("_end", LaunchShape::SINGLE, &[], None, sink) {
         Ok(LaunchEnd::Completed) | Err(BackendError::MissingSymbol { .. }) => {}
         Ok(other) => return Ok(from_launch(other, status)),

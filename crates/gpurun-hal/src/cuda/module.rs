@@ -436,6 +436,30 @@ impl Primitives for CudaPrimitives<'_> {
         &mut self.heap
     }
 
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        self.device.make_current()?;
+        // The allocation may still be pending on the memory stream.
+        // SAFETY: plain driver call on a stream of the current context.
+        check("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(self.memory_stream)
+        })?;
+        // SAFETY: the module checked that `address` holds `bytes.len()` device bytes.
+        check("cuMemcpyHtoD", unsafe {
+            sys::cuMemcpyHtoD_v2(address, bytes.as_ptr().cast(), bytes.len())
+        })?;
+        Ok(())
+    }
+
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        self.device.make_current()?;
+        let mut bytes = vec![0u8; len];
+        // SAFETY: the module checked that `address` holds `len` device bytes; `bytes` has room.
+        check("cuMemcpyDtoH", unsafe {
+            sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), address, len)
+        })?;
+        Ok(bytes)
+    }
+
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
         self.device.make_current()?;
         // Frees the device asked for during the last launch (see `DeviceHeap::free`).

@@ -50,6 +50,40 @@ impl HostMemory {
     }
 }
 
+impl HostMemory {
+    /// Copies `bytes` to `address`, which must lie in one of this allocator's blocks.
+    pub fn write(&mut self, address: u64, bytes: &[u8]) -> Result<(), crate::BackendError> {
+        let target = self.checked(address, bytes.len())?;
+        // SAFETY: `checked` found `bytes.len()` bytes at `target` inside a live block.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), target, bytes.len()) };
+        Ok(())
+    }
+
+    /// Copies `len` bytes from `address`, which must lie in one of this allocator's blocks.
+    pub fn read(&self, address: u64, len: usize) -> Result<Vec<u8>, crate::BackendError> {
+        let source = self.checked(address, len)?;
+        let mut bytes = vec![0; len];
+        // SAFETY: as in `write`.
+        unsafe { std::ptr::copy_nonoverlapping(source, bytes.as_mut_ptr(), len) };
+        Ok(bytes)
+    }
+
+    fn checked(&self, address: u64, len: usize) -> Result<*mut u8, crate::BackendError> {
+        let address = usize::try_from(address).unwrap_or(usize::MAX);
+        self.blocks
+            .iter()
+            .any(|(&start, layout)| {
+                address >= start && address.saturating_add(len) <= start + layout.size()
+            })
+            .then_some(address as *mut u8)
+            .ok_or_else(|| {
+                crate::BackendError::InvalidArgument(format!(
+                    "{len} bytes at {address:#x} are not in host-emulated device memory"
+                ))
+            })
+    }
+}
+
 impl DeviceMemory for HostMemory {
     fn malloc(&mut self, size: u64) -> u64 {
         usize::try_from(size)

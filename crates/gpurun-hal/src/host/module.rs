@@ -125,6 +125,14 @@ impl Primitives for HostPrimitives {
         &mut self.memory
     }
 
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        self.memory.write(address, bytes)
+    }
+
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        self.memory.read(address, len)
+    }
+
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
         if args.len() > 6 {
             return Err(BackendError::InvalidArgument(format!(

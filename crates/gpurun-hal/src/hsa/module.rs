@@ -574,6 +574,14 @@ impl Primitives for HsaPrimitives<'_> {
         &mut self.res.heap
     }
 
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        self.copy_to_device(address, bytes)
+    }
+
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        self.copy_from_device(address, len)
+    }
+
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
         let facts = with_stack_size(self.kernel(kernel)?, self.stack_size);
         let block = kernarg_block(&pack_c_struct(args), &shape, facts.kernarg_segment_size)?;

@@ -99,6 +99,14 @@ impl Primitives for ScriptedPrimitives {
         &mut self.memory
     }
 
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        self.memory.write(address, bytes)
+    }
+
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        self.memory.read(address, len)
+    }
+
     fn start(&mut self, kernel: &str, _shape: LaunchShape, _args: &[KernelArg]) -> Started {
         if !self.kernels.iter().any(|name| name == kernel) {
             return Err(BackendError::MissingSymbol {

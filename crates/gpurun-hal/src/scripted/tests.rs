@@ -304,3 +304,22 @@ fn scripts_round_trip_through_json() {
     let backend = ScriptedBackend::new(script);
     assert_eq!(backend.devices().unwrap().len(), 2);
 }
+
+#[test]
+fn device_memory_is_zeroed_and_reads_stay_inside_it() {
+    let (backend, image) = setup(vec![]);
+    let mut device = backend.open(0).unwrap();
+    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+    let address = module.alloc_device(16).unwrap();
+    assert_eq!(module.read_device(address, 16).unwrap(), vec![0; 16]);
+    assert_eq!(module.read_device(address + 12, 4).unwrap(), vec![0; 4]);
+    for (at, len) in [(address + 12, 8), (address - 1, 4), (0, 4), (u64::MAX, 2)] {
+        assert!(
+            matches!(
+                module.read_device(at, len),
+                Err(BackendError::InvalidArgument(_))
+            ),
+            "{at:#x} {len}"
+        );
+    }
+}
