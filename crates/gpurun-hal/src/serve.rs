@@ -134,15 +134,25 @@ impl Deadlines {
 }
 
 /// The pause between two looks at an idle launch: spin first (a kernel that prints or returns
-/// soon is answered within microseconds), then wait longer and longer up to a millisecond so an
+/// soon is answered within microseconds), then yield the core (the host emulation's device
+/// threads may need it more than we do), then wait longer and longer up to a millisecond so an
 /// idle long-running kernel costs little CPU.
 #[derive(Debug)]
 struct Backoff {
     idle: u32,
 }
 
+/// One step of [`Backoff`].
+#[derive(Debug, PartialEq, Eq)]
+enum Pause {
+    Spin,
+    Yield,
+    Wait(Duration),
+}
+
 impl Backoff {
-    const SPINS: u32 = 256;
+    const SPINS: u32 = 32;
+    const YIELDS: u32 = 256;
     const FIRST: Duration = Duration::from_micros(10);
     const LONGEST: Duration = Duration::from_millis(1);
 
@@ -154,15 +164,16 @@ impl Backoff {
         self.idle = 0;
     }
 
-    /// `None`: spin once more; `Some(d)`: wait `d`.
-    fn next(&mut self) -> Option<Duration> {
+    fn next(&mut self) -> Pause {
         self.idle = self.idle.saturating_add(1);
-        let waits = self
-            .idle
-            .checked_sub(Self::SPINS)
-            .filter(|waits| *waits > 0)?;
-        let doublings = (waits - 1).min(7);
-        Some((Self::FIRST * (1 << doublings)).min(Self::LONGEST))
+        if self.idle <= Self::SPINS {
+            return Pause::Spin;
+        }
+        if self.idle <= Self::YIELDS {
+            return Pause::Yield;
+        }
+        let doublings = (self.idle - Self::YIELDS - 1).min(7);
+        Pause::Wait((Self::FIRST * (1 << doublings)).min(Self::LONGEST))
     }
 }
 
@@ -302,8 +313,9 @@ impl<'a> Loop<'a> {
                 backoff.busy();
             } else {
                 match backoff.next() {
-                    Some(pause) => self.launch.pause(pause),
-                    None => std::hint::spin_loop(),
+                    Pause::Spin => std::hint::spin_loop(),
+                    Pause::Yield => std::thread::yield_now(),
+                    Pause::Wait(pause) => self.launch.pause(pause),
                 }
             }
         }
@@ -403,17 +415,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_spins_then_waits_longer_up_to_a_millisecond() {
+    fn backoff_spins_yields_then_waits_longer_up_to_a_millisecond() {
         let mut backoff = Backoff::new();
         for _ in 0..Backoff::SPINS {
-            assert_eq!(backoff.next(), None);
+            assert_eq!(backoff.next(), Pause::Spin);
         }
-        assert_eq!(backoff.next(), Some(Backoff::FIRST));
-        assert_eq!(backoff.next(), Some(Duration::from_micros(20)));
-        let longest = (0..20).filter_map(|_| backoff.next()).last();
-        assert_eq!(longest, Some(Duration::from_millis(1)));
+        for _ in Backoff::SPINS..Backoff::YIELDS {
+            assert_eq!(backoff.next(), Pause::Yield);
+        }
+        assert_eq!(backoff.next(), Pause::Wait(Backoff::FIRST));
+        assert_eq!(backoff.next(), Pause::Wait(Duration::from_micros(20)));
+        let longest = (0..20).map(|_| backoff.next()).last();
+        assert_eq!(longest, Some(Pause::Wait(Duration::from_millis(1))));
         backoff.busy();
-        assert_eq!(backoff.next(), None);
+        assert_eq!(backoff.next(), Pause::Spin);
     }
 
     #[test]
