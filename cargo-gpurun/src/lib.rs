@@ -2,6 +2,12 @@
 //! the CLI ([`cli`]), one module per subcommand ([`cmd`]), device-crate builds and our nvptx
 //! linker ([`build`]), and toolchain discovery ([`toolchain`]). `main.rs` only calls
 //! [`main_impl`], so tests and other tools can reuse every part, notably [`build::build`].
+//!
+//! Owns: argument parsing, the build pipeline (cargo, our nvptx linker, ptxas, the image checks)
+//! and the commands. Must not: hold runner or backend logic, or open a device: tests and
+//! programs run in worker processes through `gpurun-runner`; only `cargo gpurun info` and the
+//! choice of a default target ask a backend to list devices (which opens none), and the hidden
+//! `__worker` subcommand is the worker process itself.
 
 pub mod build;
 pub mod cli;

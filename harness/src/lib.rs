@@ -15,6 +15,11 @@
 //! ```
 //!
 //! See `README.md` for the known differences from libtest.
+//!
+//! Owns: libtest's command line, filtering, partitions, scheduling on test threads, verdicts,
+//! and every reporter (pretty, terse, JSON, JUnit, GitHub annotations), plus the one table of
+//! exit codes. Must not: know backends, workers or images: tests come in as [`TestCase`]s and
+//! run through an [`Executor`].
 
 pub mod args;
 pub mod exit_code;

@@ -1,5 +1,8 @@
 //! Helpers for the end-to-end tests: the real `cargo-gpurun` binary (built with escargot) and
 //! the fixture images it builds for the host emulation backend.
+//!
+//! Owns: what the end-to-end tests and benchmarks share. Must not: reach into the crates'
+//! internals; these tests drive the binary as a user would.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -4,6 +4,9 @@
 //! `gpurun-device` (its `export` module), which know the right kernel ABI for each target and
 //! the descriptor layout of `docs/abi.md`. They find that crate under whatever name the user's
 //! `Cargo.toml` gives it (`gpurun = { package = "gpurun-device" }` is the documented spelling).
+//!
+//! Owns: the attributes' syntax and their checks. Must not: spell the device ABI itself (the
+//! flags, symbol prefixes and descriptor format come from `gpurun-abi`) or know the host.
 
 use gpurun_abi::{desc, symbols};
 use proc_macro::TokenStream;

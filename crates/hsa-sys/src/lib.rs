@@ -11,6 +11,9 @@
 //! that is missing, never panics. Calling through the table is `unsafe`: the caller upholds
 //! the HSA API's own rules (initialised runtime, valid handles, buffers of the right size).
 //! Safe wrappers live in `gpurun-hal`'s `hsa` module.
+//!
+//! Owns: the HSA types, constants and function signatures, and loading the library. Must not:
+//! contain logic (decisions about the runtime's answers belong to `gpurun-hal`).
 
 mod functions;
 mod types;
