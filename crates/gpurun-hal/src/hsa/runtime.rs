@@ -200,9 +200,19 @@ pub(crate) fn record_fault_for_test(text: &str) {
 mod tests {
     use super::*;
 
+    /// Hands `event` to the handler; returns its status and the fault texts it recorded.
+    fn handle(event: &hsa_amd_event_t) -> (hsa_status_t, Vec<String>) {
+        let before = fault_count();
+        // SAFETY: a valid event, as the runtime passes it; `data` is unused.
+        let status = unsafe { on_system_event(event, std::ptr::null_mut()) };
+        (
+            status,
+            (before..fault_count()).filter_map(fault_text).collect(),
+        )
+    }
+
     #[test]
     fn the_event_handler_records_memory_faults_and_claims_them() {
-        let before = fault_count();
         let event = hsa_amd_event_t {
             event_type: HSA_AMD_GPU_MEMORY_FAULT_EVENT,
             memory_fault: hsa_amd_gpu_memory_fault_info_t {
@@ -211,11 +221,9 @@ mod tests {
                 fault_reason_mask: HSA_AMD_MEMORY_FAULT_READ_ONLY,
             },
         };
-        // SAFETY: a valid event, as the runtime passes it; `data` is unused.
-        let status = unsafe { on_system_event(&event, std::ptr::null_mut()) };
+        let (status, texts) = handle(&event);
         // SUCCESS tells ROCr the fault is handled, so it does not abort the process.
         assert_eq!(status, HSA_STATUS_SUCCESS);
-        let texts: Vec<String> = (before..fault_count()).filter_map(fault_text).collect();
         assert!(
             texts
                 .iter()
@@ -229,7 +237,6 @@ mod tests {
 
     #[test]
     fn hardware_exceptions_are_faults_with_their_cause() {
-        let before = fault_count();
         let exception = hsa_amd_gpu_hw_exception_info_t {
             agent: hsa_agent_t { handle: 7 },
             reset_type: 1,
@@ -247,10 +254,8 @@ mod tests {
                 std::mem::size_of::<hsa_amd_gpu_hw_exception_info_t>(),
             );
         }
-        // SAFETY: a valid event; `data` is unused.
-        let status = unsafe { on_system_event(&event, std::ptr::null_mut()) };
+        let (status, texts) = handle(&event);
         assert_eq!(status, HSA_STATUS_SUCCESS);
-        let texts: Vec<String> = (before..fault_count()).filter_map(fault_text).collect();
         assert!(
             texts
                 .iter()
@@ -262,8 +267,6 @@ mod tests {
             event_type: 3,
             ..hsa_amd_event_t::default()
         };
-        // SAFETY: as above.
-        let status = unsafe { on_system_event(&other, std::ptr::null_mut()) };
-        assert_ne!(status, HSA_STATUS_SUCCESS);
+        assert_ne!(handle(&other).0, HSA_STATUS_SUCCESS);
     }
 }

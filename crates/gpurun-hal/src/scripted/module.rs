@@ -52,6 +52,10 @@ impl Primitives for ScriptedPrimitives {
         1
     }
 
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        self.memory.read(address, len)
+    }
+
     fn global_size(&self, name: &str) -> Option<u64> {
         if name == symbols::RPC_CLIENT {
             return self
@@ -99,14 +103,6 @@ impl Primitives for ScriptedPrimitives {
         &mut self.memory
     }
 
-    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
-        self.memory.write(address, bytes)
-    }
-
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.memory.read(address, len)
-    }
-
     fn start(&mut self, kernel: &str, _shape: LaunchShape, _args: &[KernelArg]) -> Started {
         if !self.kernels.iter().any(|name| name == kernel) {
             return Err(BackendError::MissingSymbol {
@@ -121,5 +117,9 @@ impl Primitives for ScriptedPrimitives {
 
     fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
         self.memory.alloc_shared(size)
+    }
+
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        self.memory.write(address, bytes)
     }
 }
