@@ -182,6 +182,33 @@ fn a_hang_stops_at_the_timeout() {
     );
 }
 
+/// No `--timeout`: a kernel that is still running may run forever, but a conversation whose
+/// kernel has ended may not keep the host waiting for the rest of a message.
+#[test]
+fn a_message_cut_off_by_the_kernels_end_does_not_hang_without_a_timeout() {
+    let image = host_image("args-env-exit");
+    let mut child = gpurun(&["run", image.to_str().unwrap(), "stall"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`cargo gpurun run ... stall` still waits after 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert!(
+        text(&output.stderr).contains("the kernel ended in the middle of an RPC message"),
+        "{}",
+        describe(&output)
+    );
+}
+
 fn write_temp(name: &str, bytes: &[u8]) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("gpurun-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -34,6 +34,13 @@ pub const fn descriptor<const N: usize>(
     })
 }
 
+/// Starts a write that announces `announced` bytes and never sends them, then returns with the
+/// port held: a device thread that died in the middle of an RPC message. Only for the loader's
+/// own tests (`fixtures/args-env-exit`), which check that the host does not wait forever.
+pub fn abandon_a_message(announced: u64) {
+    crate::rpc::abandon_a_message(announced);
+}
+
 /// Body of every test kernel: run the test on this thread. A panic is reported by the panic
 /// handler (GPU) or the panic hook (host); either way the thread then ends and the launch goes
 /// on.
