@@ -1,8 +1,8 @@
 //! Finding the driver, listing devices and opening one (its primary context).
 
-use super::driver::{check, init, Driver, DriverError};
+use super::driver::{calls, init, Driver, DriverError};
 use crate::{BackendError, BackendKind, DeviceInfo};
-use cudarc::driver::sys::{self, CUdevice, CUdevice_attribute};
+use cudarc::driver::sys::{CUcontext, CUdevice, CUdevice_attribute};
 
 /// `sm_NN` for a compute capability.
 pub fn sm_arch(major: i32, minor: i32) -> String {
@@ -27,12 +27,7 @@ pub fn driver_version_text(version: i32) -> String {
 }
 
 fn attribute(device: CUdevice, which: CUdevice_attribute) -> Result<i32, DriverError> {
-    let mut value = 0;
-    // SAFETY: `value` is a valid out-pointer and `device` came from `cuDeviceGet`.
-    check("cuDeviceGetAttribute", unsafe {
-        sys::cuDeviceGetAttribute(&mut value, which, device)
-    })?;
-    Ok(value)
+    calls::device_attribute(device, which)
 }
 
 /// Number of devices the driver shows this process (after `CUDA_VISIBLE_DEVICES`).
@@ -40,11 +35,7 @@ pub(crate) fn device_count() -> Result<usize, BackendError> {
     if init()? == Driver::NoDevice {
         return Ok(0);
     }
-    let mut count = 0;
-    // SAFETY: `count` is a valid out-pointer; the driver is initialised.
-    check("cuDeviceGetCount", unsafe {
-        sys::cuDeviceGetCount(&mut count)
-    })?;
+    let count = calls::device_count()?;
     Ok(usize::try_from(count).unwrap_or(0))
 }
 
@@ -63,27 +54,13 @@ pub(crate) fn device_handle(ordinal: usize) -> Result<CUdevice, BackendError> {
     }
     let ordinal_c = i32::try_from(ordinal)
         .map_err(|_| BackendError::InvalidArgument(format!("no CUDA device {ordinal}")))?;
-    let mut device: CUdevice = 0;
-    // SAFETY: `device` is a valid out-pointer and the ordinal is below the device count.
-    check("cuDeviceGet", unsafe {
-        sys::cuDeviceGet(&mut device, ordinal_c)
-    })?;
-    Ok(device)
+    Ok(calls::device_get(ordinal_c)?)
 }
 
 /// Everything `cargo gpurun info` shows about one device.
 pub(crate) fn describe(ordinal: usize) -> Result<DeviceInfo, BackendError> {
     let device = device_handle(ordinal)?;
-    let mut name = [0 as std::ffi::c_char; 256];
-    // SAFETY: the buffer is 256 bytes and its length is passed; the driver NUL-terminates.
-    check("cuDeviceGetName", unsafe {
-        sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
-    })?;
-    // SAFETY: the driver wrote a NUL-terminated string into `name` (zeroed beforehand, so a
-    // terminator exists even if the driver filled fewer bytes).
-    let name = unsafe { std::ffi::CStr::from_ptr(name.as_ptr()) }
-        .to_string_lossy()
-        .into_owned();
+    let name = calls::device_name(device)?;
     let major = attribute(
         device,
         CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
@@ -93,16 +70,8 @@ pub(crate) fn describe(ordinal: usize) -> Result<DeviceInfo, BackendError> {
         CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
     )?;
     let warp = attribute(device, CUdevice_attribute::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?;
-    let mut memory = 0usize;
-    // SAFETY: `memory` is a valid out-pointer; `device` is a valid handle.
-    check("cuDeviceTotalMem", unsafe {
-        sys::cuDeviceTotalMem_v2(&mut memory, device)
-    })?;
-    let mut version = 0;
-    // SAFETY: `version` is a valid out-pointer.
-    check("cuDriverGetVersion", unsafe {
-        sys::cuDriverGetVersion(&mut version)
-    })?;
+    let memory = calls::device_total_memory(device)?;
+    let version = calls::driver_version()?;
     Ok(DeviceInfo {
         backend: BackendKind::Cuda,
         ordinal,
@@ -127,7 +96,7 @@ pub const DEFAULT_STACK_SIZE: usize = 4096;
 /// One device with its primary context retained (released on drop).
 pub struct CudaDevice {
     pub(crate) handle: CUdevice,
-    pub(crate) context: sys::CUcontext,
+    pub(crate) context: CUcontext,
     pub(crate) info: DeviceInfo,
     /// Set when a module saw a fault or a timeout: the context may still be running a kernel
     /// that never ends, so it is not released (the process exit does that).
@@ -138,11 +107,7 @@ impl CudaDevice {
     pub(crate) fn open(ordinal: usize) -> Result<CudaDevice, BackendError> {
         let info = describe(ordinal)?;
         let handle = device_handle(ordinal)?;
-        let mut context: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: `context` is a valid out-pointer; `handle` came from `cuDeviceGet`.
-        check("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut context, handle)
-        })?;
+        let context = calls::primary_context_retain(handle)?;
         let device = CudaDevice {
             handle,
             context,
@@ -157,9 +122,7 @@ impl CudaDevice {
     /// driver API, and callers may move between threads, so every entry point calls this.
     pub(crate) fn make_current(&self) -> Result<(), DriverError> {
         // SAFETY: the context was retained in `open` and is released only in `drop`.
-        check("cuCtxSetCurrent", unsafe {
-            sys::cuCtxSetCurrent(self.context)
-        })
+        unsafe { calls::context_set_current(self.context) }
     }
 
     /// Sets the per-thread stack size once per context (every slot of a worker shares the
@@ -176,10 +139,7 @@ impl CudaDevice {
             return Ok(());
         }
         let bytes = requested.unwrap_or(DEFAULT_STACK_SIZE);
-        // SAFETY: plain driver call on the current context (made current by the caller).
-        check("cuCtxSetLimit(CU_LIMIT_STACK_SIZE)", unsafe {
-            sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
-        })?;
+        calls::context_set_stack_size(bytes)?;
         configured.push(self.info.ordinal);
         Ok(())
     }
@@ -206,7 +166,7 @@ impl Drop for CudaDevice {
         }
         // SAFETY: balances the retain in `open`; errors cannot be reported from drop and leave
         // nothing to clean up.
-        let _ = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.handle) };
+        let _ = unsafe { calls::primary_context_release(self.handle) };
     }
 }
 
@@ -214,6 +174,7 @@ impl Drop for CudaDevice {
 mod tests {
     use super::super::driver::{availability, NO_DRIVER};
     use super::*;
+    use cudarc::driver::sys;
 
     #[test]
     fn missing_library_is_reported_not_panicked() {

@@ -2,12 +2,11 @@
 //! non-blocking stream; its state is the stream's (`cuStreamQuery`). The shared loop
 //! (`crate::serve`) does the rest.
 
-use super::driver::{check, DriverError};
+use super::driver::{calls, DriverError};
 use crate::args::KernelArg;
 use crate::serve::{Launch, LaunchState};
 use crate::LaunchShape;
 use cudarc::driver::sys::{self, CUfunction, CUresult, CUstream};
-use std::ffi::c_void;
 use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 
@@ -48,44 +47,20 @@ unsafe impl Send for RawLaunch {}
 
 impl RawLaunch {
     pub(crate) fn issue(mut self) -> Result<(), DriverError> {
-        // SAFETY: the context was retained by the device and outlives this call.
-        check("cuCtxSetCurrent", unsafe {
-            sys::cuCtxSetCurrent(self.context)
-        })?;
-        let mut args_size = self.args_size;
-        // The driver's CU_LAUNCH_PARAM_* markers are the small integers 1, 2 and 0.
-        let mut extra: [*mut c_void; 5] = [
-            sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize as *mut c_void,
-            self.words.as_mut_ptr().cast(),
-            sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize as *mut c_void,
-            (&mut args_size as *mut usize).cast(),
-            sys::CU_LAUNCH_PARAM_END_AS_INT as usize as *mut c_void,
-        ];
-        let extra_ptr = if self.args_size == 0 {
-            std::ptr::null_mut()
-        } else {
-            extra.as_mut_ptr()
-        };
-        let [tx, ty, tz] = self.shape.threads;
-        let [bx, by, bz] = self.shape.blocks;
-        // SAFETY: `function` belongs to the current context's loaded module, `stream` is live,
-        // and `extra` describes an argument buffer of `args_size` bytes that stays alive until
-        // the call returns (the driver copies it).
-        check("cuLaunchKernel", unsafe {
-            sys::cuLaunchKernel(
+        // SAFETY: the context was retained by the device and outlives this call; the function
+        // belongs to its loaded module, the stream is live, and the words hold the packed
+        // parameters (`args_size` bytes), alive until the call returns.
+        unsafe {
+            calls::context_set_current(self.context)?;
+            calls::launch_kernel(
                 self.function,
-                bx,
-                by,
-                bz,
-                tx,
-                ty,
-                tz,
-                0,
+                self.shape.blocks,
+                self.shape.threads,
                 self.stream,
-                std::ptr::null_mut(),
-                extra_ptr,
+                self.words.as_mut_ptr().cast(),
+                self.args_size,
             )
-        })
+        }
     }
 }
 
@@ -163,11 +138,10 @@ impl Launch for CudaLaunch {
         drop(issuer);
         // SAFETY: the context is retained by the device; the watchdog calls this from its own
         // thread, where the context must be made current first.
-        let current = unsafe { sys::cuCtxSetCurrent(self.context) };
-        let status = match current {
+        let status = match unsafe { calls::context_set_current(self.context) } {
             // SAFETY: the stream lives as long as the module, which outlives the launch.
-            CUresult::CUDA_SUCCESS => unsafe { sys::cuStreamQuery(self.stream) },
-            error => error,
+            Ok(()) => unsafe { calls::stream_query(self.stream) },
+            Err(error) => error.code,
         };
         match status {
             CUresult::CUDA_SUCCESS => LaunchState::Done,

@@ -4,14 +4,9 @@
 //! `WRITECOMBINED`: the host polls the RPC mailboxes in it, and reads of write-combined memory
 //! are uncached (cudarc's `alloc_pinned` uses write-combined memory, so it is not used here).
 
-use super::driver::{check, DriverError};
-use cudarc::driver::sys::{self, CUdeviceptr, CUresult, CUstream};
+use super::driver::{calls, DriverError};
+use cudarc::driver::sys::{CUdeviceptr, CUresult, CUstream};
 use std::collections::HashSet;
-
-/// Flags for every host allocation the device reads: visible from every context, mapped into
-/// the device's address space, cached on the host.
-pub(crate) const HOST_ALLOC_FLAGS: u32 =
-    sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
 
 /// Zeroed, page-locked host memory mapped into the device's address space. Freed on drop.
 pub(crate) struct PinnedHost {
@@ -24,25 +19,11 @@ impl PinnedHost {
     /// Allocates `len` zeroed bytes (at least one, so a zero-length request still has an
     /// address). The context must be current.
     pub(crate) fn new(len: usize) -> Result<PinnedHost, DriverError> {
-        let size = len.max(1);
-        let mut host: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: `host` is a valid out-pointer; the flags are documented values.
-        check("cuMemHostAlloc", unsafe {
-            sys::cuMemHostAlloc(&mut host, size, HOST_ALLOC_FLAGS)
-        })?;
-        let mut buffer = PinnedHost {
-            host: host.cast(),
-            device: 0,
-            len,
-        };
-        // SAFETY: the driver just allocated `size` writable bytes at `host`. Fresh pinned pages
-        // are usually zero, but nothing promises it and the RPC mailboxes must start at 0.
-        unsafe { std::ptr::write_bytes(buffer.host, 0, size) };
-        // SAFETY: `host` was allocated with DEVICEMAP; flags must be 0.
-        check("cuMemHostGetDevicePointer", unsafe {
-            sys::cuMemHostGetDevicePointer_v2(&mut buffer.device, host, 0)
-        })?;
-        Ok(buffer)
+        let (host, device) = calls::host_alloc_mapped(len)?;
+        // SAFETY: the driver just allocated `len.max(1)` writable bytes at `host`. Fresh pinned
+        // pages are usually zero, but nothing promises it and the RPC mailboxes must start at 0.
+        unsafe { std::ptr::write_bytes(host, 0, len.max(1)) };
+        Ok(PinnedHost { host, device, len })
     }
 
     pub(crate) fn host(&self) -> *mut u8 {
@@ -69,7 +50,7 @@ impl Drop for PinnedHost {
     fn drop(&mut self) {
         // SAFETY: `host` came from `cuMemHostAlloc` and is freed once; an error here (a context
         // already torn down by a fault) leaves nothing we could do.
-        let _ = unsafe { sys::cuMemFreeHost(self.host.cast()) };
+        let _ = unsafe { calls::host_free(self.host) };
     }
 }
 
@@ -103,27 +84,17 @@ impl DeviceHeap {
     /// device's `malloc` then returns null).
     pub(crate) fn alloc(&mut self, size: u64) -> Option<u64> {
         let size = usize::try_from(size).ok()?.max(1);
-        let mut pointer: CUdeviceptr = 0;
+        // SAFETY: `stream` is a live non-blocking stream of the current context.
+        let pointer = unsafe { calls::device_alloc(size, self.ordered_stream()) }.ok()?;
         if self.stream_ordered {
-            // SAFETY: valid out-pointer; `stream` is a live stream of the current context.
-            let status = unsafe { sys::cuMemAllocAsync(&mut pointer, size, self.stream) };
-            if status != CUresult::CUDA_SUCCESS {
-                return None;
-            }
             // The pointer may only be used once the allocation has happened in stream order.
             loop {
                 // SAFETY: `stream` is live.
-                match unsafe { sys::cuStreamQuery(self.stream) } {
+                match unsafe { calls::stream_query(self.stream) } {
                     CUresult::CUDA_SUCCESS => break,
                     CUresult::CUDA_ERROR_NOT_READY => std::hint::spin_loop(),
                     _ => return None,
                 }
-            }
-        } else {
-            // SAFETY: valid out-pointer; the context is current.
-            let status = unsafe { sys::cuMemAlloc_v2(&mut pointer, size) };
-            if status != CUresult::CUDA_SUCCESS {
-                return None;
             }
         }
         self.live.insert(pointer);
@@ -152,15 +123,14 @@ impl DeviceHeap {
     }
 
     fn release(&self, pointer: u64) {
-        // SAFETY: `pointer` was allocated by this heap and is released once. Errors mean the
-        // context is already broken; the memory goes with it.
-        let _ = unsafe {
-            if self.stream_ordered {
-                sys::cuMemFreeAsync(pointer, self.stream)
-            } else {
-                sys::cuMemFree_v2(pointer)
-            }
-        };
+        // SAFETY: `pointer` was allocated by this heap, on the same stream, and is released
+        // once. Errors mean the context is already broken; the memory goes with it.
+        let _ = unsafe { calls::device_free(pointer, self.ordered_stream()) };
+    }
+
+    /// The stream allocations are ordered on, when the device has memory pools.
+    fn ordered_stream(&self) -> Option<CUstream> {
+        self.stream_ordered.then_some(self.stream)
     }
 
     /// Frees everything still allocated. Called before the stream goes away.

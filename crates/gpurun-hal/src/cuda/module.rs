@@ -2,7 +2,7 @@
 //! before the first launch (constructor arrays); the primitives the shared module runs on.
 
 use super::device::CudaDevice;
-use super::driver::{check, runtime, DriverError};
+use super::driver::{calls, runtime, DriverError};
 use super::image::{
     check_ptx_target, choose_image, cubin_arch, pack_init_arrays, ImageChoice, GLOBALTIMER_HZ,
     INIT_ARRAY_BOUNDS,
@@ -13,9 +13,9 @@ use crate::args::KernelArg;
 use crate::module::{Primitives, Started};
 use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, ResourceUsage, SharedAlloc};
-use cudarc::driver::sys::{self, CUfunction, CUjit_option, CUmodule, CUresult, CUstream};
+use cudarc::driver::sys::{CUfunction, CUmodule, CUresult, CUstream};
 use std::collections::HashMap;
-use std::ffi::{c_void, CString};
+use std::ffi::CString;
 use std::path::Path;
 
 /// NVIDIA warps are 32 lanes: the RPC packet of a port has 32 buffers.
@@ -86,15 +86,7 @@ pub(crate) fn load<'d>(
 }
 
 fn new_stream() -> Result<CUstream, DriverError> {
-    let mut stream: CUstream = std::ptr::null_mut();
-    // SAFETY: valid out-pointer; the context is current.
-    check("cuStreamCreate", unsafe {
-        sys::cuStreamCreate(
-            &mut stream,
-            sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-        )
-    })?;
-    Ok(stream)
+    calls::stream_create_non_blocking()
 }
 
 /// Size of each JIT log buffer: ptxas errors for a whole crate fit easily.
@@ -174,45 +166,15 @@ impl LoadFailure {
     }
 }
 
-/// `cuModuleLoadDataEx` with the JIT's error and info logs captured (cudarc's `load_module`
-/// offers no JIT options, hence the `sys` call).
+/// `cuModuleLoadDataEx` with the JIT's error log captured (cudarc's `load_module` offers no JIT
+/// options, hence the driver layer's own call).
 fn load_with_log(image: &[u8]) -> Result<CUmodule, LoadFailure> {
-    let mut error_log = vec![0u8; JIT_LOG_BYTES];
-    let mut info_log = vec![0u8; JIT_LOG_BYTES];
-    let mut options = [
-        CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
-        CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
-        CUjit_option::CU_JIT_INFO_LOG_BUFFER,
-        CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
-    ];
-    // Integer option values travel in the pointer slots themselves (the driver's convention).
-    let mut values: [*mut c_void; 4] = [
-        error_log.as_mut_ptr().cast(),
-        JIT_LOG_BYTES as *mut c_void,
-        info_log.as_mut_ptr().cast(),
-        JIT_LOG_BYTES as *mut c_void,
-    ];
-    let mut module: CUmodule = std::ptr::null_mut();
-    // SAFETY: `image` is a complete cubin or NUL-terminated PTX; the option arrays have the
-    // same length, and the log buffers outlive the call with their sizes passed alongside.
-    let status = unsafe {
-        sys::cuModuleLoadDataEx(
-            &mut module,
-            image.as_ptr().cast(),
-            options.len() as u32,
-            options.as_mut_ptr(),
-            values.as_mut_ptr(),
-        )
-    };
-    if status == CUresult::CUDA_SUCCESS {
-        return Ok(module);
-    }
-    Err(LoadFailure {
-        error: DriverError {
-            call: "cuModuleLoadDataEx",
-            code: status,
-        },
-        log: log_text(&error_log),
+    // SAFETY: callers pass a complete cubin or NUL-terminated PTX.
+    unsafe { calls::module_load_with_logs(image, JIT_LOG_BYTES) }.map_err(|(error, log)| {
+        LoadFailure {
+            error,
+            log: log_text(&log),
+        }
     })
 }
 
@@ -233,23 +195,13 @@ impl CudaPrimitives<'_> {
     /// Address and size of a global, or `MissingSymbol`.
     pub(crate) fn global(&self, name: &str) -> Result<(u64, usize), BackendError> {
         let c = c_name(name)?;
-        let mut address = 0;
-        let mut size = 0;
-        // SAFETY: valid out-pointers, a NUL-terminated name and a loaded module.
-        let status =
-            unsafe { sys::cuModuleGetGlobal_v2(&mut address, &mut size, self.module, c.as_ptr()) };
-        match status {
-            CUresult::CUDA_SUCCESS => Ok((address, size)),
-            CUresult::CUDA_ERROR_NOT_FOUND => Err(BackendError::MissingSymbol {
+        // SAFETY: the module is loaded in the current context (callers make it current).
+        unsafe { calls::module_global(self.module, &c) }?.ok_or_else(|| {
+            BackendError::MissingSymbol {
                 what: "global",
                 name: name.to_owned(),
-            }),
-            code => Err(DriverError {
-                call: "cuModuleGetGlobal",
-                code,
             }
-            .into()),
-        }
+        })
     }
 
     pub(crate) fn write_global_bytes(&self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {
@@ -261,9 +213,7 @@ impl CudaPrimitives<'_> {
             )));
         }
         // SAFETY: the destination global holds at least `bytes.len()` bytes (checked above).
-        check("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(address, bytes.as_ptr().cast(), bytes.len())
-        })?;
+        unsafe { calls::copy_to_device(address, bytes) }?;
         Ok(())
     }
 
@@ -278,12 +228,8 @@ impl CudaPrimitives<'_> {
                 "cannot read {len} bytes from the {size}-byte global `{name}`"
             )));
         }
-        let mut bytes = vec![0u8; len];
-        // SAFETY: `bytes` has room for `len` bytes and the global holds at least that many.
-        check("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), address, len)
-        })?;
-        Ok(bytes)
+        // SAFETY: the global holds at least `len` bytes (checked above).
+        Ok(unsafe { calls::copy_from_device(address, len) }?)
     }
 
     /// Builds the constructor/destructor array the NVPTX start code walks (nvlink makes none):
@@ -330,41 +276,24 @@ impl CudaPrimitives<'_> {
             return Ok(function);
         }
         let c = c_name(kernel)?;
-        let mut function: CUfunction = std::ptr::null_mut();
-        // SAFETY: valid out-pointer, NUL-terminated name, loaded module.
-        let status = unsafe { sys::cuModuleGetFunction(&mut function, self.module, c.as_ptr()) };
-        match status {
-            CUresult::CUDA_SUCCESS => {
-                self.functions.insert(kernel.to_owned(), function);
-                Ok(function)
-            }
-            CUresult::CUDA_ERROR_NOT_FOUND => Err(BackendError::MissingSymbol {
+        // SAFETY: the module is loaded in the current context (callers make it current).
+        let function = unsafe { calls::module_function(self.module, &c) }?.ok_or_else(|| {
+            BackendError::MissingSymbol {
                 what: "kernel",
                 name: kernel.to_owned(),
-            }),
-            code => Err(DriverError {
-                call: "cuModuleGetFunction",
-                code,
             }
-            .into()),
-        }
+        })?;
+        self.functions.insert(kernel.to_owned(), function);
+        Ok(function)
     }
 
     pub(crate) fn usage(&self, kernel: &str) -> Option<ResourceUsage> {
         let c = c_name(kernel).ok()?;
-        let mut function: CUfunction = std::ptr::null_mut();
-        // SAFETY: valid out-pointer, NUL-terminated name, loaded module.
-        let status = unsafe { sys::cuModuleGetFunction(&mut function, self.module, c.as_ptr()) };
-        if status != CUresult::CUDA_SUCCESS {
-            return None;
-        }
-        let attribute = |which| {
-            let mut value = 0;
-            // SAFETY: valid out-pointer and a function of the loaded module.
-            let status = unsafe { sys::cuFuncGetAttribute(&mut value, which, function) };
-            (status == CUresult::CUDA_SUCCESS).then_some(value)
-        };
-        use sys::CUfunction_attribute as A;
+        // SAFETY: the module is loaded in the current context (made current by the caller).
+        let function = unsafe { calls::module_function(self.module, &c) }.ok()??;
+        // SAFETY: a function of the loaded module.
+        let attribute = |which| unsafe { calls::function_attribute(function, which) }.ok();
+        use cudarc::driver::sys::CUfunction_attribute as A;
         Some(ResourceUsage {
             registers: attribute(A::CU_FUNC_ATTRIBUTE_NUM_REGS).and_then(|v| u32::try_from(v).ok()),
             local_bytes: attribute(A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
@@ -385,13 +314,13 @@ impl Drop for CudaPrimitives<'_> {
         // SAFETY: the streams and the module were created by `load` and are destroyed once;
         // nothing uses them after this point.
         unsafe {
-            let _ = sys::cuStreamSynchronize(self.memory_stream);
+            let _ = calls::stream_synchronize(self.memory_stream);
             for stream in [self.stream, self.memory_stream] {
                 if !stream.is_null() {
-                    let _ = sys::cuStreamDestroy_v2(stream);
+                    let _ = calls::stream_destroy(stream);
                 }
             }
-            let _ = sys::cuModuleUnload(self.module);
+            let _ = calls::module_unload(self.module);
         }
     }
 }
@@ -439,25 +368,19 @@ impl Primitives for CudaPrimitives<'_> {
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
         self.device.make_current()?;
         // The allocation may still be pending on the memory stream.
-        // SAFETY: plain driver call on a stream of the current context.
-        check("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(self.memory_stream)
-        })?;
-        // SAFETY: the module checked that `address` holds `bytes.len()` device bytes.
-        check("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(address, bytes.as_ptr().cast(), bytes.len())
-        })?;
+        // SAFETY: a stream of the current context; the module checked that `address` holds
+        // `bytes.len()` device bytes.
+        unsafe {
+            calls::stream_synchronize(self.memory_stream)?;
+            calls::copy_to_device(address, bytes)?;
+        }
         Ok(())
     }
 
     fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
         self.device.make_current()?;
-        let mut bytes = vec![0u8; len];
-        // SAFETY: the module checked that `address` holds `len` device bytes; `bytes` has room.
-        check("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), address, len)
-        })?;
-        Ok(bytes)
+        // SAFETY: the module checked that `address` holds `len` device bytes.
+        Ok(unsafe { calls::copy_from_device(address, len) }?)
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
