@@ -30,7 +30,11 @@ impl TestCase {
     pub fn new(name: impl Into<String>) -> Self {
         let name = name.into();
         Self {
-            kernel: format!("__gpurun_test_{}", name.replace("::", "_")),
+            kernel: format!(
+                "{}{}",
+                gpurun_abi::symbols::TEST_KERNEL_PREFIX,
+                name.replace("::", "_")
+            ),
             name,
             ignored: false,
             ignore_reason: None,
