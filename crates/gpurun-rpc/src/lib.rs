@@ -28,7 +28,10 @@
 //! aligned), [`Layout::zero`] it, copy `layout.client_image(device_address_of_base).as_bytes()`
 //! into `__llvm_rpc_client`, build a [`Server`] over the host pointer and run a thread that calls
 //! [`Server::try_open`] and answers each port by its [`opcode`]. [`Server::cancel`] unblocks it
-//! when a kernel dies mid-conversation. The doorbell is left zero (disabled): the server polls.
+//! when a kernel dies mid-conversation. The doorbell is optional: zero means the server scans
+//! the mailboxes; with [`Layout::write_doorbell`] and [`Server::attach_doorbell`] every client
+//! open counts a request and the server can sleep while none is open
+//! ([`Server::wait_for_request`]).
 //!
 //! Device: `#[no_mangle] static __llvm_rpc_client: Client = Client::uninit();`, then
 //! `__llvm_rpc_client.open(&lanes::Warp, opcode)` (or a [`HostLane`] in the host emulation, where
@@ -55,7 +58,7 @@ pub mod sync;
 pub use client::Client;
 pub use lanes::{HostLane, Lanes};
 pub use layout::{
-    Buffer, ClientImage, Header, Layout, LayoutError, CLIENT_SIZE, LEGACY_CLIENT_SIZE,
+    Buffer, ClientImage, Doorbell, Header, Layout, LayoutError, CLIENT_SIZE, LEGACY_CLIENT_SIZE,
     LEGACY_MAX_PORT_COUNT, MAX_PORT_COUNT,
 };
 pub use server::{Server, ServerError};

@@ -30,7 +30,7 @@
 
 use crate::client::LOCK_WORDS;
 use crate::layout::{Buffer, Header, Layout, FIRST_PACKET_PAYLOAD};
-use crate::sync::{self, AtomicBool, AtomicU32};
+use crate::sync::{self, AtomicBool, AtomicU32, AtomicU64};
 use core::fmt;
 use core::ptr;
 use core::sync::atomic::Ordering;
@@ -65,6 +65,8 @@ pub struct Server {
     packet: *mut Buffer,
     lock: [AtomicU32; LOCK_WORDS],
     cancelled: AtomicBool,
+    /// The doorbell counter the host installed (null: none). Never read from shared memory.
+    doorbell: *const AtomicU64,
 }
 
 // SAFETY: the pointers are fixed at construction; the memory they address is accessed with
@@ -95,6 +97,7 @@ impl Server {
                 packet: base.add(layout.packet_offset()) as *mut Buffer,
                 lock: [const { AtomicU32::new(0) }; LOCK_WORDS],
                 cancelled: AtomicBool::new(false),
+                doorbell: ptr::null(),
             }
         }
     }
@@ -121,6 +124,64 @@ impl Server {
             packet,
             lock: [AtomicU32::new(0)],
             cancelled: AtomicBool::new(false),
+            doorbell: ptr::null(),
+        }
+    }
+
+    /// Uses `counter` as the doorbell: the counter whose address the host wrote into the
+    /// allocation's doorbell record ([`Layout::write_doorbell`]). Clients add one per open; each
+    /// port this server closes subtracts one (never below zero, so a client that does not ring
+    /// cannot wrap it). The address is taken from the host, never from the shared record, which
+    /// the device could overwrite.
+    ///
+    /// # Safety
+    /// `counter` must point to an aligned u64 that is only accessed atomically and outlives the
+    /// server.
+    pub unsafe fn attach_doorbell(&mut self, counter: *const AtomicU64) {
+        self.doorbell = counter;
+    }
+
+    fn doorbell(&self) -> Option<&AtomicU64> {
+        // SAFETY: `attach_doorbell`'s contract: a live, aligned, atomically accessed u64.
+        unsafe { self.doorbell.as_ref() }
+    }
+
+    /// With a doorbell: the number of requests clients opened that no server port has closed
+    /// yet (0 means nothing to do). `None` without a doorbell: only a scan can tell.
+    pub fn open_requests(&self) -> Option<u64> {
+        self.doorbell()
+            .map(|counter| counter.load(Ordering::Relaxed))
+    }
+
+    /// Whether any port has a request pending (a full scan of the mailboxes).
+    pub fn has_pending(&self) -> bool {
+        (0..self.port_count).any(|index| {
+            let (inbox, outbox) = self.mailboxes(index);
+            inbox != outbox
+        })
+    }
+
+    /// Blocks until there may be work, the server is cancelled, or `timeout` passes; returns
+    /// whether work may be there. With a doorbell it watches the counter (one load per check);
+    /// without one it scans the mailboxes. The wait spins briefly, then yields, then sleeps in
+    /// growing steps up to 1.6 ms (see [`sync::host_backoff`]), so an idle kernel costs little
+    /// CPU. A launch loop calls it when a poll found nothing, then polls again.
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn wait_for_request(&self, timeout: core::time::Duration) -> bool {
+        let started = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let ready = match self.open_requests() {
+                Some(open) => open != 0,
+                None => self.has_pending(),
+            };
+            if ready {
+                return true;
+            }
+            if self.cancelled.load(Ordering::Acquire) || started.elapsed() >= timeout {
+                return false;
+            }
+            sync::host_backoff(&mut spins);
         }
     }
 
@@ -231,6 +292,23 @@ impl LaneSizes {
     }
 }
 
+/// Iterates the set bits of a lane mask, lowest first.
+struct LaneBits(u64);
+
+impl Iterator for LaneBits {
+    type Item = u32;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<u32> {
+        if self.0 == 0 {
+            return None;
+        }
+        let lane = self.0.trailing_zeros();
+        self.0 &= self.0 - 1;
+        Some(lane)
+    }
+}
+
 /// A port with a pending request, held by this host thread; closes on drop.
 pub struct ServerPort<'a> {
     server: &'a Server,
@@ -258,8 +336,10 @@ impl ServerPort<'_> {
         self.index
     }
 
-    fn lanes(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..self.server.lane_size.min(64)).filter(move |lane| self.lane_mask & (1u64 << lane) != 0)
+    /// The lanes of the mask, lowest first (the mask is already cut to the lane size).
+    #[inline(always)]
+    fn lanes(&self) -> LaneBits {
+        LaneBits(self.lane_mask)
     }
 
     fn slot(&self, lane: u32) -> *mut Buffer {
@@ -268,12 +348,15 @@ impl ServerPort<'_> {
         unsafe { self.server.packet.add(slot) }
     }
 
+    #[inline(always)]
     fn read_slot(&self, lane: u32) -> Buffer {
         // SAFETY: the slot is inside the allocation (see `slot`) and aligned; the device may race
-        // on it only if it breaks the protocol, so the read is volatile and copies plain words.
+        // on it only if it breaks the protocol, so the read is volatile: one copy of plain words
+        // that callbacks then see, never a reference into shared memory.
         unsafe { ptr::read_volatile(self.slot(lane)) }
     }
 
+    #[inline(always)]
     fn write_slot(&self, lane: u32, buffer: &Buffer) {
         // SAFETY: as in `read_slot`; we own the packet while writing it.
         unsafe { ptr::write_volatile(self.slot(lane), *buffer) }
@@ -314,11 +397,14 @@ impl ServerPort<'_> {
         self.wait_for_ownership(inbox)
     }
 
-    /// Fills each lane's slot with `fill(slot, lane)` and hands the packet to the client.
+    /// Lets `fill(slot, lane)` change each lane's slot and hands the packet to the client. As
+    /// in LLVM's server the slot is not cleared first: `fill` sees what the packet held (the
+    /// client's last request after a `recv`) and words it leaves alone go back unchanged.
+    #[inline]
     pub fn send(&mut self, mut fill: impl FnMut(&mut Buffer, u32)) -> Result<(), ServerError> {
         self.acquire()?;
         for lane in self.lanes() {
-            let mut buffer = Buffer::default();
+            let mut buffer = self.read_slot(lane);
             fill(&mut buffer, lane);
             self.write_slot(lane, &buffer);
         }
@@ -329,6 +415,7 @@ impl ServerPort<'_> {
     }
 
     /// Waits for the client's next packet and shows each lane's slot to `use_packet`.
+    #[inline]
     pub fn recv(&mut self, mut use_packet: impl FnMut(&Buffer, u32)) -> Result<(), ServerError> {
         if self.receive {
             self.invert_outbox();
@@ -343,18 +430,29 @@ impl ServerPort<'_> {
         Ok(())
     }
 
-    /// Receives a packet, lets `work` change each lane's slot in place, and sends it back.
+    /// Receives a packet, lets `work` change each lane's slot in place, and sends it back (the
+    /// words `work` leaves alone go back as the client sent them, as in LLVM's server).
+    #[inline]
     pub fn recv_and_send(
         &mut self,
         mut work: impl FnMut(&mut Buffer, u32),
     ) -> Result<(), ServerError> {
-        let mut replies = [Buffer::default(); 64];
-        self.recv(|buffer, lane| {
-            let mut reply = *buffer;
-            work(&mut reply, lane);
-            replies[lane as usize] = reply;
-        })?;
-        self.send(|buffer, lane| *buffer = replies[lane as usize])
+        if self.receive {
+            self.invert_outbox();
+            self.owns_buffer = false;
+        }
+        self.acquire()?;
+        // One pass over the lanes: each slot is copied out, worked on and written back while we
+        // own the packet, then a single flip hands it back (the `send` half needs no wait).
+        for lane in self.lanes() {
+            let mut buffer = self.read_slot(lane);
+            work(&mut buffer, lane);
+            self.write_slot(lane, &buffer);
+        }
+        self.invert_outbox();
+        self.owns_buffer = false;
+        self.receive = false;
+        Ok(())
     }
 
     /// Sends each lane the bytes `data(lane)` (lengths may differ), mirroring the client's
@@ -487,5 +585,11 @@ impl Drop for ServerPort<'_> {
             self.invert_outbox();
         }
         self.server.unlock(self.index);
+        if let Some(counter) = self.server.doorbell() {
+            // One request finished. Saturating, so a client that never rang cannot wrap it.
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
+                open.checked_sub(1)
+            });
+        }
     }
 }

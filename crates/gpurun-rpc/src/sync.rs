@@ -17,6 +17,9 @@ pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU32};
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{fence, AtomicBool, AtomicU32};
 
+/// The doorbell counter lives in raw shared memory, which loom cannot model: always core's.
+pub use core::sync::atomic::AtomicU64;
+
 use core::sync::atomic::Ordering;
 
 /// Relaxed system-scope load of a mailbox word.
@@ -91,6 +94,36 @@ pub(crate) fn lock_fetch_and(word: &AtomicU32, bits: u32) -> u32 {
     {
         word.fetch_and(bits, Ordering::Relaxed)
     }
+}
+
+/// Relaxed system-scope `fetch_add(1)` on the doorbell counter; returns the previous value.
+#[inline(always)]
+pub(crate) fn doorbell_ring(counter: &AtomicU64) -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let previous: u64;
+        // SAFETY: an atomic add on a live, aligned u64 (the host's counter in pinned memory),
+        // relaxed at system scope as the host reads it; rustc would emit it without a scope.
+        unsafe {
+            core::arch::asm!(
+                "atom.relaxed.sys.add.u64 {previous}, [{counter}], 1;",
+                previous = out(reg64) previous,
+                counter = in(reg64) counter.as_ptr(),
+                options(nostack),
+            );
+        }
+        previous
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        counter.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Relaxed system-scope store of the doorbell's event mailbox.
+#[inline(always)]
+pub(crate) fn doorbell_post(mailbox: &AtomicU64, event_id: u64) {
+    mailbox.store(event_id, Ordering::Relaxed)
 }
 
 /// One step of a host-side wait. `spins` counts the steps of this wait (start at 0): a spin

@@ -3,7 +3,12 @@
 //! opcode read from that buffer is untrusted: lengths are capped before anything is allocated,
 //! an unknown opcode ends the launch with an error naming it, and nothing here panics.
 
+mod files;
+mod printf;
+mod stdio;
 mod wait;
+
+pub use stdio::{process_config, set_process_config, ServerConfig};
 
 pub use wait::{Deadlines, Finish, WaitLimits, EXIT_GRACE};
 
@@ -35,6 +40,17 @@ pub trait Sink {
     fn stdout(&mut self, bytes: &[u8]);
     fn stderr(&mut self, bytes: &[u8]);
     fn panic(&mut self, report: PanicReport);
+    /// Writes to the host's stdout (`stderr == false`) or stderr and returns how many bytes
+    /// were written: what the device's `fwrite`/`puts`/`printf` report. Sinks that cannot fail
+    /// keep this default.
+    fn write(&mut self, stderr: bool, bytes: &[u8]) -> usize {
+        if stderr {
+            self.stderr(bytes);
+        } else {
+            self.stdout(bytes);
+        }
+        bytes.len()
+    }
 }
 
 /// Device memory for RPC MALLOC/FREE, provided by each backend.
@@ -61,6 +77,8 @@ pub struct RpcServer {
     server: Server,
     /// Where the next scan starts: just after the last port served, for fairness.
     resume_at: u32,
+    /// Host files the device opened, its stdin, and what it may do (see [`ServerConfig`]).
+    host: stdio::HostState,
 }
 
 impl RpcServer {
@@ -72,7 +90,32 @@ impl RpcServer {
             // SAFETY: forwarded from the caller.
             server: unsafe { Server::new(layout, base) },
             resume_at: 0,
+            host: stdio::HostState::new(process_config()),
         }
+    }
+
+    /// Replaces the configuration taken from [`process_config`] at construction.
+    pub fn configure(&mut self, config: ServerConfig) {
+        self.host = stdio::HostState::new(config);
+    }
+
+    /// Uses the doorbell counter the host wrote into the allocation's record
+    /// ([`Layout::write_doorbell`]): [`RpcServer::poll`] then skips its scan while no request is
+    /// open, and [`RpcServer::wait_for_request`] sleeps on the counter.
+    ///
+    /// # Safety
+    /// As [`Server::attach_doorbell`]: a live, aligned u64 only accessed atomically, outliving
+    /// the server.
+    pub unsafe fn attach_doorbell(&mut self, counter: *const std::sync::atomic::AtomicU64) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.server.attach_doorbell(counter) }
+    }
+
+    /// Blocks (spin, yield, then sleeps of up to 1.6 ms) until a request may be pending,
+    /// [`RpcServer::cancel`] is called or `timeout` passes; returns whether to poll now. With a
+    /// doorbell it watches one counter, without one it scans the mailboxes.
+    pub fn wait_for_request(&self, timeout: std::time::Duration) -> bool {
+        self.server.wait_for_request(timeout)
     }
 
     /// Handles at most one pending request.
@@ -81,28 +124,55 @@ impl RpcServer {
         sink: &mut dyn Sink,
         memory: &mut dyn DeviceMemory,
     ) -> Result<Served, BackendError> {
+        if self.server.open_requests() == Some(0) {
+            // The doorbell says no request is open: nothing to scan.
+            self.resume_at = 0;
+            return Ok(Served::Idle);
+        }
         let Some(mut port) = self.server.try_open(self.resume_at) else {
             self.resume_at = 0;
             return Ok(Served::Idle);
         };
         self.resume_at = (port.index() + 1) % self.server.port_count().max(1);
         let served =
-            handle(&self.server, &mut port, sink, memory).map_err(|error| match error {
-                Fail::Cancelled(reason) => BackendError::Rpc(reason),
-                Fail::Protocol(reason) => BackendError::Rpc(reason),
+            handle(&self.server, &mut self.host, &mut port, sink, memory).map_err(|error| {
+                match error {
+                    Fail::Cancelled(reason) => BackendError::Rpc(reason),
+                    Fail::Protocol(reason) => BackendError::Rpc(reason),
+                }
             })?;
         Ok(served)
     }
 
-    /// Handles requests until none is pending.
+    /// Handles requests until none is pending: it returns only after a scan that started at
+    /// port 0 found nothing (a scan resuming after the last port served can miss a request
+    /// posted meanwhile on a lower port, e.g. a FREE on port 0 right after a MALLOC there). It
+    /// scans even with a doorbell, whose relaxed counter is only a hint.
     pub fn drain(
         &mut self,
         sink: &mut dyn Sink,
         memory: &mut dyn DeviceMemory,
     ) -> Result<Option<LaunchEnd>, BackendError> {
         loop {
-            match self.poll(sink, memory)? {
-                Served::Idle => return Ok(None),
+            let from_start = self.resume_at == 0;
+            let Some(mut port) = self.server.try_open(self.resume_at) else {
+                self.resume_at = 0;
+                if from_start {
+                    return Ok(None);
+                }
+                continue;
+            };
+            self.resume_at = (port.index() + 1) % self.server.port_count().max(1);
+            let served =
+                handle(&self.server, &mut self.host, &mut port, sink, memory).map_err(|error| {
+                    match error {
+                        Fail::Cancelled(reason) | Fail::Protocol(reason) => {
+                            BackendError::Rpc(reason)
+                        }
+                    }
+                })?;
+            match served {
+                Served::Idle => {}
                 Served::Handled => {}
                 Served::End(end) => return Ok(Some(end)),
             }
@@ -115,7 +185,7 @@ impl RpcServer {
     }
 }
 
-enum Fail {
+pub(crate) enum Fail {
     Cancelled(String),
     Protocol(String),
 }
@@ -128,27 +198,36 @@ impl From<ServerError> for Fail {
 
 fn handle(
     server: &Server,
+    host: &mut stdio::HostState,
     port: &mut ServerPort<'_>,
     sink: &mut dyn Sink,
     memory: &mut dyn DeviceMemory,
 ) -> Result<Served, Fail> {
     match port.opcode() {
-        opcode::WRITE_TO_STDOUT => write(server, port, sink, Stream::Stdout, false),
-        opcode::WRITE_TO_STDERR => write(server, port, sink, Stream::Stderr, false),
-        opcode::WRITE_TO_STDOUT_NEWLINE => write(server, port, sink, Stream::Stdout, true),
-        opcode::WRITE_TO_STREAM => {
-            let mut streams = [0u64; 64];
-            port.recv(|buffer, lane| streams[lane as usize] = buffer.data[0])?;
-            // LLVM libc tags its standard streams in the low bits (2 = stdout, 3 = stderr);
-            // any other FILE* is a host pointer we never opened: send it to stderr.
-            let first = streams[port.lane_mask().trailing_zeros().min(63) as usize];
-            let stream = if first & 3 == 2 {
-                Stream::Stdout
-            } else {
-                Stream::Stderr
-            };
-            write(server, port, sink, stream, false)
-        }
+        opcode::WRITE_TO_STDOUT
+        | opcode::WRITE_TO_STDERR
+        | opcode::WRITE_TO_STDOUT_NEWLINE
+        | opcode::WRITE_TO_STREAM => stdio::write(server, host, port, sink),
+        opcode::READ_FROM_STREAM => stdio::read(host, port),
+        opcode::READ_FGETS => stdio::fgets(host, port),
+        opcode::FEOF
+        | opcode::FERROR
+        | opcode::CLEARERR
+        | opcode::FSEEK
+        | opcode::FTELL
+        | opcode::FFLUSH
+        | opcode::UNGETC => stdio::stream_call(host, port),
+        opcode::OPEN_FILE => files::open(server, host, port),
+        opcode::CLOSE_FILE => files::close(host, port),
+        opcode::REMOVE => files::remove(server, port),
+        opcode::RENAME => files::rename(server, port),
+        opcode::SYSTEM => files::system(server, host, port, sink),
+        opcode::PRINTF_TO_STDOUT
+        | opcode::PRINTF_TO_STDERR
+        | opcode::PRINTF_TO_STREAM
+        | opcode::PRINTF_TO_STDOUT_PACKED
+        | opcode::PRINTF_TO_STDERR_PACKED
+        | opcode::PRINTF_TO_STREAM_PACKED => printf::printf(server, host, port, sink),
         opcode::MALLOC => {
             let mut sizes = [0u64; 64];
             port.recv(|buffer, lane| sizes[lane as usize] = buffer.data[0])?;
@@ -174,8 +253,9 @@ fn handle(
             Ok(Served::Handled)
         }
         opcode::EXIT => {
-            port.recv(|_, _| {})?;
-            port.send(|_, _| {})?;
+            port.recv_and_send(|_, _| {})?;
+            // LLVM's server calls `quick_exit` from the first lane its loop visits, the lowest
+            // of the mask, so that lane's status is the program's.
             let mut status = 0i32;
             let first = port.lane_mask().trailing_zeros();
             port.recv(|buffer, lane| {
@@ -186,8 +266,7 @@ fn handle(
             Ok(Served::End(LaunchEnd::Exited(status)))
         }
         opcode::ABORT => {
-            port.recv(|_, _| {})?;
-            port.send(|_, _| {})?;
+            port.recv_and_send(|_, _| {})?;
             port.recv(|_, _| {})?;
             Ok(Served::End(LaunchEnd::Aborted))
         }
@@ -231,14 +310,8 @@ fn handle(
     }
 }
 
-#[derive(Clone, Copy)]
-enum Stream {
-    Stdout,
-    Stderr,
-}
-
 /// Receives one `send_n` per lane, refusing lengths over `limit` before buffering anything.
-fn recv_lanes(
+pub(crate) fn recv_lanes(
     server: &Server,
     port: &mut ServerPort<'_>,
     limit: u64,
@@ -287,28 +360,4 @@ fn recv_text(
             (lane, String::from_utf8_lossy(bytes).into_owned())
         })
         .collect())
-}
-
-fn write(
-    server: &Server,
-    port: &mut ServerPort<'_>,
-    sink: &mut dyn Sink,
-    stream: Stream,
-    newline: bool,
-) -> Result<Served, Fail> {
-    let lanes = recv_lanes(server, port, MAX_WRITE)?;
-    let mut written = [0u64; 64];
-    for (lane, mut bytes) in lanes {
-        if newline {
-            bytes.push(b'\n');
-        }
-        written[lane as usize] = bytes.len() as u64;
-        // One call per lane: a line from one thread is never split by another's.
-        match stream {
-            Stream::Stdout => sink.stdout(&bytes),
-            Stream::Stderr => sink.stderr(&bytes),
-        }
-    }
-    port.send(|buffer, lane| buffer.data[0] = written[lane as usize])?;
-    Ok(Served::Handled)
 }
