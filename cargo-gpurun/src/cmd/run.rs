@@ -48,6 +48,9 @@ pub struct RunArgs {
     /// Print each kernel's registers and local/shared memory before it runs.
     #[arg(long)]
     pub print_resource_usage: bool,
+    /// Let the device program's `system()` run host commands (refused by default).
+    #[arg(long)]
+    pub allow_system: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
     /// Stop the program after SECS seconds (exit status 124).
@@ -183,7 +186,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             bail!("no kernel named `{kernel}` in `{}`", args.image.display());
         }
     }
-    let spec = worker_spec(&options, &args.image)?;
+    let mut spec = worker_spec(&options, &args.image)?;
+    // Before the `--` that ends the worker's options. The device reads our stdin: the worker
+    // reopens it through /proc (its own stdin is its command pipe).
+    let at = spec.args.len().saturating_sub(1);
+    let stdin = format!("/proc/{}/fd/0", std::process::id());
+    spec.args.splice(at..at, ["--stdin".to_string(), stdin]);
+    if args.allow_system {
+        spec.args.insert(at, "--allow-system".into());
+    }
     let worker = Worker::spawn(&spec, Duration::from_secs(120))
         .map_err(|error| start_failure(kind, &image, error.to_string()))?;
     let mut argv: Vec<Vec<u8>> = vec![args.image.as_os_str().as_encoded_bytes().to_vec()];

@@ -22,6 +22,13 @@ pub struct WorkerArgs {
     /// Tests to run at once, each in its own slot (set by the parent through the environment).
     #[arg(long, env = gpurun_backend::worker::child::SLOTS_ENV, default_value_t = 1)]
     pub slots: usize,
+    /// Let device code run host commands through `system()` (`cargo gpurun run --allow-system`).
+    #[arg(long)]
+    pub allow_system: bool,
+    /// The file device code reads as stdin (`cargo gpurun run` passes its own stdin); none:
+    /// empty. The worker's own stdin carries its commands.
+    #[arg(long, value_name = "PATH")]
+    pub stdin: Option<PathBuf>,
     pub image: PathBuf,
 }
 
@@ -74,6 +81,12 @@ pub fn worker_spec(
 }
 
 pub fn run(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
+    let config = gpurun_backend::server::ServerConfig {
+        allow_system: args.allow_system,
+        stdin: args.stdin.clone(),
+    };
+    // The first and only setting in this process: the worker starts no server before.
+    let _ = gpurun_backend::server::set_process_config(config);
     let options = LoadOptions {
         rpc_ports: args.rpc_ports,
         stack_size: args.stack_size,
