@@ -6,7 +6,9 @@
 //! with the server until it has read the packet, and other warps skip it meanwhile.
 
 use crate::lanes::Lanes;
-use crate::layout::{Buffer, Doorbell, Header, Layout, FIRST_PACKET_PAYLOAD, MAX_PORT_COUNT};
+use crate::layout::{Buffer, Header, FIRST_PACKET_PAYLOAD, MAX_PORT_COUNT};
+#[cfg(not(loom))]
+use crate::layout::{Doorbell, Layout};
 use crate::sync::{self, AtomicU32};
 use core::ptr;
 

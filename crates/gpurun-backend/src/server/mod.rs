@@ -129,18 +129,19 @@ impl RpcServer {
             self.resume_at = 0;
             return Ok(Served::Idle);
         }
-        let Some(mut port) = self.server.try_open(self.resume_at) else {
+        let Some(mut port) = self.server.next_request_exclusive(self.resume_at) else {
             self.resume_at = 0;
             return Ok(Served::Idle);
         };
-        self.resume_at = (port.index() + 1) % self.server.port_count().max(1);
+        let server = port.server();
+        self.resume_at = (port.index() + 1) % server.port_count().max(1);
         let served =
-            handle(&self.server, &mut self.host, &mut port, sink, memory).map_err(|error| {
-                match error {
+            handle(server, &mut self.host, &mut port, sink, memory).map_err(
+                |error| match error {
                     Fail::Cancelled(reason) => BackendError::Rpc(reason),
                     Fail::Protocol(reason) => BackendError::Rpc(reason),
-                }
-            })?;
+                },
+            )?;
         Ok(served)
     }
 
