@@ -27,7 +27,8 @@
 //! ports, lane_size)`), allocate `allocation_size()` bytes of host-visible memory (64-byte
 //! aligned), [`Layout::zero`] it, copy `layout.client_image(device_address_of_base).as_bytes()`
 //! into `__llvm_rpc_client`, build a [`Server`] over the host pointer and run a thread that calls
-//! [`Server::try_open`] and answers each port by its [`opcode`]. [`Server::cancel`] unblocks it
+//! [`Server::next_request`] (or [`Server::next_request_exclusive`] when only that thread serves)
+//! and answers each port by its [`opcode`]. [`Server::cancel`] unblocks it
 //! when a kernel dies mid-conversation. The doorbell is optional: zero means the server scans
 //! the mailboxes; with [`Layout::write_doorbell`] and [`Server::attach_doorbell`] every client
 //! open counts a request and the server can sleep while none is open

@@ -369,11 +369,10 @@ fn format_lane(
         // change the argument's C type away from what we pass (`%ls` wide strings, `%Lf` long
         // doubles, which arrive as doubles anyway, and any on `%p`/`%s`).
         let mut spec_text = format[text.clone()].to_vec();
-        let drop_modifier = match conv {
-            b's' | b'p' => true,
-            b'f' | b'F' | b'e' | b'E' | b'a' | b'A' | b'g' | b'G' => true,
-            _ => false,
-        };
+        let drop_modifier = matches!(
+            conv,
+            b's' | b'p' | b'f' | b'F' | b'e' | b'E' | b'a' | b'A' | b'g' | b'G'
+        );
         if drop_modifier && !modifier.is_empty() {
             let from = modifier.start - text.start;
             let to = modifier.end - text.start;
