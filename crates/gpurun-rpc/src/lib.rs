@@ -41,7 +41,11 @@
 //! the panic handler can use it.
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
-#![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
+#![cfg_attr(
+    target_arch = "amdgpu",
+    feature(stdarch_amdgpu, link_llvm_intrinsics, abi_unadjusted),
+    allow(internal_features)
+)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
