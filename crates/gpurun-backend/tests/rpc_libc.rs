@@ -943,3 +943,46 @@ fn writes_from_several_lanes_each_get_their_own_count() {
     assert_eq!((word(1), word(4)), (3, 4));
     assert_eq!(sink.stdout, b"ab\nxyz\n");
 }
+
+// ---- LLVM libc's test opcodes -----------------------------------------------------------------
+
+/// libc's `rpc_interface_test.cpp` client: every hop passes the count on, the server adds one.
+fn interface(client: &Client, end_with_recv: bool) -> u64 {
+    let mut port = open(client, opcode::TEST_INTERFACE);
+    let mut count = 0u64;
+    port.send(|b, _| b.data[0] = u64::from(end_with_recv));
+    port.send(|b, _| b.data[0] = count);
+    port.recv(|b, _| count = b.data[0]);
+    port.send(|b, _| b.data[0] = count);
+    port.recv(|b, _| count = b.data[0]);
+    port.send(|b, _| b.data[0] = count);
+    port.send(|b, _| b.data[0] = count);
+    port.recv(|b, _| count = b.data[0]);
+    port.recv(|b, _| count = b.data[0]);
+    if end_with_recv {
+        port.send(|b, _| b.data[0] = count);
+    } else {
+        port.recv(|b, _| count = b.data[0]);
+    }
+    count
+}
+
+#[test]
+fn test_interface_and_stream_opcodes() {
+    let out = run(|client| {
+        let data: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let mut port = open(client, opcode::TEST_STREAM);
+        port.send_n(&data);
+        let mut echo = vec![0u8; 2000];
+        let len = port.recv_n(&mut echo);
+        drop(port);
+        echo.truncate(len as usize);
+        (
+            interface(client, true),
+            interface(client, false),
+            echo == data,
+            call(client, opcode::TEST_INCREMENT, &[41]),
+        )
+    });
+    assert_eq!(out.result, (4, 5, true, 42));
+}

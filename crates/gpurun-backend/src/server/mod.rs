@@ -6,6 +6,7 @@
 mod files;
 mod printf;
 mod stdio;
+mod testing;
 mod wait;
 
 pub use stdio::{process_config, set_process_config, ServerConfig};
@@ -300,6 +301,8 @@ fn handle(
             port.recv(|_, _| {})?;
             Ok(Served::Handled)
         }
+        opcode::TEST_STREAM => testing::stream(server, port),
+        opcode::TEST_INTERFACE => testing::interface(port),
         opcode::TEST_INCREMENT => {
             port.recv_and_send(|buffer, _| buffer.data[0] = buffer.data[0].wrapping_add(1))?;
             Ok(Served::Handled)
