@@ -11,6 +11,11 @@
 //!
 //! `cargo bench -p gpurun-rpc` prints a Markdown table. `GPURUN_RPC_BENCH_MS` sets the time per
 //! measurement (default 400 ms).
+//!
+//! On a small shared VM the rows swing several-fold with the load of other processes; to compare
+//! two builds, run their bench binaries alternately several times (e.g. under `chrt -r 1`, so the
+//! two threads of a ping-pong stay on their CPUs) and compare medians. Each `send_n` packet is a
+//! full handoff, so its packet rate cannot exceed the raw ping-pong's by much.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
