@@ -78,5 +78,7 @@ pub fn options(device: &DeviceArgs, kind: BackendKind) -> WorkerOptions {
         device: device.device.unwrap_or(0),
         lane_size: device.lane_size,
         stack_size: device.stack_size,
+        allow_system: false,
+        stdin: None,
     }
 }

@@ -47,6 +47,9 @@ pub struct RunArgs {
     /// Print each kernel's registers and local/shared memory before it runs.
     #[arg(long)]
     pub print_resource_usage: bool,
+    /// Let the device program's `system()` run host commands (refused by default).
+    #[arg(long)]
+    pub allow_system: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
     /// Stop the program after SECS seconds (exit status 124).
@@ -77,6 +80,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
             bail!("no kernel named `{kernel}` in `{}`", args.image.display());
         }
     }
+    let options = WorkerOptions {
+        allow_system: args.allow_system,
+        // The device reads our stdin: the worker reopens it through /proc (its own stdin is
+        // its command pipe).
+        stdin: Some(format!("/proc/{}/fd/0", std::process::id()).into()),
+        ..options
+    };
     let spec = worker_spec(&options, &args.image)?;
     let worker = Worker::spawn(&spec, Duration::from_secs(120))
         .map_err(|error| start_failure(kind, &image, error.to_string()))?;

@@ -6,6 +6,8 @@
 
 use core::fmt::{self, Write};
 
+pub use crate::host_io::{stdin, system, File, Lines, Stdin};
+
 /// The host stream a write goes to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stream {

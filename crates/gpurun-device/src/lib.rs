@@ -33,6 +33,7 @@ pub mod env;
 pub mod export;
 #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
 mod gpu;
+mod host_io;
 pub mod io;
 mod rpc;
 

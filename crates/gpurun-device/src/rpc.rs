@@ -9,12 +9,12 @@ use gpurun_rpc::{calls, opcode, Client};
 pub static __llvm_rpc_client: Client = Client::uninit();
 
 #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
-fn lanes() -> Lanes {
+pub(crate) fn lanes() -> Lanes {
     gpurun_rpc::lanes::Warp
 }
 
 #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
-fn lanes() -> Lanes {
+pub(crate) fn lanes() -> Lanes {
     Lanes::new(arch::lane_size(), arch::lane_id()).unwrap_or(Lanes::SINGLE)
 }
 

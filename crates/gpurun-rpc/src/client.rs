@@ -9,7 +9,7 @@ use crate::lanes::Lanes;
 use crate::layout::{Buffer, Header, FIRST_PACKET_PAYLOAD, MAX_PORT_COUNT};
 // Only the real constructor takes a layout; the loom model builds clients from parts.
 #[cfg(not(loom))]
-use crate::layout::Layout;
+use crate::layout::{Doorbell, Layout};
 use crate::sync::{self, AtomicU32};
 use core::ptr;
 
@@ -61,6 +61,7 @@ unsafe impl Send for Client {}
 #[derive(Clone, Copy)]
 struct View {
     port_count: u32,
+    doorbell: *mut u8,
     inbox: *const AtomicU32,
     outbox: *const AtomicU32,
     header: *mut Header,
@@ -99,7 +100,12 @@ impl Client {
         unsafe {
             Client {
                 port_count: layout.port_count(),
-                doorbell: base,
+                // The legacy layout has no doorbell: its first bytes are mailboxes.
+                doorbell: if layout.has_doorbell() {
+                    base
+                } else {
+                    ptr::null_mut()
+                },
                 inbox: base.add(layout.client_inbox_offset()) as *const AtomicU32,
                 outbox: base.add(layout.client_outbox_offset()) as *const AtomicU32,
                 header: base.add(layout.header_offset()) as *mut Header,
@@ -141,6 +147,7 @@ impl Client {
         unsafe {
             View {
                 port_count: ptr::read_volatile(&self.port_count),
+                doorbell: ptr::read_volatile(&self.doorbell),
                 inbox: ptr::read_volatile(&self.inbox),
                 outbox: ptr::read_volatile(&self.outbox),
                 header: ptr::read_volatile(&self.header),
@@ -215,6 +222,7 @@ impl Client {
                         }
                     }
                     lanes.sync(mask);
+                    notify(lanes, mask, view.doorbell);
                     return Some(Port {
                         client: self,
                         lanes,
@@ -234,6 +242,52 @@ impl Client {
                 index = 0;
                 lanes.sleep_briefly(laps);
                 laps = laps.saturating_add(1);
+            }
+        }
+    }
+}
+
+/// Rings the doorbell, if the loader installed one: counts one more open request and, when it is
+/// the first, posts the event id and raises the interrupt (as LLVM libc's client does at open).
+#[inline(always)]
+fn notify<L: Lanes>(lanes: &L, mask: u64, doorbell: *mut u8) {
+    #[cfg(loom)]
+    {
+        // The loom models have no doorbell (`from_parts` leaves it null).
+        let _ = (lanes, mask, doorbell);
+    }
+    #[cfg(not(loom))]
+    {
+        if doorbell.is_null() {
+            return;
+        }
+        let record = doorbell as *const Doorbell;
+        // SAFETY: a non-null doorbell pointer is the start of the shared allocation (current
+        // layout), where the loader wrote the 64-byte record before launch; the reads are
+        // volatile because the record is outside what the compiler can see change.
+        let (value, mailbox, event_id) = unsafe {
+            (
+                ptr::read_volatile(ptr::addr_of!((*record).value)),
+                ptr::read_volatile(ptr::addr_of!((*record).mailbox)),
+                ptr::read_volatile(ptr::addr_of!((*record).event_id)),
+            )
+        };
+        if value == 0 {
+            return;
+        }
+        let event_id = lanes.broadcast(mask, event_id);
+        if lanes.is_first_lane(mask) {
+            // SAFETY: the loader points `value` at an 8-byte aligned u64 counter that outlives
+            // the launch and is only accessed atomically.
+            let counter = unsafe { &*(value as usize as *const sync::AtomicU64) };
+            if sync::doorbell_ring(counter) == 0 {
+                if mailbox != 0 {
+                    // SAFETY: as for `value`: the loader's event mailbox, a live aligned u64.
+                    let mailbox = unsafe { &*(mailbox as usize as *const sync::AtomicU64) };
+                    sync::doorbell_post(mailbox, u64::from(event_id));
+                }
+                sync::release_fence();
+                lanes.signal_interrupt(event_id);
             }
         }
     }

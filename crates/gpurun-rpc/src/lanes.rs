@@ -37,6 +37,10 @@ pub trait Lanes {
     /// the current wait (from 0), so host implementations can escalate from spinning to
     /// yielding to sleeping. GPU implementations sleep a fixed short time.
     fn sleep_briefly(&self, attempt: u32);
+    /// Wakes a host thread sleeping on the doorbell (called by one lane on the 0 → 1 edge of
+    /// the counter). AMD GPUs raise an interrupt for it; elsewhere the host sees the counter.
+    #[inline(always)]
+    fn signal_interrupt(&self, _event_id: u32) {}
     /// Whether this is the lowest lane of `mask` (the one that does per-warp work).
     #[inline(always)]
     fn is_first_lane(&self, mask: u64) -> bool {

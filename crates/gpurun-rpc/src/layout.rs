@@ -73,8 +73,12 @@ pub struct Header {
     pub padding: u32,
 }
 
-/// The doorbell record at offset 0 of the current layout (AMD interrupt signalling). All zero
-/// means disabled, which is what this crate writes: our server polls.
+/// The doorbell record at offset 0 of the current layout. All zero means disabled. When `value`
+/// is set, every client `open` adds one to the counter it points to (and, on the 0 → 1 edge,
+/// posts `event_id` to `mailbox` and raises the device interrupt where the target can); the
+/// server subtracts one when it closes the port. So the counter is the number of requests the
+/// server has not finished, and a host thread can sleep while it is zero
+/// ([`crate::Server::wait_for_request`]). [`Layout::write_doorbell`] installs one.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Default, Debug)]
 pub struct Doorbell {
@@ -271,6 +275,24 @@ impl Layout {
     pub unsafe fn zero(&self, base: *mut u8) {
         // SAFETY: the caller guarantees `base` is writable for the allocation size and unused.
         unsafe { core::ptr::write_bytes(base, 0, self.allocation_size()) }
+    }
+
+    /// Writes the doorbell record at the start of the allocation (before any client runs; the
+    /// server takes its counter separately, see [`crate::Server::attach_doorbell`], and never
+    /// reads the record back from shared memory). Returns `false`, writing nothing, for the
+    /// legacy layout, which has no doorbell.
+    ///
+    /// # Safety
+    /// `base` must be valid for writes of [`Layout::allocation_size`] bytes, aligned to 64, and
+    /// unused by any client at the time; the addresses in `record` must stay valid (and be
+    /// reachable by the client at those addresses) while clients use the allocation.
+    pub unsafe fn write_doorbell(&self, base: *mut u8, record: Doorbell) -> bool {
+        if !self.doorbell {
+            return false;
+        }
+        // SAFETY: the caller guarantees 64-byte alignment and room for the 64-byte record.
+        unsafe { core::ptr::write(base as *mut Doorbell, record) };
+        true
     }
 
     /// The bytes a loader copies into the image's `__llvm_rpc_client` symbol, for an allocation

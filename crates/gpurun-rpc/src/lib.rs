@@ -27,8 +27,12 @@
 //! ports, lane_size)`), allocate `allocation_size()` bytes of host-visible memory (64-byte
 //! aligned), [`Layout::zero`] it, copy `layout.client_image(device_address_of_base).as_bytes()`
 //! into `__llvm_rpc_client`, build a [`Server`] over the host pointer and run a thread that calls
-//! [`Server::try_open`] and answers each port by its [`opcode`]. [`Server::cancel`] unblocks it
-//! when a kernel dies mid-conversation. The doorbell is left zero (disabled): the server polls.
+//! [`Server::next_request`] (or [`Server::next_request_exclusive`] when only that thread serves)
+//! and answers each port by its [`opcode`]. [`Server::cancel`] unblocks it
+//! when a kernel dies mid-conversation. The doorbell is optional: zero means the server scans
+//! the mailboxes; with [`Layout::write_doorbell`] and [`Server::attach_doorbell`] every client
+//! open counts a request and the server can sleep while none is open
+//! ([`Server::wait_for_request`]).
 //!
 //! Device: `#[no_mangle] static __llvm_rpc_client: Client = Client::uninit();`, then
 //! `__llvm_rpc_client.open(&lanes::Warp, opcode)` (or a [`HostLane`] in the host emulation, where
@@ -37,7 +41,11 @@
 //! the panic handler can use it.
 #![no_std]
 #![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch))]
-#![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
+#![cfg_attr(
+    target_arch = "amdgpu",
+    feature(stdarch_amdgpu, link_llvm_intrinsics, abi_unadjusted),
+    allow(internal_features)
+)]
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
@@ -56,7 +64,7 @@ pub mod sync;
 pub use client::Client;
 pub use lanes::{HostLane, Lanes};
 pub use layout::{
-    Buffer, ClientImage, Header, Layout, LayoutError, CLIENT_SIZE, LEGACY_CLIENT_SIZE,
+    Buffer, ClientImage, Doorbell, Header, Layout, LayoutError, CLIENT_SIZE, LEGACY_CLIENT_SIZE,
     LEGACY_MAX_PORT_COUNT, MAX_PORT_COUNT,
 };
 pub use server::{Server, ServerError};

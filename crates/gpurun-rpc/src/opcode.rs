@@ -23,8 +23,9 @@
 //! | [`PANIC`] | C→ `send_n(message)`; C→ `send_n(file)`; C→ [`PanicLocation`] packed in `data[0..4]`; no reply |
 //! | [`TEST_START`] | reserved |
 //!
-//! The other libc opcodes (streams, printf, files, `system`) are listed for completeness; their
-//! sequences are in LLVM libc's `rpc_server.h`.
+//! The other libc opcodes (streams, printf, files, `system`) follow LLVM libc's `rpc_server.h`;
+//! the host server documents each sequence where it serves it (`gpurun-hal`'s
+//! `server/stdio.rs`, `printf.rs`, `files.rs`).
 
 /// Builds an opcode of class `class` (one ASCII byte) and number `number`.
 pub const fn opcode(class: u8, number: u32) -> u32 {

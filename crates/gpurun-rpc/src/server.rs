@@ -29,11 +29,11 @@
 //! ```
 
 use crate::client::LOCK_WORDS;
-use crate::layout::{Buffer, Header, FIRST_PACKET_PAYLOAD};
 // Only the real constructor takes a layout; the loom model builds servers from parts.
 #[cfg(not(loom))]
 use crate::layout::Layout;
-use crate::sync::{self, AtomicBool, AtomicU32};
+use crate::layout::{Buffer, Header, FIRST_PACKET_PAYLOAD};
+use crate::sync::{self, AtomicBool, AtomicU32, AtomicU64};
 use core::fmt;
 use core::ptr;
 use core::sync::atomic::Ordering;
@@ -68,6 +68,8 @@ pub struct Server {
     packet: *mut Buffer,
     lock: [AtomicU32; LOCK_WORDS],
     cancelled: AtomicBool,
+    /// The doorbell counter the host installed (null: none). Never read from shared memory.
+    doorbell: *const AtomicU64,
 }
 
 // SAFETY: the pointers are fixed at construction; the memory they address is accessed with
@@ -98,6 +100,7 @@ impl Server {
                 packet: base.add(layout.packet_offset()) as *mut Buffer,
                 lock: [const { AtomicU32::new(0) }; LOCK_WORDS],
                 cancelled: AtomicBool::new(false),
+                doorbell: ptr::null(),
             }
         }
     }
@@ -124,10 +127,71 @@ impl Server {
             packet,
             lock: [AtomicU32::new(0)],
             cancelled: AtomicBool::new(false),
+            doorbell: ptr::null(),
+        }
+    }
+
+    /// Uses `counter` as the doorbell: the counter whose address the host wrote into the
+    /// allocation's doorbell record ([`Layout::write_doorbell`]). Clients add one per open; each
+    /// port this server closes subtracts one (never below zero, so a client that does not ring
+    /// cannot wrap it). The address is taken from the host, never from the shared record, which
+    /// the device could overwrite.
+    ///
+    /// # Safety
+    /// `counter` must point to an aligned u64 that is only accessed atomically and outlives the
+    /// server.
+    pub unsafe fn attach_doorbell(&mut self, counter: *const AtomicU64) {
+        self.doorbell = counter;
+    }
+
+    #[inline]
+    fn doorbell(&self) -> Option<&AtomicU64> {
+        // SAFETY: `attach_doorbell`'s contract: a live, aligned, atomically accessed u64.
+        unsafe { self.doorbell.as_ref() }
+    }
+
+    /// With a doorbell: the number of requests clients opened that no server port has closed
+    /// yet (0 means nothing to do). `None` without a doorbell: only a scan can tell.
+    #[inline]
+    pub fn open_requests(&self) -> Option<u64> {
+        self.doorbell()
+            .map(|counter| counter.load(Ordering::Relaxed))
+    }
+
+    /// Whether any port has a request pending (a full scan of the mailboxes).
+    pub fn has_pending(&self) -> bool {
+        (0..self.port_count).any(|index| {
+            let (inbox, outbox) = self.mailboxes(index);
+            inbox != outbox
+        })
+    }
+
+    /// Blocks until there may be work, the server is cancelled, or `timeout` passes; returns
+    /// whether work may be there. With a doorbell it watches the counter (one load per check);
+    /// without one it scans the mailboxes. The wait spins briefly, then yields, then sleeps in
+    /// growing steps up to 1.6 ms (see [`sync::host_backoff`]), so an idle kernel costs little
+    /// CPU. A launch loop calls it when a poll found nothing, then polls again.
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn wait_for_request(&self, timeout: core::time::Duration) -> bool {
+        let started = std::time::Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let ready = match self.open_requests() {
+                Some(open) => open != 0,
+                None => self.has_pending(),
+            };
+            if ready {
+                return true;
+            }
+            if self.cancelled.load(Ordering::Acquire) || started.elapsed() >= timeout {
+                return false;
+            }
+            sync::host_backoff(&mut spins);
         }
     }
 
     /// Number of ports.
+    #[inline]
     pub fn port_count(&self) -> u32 {
         self.port_count
     }
@@ -151,6 +215,7 @@ impl Server {
     /// The (inbox, outbox) bits of a port. Only bit 0 counts: a device that writes other
     /// values must not make every ownership check succeed (the server would then never wait,
     /// and a drained `send_n` of a forged length would never end).
+    #[inline]
     fn mailboxes(&self, index: u32) -> (u32, u32) {
         // SAFETY: callers pass `index < port_count`: inside both mailbox arrays.
         unsafe {
@@ -161,6 +226,7 @@ impl Server {
         }
     }
 
+    #[inline]
     fn try_lock(&self, index: u32) -> bool {
         let bit = 1u32 << (index % 32);
         let before = sync::lock_fetch_or(&self.lock[(index / 32) as usize], bit);
@@ -171,6 +237,7 @@ impl Server {
         holding
     }
 
+    #[inline]
     fn unlock(&self, index: u32) {
         sync::release_fence();
         sync::lock_fetch_and(&self.lock[(index / 32) as usize], !(1u32 << (index % 32)));
@@ -179,17 +246,50 @@ impl Server {
     /// The first port at or after `start` with a pending request that no other host thread
     /// holds. Scans to the end once; callers resume at `port.index() + 1` for fairness and wrap
     /// to 0 when this returns `None`.
+    #[inline]
     pub fn try_open(&self, start: u32) -> Option<ServerPort<'_>> {
-        for index in start..self.port_count {
+        self.scan(start, self.port_count, true)
+    }
+
+    /// The next port with a pending request in one full circle: `start..port_count`, then
+    /// `0..start`. Resuming at `port.index() + 1` keeps the service fair, and a request on a
+    /// port below `start` is found in the same call instead of after an idle round (with one
+    /// busy port, [`Server::try_open`] from `index + 1` finds nothing every other call).
+    #[inline]
+    pub fn next_request(&self, start: u32) -> Option<ServerPort<'_>> {
+        let start = start.min(self.port_count);
+        self.scan(start, self.port_count, true)
+            .or_else(|| self.scan(0, start, true))
+    }
+
+    /// [`Server::next_request`] for a server only this thread uses (`&mut`): no other host
+    /// thread can hold a port, so the host-private port locks are skipped (two locked
+    /// read-modify-writes per request).
+    #[inline]
+    pub fn next_request_exclusive(&mut self, start: u32) -> Option<ServerPort<'_>> {
+        let start = start.min(self.port_count);
+        let this = &*self;
+        this.scan(start, this.port_count, false)
+            .or_else(|| this.scan(0, start, false))
+    }
+
+    #[inline]
+    fn scan(&self, start: u32, end: u32, lock: bool) -> Option<ServerPort<'_>> {
+        for index in start..end {
             // Cheap unlocked look first: the server owns a port when the mailboxes differ.
             let (inbox, outbox) = self.mailboxes(index);
-            if inbox == outbox || !self.try_lock(index) {
+            if inbox == outbox {
                 continue;
             }
-            let (inbox, outbox) = self.mailboxes(index);
-            if inbox == outbox {
-                self.unlock(index);
-                continue;
+            if lock {
+                if !self.try_lock(index) {
+                    continue;
+                }
+                let (inbox, outbox) = self.mailboxes(index);
+                if inbox == outbox {
+                    self.unlock(index);
+                    continue;
+                }
             }
             sync::acquire_fence();
             // SAFETY: `index < port_count`; the header is plain data that the device may change
@@ -208,6 +308,7 @@ impl Server {
                 out: outbox,
                 receive: false,
                 owns_buffer: true,
+                locked: lock,
             });
         }
         None
@@ -234,6 +335,23 @@ impl LaneSizes {
     }
 }
 
+/// Iterates the set bits of a lane mask, lowest first.
+struct LaneBits(u64);
+
+impl Iterator for LaneBits {
+    type Item = u32;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<u32> {
+        if self.0 == 0 {
+            return None;
+        }
+        let lane = self.0.trailing_zeros();
+        self.0 &= self.0 - 1;
+        Some(lane)
+    }
+}
+
 /// A port with a pending request, held by this host thread; closes on drop.
 pub struct ServerPort<'a> {
     server: &'a Server,
@@ -243,49 +361,77 @@ pub struct ServerPort<'a> {
     out: u32,
     receive: bool,
     owns_buffer: bool,
+    /// Holds the host-private lock bit (not with [`Server::next_request_exclusive`]).
+    locked: bool,
 }
 
-impl ServerPort<'_> {
+impl<'a> ServerPort<'a> {
+    /// The server this port belongs to (e.g. to [`Server::cancel`] it from a callback).
+    #[inline]
+    pub fn server(&self) -> &'a Server {
+        self.server
+    }
+
     /// The request's opcode as the client wrote it (untrusted: match it, never index by it).
+    #[inline]
     pub fn opcode(&self) -> u32 {
         self.opcode
     }
 
     /// Lanes taking part, limited to the layout's lane size.
+    #[inline]
     pub fn lane_mask(&self) -> u64 {
         self.lane_mask
     }
 
     /// The port's index in the shared allocation.
+    #[inline]
     pub fn index(&self) -> u32 {
         self.index
     }
 
-    fn lanes(&self) -> impl Iterator<Item = u32> + '_ {
-        (0..self.server.lane_size.min(64)).filter(move |lane| self.lane_mask & (1u64 << lane) != 0)
+    /// The lanes of the mask, lowest first (the mask is already cut to the lane size).
+    #[inline(always)]
+    fn lanes(&self) -> LaneBits {
+        LaneBits(self.lane_mask)
     }
 
+    #[inline]
     fn slot(&self, lane: u32) -> *mut Buffer {
         let slot = self.index as usize * self.server.lane_size as usize + lane as usize;
         // SAFETY: `index < port_count`, `lane < lane_size`: inside the packet array.
         unsafe { self.server.packet.add(slot) }
     }
 
+    #[inline(always)]
     fn read_slot(&self, lane: u32) -> Buffer {
         // SAFETY: the slot is inside the allocation (see `slot`) and aligned; the device may race
-        // on it only if it breaks the protocol, so the read is volatile and copies plain words.
+        // on it only if it breaks the protocol, so the read is volatile: one copy of plain words
+        // that callbacks then see, never a reference into shared memory.
         unsafe { ptr::read_volatile(self.slot(lane)) }
     }
 
-    fn write_slot(&self, lane: u32, buffer: &Buffer) {
-        // SAFETY: as in `read_slot`; we own the packet while writing it.
-        unsafe { ptr::write_volatile(self.slot(lane), *buffer) }
+    /// Writes back the words of `buffer` that differ from `before` (what the slot held): the
+    /// packet is changed in place, and cache lines of it we did not change are not taken from
+    /// the client (with one busy port that saves a line transfer per round trip).
+    #[inline(always)]
+    fn write_slot_changes(&self, lane: u32, before: &Buffer, buffer: &Buffer) {
+        let slot = self.slot(lane);
+        for (index, (&old, &new)) in before.data.iter().zip(&buffer.data).enumerate() {
+            if old != new {
+                // SAFETY: as in `read_slot`; we own the packet while writing it, and `index`
+                // is below 8.
+                unsafe { ptr::write_volatile(ptr::addr_of_mut!((*slot).data[index]), new) }
+            }
+        }
     }
 
+    #[inline]
     fn load_inbox(&self) -> u32 {
         self.server.mailboxes(self.index).0
     }
 
+    #[inline]
     fn wait_for_ownership(&self, mut inbox: u32) -> Result<(), ServerError> {
         // The server owns the packet when the mailboxes differ.
         let mut spins = 0;
@@ -300,6 +446,7 @@ impl ServerPort<'_> {
         Ok(())
     }
 
+    #[inline]
     fn invert_outbox(&mut self) {
         let next = self.out ^ 1;
         sync::release_fence();
@@ -308,6 +455,7 @@ impl ServerPort<'_> {
         self.out = next;
     }
 
+    #[inline]
     fn acquire(&mut self) -> Result<(), ServerError> {
         let inbox = if self.owns_buffer {
             self.out ^ 1
@@ -317,13 +465,17 @@ impl ServerPort<'_> {
         self.wait_for_ownership(inbox)
     }
 
-    /// Fills each lane's slot with `fill(slot, lane)` and hands the packet to the client.
+    /// Lets `fill(slot, lane)` change each lane's slot and hands the packet to the client. As
+    /// in LLVM's server the slot is not cleared first: `fill` sees what the packet held (the
+    /// client's last request after a `recv`) and words it leaves alone go back unchanged.
+    #[inline]
     pub fn send(&mut self, mut fill: impl FnMut(&mut Buffer, u32)) -> Result<(), ServerError> {
         self.acquire()?;
         for lane in self.lanes() {
-            let mut buffer = Buffer::default();
+            let before = self.read_slot(lane);
+            let mut buffer = before;
             fill(&mut buffer, lane);
-            self.write_slot(lane, &buffer);
+            self.write_slot_changes(lane, &before, &buffer);
         }
         self.invert_outbox();
         self.owns_buffer = false;
@@ -332,6 +484,7 @@ impl ServerPort<'_> {
     }
 
     /// Waits for the client's next packet and shows each lane's slot to `use_packet`.
+    #[inline]
     pub fn recv(&mut self, mut use_packet: impl FnMut(&Buffer, u32)) -> Result<(), ServerError> {
         if self.receive {
             self.invert_outbox();
@@ -346,18 +499,57 @@ impl ServerPort<'_> {
         Ok(())
     }
 
-    /// Receives a packet, lets `work` change each lane's slot in place, and sends it back.
+    /// A `recv` that another `recv` will follow: each lane's slot is copied out and the packet
+    /// handed back at once, before `use_packet` sees the copies, so the client refills it while
+    /// we process this one (the next `recv` would hand it back first anyway).
+    #[inline]
+    fn recv_handing_back(
+        &mut self,
+        mut use_packet: impl FnMut(&Buffer, u32),
+    ) -> Result<(), ServerError> {
+        if self.receive {
+            self.invert_outbox();
+            self.owns_buffer = false;
+        }
+        self.acquire()?;
+        let mut copies = [const { core::mem::MaybeUninit::<Buffer>::uninit() }; 64];
+        for lane in self.lanes() {
+            copies[lane as usize].write(self.read_slot(lane));
+        }
+        self.invert_outbox();
+        self.owns_buffer = false;
+        self.receive = false;
+        for lane in self.lanes() {
+            // SAFETY: the loop above wrote the copy of every lane of this same mask.
+            use_packet(unsafe { copies[lane as usize].assume_init_ref() }, lane);
+        }
+        Ok(())
+    }
+
+    /// Receives a packet, lets `work` change each lane's slot in place, and sends it back (the
+    /// words `work` leaves alone go back as the client sent them, as in LLVM's server).
+    #[inline]
     pub fn recv_and_send(
         &mut self,
         mut work: impl FnMut(&mut Buffer, u32),
     ) -> Result<(), ServerError> {
-        let mut replies = [Buffer::default(); 64];
-        self.recv(|buffer, lane| {
-            let mut reply = *buffer;
-            work(&mut reply, lane);
-            replies[lane as usize] = reply;
-        })?;
-        self.send(|buffer, lane| *buffer = replies[lane as usize])
+        if self.receive {
+            self.invert_outbox();
+            self.owns_buffer = false;
+        }
+        self.acquire()?;
+        // One pass over the lanes: each slot is copied out, worked on and written back while we
+        // own the packet, then a single flip hands it back (the `send` half needs no wait).
+        for lane in self.lanes() {
+            let before = self.read_slot(lane);
+            let mut buffer = before;
+            work(&mut buffer, lane);
+            self.write_slot_changes(lane, &before, &buffer);
+        }
+        self.invert_outbox();
+        self.owns_buffer = false;
+        self.receive = false;
+        Ok(())
     }
 
     /// Sends each lane the bytes `data(lane)` (lengths may differ), mirroring the client's
@@ -418,13 +610,19 @@ impl ServerPort<'_> {
             if offset % 4096 == 4096 - 8 && self.server.cancelled.load(Ordering::Relaxed) {
                 return Err(ServerError::Cancelled);
             }
-            self.recv(|buffer, lane| {
+            let use_packet = |buffer: &Buffer, lane: u32| {
                 let size = sizes.sizes[lane as usize];
                 if offset < size {
                     let len = (size - offset).min(64) as usize;
                     sink(lane, size, offset, &buffer.as_bytes()[..len]);
                 }
-            })?;
+            };
+            if offset + 64 < longest {
+                self.recv_handing_back(use_packet)?;
+            } else {
+                // The last packet stays with us, as after any recv (a send may follow).
+                self.recv(use_packet)?;
+            }
             offset += 64;
         }
         Ok(sizes)
@@ -484,11 +682,24 @@ fn copy_clamped(target: &mut [u8], offset: u64, bytes: &[u8]) {
 }
 
 impl Drop for ServerPort<'_> {
+    #[inline]
     fn drop(&mut self) {
         if self.owns_buffer {
             // Still holding the client's packet (last operation was a recv): give it back.
             self.invert_outbox();
         }
-        self.server.unlock(self.index);
+        if self.locked {
+            self.server.unlock(self.index);
+        } else {
+            // Order our last packet accesses before a later request's, as the unlock's
+            // release fence does on the locked path.
+            sync::release_fence();
+        }
+        if let Some(counter) = self.server.doorbell() {
+            // One request finished. Saturating, so a client that never rang cannot wrap it.
+            let _ = counter.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
+                open.checked_sub(1)
+            });
+        }
     }
 }

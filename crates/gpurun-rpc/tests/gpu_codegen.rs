@@ -133,6 +133,13 @@ fn nvptx_client_path_uses_system_scope() {
         .filter(|l| l.starts_with("atom"))
         .collect();
     assert!(!atoms.is_empty(), "no atomics in the client path?");
+    // The doorbell counter is the host's: a system-scope add.
+    assert!(
+        atoms
+            .iter()
+            .any(|a| a.starts_with("atom.relaxed.sys.add.u64")),
+        "no doorbell ring: {atoms:?}"
+    );
     for atom in &atoms {
         assert!(
             atom.contains(".sys.") || atom.contains(".gpu."),
@@ -229,6 +236,12 @@ fn amdgpu_client_path_builds_with_system_scope_fences() {
     assert!(code.iter().any(|l| l.starts_with("v_readfirstlane_b32")));
     assert!(code.iter().any(|l| l.starts_with("v_mbcnt_hi_u32_b32")));
     assert!(code.iter().any(|l| l.starts_with("s_sleep 2")));
+    // The doorbell: a counter increment and the interrupt on its 0 -> 1 edge.
+    assert!(
+        code.iter()
+            .any(|l| l.starts_with("s_sendmsg sendmsg(MSG_INTERRUPT)")),
+        "no doorbell interrupt"
+    );
     assert!(
         !code.iter().any(|l| l.contains("panic")),
         "the client path can panic"

@@ -86,6 +86,8 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
             return 2;
         }
     };
+    // The first and only setting in this process: no server exists before the slots start.
+    let _ = gpurun_hal::server::set_process_config(options.server_config());
     let slots = std::env::var(SLOTS_ENV)
         .ok()
         .and_then(|text| text.parse().ok())

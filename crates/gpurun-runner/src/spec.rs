@@ -14,6 +14,11 @@ pub struct WorkerOptions {
     /// Warp size of the host emulation.
     pub lane_size: u32,
     pub stack_size: Option<usize>,
+    /// Let device code run host commands through `system()` (`cargo gpurun run --allow-system`).
+    pub allow_system: bool,
+    /// The file device code reads as stdin; none: empty. The worker's own stdin carries its
+    /// commands, so `cargo gpurun run` passes its stdin as `/proc/PID/fd/0`.
+    pub stdin: Option<PathBuf>,
 }
 
 impl WorkerOptions {
@@ -30,6 +35,13 @@ impl WorkerOptions {
         if let Some(stack) = self.stack_size {
             args.push("--stack-size".into());
             args.push(stack.to_string());
+        }
+        if self.allow_system {
+            args.push("--allow-system".into());
+        }
+        if let Some(stdin) = &self.stdin {
+            args.push("--stdin".into());
+            args.push(stdin.display().to_string());
         }
         args
     }
@@ -56,6 +68,8 @@ impl WorkerOptions {
             device: 0,
             lane_size: LoadOptions::default().emulated_lane_size,
             stack_size: None,
+            allow_system: false,
+            stdin: None,
         };
         let mut image = None;
         let mut rest = args.iter();
@@ -64,6 +78,10 @@ impl WorkerOptions {
             if arg == "--" {
                 image = rest.next().map(PathBuf::from);
                 break;
+            }
+            if arg == "--allow-system" {
+                options.allow_system = true;
+                continue;
             }
             let value = rest
                 .next()
@@ -85,11 +103,20 @@ impl WorkerOptions {
                         .map_err(|_| format!("lane size `{value}` is too large"))?;
                 }
                 "--stack-size" => options.stack_size = Some(number("--stack-size")?),
+                "--stdin" => options.stdin = Some(PathBuf::from(value)),
                 other => return Err(format!("unknown worker option `{other}`")),
             }
         }
         let image = image.ok_or("the worker needs `-- IMAGE` last")?;
         Ok((options, image))
+    }
+
+    /// What the worker's RPC servers may do for the device.
+    pub fn server_config(&self) -> gpurun_hal::server::ServerConfig {
+        gpurun_hal::server::ServerConfig {
+            allow_system: self.allow_system,
+            stdin: self.stdin.clone(),
+        }
     }
 
     /// What loading the image in a slot needs.
@@ -113,6 +140,8 @@ mod tests {
             device: 3,
             lane_size: 64,
             stack_size: Some(8192),
+            allow_system: true,
+            stdin: Some("/proc/1/fd/0".into()),
         };
         let spec = options.spec("exe".into(), &["gpurun", "__worker"], Path::new("a b.ptx"));
         assert_eq!(&spec.args[..2], ["gpurun", "__worker"]);

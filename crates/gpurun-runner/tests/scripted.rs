@@ -89,6 +89,8 @@ impl Setup {
             device: 0,
             lane_size: 1,
             stack_size: None,
+            allow_system: false,
+            stdin: None,
         };
         let mut spec = options.spec(std::env::current_exe().unwrap(), &["--worker"], &self.image);
         spec.env

@@ -3,11 +3,19 @@
 //! opcode read from that buffer is untrusted: lengths are capped before anything is allocated,
 //! an unknown opcode ends the launch with an error naming it, and nothing here panics.
 
+mod files;
+mod printf;
+mod stdio;
+mod testing;
+
+pub use stdio::{process_config, set_process_config, ServerConfig};
+
 use crate::{BackendError, LaunchEnd};
 use gpurun_rpc::layout::Layout;
 use gpurun_rpc::opcode;
 use gpurun_rpc::server::{Server, ServerError, ServerPort};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// Longest single write a device thread may send (bytes); longer ones end the launch.
 pub const MAX_WRITE: u64 = 64 << 20;
@@ -32,6 +40,17 @@ pub trait Sink {
     fn stdout(&mut self, bytes: &[u8]);
     fn stderr(&mut self, bytes: &[u8]);
     fn panic(&mut self, report: PanicReport);
+    /// Writes to the host's stdout (`stderr == false`) or stderr and returns how many bytes
+    /// were written: what the device's `fwrite`/`puts`/`printf` report. Sinks that cannot fail
+    /// keep this default.
+    fn write(&mut self, stderr: bool, bytes: &[u8]) -> usize {
+        if stderr {
+            self.stderr(bytes);
+        } else {
+            self.stdout(bytes);
+        }
+        bytes.len()
+    }
 }
 
 /// Device memory for RPC MALLOC/FREE, provided by each backend.
@@ -53,12 +72,13 @@ pub enum Served {
     End(LaunchEnd),
 }
 
-/// Our server over one shared allocation. Served from one thread; shared (`&self`) so that a
-/// watchdog can [`RpcServer::cancel`] a wait that will never end.
+/// Our server over one shared allocation.
 pub struct RpcServer {
     server: Server,
     /// Where the next scan starts: just after the last port served, for fairness.
     resume_at: AtomicU32,
+    /// Host files the device opened, its stdin, and what it may do (see [`ServerConfig`]).
+    host: Mutex<stdio::HostState>,
 }
 
 impl RpcServer {
@@ -70,40 +90,86 @@ impl RpcServer {
             // SAFETY: forwarded from the caller.
             server: unsafe { Server::new(layout, base) },
             resume_at: AtomicU32::new(0),
+            host: Mutex::new(stdio::HostState::new(process_config())),
         }
     }
 
-    /// Handles at most one pending request.
+    /// Replaces the configuration taken from [`process_config`] at construction.
+    pub fn configure(&mut self, config: ServerConfig) {
+        *self.host.get_mut().unwrap_or_else(PoisonError::into_inner) =
+            stdio::HostState::new(config);
+    }
+
+    /// Uses the doorbell counter the host wrote into the allocation's record
+    /// ([`Layout::write_doorbell`]): [`RpcServer::poll`] then skips its scan while no request is
+    /// open, and [`RpcServer::wait_for_request`] sleeps on the counter.
+    ///
+    /// # Safety
+    /// As [`Server::attach_doorbell`]: a live, aligned u64 only accessed atomically, outliving
+    /// the server.
+    pub unsafe fn attach_doorbell(&mut self, counter: *const std::sync::atomic::AtomicU64) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.server.attach_doorbell(counter) }
+    }
+
+    /// Blocks (spin, yield, then sleeps of up to 1.6 ms) until a request may be pending,
+    /// [`RpcServer::cancel`] is called or `timeout` passes; returns whether to poll now. With a
+    /// doorbell it watches one counter, without one it scans the mailboxes.
+    pub fn wait_for_request(&self, timeout: std::time::Duration) -> bool {
+        self.server.wait_for_request(timeout)
+    }
+
+    /// Handles at most one pending request. One thread serves; others may only
+    /// [`RpcServer::cancel`], hence `&self`.
     pub fn poll(
         &self,
         sink: &mut dyn Sink,
         memory: &mut dyn DeviceMemory,
     ) -> Result<Served, BackendError> {
-        let Some(mut port) = self.server.try_open(self.resume_at.load(Ordering::Relaxed)) else {
+        if self.server.open_requests() == Some(0) {
+            // The doorbell says no request is open: nothing to scan.
+            self.resume_at.store(0, Ordering::Relaxed);
+            return Ok(Served::Idle);
+        }
+        let start = self.resume_at.load(Ordering::Relaxed);
+        // The locking scan, not `next_request_exclusive`: the watchdog shares the server (it
+        // may cancel a wait), so this thread does not hold it exclusively.
+        let Some(mut port) = self.server.next_request(start) else {
             self.resume_at.store(0, Ordering::Relaxed);
             return Ok(Served::Idle);
         };
-        let next = (port.index() + 1) % self.server.port_count().max(1);
+        let server = port.server();
+        let next = (port.index() + 1) % server.port_count().max(1);
         self.resume_at.store(next, Ordering::Relaxed);
-        let served =
-            handle(&self.server, &mut port, sink, memory).map_err(|error| match error {
-                Fail::Cancelled(reason) => BackendError::Rpc(reason),
-                Fail::Protocol(reason) => BackendError::Rpc(reason),
-            })?;
-        Ok(served)
+        let mut host = self.host.lock().unwrap_or_else(PoisonError::into_inner);
+        handle(server, &mut host, &mut port, sink, memory).map_err(Fail::into_error)
     }
 
-    /// Handles requests until none is pending.
+    /// Handles requests until none is pending: it returns only after a scan that started at
+    /// port 0 found nothing (a scan resuming after the last port served can miss a request
+    /// posted meanwhile on a lower port, e.g. a FREE on port 0 right after a MALLOC there). It
+    /// scans even with a doorbell, whose relaxed counter is only a hint.
     pub fn drain(
         &self,
         sink: &mut dyn Sink,
         memory: &mut dyn DeviceMemory,
     ) -> Result<Option<LaunchEnd>, BackendError> {
         loop {
-            match self.poll(sink, memory)? {
-                Served::Idle => return Ok(None),
-                Served::Handled => {}
-                Served::End(end) => return Ok(Some(end)),
+            let start = self.resume_at.load(Ordering::Relaxed);
+            let Some(mut port) = self.server.try_open(start) else {
+                self.resume_at.store(0, Ordering::Relaxed);
+                if start == 0 {
+                    return Ok(None);
+                }
+                continue;
+            };
+            let next = (port.index() + 1) % self.server.port_count().max(1);
+            self.resume_at.store(next, Ordering::Relaxed);
+            let mut host = self.host.lock().unwrap_or_else(PoisonError::into_inner);
+            let served = handle(&self.server, &mut host, &mut port, sink, memory)
+                .map_err(Fail::into_error)?;
+            if let Served::End(end) = served {
+                return Ok(Some(end));
             }
         }
     }
@@ -114,9 +180,17 @@ impl RpcServer {
     }
 }
 
-enum Fail {
+pub(crate) enum Fail {
     Cancelled(String),
     Protocol(String),
+}
+
+impl Fail {
+    fn into_error(self) -> BackendError {
+        match self {
+            Fail::Cancelled(reason) | Fail::Protocol(reason) => BackendError::Rpc(reason),
+        }
+    }
 }
 
 impl From<ServerError> for Fail {
@@ -127,27 +201,36 @@ impl From<ServerError> for Fail {
 
 fn handle(
     server: &Server,
+    host: &mut stdio::HostState,
     port: &mut ServerPort<'_>,
     sink: &mut dyn Sink,
     memory: &mut dyn DeviceMemory,
 ) -> Result<Served, Fail> {
     match port.opcode() {
-        opcode::WRITE_TO_STDOUT => write(server, port, sink, Stream::Stdout, false),
-        opcode::WRITE_TO_STDERR => write(server, port, sink, Stream::Stderr, false),
-        opcode::WRITE_TO_STDOUT_NEWLINE => write(server, port, sink, Stream::Stdout, true),
-        opcode::WRITE_TO_STREAM => {
-            let mut streams = [0u64; 64];
-            port.recv(|buffer, lane| streams[lane as usize] = buffer.data[0])?;
-            // LLVM libc tags its standard streams in the low bits (2 = stdout, 3 = stderr);
-            // any other FILE* is a host pointer we never opened: send it to stderr.
-            let first = streams[port.lane_mask().trailing_zeros().min(63) as usize];
-            let stream = if first & 3 == 2 {
-                Stream::Stdout
-            } else {
-                Stream::Stderr
-            };
-            write(server, port, sink, stream, false)
-        }
+        opcode::WRITE_TO_STDOUT
+        | opcode::WRITE_TO_STDERR
+        | opcode::WRITE_TO_STDOUT_NEWLINE
+        | opcode::WRITE_TO_STREAM => stdio::write(server, host, port, sink),
+        opcode::READ_FROM_STREAM => stdio::read(host, port),
+        opcode::READ_FGETS => stdio::fgets(host, port),
+        opcode::FEOF
+        | opcode::FERROR
+        | opcode::CLEARERR
+        | opcode::FSEEK
+        | opcode::FTELL
+        | opcode::FFLUSH
+        | opcode::UNGETC => stdio::stream_call(host, port),
+        opcode::OPEN_FILE => files::open(server, host, port),
+        opcode::CLOSE_FILE => files::close(host, port),
+        opcode::REMOVE => files::remove(server, port),
+        opcode::RENAME => files::rename(server, port),
+        opcode::SYSTEM => files::system(server, host, port, sink),
+        opcode::PRINTF_TO_STDOUT
+        | opcode::PRINTF_TO_STDERR
+        | opcode::PRINTF_TO_STREAM
+        | opcode::PRINTF_TO_STDOUT_PACKED
+        | opcode::PRINTF_TO_STDERR_PACKED
+        | opcode::PRINTF_TO_STREAM_PACKED => printf::printf(server, host, port, sink),
         opcode::MALLOC => {
             let mut sizes = [0u64; 64];
             port.recv(|buffer, lane| sizes[lane as usize] = buffer.data[0])?;
@@ -173,8 +256,9 @@ fn handle(
             Ok(Served::Handled)
         }
         opcode::EXIT => {
-            port.recv(|_, _| {})?;
-            port.send(|_, _| {})?;
+            port.recv_and_send(|_, _| {})?;
+            // LLVM's server calls `quick_exit` from the first lane its loop visits, the lowest
+            // of the mask, so that lane's status is the program's.
             let mut status = 0i32;
             let first = port.lane_mask().trailing_zeros();
             port.recv(|buffer, lane| {
@@ -185,8 +269,7 @@ fn handle(
             Ok(Served::End(LaunchEnd::Exited(status)))
         }
         opcode::ABORT => {
-            port.recv(|_, _| {})?;
-            port.send(|_, _| {})?;
+            port.recv_and_send(|_, _| {})?;
             port.recv(|_, _| {})?;
             Ok(Served::End(LaunchEnd::Aborted))
         }
@@ -219,6 +302,8 @@ fn handle(
             port.recv(|_, _| {})?;
             Ok(Served::Handled)
         }
+        opcode::TEST_STREAM => testing::stream(server, port),
+        opcode::TEST_INTERFACE => testing::interface(port),
         opcode::TEST_INCREMENT => {
             port.recv_and_send(|buffer, _| buffer.data[0] = buffer.data[0].wrapping_add(1))?;
             Ok(Served::Handled)
@@ -230,14 +315,8 @@ fn handle(
     }
 }
 
-#[derive(Clone, Copy)]
-enum Stream {
-    Stdout,
-    Stderr,
-}
-
 /// Receives one `send_n` per lane, refusing lengths over `limit` before buffering anything.
-fn recv_lanes(
+pub(crate) fn recv_lanes(
     server: &Server,
     port: &mut ServerPort<'_>,
     limit: u64,
@@ -286,30 +365,6 @@ fn recv_text(
             (lane, String::from_utf8_lossy(bytes).into_owned())
         })
         .collect())
-}
-
-fn write(
-    server: &Server,
-    port: &mut ServerPort<'_>,
-    sink: &mut dyn Sink,
-    stream: Stream,
-    newline: bool,
-) -> Result<Served, Fail> {
-    let lanes = recv_lanes(server, port, MAX_WRITE)?;
-    let mut written = [0u64; 64];
-    for (lane, mut bytes) in lanes {
-        if newline {
-            bytes.push(b'\n');
-        }
-        written[lane as usize] = bytes.len() as u64;
-        // One call per lane: a line from one thread is never split by another's.
-        match stream {
-            Stream::Stdout => sink.stdout(&bytes),
-            Stream::Stderr => sink.stderr(&bytes),
-        }
-    }
-    port.send(|buffer, lane| buffer.data[0] = written[lane as usize])?;
-    Ok(Served::Handled)
 }
 
 /// A [`Sink`] that keeps everything, for tests of the loop and the backends.

@@ -4,6 +4,16 @@
 use crate::lanes::Lanes;
 use core::arch::amdgpu;
 
+unsafe extern "unadjusted" {
+    /// `s_sendmsg`: `core::arch::amdgpu` has no wrapper and inline assembly is rejected here.
+    /// The message id must be a constant.
+    #[link_name = "llvm.amdgcn.s.sendmsg"]
+    fn llvm_s_sendmsg(message: u32, m0: u32);
+}
+
+/// The message that raises a host interrupt carrying the value in M0 (the doorbell's event id).
+const MSG_INTERRUPT: u32 = 1;
+
 /// The calling thread's wavefront.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Wave;
@@ -45,5 +55,12 @@ impl Lanes for Wave {
     #[inline(always)]
     fn sleep_briefly(&self, _attempt: u32) {
         amdgpu::s_sleep::<2>();
+    }
+
+    #[inline(always)]
+    fn signal_interrupt(&self, event_id: u32) {
+        // SAFETY: `s_sendmsg` with MSG_INTERRUPT only raises an interrupt for the host driver,
+        // which routes it to the doorbell's HSA signal by the event id; no memory is touched.
+        unsafe { llvm_s_sendmsg(MSG_INTERRUPT, event_id) }
     }
 }

@@ -1,0 +1,141 @@
+//! The doorbell of the current layout: our client rings it at open as LLVM libc's client does,
+//! our server takes one off per closed port, and the legacy layout (no doorbell) is untouched.
+
+mod common;
+
+use common::Shared;
+use gpurun_rpc::layout::Doorbell;
+use gpurun_rpc::sync::AtomicU64;
+use gpurun_rpc::{opcode, Client, HostLane, Layout, Server};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+const EVENT_ID: u32 = 0x5eed;
+
+/// Installs a doorbell whose counter and mailbox are `counter` and `mailbox`.
+fn ring_to(shared: &mut Shared, counter: &AtomicU64, mailbox: &AtomicU64) -> bool {
+    let record = Doorbell {
+        value: counter.as_ptr() as u64,
+        mailbox: mailbox.as_ptr() as u64,
+        event_id: EVENT_ID,
+    };
+    let layout = shared.layout;
+    // SAFETY: the allocation is live, 64-aligned and unused; counter and mailbox outlive it.
+    unsafe { layout.write_doorbell(shared.base(), record) }
+}
+
+fn increment(client: &Client, value: u64) -> u64 {
+    let lane = HostLane::SINGLE;
+    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+    let mut reply = 0;
+    port.send_and_recv(|b, _| b.data[0] = value, |b, _| reply = b.data[0]);
+    reply
+}
+
+fn serve_until(server: &Server, done: &AtomicBool) {
+    let mut resume = 0;
+    while !done.load(Ordering::Acquire) || server.has_pending() {
+        let Some(mut port) = server.try_open(resume) else {
+            resume = 0;
+            std::thread::yield_now();
+            continue;
+        };
+        resume = port.index() + 1;
+        match port.opcode() {
+            opcode::TEST_INCREMENT => port
+                .recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))
+                .unwrap(),
+            opcode::NOOP => port.recv(|_, _| {}).unwrap(),
+            other => panic!("opcode {other:#x}"),
+        }
+    }
+}
+
+#[test]
+fn counter_returns_to_zero_after_n_calls() {
+    let counter = AtomicU64::new(0);
+    let mailbox = AtomicU64::new(0);
+    let mut shared = Shared::new(Layout::new(4, 1).unwrap());
+    assert!(ring_to(&mut shared, &counter, &mailbox));
+    let (client, mut server) = shared.endpoints();
+    // SAFETY: `counter` outlives the server.
+    unsafe { server.attach_doorbell(&counter) };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| serve_until(&server, &done));
+        for value in 0..1000 {
+            assert_eq!(increment(&client, value), value + 1);
+        }
+        done.store(true, Ordering::Release);
+    });
+    assert_eq!(counter.load(Ordering::Relaxed), 0);
+    assert_eq!(server.open_requests(), Some(0));
+    // The first open of an idle period posted the event id.
+    assert_eq!(mailbox.load(Ordering::Relaxed), u64::from(EVENT_ID));
+}
+
+#[test]
+fn counter_counts_requests_the_server_has_not_finished() {
+    let counter = AtomicU64::new(0);
+    let mailbox = AtomicU64::new(0);
+    let mut shared = Shared::new(Layout::new(8, 1).unwrap());
+    assert!(ring_to(&mut shared, &counter, &mailbox));
+    let (client, mut server) = shared.endpoints();
+    // SAFETY: `counter` outlives the server.
+    unsafe { server.attach_doorbell(&counter) };
+    let lane = HostLane::SINGLE;
+    assert!(!server.wait_for_request(Duration::from_millis(5)));
+    for n in 1..=5u64 {
+        // Fire and forget: each stays with the server, so the next takes another port.
+        let mut port = client.open(&lane, opcode::NOOP).unwrap();
+        port.send(|b, _| b.data[0] = n);
+        drop(port);
+        assert_eq!(counter.load(Ordering::Relaxed), n);
+    }
+    assert!(server.wait_for_request(Duration::from_millis(5)));
+    let mut served = 0;
+    while let Some(mut port) = server.try_open(0) {
+        port.recv(|_, _| {}).unwrap();
+        drop(port);
+        served += 1;
+        assert_eq!(server.open_requests(), Some(5 - served));
+    }
+    assert_eq!(served, 5);
+    // A server port closed without a matching ring (a client that never rings) cannot wrap it.
+    let mut raw = Shared::new(Layout::new(1, 1).unwrap());
+    let (plain_client, mut plain_server) = raw.endpoints();
+    let zero = AtomicU64::new(0);
+    // SAFETY: `zero` outlives the server.
+    unsafe { plain_server.attach_doorbell(&zero) };
+    let mut port = plain_client.open(&lane, opcode::NOOP).unwrap();
+    port.send(|_, _| {});
+    drop(port);
+    plain_server.try_open(0).unwrap().recv(|_, _| {}).unwrap();
+    assert_eq!(zero.load(Ordering::Relaxed), 0);
+}
+
+#[test]
+fn legacy_layout_has_no_doorbell_to_ring() {
+    let counter = AtomicU64::new(0);
+    let mailbox = AtomicU64::new(0);
+    let mut shared = Shared::new(Layout::legacy(2, 1).unwrap());
+    assert!(!ring_to(&mut shared, &counter, &mailbox));
+    let (client, server) = shared.endpoints();
+    let done = AtomicBool::new(false);
+    // The legacy allocation starts with the mailboxes: a client reading a doorbell there would
+    // take port 0's mailbox words (1 after a round trip) for a counter address.
+    std::thread::scope(|scope| {
+        scope.spawn(|| serve_until(&server, &done));
+        for value in 0..100 {
+            assert_eq!(increment(&client, value), value + 1);
+        }
+        done.store(true, Ordering::Release);
+    });
+    assert_eq!(counter.load(Ordering::Relaxed), 0);
+    assert_eq!(server.open_requests(), None);
+    let words = &shared.bytes_mut()[..16];
+    assert!(
+        words.iter().all(|&b| b <= 1),
+        "mailboxes hold 0 or 1: {words:?}"
+    );
+}

@@ -1,0 +1,68 @@
+//! Server details that LLVM's behaviour and our speed depend on: replies are filled in place
+//! (not cleared), `next_request` goes round the whole port range, and the exclusive variant
+//! serves the same conversations without the host-private locks.
+
+mod common;
+
+use common::Shared;
+use gpurun_rpc::{opcode, HostLane, Layout};
+
+#[test]
+fn replies_keep_the_words_the_server_leaves_alone() {
+    let mut shared = Shared::new(Layout::new(1, 1).unwrap());
+    let (client, server) = shared.endpoints();
+    let lane = HostLane::SINGLE;
+    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+    // The client's request is complete before the server runs, so one thread can play both.
+    port.send(|b, _| b.data = [1, 2, 3, 4, 5, 6, 7, 8]);
+    let mut served = server.try_open(0).unwrap();
+    served.recv(|_, _| {}).unwrap();
+    served.send(|b, _| b.data[1] = 20).unwrap();
+    drop(served);
+    let mut reply = [0; 8];
+    port.recv(|b, _| reply = b.data);
+    assert_eq!(reply, [1, 20, 3, 4, 5, 6, 7, 8]);
+    drop(port);
+
+    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+    port.send(|b, _| b.data = [9; 8]);
+    let mut served = server.try_open(0).unwrap();
+    served
+        .recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))
+        .unwrap();
+    drop(served);
+    port.recv(|b, _| reply = b.data);
+    assert_eq!(reply, [10, 9, 9, 9, 9, 9, 9, 9]);
+}
+
+#[test]
+fn next_request_wraps_around_and_exclusive_serves_without_locks() {
+    let mut shared = Shared::new(Layout::new(4, 1).unwrap());
+    let (client, mut server) = shared.endpoints();
+    let lane = HostLane::SINGLE;
+    // A fire-and-forget request on port 0.
+    let mut port = client.open(&lane, opcode::NOOP).unwrap();
+    assert_eq!(port.index(), 0);
+    port.send(|b, _| b.data[0] = 1);
+    drop(port);
+    // Resuming after port 2 misses it with try_open but not with next_request.
+    assert!(server.try_open(3).is_none());
+    let found = server.next_request(3).expect("wrapped round to port 0");
+    assert_eq!(found.index(), 0);
+    // While that port is held, another scan of the shared server skips it.
+    assert!(server.next_request(0).is_none());
+    drop(found);
+    // Dropping it unread gave the packet back; post another and serve it exclusively.
+    let mut port = client.open(&lane, opcode::NOOP).unwrap();
+    port.send(|b, _| b.data[0] = 2);
+    let index = port.index();
+    drop(port);
+    let mut seen = 0;
+    let mut found = server.next_request_exclusive(index + 1).expect("pending");
+    assert_eq!(found.index(), index);
+    found.recv(|b, _| seen = b.data[0]).unwrap();
+    drop(found);
+    assert_eq!(seen, 2);
+    assert!(server.next_request_exclusive(0).is_none());
+    assert!(!server.has_pending());
+}

@@ -1,0 +1,123 @@
+//! Device code reading host input over LLVM libc's stdio opcodes (`gpurun::io::{stdin, File,
+//! system}`), on the host emulation backend: `cargo gpurun run` forwards its stdin, files are
+//! opened by the host server, and `system()` runs only with `--allow-system`.
+
+use gpurun_tests::{describe, gpurun, host_image, text};
+use std::io::Write;
+use std::process::Stdio;
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir =
+        std::env::temp_dir().join(format!("gpurun-e2e-host-io-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn device_reads_stdin_lines() {
+    let image = host_image("host-io");
+    let mut child = gpurun(&["run", image.to_str().unwrap(), "stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let long = "x".repeat(1000);
+    let input = format!("first\nsecond line\r\n{long}\nlast without newline");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(
+        text(&output.stdout),
+        format!("1: first\n2: second line\n3: {long}\n4: last without newline\n")
+    );
+}
+
+#[test]
+fn device_reads_and_writes_files_it_names() {
+    let dir = scratch("files");
+    let input = dir.join("in.txt");
+    std::fs::write(&input, "alpha\nbeta\ngamma\n").unwrap();
+    let image = host_image("host-io");
+    let output = gpurun(&[
+        "run",
+        image.to_str().unwrap(),
+        "cat",
+        input.to_str().unwrap(),
+    ])
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(text(&output.stdout), "alpha\nbeta\ngamma\n(3 lines)\n");
+
+    let copy = dir.join("copy.bin");
+    let bytes: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
+    std::fs::write(&input, &bytes).unwrap();
+    let output = gpurun(&[
+        "run",
+        image.to_str().unwrap(),
+        "copy",
+        input.to_str().unwrap(),
+        copy.to_str().unwrap(),
+    ])
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_eq!(std::fs::read(&copy).unwrap(), bytes);
+
+    let missing = dir.join("missing.txt");
+    let output = gpurun(&[
+        "run",
+        image.to_str().unwrap(),
+        "cat",
+        missing.to_str().unwrap(),
+    ])
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn system_needs_allow_system() {
+    let dir = scratch("system");
+    let marker = dir.join("ran");
+    let command = format!("touch {} && echo from-shell", marker.display());
+    let image = host_image("host-io");
+    let refused = gpurun(&["run", image.to_str().unwrap(), "system", &command])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(0), "{}", describe(&refused));
+    assert_eq!(text(&refused.stdout), "status -1\n");
+    assert!(
+        text(&refused.stderr).contains("--allow-system"),
+        "{}",
+        describe(&refused)
+    );
+    assert!(!marker.exists());
+
+    let allowed = gpurun(&[
+        "run",
+        "--allow-system",
+        image.to_str().unwrap(),
+        "system",
+        &command,
+    ])
+    .stdin(Stdio::null())
+    .output()
+    .unwrap();
+    assert_eq!(allowed.status.code(), Some(0), "{}", describe(&allowed));
+    assert_eq!(text(&allowed.stdout), "from-shell\nstatus 0\n");
+    assert!(marker.exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
