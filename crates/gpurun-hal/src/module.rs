@@ -12,7 +12,9 @@ use crate::{
 };
 use gpurun_abi::symbols;
 use gpurun_image::Image;
+use gpurun_rpc::layout::Doorbell;
 use gpurun_rpc::Layout;
+use std::sync::atomic::AtomicU64;
 use std::mem::ManuallyDrop;
 use std::time::Duration;
 
@@ -47,6 +49,13 @@ pub trait Primitives {
 
     /// `size` zeroed bytes both sides can read and write, aligned to 64, owned by the module.
     fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError>;
+
+    /// Where the device counts the RPC requests it opened (LLVM's doorbell), if this backend
+    /// can put a counter both sides update atomically: 8 zeroed host-visible bytes. The server
+    /// then skips idle scans and waits on the counter. The default is none (the server scans).
+    fn doorbell_counter(&mut self) -> Result<Option<SharedAlloc>, BackendError> {
+        Ok(None)
+    }
 
     /// Device memory for RPC `malloc`/`free` (and [`Module::alloc_device`]).
     fn heap(&mut self) -> &mut dyn DeviceMemory;
@@ -217,11 +226,31 @@ fn install_rpc<P: Primitives>(
     }
     // SAFETY: the buffer is `allocation_size()` host-writable bytes that nothing uses yet.
     unsafe { layout.zero(buffer.host) };
+    let counter = match layout.has_doorbell() {
+        true => primitives.doorbell_counter()?,
+        false => None,
+    };
+    if let Some(counter) = &counter {
+        let record = Doorbell {
+            value: counter.device,
+            mailbox: 0,
+            event_id: 0,
+        };
+        // SAFETY: as above; the counter lives as long as the buffer (both owned by the
+        // primitives) at the address the device uses.
+        unsafe { layout.write_doorbell(buffer.host, record) };
+    }
     let client = layout.client_image(buffer.device);
     primitives.write_global(symbols::RPC_CLIENT, client.as_bytes())?;
     // SAFETY: zeroed, 64-aligned, `allocation_size()` long, owned by the module's primitives,
     // which are dropped after the server (field order of `HalModule`).
-    Ok(unsafe { RpcServer::new(&layout, buffer.host) })
+    let mut server = unsafe { RpcServer::new(&layout, buffer.host) };
+    if let Some(counter) = counter {
+        // SAFETY: 8 zeroed, 8-aligned bytes (host-visible blocks are 64-aligned) that the device
+        // updates only atomically and that outlive the server, as the buffer does.
+        unsafe { server.attach_doorbell(counter.host.cast::<AtomicU64>()) };
+    }
+    Ok(server)
 }
 
 /// Shapes no backend can launch, refused before the driver sees them.

@@ -315,7 +315,14 @@ impl<'a> Loop<'a> {
                 match backoff.next() {
                     Pause::Spin => std::hint::spin_loop(),
                     Pause::Yield => std::thread::yield_now(),
-                    Pause::Wait(pause) => self.launch.pause(pause),
+                    // With a doorbell, wake when the device opens a request; else wait on the
+                    // launch (HSA: its completion signal).
+                    Pause::Wait(pause) => match self.rpc {
+                        Some((rpc, _)) if rpc.has_doorbell() => {
+                            rpc.wait_for_request(pause);
+                        }
+                        _ => self.launch.pause(pause),
+                    },
                 }
             }
         }

@@ -121,6 +121,10 @@ impl Primitives for HostPrimitives {
         self.memory.alloc_shared(size)
     }
 
+    fn doorbell_counter(&mut self) -> Result<Option<SharedAlloc>, BackendError> {
+        self.memory.alloc_shared(8).map(Some)
+    }
+
     fn heap(&mut self) -> &mut dyn DeviceMemory {
         &mut self.memory
     }

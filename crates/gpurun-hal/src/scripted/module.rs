@@ -52,6 +52,11 @@ impl Primitives for ScriptedPrimitives {
         1
     }
 
+    fn doorbell_counter(&mut self) -> Result<Option<SharedAlloc>, BackendError> {
+        // Like the host emulation: the scripted client rings it, the server waits on it.
+        self.memory.alloc_shared(8).map(Some)
+    }
+
     fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
         self.memory.read(address, len)
     }

@@ -119,6 +119,11 @@ impl RpcServer {
         self.server.wait_for_request(timeout)
     }
 
+    /// Whether the device rings a doorbell this server reads ([`RpcServer::attach_doorbell`]).
+    pub fn has_doorbell(&self) -> bool {
+        self.server.open_requests().is_some()
+    }
+
     /// Handles at most one pending request. One thread serves; others may only
     /// [`RpcServer::cancel`], hence `&self`.
     pub fn poll(
