@@ -14,8 +14,8 @@ use gpurun_abi::symbols;
 use gpurun_image::Image;
 use gpurun_rpc::layout::Doorbell;
 use gpurun_rpc::Layout;
-use std::sync::atomic::AtomicU64;
 use std::mem::ManuallyDrop;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 /// Largest block every backend accepts (the CUDA and HSA limit).
@@ -68,6 +68,12 @@ pub trait Primitives {
 
     /// Starts `kernel` (shape already checked) and returns at once.
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started;
+
+    /// The most threads per block `kernel` can be launched with, where the backend can tell (on
+    /// CUDA its register use sets it; a launch over it fails with a bare out-of-resources code).
+    fn max_block_threads(&mut self, _kernel: &str) -> Option<u64> {
+        None
+    }
 
     /// Registers and memory of a kernel, where the backend can tell.
     fn resource_usage(&self, _kernel: &str) -> Option<ResourceUsage> {
@@ -285,6 +291,20 @@ impl<P: Primitives> Module for HalModule<P> {
             )));
         }
         check_shape(&shape)?;
+        if let Some(max) = self.primitives.max_block_threads(kernel) {
+            let asked = shape.threads_per_block();
+            if asked > max {
+                let usage = self.primitives.resource_usage(kernel);
+                let registers = usage
+                    .and_then(|usage| usage.registers)
+                    .map_or_else(String::new, |n| format!(" ({n} registers per thread)"));
+                return Err(BackendError::InvalidArgument(format!(
+                    "`{kernel}` can run at most {max} threads per block on this device\
+                     {registers}, and the launch asks for {asked}: launch fewer threads per \
+                     block (a test's `threads = N`), or make the kernel use fewer registers"
+                )));
+            }
+        }
         // AMD kernels read their block and grid sizes from this global (docs/abi.md); other
         // images do not have it.
         if self.primitives.global_size(symbols::LAUNCH_SHAPE)

@@ -59,6 +59,7 @@ impl Setup {
                 .map(|(desc, (_, steps))| (desc.kernel.clone(), steps))
                 .collect::<HashMap<_, _>>(),
             devices: 1,
+            ..Script::default()
         };
         let script_path = dir.join("script.json");
         std::fs::write(&script_path, serde_json::to_vec(&script).unwrap()).unwrap();

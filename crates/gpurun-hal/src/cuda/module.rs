@@ -405,6 +405,17 @@ impl Primitives for CudaPrimitives<'_> {
         self.usage(kernel)
     }
 
+    fn max_block_threads(&mut self, kernel: &str) -> Option<u64> {
+        self.device.make_current().ok()?;
+        let function = self.function(kernel).ok()?;
+        use cudarc::driver::sys::CUfunction_attribute as A;
+        // SAFETY: a function of the module loaded in the current context.
+        let max = unsafe {
+            calls::function_attribute(function, A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        };
+        max.ok().and_then(|max| u64::try_from(max).ok())
+    }
+
     fn abandon(&mut self) {
         // The context may still run the kernel: releasing it could wait forever.
         self.device.poisoned.set(true);

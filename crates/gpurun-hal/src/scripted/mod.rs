@@ -65,6 +65,10 @@ pub struct Script {
     /// Devices the backend shows.
     #[serde(default = "one")]
     pub devices: usize,
+    /// The most threads per block a kernel takes, where it is limited (as registers limit it
+    /// on CUDA).
+    #[serde(default)]
+    pub max_block_threads: HashMap<String, u64>,
 }
 
 fn one() -> usize {
@@ -77,6 +81,7 @@ impl Default for Script {
         Script {
             kernels: HashMap::new(),
             devices: one(),
+            max_block_threads: HashMap::new(),
         }
     }
 }

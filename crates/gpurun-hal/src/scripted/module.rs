@@ -52,6 +52,10 @@ impl Primitives for ScriptedPrimitives {
         1
     }
 
+    fn max_block_threads(&mut self, kernel: &str) -> Option<u64> {
+        self.script.max_block_threads.get(kernel).copied()
+    }
+
     fn doorbell_counter(&mut self) -> Result<Option<SharedAlloc>, BackendError> {
         // Like the host emulation: the scripted client rings it, the server waits on it.
         self.memory.alloc_shared(8).map(Some)

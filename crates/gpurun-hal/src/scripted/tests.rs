@@ -21,7 +21,8 @@ fn setup(steps: Vec<Step>) -> (ScriptedBackend, Image) {
     };
     let script = Script {
         kernels: [("k".to_owned(), steps)].into_iter().collect(),
-        devices: 1,
+        max_block_threads: [("k".to_owned(), 512)].into_iter().collect(),
+        ..Script::default()
     };
     (ScriptedBackend::new(script), image(&spec))
 }
@@ -252,6 +253,19 @@ fn bad_launches_are_errors_before_anything_runs() {
         threads: [1025, 1, 1],
         blocks: [1, 1, 1],
     };
+    // Within every device's limit but over this kernel's (its registers, on CUDA).
+    let over_kernel = LaunchShape {
+        threads: [64, 16, 1],
+        blocks: [1, 1, 1],
+    };
+    let error = module
+        .launch("k", over_kernel, &[], None, &mut sink)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("at most 512 threads per block") && error.contains("asks for 1024"),
+        "{error}"
+    );
     for shape in [zero, too_big] {
         assert!(matches!(
             module.launch("k", shape, &[], None, &mut sink),
@@ -298,6 +312,7 @@ fn scripts_round_trip_through_json() {
         .into_iter()
         .collect(),
         devices: 2,
+        ..Script::default()
     };
     let text = serde_json::to_string(&script).unwrap();
     assert_eq!(serde_json::from_str::<Script>(&text).unwrap(), script);
