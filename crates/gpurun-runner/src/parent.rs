@@ -134,21 +134,27 @@ fn route_events(
     }
 }
 
+/// The worker's command line and environment.
+fn worker_command(spec: &WorkerSpec, slot_count: usize) -> Process {
+    let mut command = Process::new(&spec.exe);
+    if std::env::var_os(MODULE_LOADING_ENV).is_none() {
+        // Lazy loading (the default since CUDA 12.2) loads a kernel at its first launch, which
+        // then waits behind whatever another slot's stream runs, hung kernels too.
+        command.env(MODULE_LOADING_ENV, "EAGER");
+    }
+    command
+        .args(&spec.args)
+        .arg(&spec.image)
+        .envs(spec.env.iter().map(|(key, value)| (key, value)))
+        .env(SLOTS_ENV, slot_count.to_string());
+    command
+}
+
 impl Worker {
     /// Starts a worker and waits until every slot has opened the device and loaded the image.
     pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<Worker, StartError> {
         let slot_count = spec.slots.clamp(1, MAX_SLOTS);
-        let mut command = Process::new(&spec.exe);
-        if std::env::var_os(MODULE_LOADING_ENV).is_none() {
-            // Lazy loading (the default since CUDA 12.2) loads a kernel at its first launch,
-            // which then waits behind whatever another slot's stream runs, hung kernels too.
-            command.env(MODULE_LOADING_ENV, "EAGER");
-        }
-        let mut child = command
-            .args(&spec.args)
-            .arg(&spec.image)
-            .envs(spec.env.iter().map(|(key, value)| (key, value)))
-            .env(SLOTS_ENV, slot_count.to_string())
+        let mut child = worker_command(spec, slot_count)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -354,5 +360,35 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
             Some(code) => format!("exited with status {code}"),
             None => "ended".into(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn workers_load_cuda_modules_eagerly_with_their_slot_count() {
+        let spec = WorkerSpec {
+            exe: "worker".into(),
+            args: vec!["--device".into(), "1".into()],
+            image: "image.ptx".into(),
+            slots: 3,
+            env: vec![("GPURUN_SCRIPT".into(), "s.json".into())],
+        };
+        let command = worker_command(&spec, 3);
+        let envs: Vec<(&OsStr, Option<&OsStr>)> = command.get_envs().collect();
+        let has =
+            |key: &str, value: &str| envs.contains(&(OsStr::new(key), Some(OsStr::new(value))));
+        if std::env::var_os(MODULE_LOADING_ENV).is_none() {
+            assert!(has(MODULE_LOADING_ENV, "EAGER"), "{envs:?}");
+        }
+        assert!(
+            has(SLOTS_ENV, "3") && has("GPURUN_SCRIPT", "s.json"),
+            "{envs:?}"
+        );
+        let args: Vec<&OsStr> = command.get_args().collect();
+        assert_eq!(args, ["--device", "1", "image.ptx"]);
     }
 }

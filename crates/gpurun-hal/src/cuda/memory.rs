@@ -152,3 +152,22 @@ impl crate::server::DeviceMemory for DeviceHeap {
         let _ = DeviceHeap::free(self, address);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_memory_pools_frees_wait_for_the_launch_to_end() {
+        // No driver call happens here: a deferred free only records the pointer, and the
+        // unknown pointer is refused before any release.
+        let mut heap = DeviceHeap::new(std::ptr::null_mut(), false);
+        heap.live.insert(0x7000);
+        assert!(heap.free(0x7000));
+        assert_eq!(heap.deferred, [0x7000]);
+        assert!(!heap.free(0x7000), "freed twice");
+        assert!(!heap.free(0x1234), "never allocated here");
+        // Nothing to release between launches now, so the test's null stream is never used.
+        heap.deferred.clear();
+    }
+}
