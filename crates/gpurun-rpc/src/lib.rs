@@ -16,6 +16,11 @@
 //!   sync, sleep), implemented for nvptx, amdgpu and host threads.
 //! - [`opcode`]: LLVM libc's opcode numbers and our own (`'g'` class), with the message sequence
 //!   of each one.
+//! - [`calls`]: the client side of each request our device runtime makes, written once (the
+//!   runtime and the host's scripted backend both use it).
+//!
+//! Owns: the protocol, layout-compatible with LLVM libc. Must not: know any backend, allocate on
+//! the device, or decide what a request means for a test (the handlers are `gpurun-hal`'s).
 //!
 //! Mailbox words are accessed with relaxed system-scope atomics plus acquire/release fences; the
 //! lock bits with device-scope read-modify-writes ([`sync`] explains how the scope is forced on
