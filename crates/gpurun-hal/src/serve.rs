@@ -260,6 +260,11 @@ pub fn serve_launch(
         let watch_ref = watchdog.is_ok().then_some(watch);
         let finish = Loop::new(launch, Some((rpc, watch_ref)), limits).run(memory, sink);
         drop(stop);
+        if finish.broken.is_none() && watch.cancelled.load(Ordering::Acquire) {
+            // The watchdog fired on a slow but whole conversation (the packet it waited for
+            // did come): the next launch must be able to wait again.
+            rpc.resume();
+        }
         finish
     })
 }

@@ -437,7 +437,13 @@ impl<'a> ServerPort<'a> {
         let mut spins = 0;
         while inbox == self.out {
             if self.server.cancelled.load(Ordering::Acquire) {
-                return Err(ServerError::Cancelled);
+                // A packet that arrived since the last look is still served: a cancel gives
+                // up on a device that stopped sending, not on one that was merely slow.
+                inbox = self.load_inbox();
+                if inbox == self.out {
+                    return Err(ServerError::Cancelled);
+                }
+                break;
             }
             sync::host_backoff(&mut spins);
             inbox = self.load_inbox();

@@ -183,6 +183,11 @@ impl RpcServer {
     pub fn cancel(&self) {
         self.server.cancel();
     }
+
+    /// Lets waits block again after [`RpcServer::cancel`].
+    pub fn resume(&self) {
+        self.server.resume();
+    }
 }
 
 pub(crate) enum Fail {
