@@ -136,6 +136,8 @@ pub struct HalModule<P: Primitives> {
     rpc: Option<RpcServer>,
     /// Blocks from [`Module::alloc_device`]: `(address, size)`. Reads must stay inside one.
     device_blocks: Vec<(u64, usize)>,
+    /// The image has the AMD launch-shape global (looked up once, at load).
+    has_launch_shape: bool,
     /// Dropped by hand (see `Drop`): never once the module is broken.
     primitives: ManuallyDrop<P>,
     /// Why the module cannot run kernels any more.
@@ -186,9 +188,12 @@ impl<P: Primitives> HalModule<P> {
             }
             None => None,
         };
+        let has_launch_shape = primitives.global_size(symbols::LAUNCH_SHAPE)
+            == Some(gpurun_abi::shape::BYTES as u64);
         Ok(HalModule {
             rpc,
             device_blocks: Vec::new(),
+            has_launch_shape,
             primitives: ManuallyDrop::new(primitives),
             broken: None,
         })
@@ -307,9 +312,7 @@ impl<P: Primitives> Module for HalModule<P> {
         }
         // AMD kernels read their block and grid sizes from this global (docs/abi.md); other
         // images do not have it.
-        if self.primitives.global_size(symbols::LAUNCH_SHAPE)
-            == Some(gpurun_abi::shape::BYTES as u64)
-        {
+        if self.has_launch_shape {
             let words = gpurun_abi::shape::to_bytes(shape.threads, shape.blocks);
             self.primitives
                 .write_global(symbols::LAUNCH_SHAPE, &words)?;
