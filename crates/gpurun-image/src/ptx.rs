@@ -310,7 +310,7 @@ fn block_bound(header: &str) -> Option<u32> {
     [".maxntid", ".reqntid"].iter().find_map(|directive| {
         let at = directives.find(directive)?;
         let list = directives[at + directive.len()..]
-            .split(|c: char| c == '.' || c == '{' || c == ';')
+            .split(['.', '{', ';'])
             .next()?;
         let mut product: u32 = 1;
         let mut count = 0;

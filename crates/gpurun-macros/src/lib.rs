@@ -56,6 +56,9 @@ fn runtime_path() -> TokenStream2 {
     }
 }
 
+/// The largest block both GPU vendors launch; the build bounds each test kernel by its threads.
+const MAX_BLOCK_THREADS: u64 = 1024;
+
 #[derive(Default)]
 struct Shape {
     threads: Option<[u32; 3]>,
@@ -111,6 +114,15 @@ fn parse_shape(args: TokenStream2) -> syn::Result<Shape> {
             return Err(syn::Error::new(
                 pair.path.span(),
                 "unknown argument: expected `threads` or `blocks`",
+            ));
+        }
+    }
+    if let Some(threads) = shape.threads {
+        let per_block: u64 = threads.iter().map(|&n| u64::from(n)).product();
+        if per_block > MAX_BLOCK_THREADS {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                format!("a block has at most {MAX_BLOCK_THREADS} threads (NVIDIA and AMD GPUs), not {per_block}: use `blocks` for more"),
             ));
         }
     }
@@ -370,4 +382,19 @@ fn expand_main(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
             }
         };
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shape;
+    use quote::quote;
+
+    #[::core::prelude::v1::test]
+    fn block_sizes_above_1024_threads_are_refused() {
+        assert!(parse_shape(quote!(threads = 1024)).is_ok());
+        assert!(parse_shape(quote!(threads = (32, 32, 1), blocks = 4096)).is_ok());
+        let err = parse_shape(quote!(threads = (32, 32, 2))).err().unwrap();
+        assert!(err.to_string().contains("at most 1024 threads"), "{err}");
+        assert!(parse_shape(quote!(threads = 1025)).is_err());
+    }
 }
