@@ -400,20 +400,14 @@ pub fn bound_test_kernels(ptx: &str) -> Result<Option<String>, String> {
     Ok(Some(out))
 }
 
-/// The `.maxntid` for a block of `threads`: their number (the driver compares the product of
-/// the dimensions), rounded up to whole warps. A bound of 1 would only slow ptxas down (basic's
-/// PTX took 45 s instead of 10 s for sm_90) without giving the registers anything: a block runs
-/// as whole warps, and up to 256 threads every thread may have the most registers anyway.
+/// The `.maxntid` for a block of `threads`: their number, x * y * z, which is what the driver
+/// compares a launch's block against (so `.maxntid N, 1, 1` also admits a `(x, y, z)` block).
 fn block_bound(threads: [u32; 3]) -> u32 {
-    let count = threads
+    threads
         .iter()
         .try_fold(1u32, |acc, &n| acc.checked_mul(n))
-        .unwrap_or(u32::MAX);
-    count.div_ceil(WARP_SIZE).saturating_mul(WARP_SIZE)
+        .unwrap_or(u32::MAX)
 }
-
-/// Threads per NVIDIA warp.
-const WARP_SIZE: u32 = 32;
 
 /// The kernel a line like `.visible .entry NAME(` declares, if it declares one.
 fn entry_name(line: &str) -> Option<&str> {
@@ -681,14 +675,12 @@ mod tests {
     }
 
     #[test]
-    fn block_bounds_are_whole_warps() {
-        assert_eq!(block_bound([1, 1, 1]), 32);
-        assert_eq!(block_bound([4, 2, 2]), 32);
-        assert_eq!(block_bound([33, 1, 1]), 64);
-        assert_eq!(block_bound([16, 16, 1]), 256);
+    fn block_bounds_are_thread_counts() {
+        assert_eq!(block_bound([1, 1, 1]), 1);
+        assert_eq!(block_bound([4, 2, 2]), 16);
         assert_eq!(block_bound([1024, 1, 1]), 1024);
-        let ptx = bound_test_kernels(&test_ptx([1, 1, 1])).unwrap().unwrap();
-        assert!(ptx.contains(".maxntid 32, 1, 1\n"), "{ptx}");
+        let ptx = bound_test_kernels(&test_ptx([4, 2, 2])).unwrap().unwrap();
+        assert!(ptx.contains(".maxntid 16, 1, 1\n"), "{ptx}");
     }
 
     #[test]
