@@ -296,7 +296,7 @@ fn expand_test(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
             );
             #rt::__gpurun_kernel! {
                 fn #kernel() {
-                    #rt::export::run_test(#name)
+                    #rt::export::run_test(#name, &#descriptor)
                 }
             }
         };
