@@ -8,8 +8,10 @@
 //! - the panic handler ends the wavefront with `s_endpgm`: no trap (which would kill the queue)
 //!   and no endless loop (which would hang the wavefront and its block's barriers).
 //!
-//! Release builds (`-p big-block -p panics --release`), so the fences are inlined around the
-//! barrier as users' code gets them.
+//! Release builds (`-p big-block -p panics -p basic --release`), so the fences are inlined around
+//! the barrier as users' code gets them. basic has several tests that compile to nothing, whose
+//! kernels LLVM merged into aliases without kernel descriptors until each kernel's body named its
+//! own descriptor.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -41,14 +43,15 @@ fn nightly() -> Option<Toolchain> {
     toolchain
 }
 
-/// Builds big-block and panics for gfx90a (release) once and returns their code objects.
+/// Builds big-block, panics and basic for gfx90a (release) once and returns their code objects.
 fn images() -> &'static [PathBuf] {
     static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
     BUILT.get_or_init(|| {
         let manifest = repo_root().join("fixtures/Cargo.toml");
         let output = Command::new(env!("CARGO_BIN_EXE_cargo-gpurun"))
             .args(["gpurun", "build", "--release", "--message-format", "json"])
-            .args(["-p", "big-block", "-p", "panics", "--target", "amdgcn"])
+            .args(["-p", "big-block", "-p", "panics", "-p", "basic"])
+            .args(["--target", "amdgcn"])
             .args(["--arch", "gfx90a", "--manifest-path"])
             .arg(&manifest)
             .current_dir(repo_root())
@@ -108,6 +111,7 @@ fn built_code_objects_pass_the_image_check() {
     if nightly().is_none() {
         return;
     }
+    assert_eq!(images().len(), 3, "{:?}", images());
     for path in images() {
         let bytes = std::fs::read(path).unwrap();
         validate::check_amdgpu_code_object(&bytes)
