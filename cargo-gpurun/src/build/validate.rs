@@ -61,7 +61,7 @@ pub enum ValidateError {
     #[error("not an AMDHSA code object (ELF OS/ABI {0}, expected 64)")]
     NotAmdhsa(u8),
     #[error("AMDHSA code object v{version} (ELF ABI version {abi_version}); expected v4 or v5: ROCr 5.x loaders (Debian's 5.2 among them) know up to v5 and reject newer ones")]
-    UnsupportedCodeObjectVersion { version: u8, abi_version: u8 },
+    UnsupportedCodeObjectVersion { version: u16, abi_version: u8 },
 }
 
 /// What the PTX check found.
@@ -185,7 +185,7 @@ pub fn check_amdgpu_code_object(bytes: &[u8]) -> Result<AmdgpuSummary, ValidateE
     let abi_version = header.e_ident().abi_version;
     if !(amdhsa_abi_version(4)..=amdhsa_abi_version(5)).contains(&abi_version) {
         return Err(ValidateError::UnsupportedCodeObjectVersion {
-            version: abi_version + 2,
+            version: u16::from(abi_version) + 2,
             abi_version,
         });
     }
@@ -487,6 +487,16 @@ mod tests {
         for end in 0..document.len() {
             assert!(parse(&document[..end]).is_err(), "prefix {end} parsed");
         }
+    }
+
+    #[test]
+    fn code_object_versions_map_to_elf_abi_versions() {
+        assert_eq!(amdhsa_abi_version(4), 2);
+        assert_eq!(amdhsa_abi_version(AMDHSA_CODE_OBJECT_VERSION), 3);
+        assert_eq!(amdhsa_abi_version(6), 4);
+        assert!(AMDGCN_RUSTFLAGS
+            .iter()
+            .any(|flag| flag.ends_with(&format!("version={AMDHSA_CODE_OBJECT_VERSION}"))));
     }
 
     #[test]
