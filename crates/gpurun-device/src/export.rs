@@ -71,12 +71,9 @@ pub const fn descriptor<const N: usize>(
 
 /// Body of every test kernel: run the test on this thread. A panic is reported by the panic
 /// handler (GPU) or the panic hook (host); either way the thread then ends and the launch goes
-/// on. The kernel's own descriptor goes through `black_box` so that no two test kernels have
-/// the same body: LLVM would otherwise merge those of tests that compile to nothing into
-/// aliases, which on amdgcn get no `NAME.kd` kernel descriptor (release builds failed to link).
+/// on.
 #[inline(always)]
-pub fn run_test(test: fn(), descriptor: &'static [u8]) {
-    core::hint::black_box(descriptor);
+pub fn run_test(test: fn()) {
     run_thread(test);
 }
 
