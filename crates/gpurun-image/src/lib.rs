@@ -231,6 +231,33 @@ pub struct Kernel {
     pub name: String,
     /// AMDGPU only: the kernel descriptor.
     pub descriptor: Option<KernelDescriptor>,
+    /// See [`Kernel::max_threads`].
+    max_threads: Option<u32>,
+}
+
+impl Kernel {
+    /// A kernel named `name` with no descriptor and no block-size bound.
+    pub fn new(name: impl Into<String>) -> Kernel {
+        Kernel {
+            name: name.into(),
+            descriptor: None,
+            max_threads: None,
+        }
+    }
+
+    /// The most threads one block of this kernel may have, as compiled: PTX `.maxntid` (or
+    /// `.reqntid`), the product of its dimensions, which the build emits from each test's
+    /// declared threads; AMDGPU metadata `.max_flat_workgroup_size`. `None` when the image does
+    /// not say (a PTX kernel without the directive, a cubin, a host image): then only the
+    /// driver knows (CUDA: `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK`, which also counts
+    /// registers). A launch with more threads per block fails.
+    pub fn max_threads(&self) -> Option<u32> {
+        self.max_threads
+    }
+
+    pub(crate) fn set_max_threads(&mut self, bound: Option<u32>) {
+        self.max_threads = bound;
+    }
 }
 
 /// Facts about an AMDGPU code object.
@@ -340,9 +367,16 @@ impl Image {
             image.kernels = module
                 .kernels
                 .into_iter()
-                .map(|name| Kernel {
-                    name,
-                    descriptor: None,
+                .map(|name| {
+                    let bound = module
+                        .max_threads
+                        .iter()
+                        .find(|(kernel, _)| *kernel == name)
+                        .map(|(_, bound)| *bound);
+                    Kernel {
+                        max_threads: bound,
+                        ..Kernel::new(name)
+                    }
                 })
                 .collect();
             image.globals = module.globals;

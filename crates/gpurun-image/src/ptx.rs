@@ -15,6 +15,8 @@ pub(crate) struct PtxModule {
     pub target: Option<String>,
     pub address_size: Option<u32>,
     pub kernels: Vec<String>,
+    /// Each kernel's block-size bound: the product of its `.maxntid` (or `.reqntid`) dimensions.
+    pub max_threads: Vec<(String, u32)>,
     pub globals: Vec<Global>,
 }
 
@@ -278,6 +280,9 @@ fn statement(module: &mut PtxModule, stmt: &str, line: usize) -> Result<(), Imag
         if !is_identifier(&name) {
             return Err(bad(line, format!("bad kernel name `{name}`")));
         }
+        if let Some(bound) = block_bound(after) {
+            module.max_threads.push((name.clone(), bound));
+        }
         if !module.kernels.contains(&name) {
             module.kernels.push(name);
         }
@@ -294,6 +299,27 @@ fn statement(module: &mut PtxModule, stmt: &str, line: usize) -> Result<(), Imag
         variable(module, stmt, space, line)?;
     }
     Ok(())
+}
+
+/// The block-size bound a kernel header (everything after `.entry`, up to its body) declares:
+/// the product of `.maxntid` dimensions, else of `.reqntid`; `None` without either or when a
+/// dimension does not parse (left to ptxas to reject).
+fn block_bound(header: &str) -> Option<u32> {
+    let params_end = header.find(')').map_or(0, |end| end + 1);
+    let directives = &header[params_end..];
+    [".maxntid", ".reqntid"].iter().find_map(|directive| {
+        let at = directives.find(directive)?;
+        let list = directives[at + directive.len()..]
+            .split(['.', '{', ';'])
+            .next()?;
+        let mut product: u32 = 1;
+        let mut count = 0;
+        for dim in list.split(',') {
+            product = product.checked_mul(dim.trim().parse().ok()?)?;
+            count += 1;
+        }
+        (1..=3).contains(&count).then_some(product)
+    })
 }
 
 fn is_identifier(name: &str) -> bool {
@@ -607,6 +633,20 @@ mod tests {
         assert_eq!(module.target.as_deref(), Some("sm_90a"));
         assert_eq!(module.address_size, Some(64));
         assert_eq!(module.kernels, ["k1", "k2"]);
+        assert_eq!(module.max_threads, [("k1".to_owned(), 64)]);
+    }
+
+    #[test]
+    fn block_bounds_multiply_their_dimensions() {
+        assert_eq!(
+            block_bound("k(\n.param .u64 p\n)\n.maxntid 16, 8, 2\n"),
+            Some(256)
+        );
+        assert_eq!(block_bound("k()\n.maxntid 1024\n"), Some(1024));
+        assert_eq!(block_bound("k()\n.reqntid 32, 2\n"), Some(64));
+        assert_eq!(block_bound("k()\n.maxnreg 64\n"), None);
+        assert_eq!(block_bound("k()\n.maxntid x\n"), None);
+        assert_eq!(block_bound("k()\n.maxntid 65536, 65536, 2\n"), None);
     }
 
     #[test]

@@ -192,6 +192,8 @@ fn amdgpu_kernel_descriptors() {
                 .descriptor
                 .unwrap_or_else(|| panic!("{name}: {} has no .kd", kernel.name));
             assert_eq!(kd.wavefront_size(), wave, "{name} {}", kernel.name);
+            // LLVM's default bound, from `.max_flat_workgroup_size` (llvm-readobj --notes).
+            assert_eq!(kernel.max_threads(), Some(1024), "{name} {}", kernel.name);
             assert_eq!(kd.group_segment_fixed_size, 0);
         }
         // Values cross-checked against llvm-readobj --notes (.kernarg_segment_size).
@@ -304,6 +306,27 @@ fn patched_ptx(from: &str, to: &str) -> Vec<u8> {
     let text = std::fs::read_to_string(data("sample.ptx")).unwrap();
     assert!(text.contains(from), "sample lacks `{from}`");
     text.replacen(from, to, 1).into_bytes()
+}
+
+#[test]
+fn ptx_block_bounds_are_read_from_maxntid() {
+    let image = load("sample.ptx");
+    assert_eq!(
+        image
+            .kernel("__gpurun_test_adds_0123456789abcdef")
+            .unwrap()
+            .max_threads(),
+        None
+    );
+    let bytes = patched_ptx(
+        ".visible .entry __gpurun_test_adds_0123456789abcdef()\n{",
+        ".visible .entry __gpurun_test_adds_0123456789abcdef()\n.maxntid 32, 4, 2\n{",
+    );
+    let image = Image::parse(bytes, None).unwrap();
+    let kernel = image.kernel("__gpurun_test_adds_0123456789abcdef").unwrap();
+    assert_eq!(kernel.max_threads(), Some(256));
+    let other = image.kernel("__gpurun_test_boom_00000000000000bb").unwrap();
+    assert_eq!(other.max_threads(), None);
 }
 
 #[test]

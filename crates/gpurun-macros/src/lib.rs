@@ -8,6 +8,7 @@
 //! Owns: the attributes' syntax and their checks. Must not: spell the device ABI itself (the
 //! flags, symbol prefixes and descriptor format come from `gpurun-abi`) or know the host.
 
+use gpurun_abi::shape::MAX_BLOCK_THREADS;
 use gpurun_abi::{desc, symbols};
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
@@ -115,6 +116,15 @@ fn parse_shape(args: TokenStream2) -> syn::Result<Shape> {
             return Err(syn::Error::new(
                 pair.path.span(),
                 "unknown argument: expected `threads` or `blocks`",
+            ));
+        }
+    }
+    if let Some(threads) = shape.threads {
+        let per_block: u64 = threads.iter().map(|&n| u64::from(n)).product();
+        if per_block > MAX_BLOCK_THREADS {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                format!("a block has at most {MAX_BLOCK_THREADS} threads (NVIDIA and AMD GPUs), not {per_block}: use `blocks` for more"),
             ));
         }
     }
@@ -288,6 +298,13 @@ fn expand_test(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
             );
             #rt::__gpurun_kernel! {
                 fn #kernel() {
+                    // On GPUs, naming its own descriptor keeps each kernel's body distinct:
+                    // LLVM merged the kernels of tests that compile to nothing into aliases,
+                    // which on amdgcn get no `NAME.kd` (release builds failed to link). Not on
+                    // the host, where a test target is linked as a shared object from non-PIC
+                    // code that cannot address an exported static.
+                    #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
+                    ::core::hint::black_box(&#descriptor);
                     #rt::export::run_test(#name)
                 }
             }
@@ -374,4 +391,19 @@ fn expand_main(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
             }
         };
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_shape;
+    use quote::quote;
+
+    #[::core::prelude::v1::test]
+    fn block_sizes_above_1024_threads_are_refused() {
+        assert!(parse_shape(quote!(threads = 1024)).is_ok());
+        assert!(parse_shape(quote!(threads = (32, 32, 1), blocks = 4096)).is_ok());
+        let err = parse_shape(quote!(threads = (32, 32, 2))).err().unwrap();
+        assert!(err.to_string().contains("at most 1024 threads"), "{err}");
+        assert!(parse_shape(quote!(threads = 1025)).is_err());
+    }
 }

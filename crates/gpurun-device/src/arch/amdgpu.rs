@@ -58,8 +58,15 @@ pub fn lane_id() -> u32 {
     }
 }
 
+/// A block barrier with HIP `__syncthreads` semantics: writes before it are visible to every
+/// thread of the block after it. `s_barrier` alone only synchronizes execution (and LLVM may move
+/// memory accesses across it), so it sits between a release and an acquire fence. Rust has no
+/// workgroup-scope fence; these are system-scope, which orders at least as much (at some cost:
+/// on gfx90a an L2 write-back before and an invalidate after).
 pub fn barrier() {
-    amdgpu::s_barrier()
+    core::sync::atomic::fence(Ordering::Release);
+    amdgpu::s_barrier();
+    core::sync::atomic::fence(Ordering::Acquire);
 }
 
 /// Ends this wavefront's thread with `s_endpgm`, so the queue stays usable.

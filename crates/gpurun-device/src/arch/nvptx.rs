@@ -56,8 +56,10 @@ pub fn lane_size() -> u32 {
 pub fn lane_id() -> u32 {
     let lane: u32;
     // SAFETY: reads the %laneid special register.
-    unsafe { asm!("mov.u32 {0}, %laneid;", out(reg32) lane, options(nomem, nostack)) };
-    lane
+    unsafe { asm!("mov.u32 {0}, %laneid;", out(reg32) lane, options(pure, nomem, nostack)) };
+    // Tells LLVM the range (below 32), so `1 << lane_id()` has no overflow-check branch that
+    // crashes ptxas for sm_90 (see `gpurun_rpc`'s `Warp::lane_id`).
+    lane & 31
 }
 
 pub fn barrier() {

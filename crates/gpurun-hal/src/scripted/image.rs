@@ -17,6 +17,8 @@ pub struct ImageSpec {
     pub rpc_client: bool,
     /// Whether the image has the AMD launch-shape global.
     pub launch_shape: bool,
+    /// Kernels that declare a block-size bound (PTX `.maxntid N, 1, 1`).
+    pub max_threads: Vec<(String, u32)>,
 }
 
 impl ImageSpec {
@@ -73,7 +75,12 @@ impl ImageSpec {
             );
         }
         for kernel in kernels {
-            let _ = writeln!(text, "\n.visible .entry {kernel}()\n{{\n\tret;\n}}");
+            let bound = self
+                .max_threads
+                .iter()
+                .find(|(name, _)| *name == kernel)
+                .map_or_else(String::new, |(_, n)| format!(".maxntid {n}, 1, 1\n"));
+            let _ = writeln!(text, "\n.visible .entry {kernel}()\n{bound}{{\n\tret;\n}}");
         }
         Ok(text)
     }

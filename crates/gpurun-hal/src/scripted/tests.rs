@@ -321,6 +321,35 @@ fn scripts_round_trip_through_json() {
 }
 
 #[test]
+fn a_launch_over_the_images_declared_block_bound_is_refused() {
+    let spec = ImageSpec {
+        kernels: vec!["k".into()],
+        rpc_client: true,
+        max_threads: vec![("k".into(), 256)],
+        ..ImageSpec::default()
+    };
+    let backend = ScriptedBackend::new(Script::default());
+    let mut device = backend.open(0).unwrap();
+    let mut module = device.load(&image(&spec), &LoadOptions::default()).unwrap();
+    let mut sink = Collect::default();
+    let shape = |threads| LaunchShape {
+        threads: [threads, 1, 1],
+        blocks: [1, 1, 1],
+    };
+    assert_eq!(
+        module
+            .launch("k", shape(256), &[], None, &mut sink)
+            .unwrap(),
+        LaunchEnd::Completed
+    );
+    let error = module
+        .launch("k", shape(257), &[], None, &mut sink)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("at most 256 threads per block"), "{error}");
+}
+
+#[test]
 fn device_memory_is_zeroed_and_reads_stay_inside_it() {
     let (backend, image) = setup(vec![]);
     let mut device = backend.open(0).unwrap();

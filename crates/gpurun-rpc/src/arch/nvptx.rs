@@ -21,7 +21,11 @@ impl Lanes for Warp {
         unsafe {
             asm!("mov.u32 {id}, %laneid;", id = out(reg32) id, options(pure, nomem, nostack))
         };
-        id
+        // The mask tells LLVM what the asm cannot: the id is below 32. Without it the overflow
+        // check of `1 << lane_id` stays in the PTX, and ptxas 12.x/13.x (sm_90 and newer,
+        // -O1 and up) proves that branch dead and then crashes when it led into the panic path
+        // (a recursive call cycle through the panic handler). See docs/abi.md.
+        id & 31
     }
 
     #[inline(always)]
