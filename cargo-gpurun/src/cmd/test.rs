@@ -65,8 +65,8 @@ fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Dur
 }
 
 /// With no `--target`, build for the GPU that is present, else for the host emulation (and say
-/// so in one line).
-fn auto_target(choice: BackendChoice) -> &'static str {
+/// so in one line). Public for `gpurun-test`, which builds device crates the same way.
+pub fn auto_target(choice: BackendChoice) -> &'static str {
     match choice {
         BackendChoice::Only(BackendKind::Cuda) => return "nvptx",
         BackendChoice::Only(BackendKind::Hsa) => return "amdgcn",

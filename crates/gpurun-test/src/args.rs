@@ -1,0 +1,134 @@
+//! Kernel arguments from Rust values: scalars as themselves, buffers as device pointers.
+
+use gpurun_hal::args::KernelArg;
+
+use crate::gpu::Buffer;
+
+/// Element types a [`Buffer`] can hold: plain data that has the same layout on the host and
+/// the device, for which every bit pattern is a value.
+///
+/// # Safety
+/// Implement only for `Copy` types without padding, pointers or invalid bit patterns.
+pub unsafe trait DeviceCopy: Copy + 'static {}
+
+macro_rules! device_copy {
+    ($($ty:ty),*) => { $(
+        // SAFETY: a primitive number: no padding, every bit pattern valid.
+        unsafe impl DeviceCopy for $ty {}
+    )* };
+}
+device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
+
+// SAFETY: an array of such values has no padding between or around its elements.
+unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
+
+/// One kernel argument. `gpu` identifies the loaded image a launch runs on; a buffer of
+/// another one is refused (`Err(())`).
+pub trait IntoKernelArg {
+    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ()>;
+}
+
+macro_rules! scalar {
+    ($($ty:ty => |$v:ident| $arg:expr),*) => { $(
+        impl IntoKernelArg for $ty {
+            fn into_kernel_arg(self, _gpu: u64) -> Result<KernelArg, ()> {
+                let $v = self;
+                Ok($arg)
+            }
+        }
+    )* };
+}
+// 64-bit targets only (nvptx64, amdgcn, x86-64, aarch64): `usize` is a `u64` on both sides;
+// an `i64` travels as its bits.
+scalar!(
+    i32 => |v| KernelArg::I32(v),
+    u32 => |v| KernelArg::U32(v),
+    u64 => |v| KernelArg::U64(v),
+    i64 => |v| KernelArg::U64(v as u64),
+    usize => |v| KernelArg::U64(v as u64),
+    f32 => |v| KernelArg::F32(v),
+    f64 => |v| KernelArg::F64(v)
+);
+
+impl IntoKernelArg for KernelArg {
+    fn into_kernel_arg(self, _gpu: u64) -> Result<KernelArg, ()> {
+        Ok(self)
+    }
+}
+
+impl<T: DeviceCopy> IntoKernelArg for &Buffer<'_, T> {
+    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ()> {
+        if self.owner() != gpu {
+            return Err(());
+        }
+        Ok(KernelArg::U64(self.device_address()))
+    }
+}
+
+impl<T: DeviceCopy> IntoKernelArg for &mut Buffer<'_, T> {
+    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ()> {
+        (&*self).into_kernel_arg(gpu)
+    }
+}
+
+/// A launch's arguments: a tuple (up to 12) of [`IntoKernelArg`]s, `()` for none, or a
+/// `Vec<KernelArg>` built by hand.
+pub trait KernelArgs {
+    /// The arguments in order; `Err(index)` for a buffer of another loaded image.
+    fn kernel_args(self, gpu: u64) -> Result<Vec<KernelArg>, usize>;
+}
+
+impl KernelArgs for Vec<KernelArg> {
+    fn kernel_args(self, _gpu: u64) -> Result<Vec<KernelArg>, usize> {
+        Ok(self)
+    }
+}
+
+macro_rules! tuple {
+    ($($name:ident $index:tt),*) => {
+        impl<$($name: IntoKernelArg),*> KernelArgs for ($($name,)*) {
+            #[allow(unused_variables)]
+            fn kernel_args(self, gpu: u64) -> Result<Vec<KernelArg>, usize> {
+                Ok(vec![$(self.$index.into_kernel_arg(gpu).map_err(|()| -> usize { $index })?),*])
+            }
+        }
+    };
+}
+tuple!();
+tuple!(A 0);
+tuple!(A 0, B 1);
+tuple!(A 0, B 1, C 2);
+tuple!(A 0, B 1, C 2, D 3);
+tuple!(A 0, B 1, C 2, D 3, E 4);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10);
+tuple!(A 0, B 1, C 2, D 3, E 4, F 5, G 6, H 7, I 8, J 9, K 10, L 11);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_keep_their_width_and_class() {
+        let args = (1i32, 2u32, 3u64, -1i64, 4usize, 2.5f32, 0.5f64)
+            .kernel_args(0)
+            .unwrap();
+        assert_eq!(
+            args,
+            vec![
+                KernelArg::I32(1),
+                KernelArg::U32(2),
+                KernelArg::U64(3),
+                KernelArg::U64(u64::MAX),
+                KernelArg::U64(4),
+                KernelArg::F32(2.5),
+                KernelArg::F64(0.5),
+            ]
+        );
+        assert_eq!(().kernel_args(0).unwrap(), vec![]);
+    }
+}
