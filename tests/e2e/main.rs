@@ -6,6 +6,7 @@
 
 mod concurrency;
 mod harness;
+mod host_app;
 mod images;
 mod loader;
 mod runner;

@@ -96,30 +96,32 @@ fn worker_options(backend: BackendKind) -> WorkerOptions {
 /// the harness's note).
 fn run_trial(executor: &dyn Executor, test: &TestCase, nocapture: bool) -> Result<(), Failed> {
     let run = executor.run(test);
-    let panic = panic_text(test, &run.end);
-    let mut captured = run.stdout;
-    captured.extend_from_slice(&run.stderr);
-    captured.extend_from_slice(panic.as_bytes());
-    let captured = String::from_utf8_lossy(&captured).into_owned();
+    let mut output = run.stdout;
+    output.extend_from_slice(&run.stderr);
+    let output = String::from_utf8_lossy(&output).into_owned();
+    // With --nocapture (nextest always passes it) the output goes out as it would uncaptured;
+    // the failure message keeps what says why: the panic with its location, and the note.
     if nocapture {
-        eprint!("{captured}");
+        eprint!("{output}");
     }
     let note = match judge(test, &run.end) {
         Verdict::Passed => return Ok(()),
         Verdict::Failed => None,
         Verdict::FailedWithMessage(message) => Some(message),
     };
-    let mut message = if nocapture { String::new() } else { captured };
+    let mut message = if nocapture { String::new() } else { output };
+    message.push_str(&panic_text(test, &run.end));
     if let Some(note) = note {
         if !message.is_empty() && !message.ends_with('\n') {
             message.push('\n');
         }
         message.push_str(&format!("note: {note}"));
     }
-    if message.trim().is_empty() {
-        message = "the device test failed".into();
+    let message = message.trim();
+    if message.is_empty() {
+        return Err("the device test failed".into());
     }
-    Err(message.trim_end().into())
+    Err(message.into())
 }
 
 #[cfg(test)]
