@@ -22,16 +22,20 @@ device_copy!(u8, i8, u16, i16, u32, i32, u64, i64, f32, f64);
 // SAFETY: an array of such values has no padding between or around its elements.
 unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 
+/// A buffer passed to a launch on another loaded image than its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ForeignBuffer;
+
 /// One kernel argument. `gpu` identifies the loaded image a launch runs on; a buffer of
-/// another one is refused (`Err(())`).
+/// another one is refused.
 pub trait IntoKernelArg {
-    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ()>;
+    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ForeignBuffer>;
 }
 
 macro_rules! scalar {
     ($($ty:ty => |$v:ident| $arg:expr),*) => { $(
         impl IntoKernelArg for $ty {
-            fn into_kernel_arg(self, _gpu: u64) -> Result<KernelArg, ()> {
+            fn into_kernel_arg(self, _gpu: u64) -> Result<KernelArg, ForeignBuffer> {
                 let $v = self;
                 Ok($arg)
             }
@@ -51,22 +55,22 @@ scalar!(
 );
 
 impl IntoKernelArg for KernelArg {
-    fn into_kernel_arg(self, _gpu: u64) -> Result<KernelArg, ()> {
+    fn into_kernel_arg(self, _gpu: u64) -> Result<KernelArg, ForeignBuffer> {
         Ok(self)
     }
 }
 
 impl<T: DeviceCopy> IntoKernelArg for &Buffer<'_, T> {
-    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ()> {
+    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ForeignBuffer> {
         if self.owner() != gpu {
-            return Err(());
+            return Err(ForeignBuffer);
         }
         Ok(KernelArg::U64(self.device_address()))
     }
 }
 
 impl<T: DeviceCopy> IntoKernelArg for &mut Buffer<'_, T> {
-    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ()> {
+    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ForeignBuffer> {
         (&*self).into_kernel_arg(gpu)
     }
 }
@@ -89,7 +93,7 @@ macro_rules! tuple {
         impl<$($name: IntoKernelArg),*> KernelArgs for ($($name,)*) {
             #[allow(unused_variables)]
             fn kernel_args(self, gpu: u64) -> Result<Vec<KernelArg>, usize> {
-                Ok(vec![$(self.$index.into_kernel_arg(gpu).map_err(|()| -> usize { $index })?),*])
+                Ok(vec![$(self.$index.into_kernel_arg(gpu).map_err(|ForeignBuffer| -> usize { $index })?),*])
             }
         }
     };

@@ -15,7 +15,7 @@ use gpurun_hal::{select, BackendKind, Device, LaunchEnd, LaunchShape, LoadOption
 use gpurun_image::Image;
 
 use crate::args::{DeviceCopy, KernelArgs};
-use crate::Error;
+use crate::{DevicePanic, Error};
 
 /// A launch shape: `Shape::blocks(n).threads(256)` (x only), or [`Shape::grid`] for three
 /// dimensions. Both default to 1.
@@ -288,7 +288,7 @@ impl Gpu {
         let kernel = kernel.to_string();
         match end {
             LaunchEnd::Completed => match collect.first_panic {
-                Some(report) => Err(Error::Panicked {
+                Some(report) => Err(Error::Panicked(Box::new(DevicePanic {
                     kernel,
                     message: report.message,
                     file: report.file,
@@ -298,7 +298,7 @@ impl Gpu {
                     block: report.block,
                     panicked_threads: collect.panicked_threads,
                     output: collect.output,
-                }),
+                }))),
                 None => Ok(collect.output),
             },
             LaunchEnd::Faulted(error) => Err(Error::Faulted { kernel, error }),

@@ -51,7 +51,7 @@ use std::time::Duration;
 use cargo_gpurun::build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
 
-pub use args::{DeviceCopy, IntoKernelArg, KernelArgs};
+pub use args::{DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
 pub use gpu::{Buffer, Gpu, Output, Shape};
 pub use gpurun_hal::args::KernelArg;
 pub use gpurun_hal::BackendKind;
@@ -87,20 +87,8 @@ pub enum Error {
     #[error("a buffer of {len} elements of {element_size} bytes is too large")]
     TooLarge { len: usize, element_size: usize },
     /// A device thread panicked; the first report is shown. The kernel ran to its end.
-    #[error("kernel `{kernel}` panicked at {file}:{line}:{column} (block {block:?}, thread {thread:?}{others}): {message}",
-        others = if *panicked_threads > 1 { format!(", one of {panicked_threads} threads that panicked") } else { String::new() })]
-    Panicked {
-        kernel: String,
-        message: String,
-        file: String,
-        line: u32,
-        column: u32,
-        thread: [u32; 3],
-        block: [u32; 3],
-        panicked_threads: u64,
-        /// What the kernel printed before and after.
-        output: Output,
-    },
+    #[error("{0}")]
+    Panicked(Box<DevicePanic>),
     /// The device faulted (illegal address, trap). The loaded image cannot run more kernels.
     #[error("kernel `{kernel}` faulted: {error}")]
     Faulted { kernel: String, error: String },
@@ -114,6 +102,24 @@ pub enum Error {
     /// The kernel called `abort()`.
     #[error("kernel `{kernel}` called abort()")]
     Aborted { kernel: String },
+}
+
+/// A panic on the device during a host-driven launch ([`Error::Panicked`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("kernel `{kernel}` panicked at {file}:{line}:{column} (block {block:?}, thread {thread:?}{others}): {message}",
+    others = if *panicked_threads > 1 { format!(", one of {panicked_threads} threads that panicked") } else { String::new() })]
+pub struct DevicePanic {
+    pub kernel: String,
+    pub message: String,
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub thread: [u32; 3],
+    pub block: [u32; 3],
+    /// How many device threads panicked.
+    pub panicked_threads: u64,
+    /// What the kernel printed.
+    pub output: Output,
 }
 
 /// A device crate, by the directory of its `Cargo.toml`.

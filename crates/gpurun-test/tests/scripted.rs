@@ -79,21 +79,14 @@ fn a_panic_is_an_error_with_message_location_and_output() {
     let error = gpu
         .launch(&kernel("panics"), Shape::blocks(1), ())
         .unwrap_err();
-    let Error::Panicked {
-        message,
-        file,
-        line,
-        output,
-        ..
-    } = &error
-    else {
+    let Error::Panicked(panic) = &error else {
         panic!("not a panic: {error}");
     };
     assert_eq!(
-        (message.as_str(), file.as_str(), *line),
+        (panic.message.as_str(), panic.file.as_str(), panic.line),
         ("bad input 7", "src/lib.rs", 42)
     );
-    assert_eq!(output.stdout_text(), "before\n");
+    assert_eq!(panic.output.stdout_text(), "before\n");
     let text = error.to_string();
     assert!(
         text.contains("panicked at src/lib.rs:42:") && text.ends_with("bad input 7"),
