@@ -26,18 +26,54 @@ unsafe impl<T: DeviceCopy, const N: usize> DeviceCopy for [T; N] {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ForeignBuffer;
 
+/// One kernel argument, with what it came from (for the signature check).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Arg {
+    /// A Rust scalar.
+    Scalar(KernelArg),
+    /// A [`Buffer`]'s device address.
+    Buffer(KernelArg),
+    /// A [`KernelArg`] given as is.
+    Raw(KernelArg),
+}
+
+impl Arg {
+    /// What the kernel receives.
+    pub fn value(self) -> KernelArg {
+        match self {
+            Arg::Scalar(value) | Arg::Buffer(value) | Arg::Raw(value) => value,
+        }
+    }
+
+    /// In words, for error messages.
+    pub(crate) fn describe(self) -> String {
+        let scalar = |value: KernelArg| match value {
+            KernelArg::I32(_) => "an i32",
+            KernelArg::U32(_) => "a u32",
+            KernelArg::U64(_) => "a u64",
+            KernelArg::F32(_) => "an f32",
+            KernelArg::F64(_) => "an f64",
+        };
+        match self {
+            Arg::Scalar(value) => scalar(value).to_string(),
+            Arg::Buffer(_) => "a buffer".to_string(),
+            Arg::Raw(value) => format!("{} (a raw KernelArg)", scalar(value)),
+        }
+    }
+}
+
 /// One kernel argument. `gpu` identifies the loaded image a launch runs on; a buffer of
 /// another one is refused.
 pub trait IntoKernelArg {
-    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ForeignBuffer>;
+    fn into_kernel_arg(self, gpu: u64) -> Result<Arg, ForeignBuffer>;
 }
 
 macro_rules! scalar {
     ($($ty:ty => |$v:ident| $arg:expr),*) => { $(
         impl IntoKernelArg for $ty {
-            fn into_kernel_arg(self, _gpu: u64) -> Result<KernelArg, ForeignBuffer> {
+            fn into_kernel_arg(self, _gpu: u64) -> Result<Arg, ForeignBuffer> {
                 let $v = self;
-                Ok($arg)
+                Ok(Arg::Scalar($arg))
             }
         }
     )* };
@@ -55,22 +91,22 @@ scalar!(
 );
 
 impl IntoKernelArg for KernelArg {
-    fn into_kernel_arg(self, _gpu: u64) -> Result<KernelArg, ForeignBuffer> {
-        Ok(self)
+    fn into_kernel_arg(self, _gpu: u64) -> Result<Arg, ForeignBuffer> {
+        Ok(Arg::Raw(self))
     }
 }
 
 impl<T: DeviceCopy> IntoKernelArg for &Buffer<'_, T> {
-    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ForeignBuffer> {
+    fn into_kernel_arg(self, gpu: u64) -> Result<Arg, ForeignBuffer> {
         if self.owner() != gpu {
             return Err(ForeignBuffer);
         }
-        Ok(KernelArg::U64(self.device_address()))
+        Ok(Arg::Buffer(KernelArg::U64(self.device_address())))
     }
 }
 
 impl<T: DeviceCopy> IntoKernelArg for &mut Buffer<'_, T> {
-    fn into_kernel_arg(self, gpu: u64) -> Result<KernelArg, ForeignBuffer> {
+    fn into_kernel_arg(self, gpu: u64) -> Result<Arg, ForeignBuffer> {
         (&*self).into_kernel_arg(gpu)
     }
 }
@@ -79,12 +115,12 @@ impl<T: DeviceCopy> IntoKernelArg for &mut Buffer<'_, T> {
 /// `Vec<KernelArg>` built by hand.
 pub trait KernelArgs {
     /// The arguments in order; `Err(index)` for a buffer of another loaded image.
-    fn kernel_args(self, gpu: u64) -> Result<Vec<KernelArg>, usize>;
+    fn kernel_args(self, gpu: u64) -> Result<Vec<Arg>, usize>;
 }
 
 impl KernelArgs for Vec<KernelArg> {
-    fn kernel_args(self, _gpu: u64) -> Result<Vec<KernelArg>, usize> {
-        Ok(self)
+    fn kernel_args(self, _gpu: u64) -> Result<Vec<Arg>, usize> {
+        Ok(self.into_iter().map(Arg::Raw).collect())
     }
 }
 
@@ -92,7 +128,7 @@ macro_rules! tuple {
     ($($name:ident $index:tt),*) => {
         impl<$($name: IntoKernelArg),*> KernelArgs for ($($name,)*) {
             #[allow(unused_variables)]
-            fn kernel_args(self, gpu: u64) -> Result<Vec<KernelArg>, usize> {
+            fn kernel_args(self, gpu: u64) -> Result<Vec<Arg>, usize> {
                 Ok(vec![$(self.$index.into_kernel_arg(gpu).map_err(|ForeignBuffer| -> usize { $index })?),*])
             }
         }
@@ -118,9 +154,12 @@ mod tests {
 
     #[test]
     fn scalars_keep_their_width_and_class() {
-        let args = (1i32, 2u32, 3u64, -1i64, 4usize, 2.5f32, 0.5f64)
+        let args: Vec<KernelArg> = (1i32, 2u32, 3u64, -1i64, 4usize, 2.5f32, 0.5f64)
             .kernel_args(0)
-            .unwrap();
+            .unwrap()
+            .into_iter()
+            .map(Arg::value)
+            .collect();
         assert_eq!(
             args,
             vec![

@@ -2,7 +2,7 @@
 //! both sides reach, and launches whose panics come back as errors.
 
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
@@ -10,11 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
+use gpurun_hal::args::KernelArg;
 use gpurun_hal::server::{PanicReport, Sink};
 use gpurun_hal::{select, BackendKind, Device, LaunchEnd, LaunchShape, LoadOptions, Module};
-use gpurun_image::Image;
+use gpurun_image::{Image, ImageKind};
 
-use crate::args::{DeviceCopy, KernelArgs};
+use crate::args::{Arg, DeviceCopy, KernelArgs};
+use crate::signature::{self, Param};
 use crate::{DevicePanic, Error};
 
 /// A launch shape: `Shape::blocks(n).threads(256)` (x only), or [`Shape::grid`] for three
@@ -128,6 +130,8 @@ pub struct Gpu {
     id: u64,
     image: PathBuf,
     kernels: Vec<String>,
+    /// Parameters of each kernel, where the image records them (PTX).
+    signatures: HashMap<String, Vec<Param>>,
     timeout: Duration,
     backend: BackendKind,
     /// The host image's file this `Gpu` holds in [`LOADED_HOST_FILES`].
@@ -176,6 +180,10 @@ impl Gpu {
             .iter()
             .map(|kernel| kernel.name.clone())
             .collect();
+        let signatures = match (image.kind(), std::str::from_utf8(image.bytes())) {
+            (ImageKind::Ptx, Ok(text)) => signature::ptx_signatures(text),
+            _ => HashMap::new(),
+        };
         let (image, holds_file, copy) = if kind == BackendKind::Host {
             host_image(path, image)?
         } else {
@@ -207,6 +215,7 @@ impl Gpu {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             image: path.to_path_buf(),
             kernels,
+            signatures,
             timeout,
             backend: kind,
             holds_file,
@@ -252,8 +261,9 @@ impl Gpu {
     /// Buffer`, in the order of the kernel's parameters) and waits for it. Its output is
     /// returned and also printed (captured by the test harness like the test's own).
     ///
-    /// The image does not record kernel signatures: the number and types of the arguments
-    /// are the caller's to get right (see the crate README).
+    /// Where the image records the kernel's signature (PTX), the number, width and kind of
+    /// the arguments are checked first ([`Error::Arguments`]); elsewhere they are the caller's
+    /// to get right.
     pub fn launch(
         &self,
         kernel: &str,
@@ -277,6 +287,13 @@ impl Gpu {
                 kernel: kernel.to_string(),
                 index,
             })?;
+        if let Some(params) = self.signatures.get(kernel) {
+            signature::check(params, &args).map_err(|message| Error::Arguments {
+                kernel: kernel.to_string(),
+                message,
+            })?;
+        }
+        let args: Vec<KernelArg> = args.into_iter().map(Arg::value).collect();
         let mut collect = Collect::default();
         let end = self.module.borrow_mut().launch(
             kernel,

@@ -41,6 +41,7 @@
 
 mod args;
 mod gpu;
+mod signature;
 mod trials;
 
 use std::collections::HashMap;
@@ -51,7 +52,7 @@ use std::time::Duration;
 use cargo_gpurun::build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
 
-pub use args::{DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
+pub use args::{Arg, DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
 pub use gpu::{Buffer, Gpu, Output, Shape};
 pub use gpurun_hal::args::KernelArg;
 pub use gpurun_hal::BackendKind;
@@ -80,6 +81,10 @@ pub enum Error {
         image: PathBuf,
         available: String,
     },
+    /// The arguments do not fit the kernel's signature (checked where the image records it:
+    /// PTX).
+    #[error("wrong arguments for kernel `{kernel}`: {message}")]
+    Arguments { kernel: String, message: String },
     /// A buffer passed to a launch was made by another [`Gpu`] (another loaded image).
     #[error("argument {index} of `{kernel}` is a buffer of another loaded image")]
     ForeignBuffer { kernel: String, index: usize },
@@ -204,11 +209,16 @@ impl DeviceCrate {
                 cargo_gpurun::cmd::test::auto_target(choice).to_string()
             }
         };
+        let nvptx_linker = match target.as_str() {
+            "nvptx" | "nvptx64-nvidia-cuda" => Some(nvptx_linker()?),
+            _ => None,
+        };
         let options = BuildOptions {
             manifest_path: Some(dir.join("Cargo.toml")),
             targets: vec![target],
             release: self.release,
             quiet: true,
+            nvptx_linker,
             ..BuildOptions::default()
         };
         let images = cargo_gpurun::build::build(&options).map_err(|error| error.to_string())?;
@@ -233,4 +243,24 @@ impl DeviceCrate {
         let built = self.build()?;
         Gpu::open(&built.path, None, self.timeout)
     }
+}
+
+/// cargo-gpurun's `gpurun-nvptx-link`, built with escargot from the cargo-gpurun sources this
+/// crate was built with. rustc runs the nvptx linker as an executable; `cargo gpurun` uses
+/// itself, but a test binary cannot be one.
+fn nvptx_linker() -> Result<PathBuf, String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cargo-gpurun/Cargo.toml");
+    if !manifest.is_file() {
+        return Err(format!(
+            "cannot build the nvptx linker: cargo-gpurun's sources are not at {}",
+            manifest.display()
+        ));
+    }
+    let run = escargot::CargoBuild::new()
+        .manifest_path(&manifest)
+        .package("cargo-gpurun")
+        .bin(cargo_gpurun::build::NVPTX_LINKER_NAME)
+        .run()
+        .map_err(|error| format!("cannot build the nvptx linker: {error}"))?;
+    Ok(run.path().to_path_buf())
 }

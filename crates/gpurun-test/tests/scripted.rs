@@ -166,3 +166,79 @@ fn buffers_round_trip_and_belong_to_their_image() {
         "{error}"
     );
 }
+
+#[test]
+fn arguments_a_ptx_kernel_does_not_take_are_refused_before_launch() {
+    let gpu = open(Duration::from_secs(10));
+    // The scripted image's kernels are PTX `.entry`s without parameters; `prints` would print
+    // if it ran.
+    let error = gpu
+        .launch(&kernel("prints"), Shape::blocks(1), (1u32,))
+        .unwrap_err();
+    assert!(matches!(error, Error::Arguments { .. }), "{error}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "wrong arguments for kernel `{}`: it takes 0 argument(s) (), not 1",
+            kernel("prints")
+        )
+    );
+}
+
+/// The signature check on a real PTX image: the host app's kernels built for nvptx (offline;
+/// the scripted backend "runs" them, completing at once).
+#[test]
+fn real_ptx_signatures_are_checked() {
+    let kernels = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/host-app/kernels");
+    let built = match gpurun_test::DeviceCrate::new(kernels)
+        .target("nvptx")
+        .build()
+    {
+        Ok(built) => built,
+        Err(error) => {
+            // The nvptx build needs the nightly with rust-src and llvm-tools (scripts/setup.sh).
+            let message = format!("cannot build the host app's kernels for nvptx: {error}");
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+            eprintln!("SKIPPED: {message}");
+            return;
+        }
+    };
+    let _ = image(); // the script the scripted backend reads
+    let gpu = Gpu::open(
+        &built.path,
+        Some(BackendKind::Scripted),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let x = gpu.buffer_from(&[1.0f32, 2.0]).unwrap();
+    let mut y = gpu.buffer::<f32>(2).unwrap();
+    let shape = Shape::blocks(1).threads(2);
+    gpu.launch("saxpy", shape, (2.0f32, &x, &mut y, 2usize))
+        .unwrap();
+    let wrong_type = gpu
+        .launch("saxpy", shape, (2.0f64, &x, &mut y, 2usize))
+        .unwrap_err();
+    assert_eq!(
+        wrong_type.to_string(),
+        "wrong arguments for kernel `saxpy`: argument 0 is a 32-bit float in the kernel, but an \
+         f64 was passed"
+    );
+    let too_few = gpu
+        .launch("saxpy", shape, (2.0f32, &x, &mut y))
+        .unwrap_err();
+    assert!(
+        too_few.to_string().contains(
+            "it takes 4 argument(s) (a 32-bit float, a pointer, a pointer, a 64-bit integer), not 3"
+        ),
+        "{too_few}"
+    );
+    let error = gpu
+        .launch("divide", shape, (&x, &x, 5u64, 2usize))
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("argument 2 is a pointer in the kernel, but a u64 was passed"),
+        "{error}"
+    );
+}
