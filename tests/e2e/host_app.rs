@@ -9,8 +9,9 @@ use std::process::{Command, Output};
 use gpurun_tests::{describe, fixtures_dir, repo_root, text};
 
 /// Every device test of `host-app/kernels`, by the name each trial has.
-const DEVICE_TESTS: [&str; 6] = [
+const DEVICE_TESTS: [&str; 7] = [
     "faults",
+    "hangs",
     "ignored_by_default",
     "saxpy_fails_on_purpose",
     "saxpy_of_one_element",
@@ -73,6 +74,7 @@ fn cargo_test_runs_each_device_test_as_its_own_trial() {
         ("saxpy_on_every_thread", "ok"),
         ("zero_is_refused", "ok"),
         ("ignored_by_default", "ignored"),
+        ("hangs", "ignored"),
         ("saxpy_fails_on_purpose", "FAILED"),
         ("faults", "FAILED"),
     ] {
@@ -84,7 +86,7 @@ fn cargo_test_runs_each_device_test_as_its_own_trial() {
         assert!(found.ends_with(result), "{found}\n{}", describe(&output));
     }
     assert!(
-        stdout.contains("test result: FAILED. 3 passed; 2 failed; 1 ignored;"),
+        stdout.contains("test result: FAILED. 3 passed; 2 failed; 2 ignored;"),
         "{}",
         describe(&output)
     );
@@ -120,22 +122,26 @@ fn list_filter_and_ignored_work_as_with_libtest() {
     assert!(output.status.success(), "{}", describe(&output));
     assert!(
         text(&output.stdout)
-            .contains("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 5 filtered out"),
+            .contains("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 6 filtered out"),
         "{}",
         describe(&output)
     );
 
+    // The ignored tests: one passes, one hangs and fails alone at the device crate's
+    // `test-timeout` (2 s, from its [package.metadata.gpurun]).
     let output = output_of(cargo(&["test"], &["--test", "gpu", "--", "--ignored"]));
-    assert!(output.status.success(), "{}", describe(&output));
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
     assert!(
         stdout.contains("test ignored_by_default ... ok")
             && stdout.contains(
-                "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 5 filtered out"
+                "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 5 filtered out"
             ),
         "{}",
         describe(&output)
     );
+    let hang = failure_section(&stdout, "hangs");
+    assert!(hang.contains("note: test timed out after 2s"), "{hang}");
 }
 
 #[test]
@@ -183,6 +189,7 @@ fn nextest_runs_each_trial_in_its_own_process() {
         ("ignored_by_default", "PASS"),
         ("saxpy_fails_on_purpose", "FAIL"),
         ("faults", "FAIL"),
+        ("hangs", "FAIL"),
     ] {
         assert!(
             stderr
@@ -194,7 +201,7 @@ fn nextest_runs_each_trial_in_its_own_process() {
         );
     }
     assert!(
-        stderr.contains("6 tests run: 4 passed, 2 failed"),
+        stderr.contains("7 tests run: 4 passed, 3 failed"),
         "{}",
         describe(&output)
     );

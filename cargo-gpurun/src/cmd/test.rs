@@ -35,7 +35,8 @@ pub struct TestArgs {
 }
 
 /// `test-timeout` from each device crate's `[package.metadata.gpurun]`, by package name.
-fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Duration>> {
+/// Public for `gpurun-test`, whose trials honour it too.
+pub fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Duration>> {
     let mut command = cargo_metadata::MetadataCommand::new();
     command.no_deps();
     if let Some(path) = &build.manifest_path {

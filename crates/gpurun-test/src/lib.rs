@@ -133,12 +133,15 @@ pub struct DeviceCrate {
     dir: PathBuf,
     target: Option<String>,
     release: bool,
-    timeout: Duration,
+    /// `None`: the package's `[package.metadata.gpurun] test-timeout`, else [`DEFAULT_TIMEOUT`].
+    timeout: Option<Duration>,
 }
 
 /// A built image of a device crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltImage {
+    /// The cargo package it belongs to.
+    pub package: String,
     /// The image file (`.ptx`, `.elf` code object or host `.so`).
     pub path: PathBuf,
     /// What it was built for.
@@ -157,7 +160,7 @@ impl DeviceCrate {
             dir: dir.as_ref().to_path_buf(),
             target: None,
             release: false,
-            timeout: DEFAULT_TIMEOUT,
+            timeout: None,
         }
     }
 
@@ -174,10 +177,32 @@ impl DeviceCrate {
         self
     }
 
-    /// How long each device test or launched kernel may run.
+    /// How long each device test or launched kernel may run. Default: the device crate's
+    /// `[package.metadata.gpurun] test-timeout` (seconds), as for `cargo gpurun test`, else
+    /// [`DEFAULT_TIMEOUT`].
     pub fn timeout(mut self, timeout: Duration) -> DeviceCrate {
-        self.timeout = timeout;
+        self.timeout = Some(timeout);
         self
+    }
+
+    /// The timeout in effect for `built` (see [`DeviceCrate::timeout`]).
+    pub fn effective_timeout(&self, built: &BuiltImage) -> Result<Duration, Error> {
+        if let Some(timeout) = self.timeout {
+            return Ok(timeout);
+        }
+        let options = BuildOptions {
+            manifest_path: Some(self.dir.join("Cargo.toml")),
+            ..BuildOptions::default()
+        };
+        let timeouts =
+            cargo_gpurun::cmd::test::metadata_timeouts(&options).map_err(|error| Error::Build {
+                path: self.dir.clone(),
+                message: format!("{error:#}"),
+            })?;
+        Ok(timeouts
+            .get(&built.package)
+            .copied()
+            .unwrap_or(DEFAULT_TIMEOUT))
     }
 
     /// Builds the crate's library image, once per process for each directory, target and
@@ -226,6 +251,7 @@ impl DeviceCrate {
             .into_iter()
             .find(|image| image.kind == TargetKind::Lib)
             .map(|image| BuiltImage {
+                package: image.package,
                 path: image.path,
                 target: image.target,
             })
@@ -241,7 +267,7 @@ impl DeviceCrate {
     /// of the backend the image is for. See [`Gpu`] for what a fault does to the process.
     pub fn load(&self) -> Result<Gpu, Error> {
         let built = self.build()?;
-        Gpu::open(&built.path, None, self.timeout)
+        Gpu::open(&built.path, None, self.effective_timeout(&built)?)
     }
 }
 

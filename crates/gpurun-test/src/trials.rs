@@ -65,7 +65,7 @@ impl DeviceCrate {
         let executor = Arc::new(WorkerExecutor::new(
             vec![spec],
             concurrency,
-            Some(self.timeout),
+            Some(self.effective_timeout(&built)?),
         ));
         let nocapture = arguments.nocapture;
         Ok(tests
