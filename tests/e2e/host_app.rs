@@ -155,6 +155,7 @@ fn host_driven_launches_pass() {
         "good_input_prints_and_divides",
         "a_missing_kernel_is_an_error_naming_the_kernels",
         "a_buffer_of_another_image_is_refused",
+        "two_loaded_images_print_each_to_their_own_launch",
         "too_many_arguments_for_the_host_registers_is_an_error",
     ] {
         assert!(

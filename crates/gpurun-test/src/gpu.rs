@@ -184,12 +184,13 @@ impl Gpu {
             (ImageKind::Ptx, Ok(text)) => signature::ptx_signatures(text),
             _ => HashMap::new(),
         };
+        // Opened before a host image claims its file, so a failure leaves nothing to undo.
+        let device = select::backend(kind).open(0)?;
         let (image, holds_file, copy) = if kind == BackendKind::Host {
             host_image(path, image)?
         } else {
             (image, None, None)
         };
-        let device = select::backend(kind).open(0)?;
         let device: *mut dyn Device = Box::into_raw(device);
         // SAFETY: `device` is a valid, uniquely owned allocation until `Gpu::drop` frees it,
         // after dropping the module, so extending the module's borrow of it is sound.
@@ -367,8 +368,13 @@ fn host_image(
     };
     std::fs::copy(&file, &copy)
         .map_err(|error| image_error(format!("cannot copy it to {}: {error}", copy.display())))?;
-    let image = Image::read(&copy).map_err(|error| image_error(error.to_string()))?;
-    Ok((image, None, Some(copy)))
+    match Image::read(&copy) {
+        Ok(image) => Ok((image, None, Some(copy))),
+        Err(error) => {
+            let _ = std::fs::remove_file(&copy);
+            Err(image_error(error.to_string()))
+        }
+    }
 }
 
 /// `len` elements of `T` in memory the host and the device both reach, made by
