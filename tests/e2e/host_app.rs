@@ -166,6 +166,33 @@ fn host_driven_launches_pass() {
 }
 
 #[test]
+fn a_kernel_panic_on_the_host_emulation_aborts_after_printing_the_device_message() {
+    // The documented limit of host-driven launches on the host emulation: the process ends,
+    // but the device's message and location are on stderr first.
+    let output = output_of(cargo(
+        &["test"],
+        &[
+            "--test",
+            "launch",
+            "--",
+            "--ignored",
+            "--exact",
+            "a_kernel_panic_on_the_host_emulation",
+        ],
+    ));
+    assert!(!output.status.success(), "{}", describe(&output));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("device panic in kernel `divide` at ")
+            && stderr.contains("kernels/src/lib.rs:")
+            && stderr.contains("division by zero at index 0")
+            && stderr.contains("SIGABRT"),
+        "{}",
+        describe(&output)
+    );
+}
+
+#[test]
 fn nextest_runs_each_trial_in_its_own_process() {
     let probe = output_of(cargo(&["nextest", "--version"], &[]));
     if !probe.status.success() {

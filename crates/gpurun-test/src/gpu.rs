@@ -82,14 +82,16 @@ impl Output {
 
 /// Collects a launch's output and panics; echoes the output through `print!`/`eprint!`, so the
 /// test harness captures it like the test's own.
-#[derive(Default)]
-struct Collect {
+struct Collect<'k> {
+    kernel: &'k str,
+    /// Write panic lines past the test harness's capture (see `panic`).
+    uncaptured: bool,
     output: Output,
     first_panic: Option<PanicReport>,
     panicked_threads: u64,
 }
 
-impl Sink for Collect {
+impl Sink for Collect<'_> {
     fn stdout(&mut self, bytes: &[u8]) {
         print!("{}", String::from_utf8_lossy(bytes));
         self.output.stdout.extend_from_slice(bytes);
@@ -99,6 +101,26 @@ impl Sink for Collect {
         self.output.stderr.extend_from_slice(bytes);
     }
     fn panic(&mut self, report: PanicReport) {
+        // Said at once, not only in the `Err`: on the host emulation a kernel panic aborts the
+        // process before the launch ends, and a captured line would die with it, so there it
+        // goes straight to stderr.
+        if self.first_panic.is_none() {
+            let line = format!(
+                "device panic in kernel `{}` at {}:{}:{} (block {:?}, thread {:?}): {}\n",
+                self.kernel,
+                report.file,
+                report.line,
+                report.column,
+                report.block,
+                report.thread,
+                report.message
+            );
+            if self.uncaptured {
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            } else {
+                eprint!("{line}");
+            }
+        }
         self.panicked_threads += 1;
         self.first_panic.get_or_insert(report);
     }
@@ -295,7 +317,13 @@ impl Gpu {
             })?;
         }
         let args: Vec<KernelArg> = args.into_iter().map(Arg::value).collect();
-        let mut collect = Collect::default();
+        let mut collect = Collect {
+            kernel,
+            uncaptured: self.backend == BackendKind::Host,
+            output: Output::default(),
+            first_panic: None,
+            panicked_threads: 0,
+        };
         let end = self.module.borrow_mut().launch(
             kernel,
             shape.into(),
