@@ -51,8 +51,13 @@ fn tests_in_source(source: &str) -> BTreeSet<(String, bool)> {
 
 fn fixtures() -> Vec<(String, BTreeSet<(String, bool)>)> {
     let mut all = Vec::new();
-    for entry in std::fs::read_dir(fixtures_dir()).expect("fixtures dir") {
-        let dir = entry.expect("entry").path();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
+        .expect("fixtures dir")
+        .map(|entry| entry.expect("entry").path())
+        .collect();
+    // The device crate of the host app is a member one level further down.
+    dirs.push(fixtures_dir().join("host-app/kernels"));
+    for dir in dirs {
         let Ok(source) = std::fs::read_to_string(dir.join("src/lib.rs")) else {
             continue;
         };
@@ -75,7 +80,13 @@ fn fixtures() -> Vec<(String, BTreeSet<(String, bool)>)> {
             // images are checked in tests/e2e/harness.rs and cargo-gpurun/tests/build.rs.
             continue;
         }
-        let name = dir.file_name().unwrap().to_string_lossy().replace('-', "_");
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
+        let package = manifest
+            .lines()
+            .find_map(|line| line.strip_prefix("name = \""))
+            .and_then(|rest| rest.strip_suffix('"'))
+            .expect("a package name in Cargo.toml");
+        let name = package.replace('-', "_");
         all.push((name, tests));
     }
     all.sort();

@@ -6,6 +6,7 @@
 
 mod concurrency;
 mod harness;
+mod host_app;
 mod host_io;
 mod images;
 mod loader;

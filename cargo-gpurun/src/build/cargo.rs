@@ -314,7 +314,10 @@ impl CargoBuild<'_> {
             flags.push(format!("-Ctarget-cpu={arch}"));
         }
         if self.target == DeviceTarget::Nvptx {
-            let linker = install_linker_link(&self.workspace.target_dir)?;
+            let linker = install_linker_link(
+                &self.workspace.target_dir,
+                self.opts.nvptx_linker.as_deref(),
+            )?;
             flags.push(format!("-Clinker={}", linker.display()));
         }
         if self.target == DeviceTarget::Amdgcn {
@@ -566,12 +569,16 @@ fn install_host_exports(target_dir: &Path) -> Result<PathBuf, BuildError> {
     Ok(path)
 }
 
-/// Points `<target dir>/gpurun/gpurun-nvptx-link` at the running executable and returns it.
-fn install_linker_link(target_dir: &Path) -> Result<PathBuf, BuildError> {
+/// Points `<target dir>/gpurun/gpurun-nvptx-link` at `linker`, by default the running
+/// executable, and returns it.
+fn install_linker_link(target_dir: &Path, linker: Option<&Path>) -> Result<PathBuf, BuildError> {
     let io_error = |context: String| move |source| BuildError::Io { context, source };
-    let exe = std::env::current_exe().map_err(io_error(
-        "cannot find the cargo-gpurun executable".to_owned(),
-    ))?;
+    let exe = match linker {
+        Some(linker) => linker.to_path_buf(),
+        None => std::env::current_exe().map_err(io_error(
+            "cannot find the cargo-gpurun executable".to_owned(),
+        ))?,
+    };
     let dir = target_dir.join("gpurun");
     let link = dir.join(NVPTX_LINKER_NAME);
     if std::fs::read_link(&link).is_ok_and(|current| current == exe) {

@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 pub use arch::DeviceTarget;
+pub use cargo::NVPTX_LINKER_NAME;
 
 use crate::toolchain::ToolchainError;
 
@@ -62,6 +63,12 @@ pub struct BuildOptions {
     /// Do not print cargo's progress.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// The executable rustc links nvptx images with, for library callers whose own executable
+    /// is not cargo-gpurun (e.g. `gpurun-test` in a test binary): it must run
+    /// `cmd::nvptx_link`, as the `gpurun-nvptx-link` binary does. Default: this executable,
+    /// which `main_impl` turns into the linker when called through the link.
+    #[arg(skip)]
+    pub nvptx_linker: Option<PathBuf>,
 }
 
 /// How `cargo gpurun build` reports what it built.

@@ -35,7 +35,8 @@ pub struct TestArgs {
 }
 
 /// `test-timeout` from each device crate's `[package.metadata.gpurun]`, by package name.
-fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Duration>> {
+/// Public for `gpurun-test`, whose trials honour it too.
+pub fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Duration>> {
     let mut command = cargo_metadata::MetadataCommand::new();
     command.no_deps();
     if let Some(path) = &build.manifest_path {
@@ -65,8 +66,8 @@ fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Dur
 }
 
 /// With no `--target`, build for the GPU that is present, else for the host emulation (and say
-/// so in one line).
-fn auto_target(choice: BackendChoice) -> &'static str {
+/// so in one line). Public for `gpurun-test`, which builds device crates the same way.
+pub fn auto_target(choice: BackendChoice) -> &'static str {
     match choice {
         BackendChoice::Only(BackendKind::Cuda) => return "nvptx",
         BackendChoice::Only(BackendKind::Hsa) => return "amdgcn",

@@ -61,6 +61,15 @@ fn run_thread(body: fn()) {
     let _ = std::panic::catch_unwind(body);
 }
 
+/// Body of every kernel on the host emulation: a panic (already reported over RPC by the hook)
+/// ends only this emulated thread, as on a GPU, instead of unwinding out of an `extern "C"`
+/// function, which would abort the whole process.
+#[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+#[inline(always)]
+pub fn host_kernel(body: impl FnOnce()) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+}
+
 /// Converts what `main` returns into the status `_start` ORs into the result.
 pub trait ExitStatus {
     fn status(self) -> i32;

@@ -87,7 +87,9 @@ macro_rules! __gpurun_kernel {
         #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
         $(#[$meta])*
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name($($args)*) $body
+        pub unsafe extern "C" fn $name($($args)*) {
+            $crate::export::host_kernel(move || $body)
+        }
     };
     ($(#[$meta:meta])* fn $name:ident($($args:tt)*) $body:block) => {
         #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
@@ -98,6 +100,8 @@ macro_rules! __gpurun_kernel {
         #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
         $(#[$meta])*
         #[unsafe(no_mangle)]
-        pub extern "C" fn $name($($args)*) $body
+        pub extern "C" fn $name($($args)*) {
+            $crate::export::host_kernel(move || $body)
+        }
     };
 }

@@ -26,27 +26,42 @@ fn c_len(s: &[u8]) -> usize {
 }
 
 /// One kernel argument. Pointers are device addresses (`U64`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum KernelArg {
     I32(i32),
     U32(u32),
     U64(u64),
+    F32(f32),
+    F64(f64),
+}
+
+/// Where the host's C ABI (x86-64 System V, AArch64) passes an argument: integer and
+/// floating-point arguments are numbered separately, each class in its own registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Register {
+    /// An integer register, the value zero- or sign-extended to 64 bits.
+    Integer(u64),
+    /// A floating-point register holding these bits (an `f32` in the low half).
+    Float(u64),
 }
 
 impl KernelArg {
-    fn size(self) -> usize {
+    /// Size (and alignment) in the argument block.
+    pub fn size(self) -> usize {
         match self {
-            KernelArg::I32(_) | KernelArg::U32(_) => 4,
-            KernelArg::U64(_) => 8,
+            KernelArg::I32(_) | KernelArg::U32(_) | KernelArg::F32(_) => 4,
+            KernelArg::U64(_) | KernelArg::F64(_) => 8,
         }
     }
 
-    /// The value zero- or sign-extended to a 64-bit register, as the host's C ABI passes it.
-    pub fn as_register(self) -> u64 {
+    /// The register the host's C ABI passes the value in.
+    pub fn as_register(self) -> Register {
         match self {
-            KernelArg::I32(v) => v as i64 as u64,
-            KernelArg::U32(v) => u64::from(v),
-            KernelArg::U64(v) => v,
+            KernelArg::I32(v) => Register::Integer(v as i64 as u64),
+            KernelArg::U32(v) => Register::Integer(u64::from(v)),
+            KernelArg::U64(v) => Register::Integer(v),
+            KernelArg::F32(v) => Register::Float(u64::from(v.to_bits())),
+            KernelArg::F64(v) => Register::Float(v.to_bits()),
         }
     }
 }
@@ -62,6 +77,8 @@ pub fn pack_c_struct(args: &[KernelArg]) -> Vec<u8> {
             KernelArg::I32(v) => block.extend_from_slice(&v.to_le_bytes()),
             KernelArg::U32(v) => block.extend_from_slice(&v.to_le_bytes()),
             KernelArg::U64(v) => block.extend_from_slice(&v.to_le_bytes()),
+            KernelArg::F32(v) => block.extend_from_slice(&v.to_le_bytes()),
+            KernelArg::F64(v) => block.extend_from_slice(&v.to_le_bytes()),
         }
     }
     block
@@ -129,6 +146,22 @@ mod tests {
         assert_eq!(&block[8..16], &0x11u64.to_le_bytes());
         assert_eq!(&block[16..24], &0x22u64.to_le_bytes());
         assert_eq!(&block[24..32], &0x33u64.to_le_bytes());
+    }
+
+    #[test]
+    fn floats_pack_as_their_bits_and_take_float_registers() {
+        let block = pack_c_struct(&[KernelArg::F32(2.0), KernelArg::F64(-1.5)]);
+        assert_eq!(block.len(), 16);
+        assert_eq!(&block[0..4], &2.0f32.to_le_bytes());
+        assert_eq!(&block[8..16], &(-1.5f64).to_le_bytes());
+        assert_eq!(
+            KernelArg::F32(2.0).as_register(),
+            Register::Float(u64::from(2.0f32.to_bits()))
+        );
+        assert_eq!(
+            KernelArg::I32(-1).as_register(),
+            Register::Integer(u64::MAX)
+        );
     }
 
     #[test]

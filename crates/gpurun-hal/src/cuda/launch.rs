@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 /// struct's size.
 pub fn param_buffer(args: &[KernelArg]) -> (Vec<u64>, usize) {
     let packed = crate::args::pack_c_struct(args);
-    let align = if args.iter().any(|arg| matches!(arg, KernelArg::U64(_))) {
+    let align = if args.iter().any(|arg| arg.size() == 8) {
         8
     } else {
         4

@@ -14,8 +14,22 @@ pub(crate) use gpurun_abi::host::EnterThread;
 use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION};
 
 /// Every host kernel is called through this type; the C ABI passes the first six integer
-/// arguments in registers, so a callee that takes fewer ignores the rest.
-pub(crate) type KernelFn = unsafe extern "C" fn(u64, u64, u64, u64, u64, u64);
+/// arguments and, numbered separately, the first eight floating-point ones in registers, so a
+/// callee that takes fewer ignores the rest.
+pub(crate) type KernelFn =
+    unsafe extern "C" fn(u64, u64, u64, u64, u64, u64, f64, f64, f64, f64, f64, f64, f64, f64);
+
+/// How many integer and floating-point arguments [`KernelFn`] passes.
+pub(crate) const INTEGER_REGISTERS: usize = 6;
+pub(crate) const FLOAT_REGISTERS: usize = 8;
+
+/// The argument registers of one launch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Registers {
+    pub integer: [u64; INTEGER_REGISTERS],
+    /// Bit patterns (an `f32` in the low half, as the callee reads it).
+    pub float: [u64; FLOAT_REGISTERS],
+}
 
 unsafe extern "C" fn wait_at_barrier(context: *const std::ffi::c_void) {
     // SAFETY: `context` is the `Arc<Barrier>` pointer of this thread's block, kept alive by the
@@ -42,7 +56,7 @@ impl Grid {
     pub fn start(
         entry: Entry,
         shape: LaunchShape,
-        registers: [u64; 6],
+        registers: Registers,
         lane_size: u32,
         stack_size: usize,
     ) -> Result<Grid, BackendError> {
@@ -83,7 +97,7 @@ impl crate::serve::Launch for Grid {
     }
 }
 
-fn run_grid(entry: Entry, shape: LaunchShape, registers: [u64; 6], lane_size: u32, stack: usize) {
+fn run_grid(entry: Entry, shape: LaunchShape, registers: Registers, lane_size: u32, stack: usize) {
     let per_block = shape.threads_per_block();
     let blocks_per_wave = (MAX_LIVE_THREADS / per_block).max(1);
     let [gx, gy, gz] = shape.blocks;
@@ -120,8 +134,10 @@ fn run_grid(entry: Entry, shape: LaunchShape, registers: [u64; 6], lane_size: u3
                                     // thread's stack/Arc until it returns.
                                     unsafe {
                                         (entry.enter)(&info.0);
-                                        let [a, b, c, d, e, f] = registers;
-                                        (entry.kernel)(a, b, c, d, e, f);
+                                        let [a, b, c, d, e, f] = registers.integer;
+                                        let [g, h, i, j, k, l, m, n] =
+                                            registers.float.map(f64::from_bits);
+                                        (entry.kernel)(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
                                     }
                                     drop(barrier);
                                 });

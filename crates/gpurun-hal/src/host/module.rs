@@ -1,8 +1,8 @@
 //! A host image loaded with `dlopen`: the primitives of the host emulation.
 
-use super::launch::{Entry, Grid, KernelFn};
+use super::launch::{Entry, Grid, KernelFn, Registers, FLOAT_REGISTERS, INTEGER_REGISTERS};
 use super::memory::HostMemory;
-use crate::args::KernelArg;
+use crate::args::{KernelArg, Register};
 use crate::module::{Primitives, Started};
 use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, LoadOptions, SharedAlloc};
@@ -138,25 +138,78 @@ impl Primitives for HostPrimitives {
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
-        if args.len() > 6 {
-            return Err(BackendError::InvalidArgument(format!(
-                "the host backend passes at most 6 kernel arguments, `{kernel}` got {}",
-                args.len()
-            )));
-        }
+        let registers = registers(kernel, args)?;
         let address = self.symbol_address(kernel, "kernel")?;
         // SAFETY: `address` is an exported function of the image; every host kernel is an
-        // `extern "C"` function of at most six integer arguments (see `KernelFn`).
+        // `extern "C"` function whose arguments all fit in registers (see `KernelFn`).
         let kernel_fn: KernelFn = unsafe { std::mem::transmute::<*mut u8, KernelFn>(address) };
-        let mut registers = [0u64; 6];
-        for (slot, arg) in registers.iter_mut().zip(args) {
-            *slot = arg.as_register();
-        }
         let entry = Entry {
             enter: self.enter,
             kernel: kernel_fn,
         };
         let grid = Grid::start(entry, shape, registers, self.lane_size, self.stack_size)?;
         Ok(Box::new(grid))
+    }
+}
+
+/// Assigns `args` to registers as the C ABI does: integers and floats each in order, in their
+/// own class. More than fit is an error (the host backend passes nothing on the stack).
+fn registers(kernel: &str, args: &[KernelArg]) -> Result<Registers, BackendError> {
+    let mut registers = Registers::default();
+    let (mut integers, mut floats) = (0, 0);
+    for arg in args {
+        match arg.as_register() {
+            Register::Integer(value) if integers < INTEGER_REGISTERS => {
+                registers.integer[integers] = value;
+                integers += 1;
+            }
+            Register::Float(bits) if floats < FLOAT_REGISTERS => {
+                registers.float[floats] = bits;
+                floats += 1;
+            }
+            _ => {
+                return Err(BackendError::InvalidArgument(format!(
+                    "the host backend passes at most {INTEGER_REGISTERS} integer or pointer and \
+                     {FLOAT_REGISTERS} floating-point kernel arguments; `{kernel}` got {}",
+                    args.len()
+                )))
+            }
+        }
+    }
+    Ok(registers)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_and_floats_fill_their_own_registers_in_order() {
+        let args = [
+            KernelArg::F32(2.0),
+            KernelArg::U64(0x1000),
+            KernelArg::F64(0.5),
+            KernelArg::I32(-2),
+        ];
+        let registers = registers("k", &args).unwrap();
+        assert_eq!(registers.integer[..2], [0x1000, (-2i64) as u64]);
+        assert_eq!(
+            registers.float[..2],
+            [u64::from(2.0f32.to_bits()), 0.5f64.to_bits()]
+        );
+    }
+
+    #[test]
+    fn too_many_arguments_of_one_class_is_an_error() {
+        let seven = [KernelArg::U32(0); 7];
+        let error = registers("k", &seven).unwrap_err().to_string();
+        assert!(error.contains("at most 6 integer"), "{error}");
+        let nine = [KernelArg::F32(0.0); 9];
+        assert!(registers("k", &nine).is_err());
+        let mixed: Vec<KernelArg> = [KernelArg::U64(1); 6]
+            .into_iter()
+            .chain([KernelArg::F64(1.0); 8])
+            .collect();
+        assert!(registers("k", &mixed).is_ok());
     }
 }

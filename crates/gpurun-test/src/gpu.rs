@@ -1,0 +1,480 @@
+//! Host-driven launches: an image loaded on a device in this process, typed buffers in memory
+//! both sides reach, and launches whose panics come back as errors.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use gpurun_hal::args::KernelArg;
+use gpurun_hal::server::{PanicReport, Sink};
+use gpurun_hal::{select, BackendKind, Device, LaunchEnd, LaunchShape, LoadOptions, Module};
+use gpurun_image::{Image, ImageKind};
+
+use crate::args::{Arg, DeviceCopy, KernelArgs};
+use crate::signature::{self, Param};
+use crate::{DevicePanic, Error};
+
+/// A launch shape: `Shape::blocks(n).threads(256)` (x only), or [`Shape::grid`] for three
+/// dimensions. Both default to 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Threads per block (x, y, z).
+    pub threads: [u32; 3],
+    /// Blocks per grid (x, y, z).
+    pub blocks: [u32; 3],
+}
+
+impl Shape {
+    /// `count` blocks (x) of one thread each; set the threads with [`Shape::threads`].
+    pub fn blocks(count: u32) -> Shape {
+        Shape {
+            threads: [1, 1, 1],
+            blocks: [count, 1, 1],
+        }
+    }
+
+    /// `count` threads per block (x).
+    pub fn threads(self, count: u32) -> Shape {
+        Shape {
+            threads: [count, 1, 1],
+            ..self
+        }
+    }
+
+    /// Both in three dimensions.
+    pub fn grid(blocks: [u32; 3], threads: [u32; 3]) -> Shape {
+        Shape { threads, blocks }
+    }
+}
+
+impl From<Shape> for LaunchShape {
+    fn from(shape: Shape) -> LaunchShape {
+        LaunchShape {
+            threads: shape.threads,
+            blocks: shape.blocks,
+        }
+    }
+}
+
+/// What a kernel printed during one launch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Output {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Output {
+    /// The standard output as text (invalid UTF-8 replaced).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// The standard error as text (invalid UTF-8 replaced).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Collects a launch's output and panics; echoes the output through `print!`/`eprint!`, so the
+/// test harness captures it like the test's own.
+struct Collect<'k> {
+    kernel: &'k str,
+    /// Write panic lines past the test harness's capture (see `panic`).
+    uncaptured: bool,
+    output: Output,
+    first_panic: Option<PanicReport>,
+    panicked_threads: u64,
+}
+
+impl Sink for Collect<'_> {
+    fn stdout(&mut self, bytes: &[u8]) {
+        print!("{}", String::from_utf8_lossy(bytes));
+        self.output.stdout.extend_from_slice(bytes);
+    }
+    fn stderr(&mut self, bytes: &[u8]) {
+        eprint!("{}", String::from_utf8_lossy(bytes));
+        self.output.stderr.extend_from_slice(bytes);
+    }
+    fn panic(&mut self, report: PanicReport) {
+        // Said at once, not only in the `Err`: on the host emulation a kernel panic aborts the
+        // process before the launch ends, and a captured line would die with it, so there it
+        // goes straight to stderr.
+        if self.first_panic.is_none() {
+            let line = format!(
+                "device panic in kernel `{}` at {}:{}:{} (block {:?}, thread {:?}): {}\n",
+                self.kernel,
+                report.file,
+                report.line,
+                report.column,
+                report.block,
+                report.thread,
+                report.message
+            );
+            if self.uncaptured {
+                let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+            } else {
+                eprint!("{line}");
+            }
+        }
+        self.panicked_threads += 1;
+        self.first_panic.get_or_insert(report);
+    }
+}
+
+/// Host images loaded straight from their file right now. The dynamic loader shares one
+/// instance of a library among all loads of one file, and with it the RPC client global, so a
+/// second live load of the same file loads a private copy instead (as the worker's slots do).
+static LOADED_HOST_FILES: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+/// Tells buffers of different loaded images apart.
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// An image loaded on a device in this process, ready for launches.
+///
+/// Launches run in this process, unlike device tests run as trials (each in a worker process).
+/// A device panic is an `Err` ([`Error::Panicked`]) and the image stays usable. A fault or a
+/// timeout on a GPU is an `Err` after which this `Gpu` refuses further launches (load a new
+/// one). On the host emulation a kernel runs on threads of this process: a fault there (a bad
+/// pointer) takes the whole test process down, and a kernel still running after a timeout
+/// keeps its threads; the trial style, which runs each test in a worker, has neither problem.
+///
+/// Buffers live in memory that host and device both reach (pinned host memory on CUDA), kept
+/// until the `Gpu` is dropped.
+pub struct Gpu {
+    // Dropped before `device`, which it borrows (see `Drop`).
+    module: ManuallyDrop<RefCell<Box<dyn Module>>>,
+    device: *mut dyn Device,
+    id: u64,
+    image: PathBuf,
+    kernels: Vec<String>,
+    /// Parameters of each kernel, where the image records them (PTX).
+    signatures: HashMap<String, Vec<Param>>,
+    timeout: Duration,
+    backend: BackendKind,
+    /// The host image's file this `Gpu` holds in [`LOADED_HOST_FILES`].
+    holds_file: Option<PathBuf>,
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // SAFETY: the module is dropped exactly once, here, and before the device it borrows;
+        // `device` came from `Box::into_raw` in `Gpu::open` and is freed only here.
+        unsafe {
+            ManuallyDrop::drop(&mut self.module);
+            drop(Box::from_raw(self.device));
+        }
+        if let Some(file) = &self.holds_file {
+            release_file(file);
+        }
+    }
+}
+
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gpu")
+            .field("backend", &self.backend)
+            .field("image", &self.image)
+            .field("kernels", &self.kernels)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gpu {
+    /// Loads the image at `path` on device 0 of `backend` (by default the backend for the
+    /// image's kind). [`crate::DeviceCrate::load`] builds the image first.
+    pub fn open(
+        path: &Path,
+        backend: Option<BackendKind>,
+        timeout: Duration,
+    ) -> Result<Gpu, Error> {
+        let image = Image::read(path).map_err(|error| Error::Image {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        })?;
+        let kind = backend.unwrap_or_else(|| select::kind_for_image(image.kind()));
+        let kernels = image
+            .kernels()
+            .iter()
+            .map(|kernel| kernel.name.clone())
+            .collect();
+        let signatures = match (image.kind(), std::str::from_utf8(image.bytes())) {
+            (ImageKind::Ptx, Ok(text)) => signature::ptx_signatures(text),
+            _ => HashMap::new(),
+        };
+        // Opened before a host image claims its file, so a failure leaves nothing to undo.
+        let device = select::backend(kind).open(0)?;
+        let (image, holds_file, copy) = if kind == BackendKind::Host {
+            host_image(path, image)?
+        } else {
+            (image, None, None)
+        };
+        let device: *mut dyn Device = Box::into_raw(device);
+        // SAFETY: `device` is a valid, uniquely owned allocation until `Gpu::drop` frees it,
+        // after dropping the module, so extending the module's borrow of it is sound.
+        let loaded = unsafe { &mut *device }.load(&image, &LoadOptions::default());
+        if let Some(copy) = &copy {
+            // The loader has mapped it; the name is no longer needed.
+            let _ = std::fs::remove_file(copy);
+        }
+        let module = match loaded {
+            Ok(module) => module,
+            Err(error) => {
+                // SAFETY: nothing borrows the device any more; it came from `Box::into_raw`.
+                drop(unsafe { Box::from_raw(device) });
+                if let Some(file) = &holds_file {
+                    release_file(file);
+                }
+                return Err(error.into());
+            }
+        };
+        Ok(Gpu {
+            module: ManuallyDrop::new(RefCell::new(module)),
+            device,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            image: path.to_path_buf(),
+            kernels,
+            signatures,
+            timeout,
+            backend: kind,
+            holds_file,
+        })
+    }
+
+    /// The backend running the kernels.
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    /// The kernels of the image (on the host emulation: the `#[gpurun::kernel]`s and tests).
+    pub fn kernels(&self) -> &[String] {
+        &self.kernels
+    }
+
+    /// A buffer holding a copy of `data`.
+    pub fn buffer_from<T: DeviceCopy>(&self, data: &[T]) -> Result<Buffer<'_, T>, Error> {
+        let mut buffer = self.buffer::<T>(data.len())?;
+        buffer.write(data);
+        Ok(buffer)
+    }
+
+    /// A buffer of `len` zeroed elements.
+    pub fn buffer<T: DeviceCopy>(&self, len: usize) -> Result<Buffer<'_, T>, Error> {
+        let element_size = std::mem::size_of::<T>();
+        let bytes = len
+            .checked_mul(element_size)
+            .filter(|&bytes| bytes <= isize::MAX as usize)
+            .ok_or(Error::TooLarge { len, element_size })?;
+        // Zero-sized requests still get a distinct address.
+        let alloc = self.module.borrow_mut().alloc_shared(bytes.max(1))?;
+        Ok(Buffer {
+            gpu: self.id,
+            host: alloc.host,
+            device: alloc.device,
+            len,
+            _marker: PhantomData,
+        })
+    }
+
+    /// Launches `kernel` with `shape` and `args` (a tuple of scalars and `&Buffer`/`&mut
+    /// Buffer`, in the order of the kernel's parameters) and waits for it. Its output is
+    /// returned and also printed (captured by the test harness like the test's own).
+    ///
+    /// Where the image records the kernel's signature (PTX), the number, width and kind of
+    /// the arguments are checked first ([`Error::Arguments`]); elsewhere they are the caller's
+    /// to get right.
+    pub fn launch(
+        &self,
+        kernel: &str,
+        shape: Shape,
+        args: impl KernelArgs,
+    ) -> Result<Output, Error> {
+        if !self.kernels.iter().any(|name| name == kernel) {
+            return Err(Error::NoKernel {
+                name: kernel.to_string(),
+                image: self.image.clone(),
+                available: if self.kernels.is_empty() {
+                    "none".into()
+                } else {
+                    self.kernels.join(", ")
+                },
+            });
+        }
+        let args = args
+            .kernel_args(self.id)
+            .map_err(|index| Error::ForeignBuffer {
+                kernel: kernel.to_string(),
+                index,
+            })?;
+        if let Some(params) = self.signatures.get(kernel) {
+            signature::check(params, &args).map_err(|message| Error::Arguments {
+                kernel: kernel.to_string(),
+                message,
+            })?;
+        }
+        let args: Vec<KernelArg> = args.into_iter().map(Arg::value).collect();
+        let mut collect = Collect {
+            kernel,
+            uncaptured: self.backend == BackendKind::Host,
+            output: Output::default(),
+            first_panic: None,
+            panicked_threads: 0,
+        };
+        let end = self.module.borrow_mut().launch(
+            kernel,
+            shape.into(),
+            &args,
+            Some(self.timeout),
+            &mut collect,
+        )?;
+        let kernel = kernel.to_string();
+        match end {
+            LaunchEnd::Completed => match collect.first_panic {
+                Some(report) => Err(Error::Panicked(Box::new(DevicePanic {
+                    kernel,
+                    message: report.message,
+                    file: report.file,
+                    line: report.line,
+                    column: report.column,
+                    thread: report.thread,
+                    block: report.block,
+                    panicked_threads: collect.panicked_threads,
+                    output: collect.output,
+                }))),
+                None => Ok(collect.output),
+            },
+            LaunchEnd::Faulted(error) => Err(Error::Faulted { kernel, error }),
+            LaunchEnd::TimedOut(after) => Err(Error::TimedOut { kernel, after }),
+            LaunchEnd::Exited(code) => Err(Error::Exited { kernel, code }),
+            LaunchEnd::Aborted => Err(Error::Aborted { kernel }),
+        }
+    }
+}
+
+fn release_file(file: &Path) {
+    let mut loaded = LOADED_HOST_FILES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(loaded) = loaded.as_mut() {
+        loaded.remove(file);
+    }
+}
+
+/// The host image to load: the file itself when no other live `Gpu` loaded it, else a private
+/// copy. Returns the image, the file now held (if any) and the copy to delete after loading.
+#[allow(clippy::type_complexity)]
+fn host_image(
+    path: &Path,
+    image: Image,
+) -> Result<(Image, Option<PathBuf>, Option<PathBuf>), Error> {
+    let file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    {
+        let mut loaded = LOADED_HOST_FILES
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if loaded.get_or_insert_with(HashSet::new).insert(file.clone()) {
+            return Ok((image, Some(file), None));
+        }
+    }
+    static COPIES: AtomicU64 = AtomicU64::new(0);
+    let name = file.file_name().map_or_else(
+        || "image.so".into(),
+        |name| name.to_string_lossy().into_owned(),
+    );
+    let copy = std::env::temp_dir().join(format!(
+        "gpurun-test-{}-{}-{name}",
+        std::process::id(),
+        COPIES.fetch_add(1, Ordering::Relaxed)
+    ));
+    let image_error = |message: String| Error::Image {
+        path: path.to_path_buf(),
+        message,
+    };
+    std::fs::copy(&file, &copy)
+        .map_err(|error| image_error(format!("cannot copy it to {}: {error}", copy.display())))?;
+    match Image::read(&copy) {
+        Ok(image) => Ok((image, None, Some(copy))),
+        Err(error) => {
+            let _ = std::fs::remove_file(&copy);
+            Err(image_error(error.to_string()))
+        }
+    }
+}
+
+/// `len` elements of `T` in memory the host and the device both reach, made by
+/// [`Gpu::buffer`] or [`Gpu::buffer_from`]; passed to kernels as a pointer (`&buffer` for a
+/// `*const T` parameter, `&mut buffer` for a `*mut T`).
+pub struct Buffer<'gpu, T> {
+    gpu: u64,
+    host: *mut u8,
+    device: u64,
+    len: usize,
+    // Borrows the `Gpu` (whose module owns the memory) and holds `T`s.
+    _marker: PhantomData<(&'gpu Gpu, T)>,
+}
+
+impl<T> std::fmt::Debug for Buffer<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buffer")
+            .field("len", &self.len)
+            .field("device", &format_args!("{:#x}", self.device))
+            .finish()
+    }
+}
+
+impl<T: DeviceCopy> Buffer<'_, T> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address kernels see.
+    pub fn device_address(&self) -> u64 {
+        self.device
+    }
+
+    pub(crate) fn owner(&self) -> u64 {
+        self.gpu
+    }
+
+    /// Copies the elements out. A `Result` so that device memory a future backend reads with
+    /// a driver call can fail the same way.
+    pub fn to_vec(&self) -> Result<Vec<T>, Error> {
+        let mut out = Vec::<T>::with_capacity(self.len);
+        // SAFETY: the allocation holds `len` elements (checked size) and lives as long as the
+        // borrowed `Gpu`; launches are synchronous and need `&mut` for written buffers, so no
+        // kernel writes it now; any bit pattern is a valid `T` (`DeviceCopy`). Copied as bytes,
+        // so the allocation's alignment does not matter.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.host,
+                out.as_mut_ptr().cast::<u8>(),
+                self.len * std::mem::size_of::<T>(),
+            );
+            out.set_len(self.len);
+        }
+        Ok(out)
+    }
+
+    /// Overwrites the first `data.len()` elements (at most `len`).
+    pub fn write(&mut self, data: &[T]) {
+        let count = data.len().min(self.len);
+        // SAFETY: as in `to_vec`; `count` elements fit, and `&mut self` excludes readers.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr().cast::<u8>(),
+                self.host,
+                count * std::mem::size_of::<T>(),
+            );
+        }
+    }
+}

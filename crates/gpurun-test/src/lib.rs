@@ -1,0 +1,292 @@
+//! GPU tests inside plain `cargo test`, on stable Rust, for a host crate whose kernels live in a
+//! device crate beside it. Two styles, both starting from a [`DeviceCrate`]:
+//!
+//! - **Device tests as trials.** A `[[test]]` target with `harness = false` whose `main` is
+//!   [`DeviceCrate::libtest_mimic_main`] turns every `#[gpurun::test]` of the device crate into a
+//!   `libtest_mimic::Trial`, so `cargo test`, `cargo test -- FILTER`, `--list`, `--ignored`,
+//!   nextest and IDE runners see each device test with its own result. Each runs in a worker
+//!   process (the test binary itself, started with [`WORKER_FLAG`]), so a fault or a timeout
+//!   fails only its trial.
+//!
+//!   ```no_run
+//!   // tests/gpu.rs, with `[[test]] name = "gpu", harness = false` in Cargo.toml
+//!   fn main() -> std::process::ExitCode {
+//!       gpurun_test::DeviceCrate::new("kernels").libtest_mimic_main()
+//!   }
+//!   ```
+//!
+//! - **Host-driven launches.** [`DeviceCrate::load`] opens the device in this process and loads
+//!   the image: fill [`Buffer`]s, [`Gpu::launch`] a kernel with a tuple of arguments, read the
+//!   results back and compare with a CPU reference.
+//!
+//!   ```no_run
+//!   use gpurun_test::{DeviceCrate, Shape};
+//!   # fn main() -> Result<(), gpurun_test::Error> {
+//!   let gpu = DeviceCrate::new("kernels").load()?;
+//!   let x = gpu.buffer_from(&[1.0f32, 2.0, 3.0])?;
+//!   let mut y = gpu.buffer_from(&[1.0f32; 3])?;
+//!   gpu.launch("saxpy", Shape::blocks(1).threads(256), (2.0f32, &x, &mut y, 3usize))?;
+//!   assert_eq!(y.to_vec()?, [3.0, 5.0, 7.0]);
+//!   # Ok(()) }
+//!   ```
+//!
+//! The device crate is built through the same pipeline as `cargo gpurun build`
+//! (`cargo_gpurun::build`), which runs the nightly cargo as a subprocess, so the caller stays
+//! on stable: for the GPU present (CUDA, then HSA), else for the host emulation, once per
+//! process. `GPURUN_BACKEND=host|cuda|hsa` or [`DeviceCrate::target`] pick one explicitly.
+//!
+//! Owns: the libtest-mimic trials and host-driven launches with typed buffers. Must not:
+//! duplicate the runner (trials run through `gpurun_runner::WorkerExecutor`, verdicts come from
+//! `gpurun_harness::outcome::judge`) or the build pipeline.
+
+mod args;
+mod gpu;
+mod signature;
+mod trials;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use cargo_gpurun::build::{BuildOptions, DeviceTarget, TargetKind};
+use gpurun_hal::select::BackendChoice;
+
+pub use args::{Arg, DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
+pub use gpu::{Buffer, Gpu, Output, Shape};
+pub use gpurun_hal::args::KernelArg;
+pub use gpurun_hal::BackendKind;
+pub use trials::WORKER_FLAG;
+
+/// What can go wrong when building, loading or launching. Each message is one line, except
+/// that a panic carries the device's output.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The build pipeline failed (cargo's diagnostics were printed on stderr).
+    #[error("failed to build the device crate at {}: {message}", path.display())]
+    Build { path: PathBuf, message: String },
+    /// The device crate built no library image to load.
+    #[error("the device crate at {} built no library image (it needs `crate-type = [\"cdylib\"]` under [lib])", path.display())]
+    NoLibrary { path: PathBuf },
+    /// The built image could not be read.
+    #[error("failed to read the image {}: {message}", path.display())]
+    Image { path: PathBuf, message: String },
+    /// The backend refused: no driver, no device, a load or launch failure, bad arguments.
+    #[error("{0}")]
+    Backend(#[from] gpurun_hal::BackendError),
+    /// The image has no kernel of that name.
+    #[error("no kernel named `{name}` in {}; its kernels: {available}", image.display())]
+    NoKernel {
+        name: String,
+        image: PathBuf,
+        available: String,
+    },
+    /// The arguments do not fit the kernel's signature (checked where the image records it:
+    /// PTX).
+    #[error("wrong arguments for kernel `{kernel}`: {message}")]
+    Arguments { kernel: String, message: String },
+    /// A buffer passed to a launch was made by another [`Gpu`] (another loaded image).
+    #[error("argument {index} of `{kernel}` is a buffer of another loaded image")]
+    ForeignBuffer { kernel: String, index: usize },
+    /// A buffer's size in bytes overflows.
+    #[error("a buffer of {len} elements of {element_size} bytes is too large")]
+    TooLarge { len: usize, element_size: usize },
+    /// A device thread panicked; the first report is shown. The kernel ran to its end.
+    #[error("{0}")]
+    Panicked(Box<DevicePanic>),
+    /// The device faulted (illegal address, trap). The loaded image cannot run more kernels.
+    #[error("kernel `{kernel}` faulted: {error}")]
+    Faulted { kernel: String, error: String },
+    /// The kernel ran past the timeout (see [`DeviceCrate::timeout`]). The loaded image cannot
+    /// run more kernels.
+    #[error("kernel `{kernel}` timed out after {after:?}")]
+    TimedOut { kernel: String, after: Duration },
+    /// The kernel called `exit()`.
+    #[error("kernel `{kernel}` called exit({code})")]
+    Exited { kernel: String, code: i32 },
+    /// The kernel called `abort()`.
+    #[error("kernel `{kernel}` called abort()")]
+    Aborted { kernel: String },
+}
+
+/// A panic on the device during a host-driven launch ([`Error::Panicked`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("kernel `{kernel}` panicked at {file}:{line}:{column} (block {block:?}, thread {thread:?}{others}): {message}",
+    others = if *panicked_threads > 1 { format!(", one of {panicked_threads} threads that panicked") } else { String::new() })]
+pub struct DevicePanic {
+    pub kernel: String,
+    pub message: String,
+    pub file: String,
+    pub line: u32,
+    pub column: u32,
+    pub thread: [u32; 3],
+    pub block: [u32; 3],
+    /// How many device threads panicked.
+    pub panicked_threads: u64,
+    /// What the kernel printed.
+    pub output: Output,
+}
+
+/// A device crate, by the directory of its `Cargo.toml`.
+#[derive(Debug, Clone)]
+pub struct DeviceCrate {
+    dir: PathBuf,
+    target: Option<String>,
+    release: bool,
+    /// `None`: the package's `[package.metadata.gpurun] test-timeout`, else [`DEFAULT_TIMEOUT`].
+    timeout: Option<Duration>,
+}
+
+/// A built image of a device crate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltImage {
+    /// The cargo package it belongs to.
+    pub package: String,
+    /// The image file (`.ptx`, `.elf` code object or host `.so`).
+    pub path: PathBuf,
+    /// What it was built for.
+    pub target: DeviceTarget,
+}
+
+/// How long a kernel or device test may run unless [`DeviceCrate::timeout`] says otherwise: as
+/// `cargo gpurun test`.
+pub const DEFAULT_TIMEOUT: Duration = cargo_gpurun::cmd::suite::DEFAULT_TEST_TIMEOUT;
+
+impl DeviceCrate {
+    /// The device crate in `dir`. A relative path is taken from the current directory, which
+    /// `cargo test` and nextest set to the package root of the test being run.
+    pub fn new(dir: impl AsRef<Path>) -> DeviceCrate {
+        DeviceCrate {
+            dir: dir.as_ref().to_path_buf(),
+            target: None,
+            release: false,
+            timeout: None,
+        }
+    }
+
+    /// Builds for this target (`nvptx`, `amdgcn`, `host` or a full triple) instead of the GPU
+    /// present.
+    pub fn target(mut self, target: impl Into<String>) -> DeviceCrate {
+        self.target = Some(target.into());
+        self
+    }
+
+    /// Builds with the release profile.
+    pub fn release(mut self, release: bool) -> DeviceCrate {
+        self.release = release;
+        self
+    }
+
+    /// How long each device test or launched kernel may run. Default: the device crate's
+    /// `[package.metadata.gpurun] test-timeout` (seconds), as for `cargo gpurun test`, else
+    /// [`DEFAULT_TIMEOUT`].
+    pub fn timeout(mut self, timeout: Duration) -> DeviceCrate {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The timeout in effect for `built` (see [`DeviceCrate::timeout`]).
+    pub fn effective_timeout(&self, built: &BuiltImage) -> Result<Duration, Error> {
+        if let Some(timeout) = self.timeout {
+            return Ok(timeout);
+        }
+        let options = BuildOptions {
+            manifest_path: Some(self.dir.join("Cargo.toml")),
+            ..BuildOptions::default()
+        };
+        let timeouts =
+            cargo_gpurun::cmd::test::metadata_timeouts(&options).map_err(|error| Error::Build {
+                path: self.dir.clone(),
+                message: format!("{error:#}"),
+            })?;
+        Ok(timeouts
+            .get(&built.package)
+            .copied()
+            .unwrap_or(DEFAULT_TIMEOUT))
+    }
+
+    /// Builds the crate's library image, once per process for each directory, target and
+    /// profile (later calls return the first result, failures included).
+    pub fn build(&self) -> Result<BuiltImage, Error> {
+        type Key = (PathBuf, Option<String>, bool);
+        static BUILDS: Mutex<Option<HashMap<Key, Result<BuiltImage, String>>>> = Mutex::new(None);
+        let dir = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        let key = (dir.clone(), self.target.clone(), self.release);
+        // Held through the build: concurrent tests of one process wait for the one build.
+        let mut builds = BUILDS.lock().unwrap_or_else(PoisonError::into_inner);
+        let builds = builds.get_or_insert_with(HashMap::new);
+        let result = builds
+            .entry(key)
+            .or_insert_with(|| self.build_now(&dir))
+            .clone();
+        result.map_err(|message| Error::Build { path: dir, message })
+    }
+
+    fn build_now(&self, dir: &Path) -> Result<BuiltImage, String> {
+        let target = match &self.target {
+            Some(target) => target.clone(),
+            None => {
+                // The same choice as `cargo gpurun test`, including its `GPURUN_BACKEND`.
+                let choice = match std::env::var("GPURUN_BACKEND") {
+                    Ok(name) => name.parse::<BackendChoice>()?,
+                    Err(_) => BackendChoice::Auto,
+                };
+                cargo_gpurun::cmd::test::auto_target(choice).to_string()
+            }
+        };
+        let nvptx_linker = match target.as_str() {
+            "nvptx" | "nvptx64-nvidia-cuda" => Some(nvptx_linker()?),
+            _ => None,
+        };
+        let options = BuildOptions {
+            manifest_path: Some(dir.join("Cargo.toml")),
+            targets: vec![target],
+            release: self.release,
+            quiet: true,
+            nvptx_linker,
+            ..BuildOptions::default()
+        };
+        let images = cargo_gpurun::build::build(&options).map_err(|error| error.to_string())?;
+        images
+            .into_iter()
+            .find(|image| image.kind == TargetKind::Lib)
+            .map(|image| BuiltImage {
+                package: image.package,
+                path: image.path,
+                target: image.target,
+            })
+            .ok_or_else(|| {
+                Error::NoLibrary {
+                    path: dir.to_path_buf(),
+                }
+                .to_string()
+            })
+    }
+
+    /// Builds the crate (cached) and loads its image on the device in this process: device 0
+    /// of the backend the image is for. See [`Gpu`] for what a fault does to the process.
+    pub fn load(&self) -> Result<Gpu, Error> {
+        let built = self.build()?;
+        Gpu::open(&built.path, None, self.effective_timeout(&built)?)
+    }
+}
+
+/// cargo-gpurun's `gpurun-nvptx-link`, built with escargot from the cargo-gpurun sources this
+/// crate was built with. rustc runs the nvptx linker as an executable; `cargo gpurun` uses
+/// itself, but a test binary cannot be one.
+fn nvptx_linker() -> Result<PathBuf, String> {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cargo-gpurun/Cargo.toml");
+    if !manifest.is_file() {
+        return Err(format!(
+            "cannot build the nvptx linker: cargo-gpurun's sources are not at {}",
+            manifest.display()
+        ));
+    }
+    let run = escargot::CargoBuild::new()
+        .manifest_path(&manifest)
+        .package("cargo-gpurun")
+        .bin(cargo_gpurun::build::NVPTX_LINKER_NAME)
+        .run()
+        .map_err(|error| format!("cannot build the nvptx linker: {error}"))?;
+    Ok(run.path().to_path_buf())
+}

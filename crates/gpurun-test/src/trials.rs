@@ -1,0 +1,226 @@
+//! A device crate's `#[gpurun::test]`s as libtest-mimic trials, each run in a worker process
+//! through the runner, judged by the harness's rules.
+
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use gpurun_hal::{select, BackendKind};
+use gpurun_harness::outcome::{judge, panic_text, Verdict};
+use gpurun_harness::{Executor, TestCase};
+use gpurun_image::Image;
+use gpurun_runner::{WorkerExecutor, WorkerOptions};
+use libtest_mimic::{Arguments, Failed, Trial};
+
+use crate::{DeviceCrate, Error};
+
+/// The first argument that makes a trial binary a worker process instead of a test run:
+/// [`DeviceCrate::libtest_mimic_main`] starts its own executable with it, so no installed
+/// `cargo-gpurun` is needed.
+pub const WORKER_FLAG: &str = "--gpurun-worker";
+
+/// Emulated warp size of the workers: `cargo gpurun test`'s default.
+const LANE_SIZE: u32 = 32;
+
+impl DeviceCrate {
+    /// The whole `main` of a `harness = false` test target: a worker when started as one (see
+    /// [`WORKER_FLAG`]), else builds the crate and runs its device tests as trials with
+    /// libtest's command line. A build failure is one `error:` line and exit status 101.
+    pub fn libtest_mimic_main(&self) -> ExitCode {
+        let argv: Vec<OsString> = std::env::args_os().collect();
+        if argv.get(1).is_some_and(|arg| arg == WORKER_FLAG) {
+            let status = gpurun_runner::child::main(&argv[2..]);
+            return ExitCode::from(u8::try_from(status).unwrap_or(1));
+        }
+        let arguments = Arguments::from_args();
+        match self.trials(&arguments) {
+            Ok(trials) => libtest_mimic::run(&arguments, trials).exit_code(),
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::from(101)
+            }
+        }
+    }
+
+    /// The crate's device tests as trials, to run with `libtest_mimic::run` (alone or beside
+    /// trials of your own). The process must handle [`WORKER_FLAG`] as
+    /// [`DeviceCrate::libtest_mimic_main`] does, since the workers are this executable.
+    pub fn trials(&self, arguments: &Arguments) -> Result<Vec<Trial>, Error> {
+        let built = self.build()?;
+        let image = Image::read(&built.path).map_err(|error| Error::Image {
+            path: built.path.clone(),
+            message: error.to_string(),
+        })?;
+        let tests = cargo_gpurun::cmd::suite::test_cases(&image);
+        let backend = select::kind_for_image(image.kind());
+        let exe = std::env::current_exe().map_err(|error| Error::Image {
+            path: built.path.clone(),
+            message: format!("cannot find this test executable to start workers: {error}"),
+        })?;
+        let concurrency = arguments.test_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        let spec = worker_options(backend).spec(exe, &[WORKER_FLAG], &built.path);
+        // Workers start on the first test run, so listing starts none.
+        let executor = Arc::new(WorkerExecutor::new(
+            vec![spec],
+            concurrency,
+            Some(self.effective_timeout(&built)?),
+        ));
+        let nocapture = arguments.nocapture;
+        Ok(tests
+            .into_iter()
+            .map(|test| {
+                let ignored = test.ignored;
+                let executor = Arc::clone(&executor);
+                Trial::test(test.name.clone(), move || {
+                    run_trial(&*executor, &test, nocapture)
+                })
+                .with_ignored_flag(ignored)
+            })
+            .collect())
+    }
+}
+
+fn worker_options(backend: BackendKind) -> WorkerOptions {
+    WorkerOptions {
+        backend,
+        device: 0,
+        lane_size: LANE_SIZE,
+        stack_size: None,
+        allow_system: false,
+        stdin: None,
+    }
+}
+
+/// Runs one device test and turns the harness's verdict into the trial's result: a failure
+/// message with what libtest would show for it (device output, panic text with location, and
+/// the harness's note).
+fn run_trial(executor: &dyn Executor, test: &TestCase, nocapture: bool) -> Result<(), Failed> {
+    let run = executor.run(test);
+    let mut output = run.stdout;
+    output.extend_from_slice(&run.stderr);
+    let output = String::from_utf8_lossy(&output).into_owned();
+    // With --nocapture (nextest always passes it) the output goes out as it would uncaptured;
+    // the failure message keeps what says why: the panic with its location, and the note.
+    if nocapture {
+        eprint!("{output}");
+    }
+    let note = match judge(test, &run.end) {
+        Verdict::Passed => return Ok(()),
+        Verdict::Failed => None,
+        Verdict::FailedWithMessage(message) => Some(message),
+    };
+    let mut message = if nocapture { String::new() } else { output };
+    message.push_str(&panic_text(test, &run.end));
+    if let Some(note) = note {
+        if !message.is_empty() && !message.ends_with('\n') {
+            message.push('\n');
+        }
+        message.push_str(&format!("note: {note}"));
+    }
+    let message = message.trim();
+    if message.is_empty() {
+        return Err("the device test failed".into());
+    }
+    Err(message.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpurun_harness::{PanicReport, ShouldPanic, TestEnd, TestRun};
+    use std::time::Duration;
+
+    /// Plays back one fixed run.
+    struct Fixed(TestRun);
+
+    impl Executor for Fixed {
+        fn run(&self, _test: &TestCase) -> TestRun {
+            self.0.clone()
+        }
+    }
+
+    fn run(end: TestEnd, stdout: &str) -> Fixed {
+        Fixed(TestRun {
+            end,
+            stdout: stdout.as_bytes().to_vec(),
+            stderr: Vec::new(),
+            duration: Duration::ZERO,
+        })
+    }
+
+    fn panicked(message: &str) -> TestEnd {
+        TestEnd::Completed {
+            first_panic: Some(PanicReport {
+                message: message.into(),
+                file: "src/lib.rs".into(),
+                line: 7,
+                column: 5,
+                thread: [0, 0, 0],
+                block: [0, 0, 0],
+            }),
+            panicked_threads: 1,
+        }
+    }
+
+    const CLEAN: TestEnd = TestEnd::Completed {
+        first_panic: None,
+        panicked_threads: 0,
+    };
+
+    fn failure(executor: &Fixed, test: &TestCase) -> String {
+        run_trial(executor, test, false)
+            .expect_err("the trial should fail")
+            .message()
+            .map(str::to_owned)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_panic_fails_with_output_message_and_location() {
+        let test = TestCase::new("tests::t");
+        let message = failure(&run(panicked("boom"), "printed\n"), &test);
+        assert!(message.starts_with("printed\n"), "{message}");
+        assert!(
+            message.contains("panicked at src/lib.rs:7:5:\nboom"),
+            "{message}"
+        );
+        assert!(run_trial(&run(CLEAN, "ok\n"), &test, false).is_ok());
+    }
+
+    #[test]
+    fn should_panic_follows_the_harness_rules() {
+        let expected = TestCase {
+            should_panic: ShouldPanic::Expected("boom".into()),
+            ..TestCase::new("tests::t")
+        };
+        assert!(run_trial(&run(panicked("a boom"), ""), &expected, false).is_ok());
+        let message = failure(&run(panicked("other"), ""), &expected);
+        assert!(
+            message.contains("note: panic did not contain expected string"),
+            "{message}"
+        );
+        let message = failure(&run(CLEAN, ""), &expected);
+        assert_eq!(message, "note: test did not panic as expected");
+    }
+
+    #[test]
+    fn faults_and_timeouts_fail_with_a_note() {
+        let test = TestCase::new("tests::t");
+        let fault = TestEnd::Faulted {
+            error: "signal 11".into(),
+        };
+        assert_eq!(
+            failure(&run(fault, ""), &test),
+            "note: device fault: signal 11"
+        );
+        let timeout = TestEnd::TimedOut {
+            after: Duration::from_secs(2),
+        };
+        assert_eq!(
+            failure(&run(timeout, ""), &test),
+            "note: test timed out after 2s"
+        );
+    }
+}

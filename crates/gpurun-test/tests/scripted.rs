@@ -1,0 +1,245 @@
+//! How a host-driven launch ends, against the scripted backend in this process: output comes
+//! back, a device panic is an `Err` with its message and location and leaves the image usable,
+//! a fault, a timeout, `exit()` and `abort()` are errors of their own. No fixture or nightly.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use gpurun_hal::scripted::{test, ImageSpec, Script, Step, SCRIPT_ENV};
+use gpurun_test::{BackendKind, Error, Gpu, Shape};
+
+const KERNELS: [&str; 7] = [
+    "prints", "panics", "faults", "hangs", "exits", "aborts", "quiet",
+];
+
+fn kernel(name: &str) -> String {
+    test(name).kernel
+}
+
+/// Writes the image and the script once; the backend reads the script's path from the
+/// environment, set here before any test opens it.
+fn image() -> &'static PathBuf {
+    static IMAGE: OnceLock<PathBuf> = OnceLock::new();
+    IMAGE.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("gpurun-test-scripted-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = dir.join("kernels.ptx");
+        let descs = KERNELS.iter().map(|name| test(name)).collect();
+        std::fs::write(&image, ImageSpec::with_tests(descs).ptx().unwrap()).unwrap();
+        let steps = |name: &str| -> Vec<Step> {
+            match name {
+                "prints" => vec![Step::Print("hello\n".into()), Step::Eprint("warn\n".into())],
+                "panics" => vec![
+                    Step::Print("before\n".into()),
+                    Step::Panic {
+                        message: "bad input 7".into(),
+                        file: "src/lib.rs".into(),
+                        line: 42,
+                    },
+                ],
+                "faults" => vec![Step::Fault("illegal address".into())],
+                "hangs" => vec![Step::Hang],
+                "exits" => vec![Step::Exit(3)],
+                "aborts" => vec![Step::Abort],
+                _ => Vec::new(),
+            }
+        };
+        let script = Script {
+            kernels: KERNELS
+                .iter()
+                .map(|name| (kernel(name), steps(name)))
+                .collect::<HashMap<_, _>>(),
+            devices: 1,
+            ..Script::default()
+        };
+        let script_path = dir.join("script.json");
+        std::fs::write(&script_path, serde_json::to_vec(&script).unwrap()).unwrap();
+        // Every test reads it only after this, through the OnceLock.
+        std::env::set_var(SCRIPT_ENV, &script_path);
+        image
+    })
+}
+
+fn open(timeout: Duration) -> Gpu {
+    Gpu::open(image(), Some(BackendKind::Scripted), timeout).unwrap()
+}
+
+#[test]
+fn output_comes_back_and_is_echoed() {
+    let gpu = open(Duration::from_secs(10));
+    let output = gpu.launch(&kernel("prints"), Shape::blocks(1), ()).unwrap();
+    assert_eq!(output.stdout_text(), "hello\n");
+    assert_eq!(output.stderr_text(), "warn\n");
+}
+
+#[test]
+fn a_panic_is_an_error_with_message_location_and_output() {
+    let gpu = open(Duration::from_secs(10));
+    let error = gpu
+        .launch(&kernel("panics"), Shape::blocks(1), ())
+        .unwrap_err();
+    let Error::Panicked(panic) = &error else {
+        panic!("not a panic: {error}");
+    };
+    assert_eq!(
+        (panic.message.as_str(), panic.file.as_str(), panic.line),
+        ("bad input 7", "src/lib.rs", 42)
+    );
+    assert_eq!(panic.output.stdout_text(), "before\n");
+    let text = error.to_string();
+    assert!(
+        text.contains("panicked at src/lib.rs:42:") && text.ends_with("bad input 7"),
+        "{text}"
+    );
+    // A panic ends only the thread: the image still runs kernels.
+    gpu.launch(&kernel("quiet"), Shape::blocks(1), ()).unwrap();
+}
+
+#[test]
+fn a_fault_is_an_error_and_the_image_refuses_more_launches() {
+    let gpu = open(Duration::from_secs(10));
+    let error = gpu
+        .launch(&kernel("faults"), Shape::blocks(1), ())
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::Faulted { error, .. } if error.contains("illegal address")),
+        "{error}"
+    );
+    let again = gpu
+        .launch(&kernel("quiet"), Shape::blocks(1), ())
+        .unwrap_err();
+    assert!(again.to_string().contains("earlier failure"), "{again}");
+}
+
+#[test]
+fn a_hang_times_out() {
+    let gpu = open(Duration::from_millis(200));
+    let error = gpu
+        .launch(&kernel("hangs"), Shape::blocks(1), ())
+        .unwrap_err();
+    assert!(matches!(error, Error::TimedOut { .. }), "{error}");
+}
+
+#[test]
+fn exit_and_abort_are_errors() {
+    let error = open(Duration::from_secs(10))
+        .launch(&kernel("exits"), Shape::blocks(1), ())
+        .unwrap_err();
+    assert!(matches!(error, Error::Exited { code: 3, .. }), "{error}");
+    let error = open(Duration::from_secs(10))
+        .launch(&kernel("aborts"), Shape::blocks(1), ())
+        .unwrap_err();
+    assert!(matches!(error, Error::Aborted { .. }), "{error}");
+}
+
+#[test]
+fn a_missing_kernel_is_refused_before_launch() {
+    let gpu = open(Duration::from_secs(10));
+    let error = gpu.launch("nope", Shape::blocks(1), ()).unwrap_err();
+    let text = error.to_string();
+    assert!(
+        text.contains("no kernel named `nope`") && text.contains(&kernel("quiet")),
+        "{text}"
+    );
+}
+
+#[test]
+fn buffers_round_trip_and_belong_to_their_image() {
+    let gpu = open(Duration::from_secs(10));
+    let mut buffer = gpu.buffer_from(&[1u32, 2, 3]).unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), [1, 2, 3]);
+    buffer.write(&[9]);
+    assert_eq!(buffer.to_vec().unwrap(), [9, 2, 3]);
+    assert_eq!(gpu.buffer::<f64>(4).unwrap().to_vec().unwrap(), [0.0; 4]);
+    assert!(gpu.buffer::<u64>(0).unwrap().is_empty());
+    assert!(matches!(
+        gpu.buffer::<u64>(usize::MAX),
+        Err(Error::TooLarge { .. })
+    ));
+    let other = open(Duration::from_secs(10));
+    let error = other
+        .launch(&kernel("quiet"), Shape::blocks(1), (1u32, &buffer))
+        .unwrap_err();
+    assert!(
+        matches!(error, Error::ForeignBuffer { index: 1, .. }),
+        "{error}"
+    );
+}
+
+#[test]
+fn arguments_a_ptx_kernel_does_not_take_are_refused_before_launch() {
+    let gpu = open(Duration::from_secs(10));
+    // The scripted image's kernels are PTX `.entry`s without parameters; `prints` would print
+    // if it ran.
+    let error = gpu
+        .launch(&kernel("prints"), Shape::blocks(1), (1u32,))
+        .unwrap_err();
+    assert!(matches!(error, Error::Arguments { .. }), "{error}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "wrong arguments for kernel `{}`: it takes 0 argument(s) (), not 1",
+            kernel("prints")
+        )
+    );
+}
+
+/// The signature check on a real PTX image: the host app's kernels built for nvptx (offline;
+/// the scripted backend "runs" them, completing at once).
+#[test]
+fn real_ptx_signatures_are_checked() {
+    let kernels = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/host-app/kernels");
+    let built = match gpurun_test::DeviceCrate::new(kernels)
+        .target("nvptx")
+        .build()
+    {
+        Ok(built) => built,
+        Err(error) => {
+            // The nvptx build needs the nightly with rust-src and llvm-tools (scripts/setup.sh).
+            let message = format!("cannot build the host app's kernels for nvptx: {error}");
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+            eprintln!("SKIPPED: {message}");
+            return;
+        }
+    };
+    let _ = image(); // the script the scripted backend reads
+    let gpu = Gpu::open(
+        &built.path,
+        Some(BackendKind::Scripted),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    let x = gpu.buffer_from(&[1.0f32, 2.0]).unwrap();
+    let mut y = gpu.buffer::<f32>(2).unwrap();
+    let shape = Shape::blocks(1).threads(2);
+    gpu.launch("saxpy", shape, (2.0f32, &x, &mut y, 2usize))
+        .unwrap();
+    let wrong_type = gpu
+        .launch("saxpy", shape, (2.0f64, &x, &mut y, 2usize))
+        .unwrap_err();
+    assert_eq!(
+        wrong_type.to_string(),
+        "wrong arguments for kernel `saxpy`: argument 0 is a 32-bit float in the kernel, but an \
+         f64 was passed"
+    );
+    let too_few = gpu
+        .launch("saxpy", shape, (2.0f32, &x, &mut y))
+        .unwrap_err();
+    assert!(
+        too_few.to_string().contains(
+            "it takes 4 argument(s) (a 32-bit float, a pointer, a pointer, a 64-bit integer), not 3"
+        ),
+        "{too_few}"
+    );
+    let error = gpu
+        .launch("divide", shape, (&x, &x, 5u64, 2usize))
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("argument 2 is a pointer in the kernel, but a u64 was passed"),
+        "{error}"
+    );
+}

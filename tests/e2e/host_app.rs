@@ -1,0 +1,218 @@
+//! `fixtures/host-app`: a host crate that tests its kernels from plain `cargo test` on stable
+//! through `gpurun-test`, with no cargo-gpurun installed: its device tests as trials
+//! (tests/gpu.rs) and host-driven launches (tests/launch.rs), on the host emulation backend.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use gpurun_tests::{describe, fixtures_dir, repo_root, text};
+
+/// Every device test of `host-app/kernels`, by the name each trial has.
+const DEVICE_TESTS: [&str; 7] = [
+    "faults",
+    "hangs",
+    "ignored_by_default",
+    "saxpy_fails_on_purpose",
+    "saxpy_of_one_element",
+    "saxpy_on_every_thread",
+    "zero_is_refused",
+];
+
+fn manifest() -> PathBuf {
+    fixtures_dir().join("host-app/Cargo.toml")
+}
+
+/// `cargo SUBCOMMAND` on the host app, on this workspace's target directory (its host
+/// dependencies are this workspace's crates, already built there), on the host emulation.
+fn cargo(subcommand: &[&str], rest: &[&str]) -> Command {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut command = Command::new(cargo);
+    command
+        .args(subcommand)
+        .arg("--manifest-path")
+        .arg(manifest())
+        .arg("--target-dir")
+        .arg(repo_root().join("target"))
+        .args(rest)
+        .current_dir(repo_root())
+        .env("GPURUN_BACKEND", "host")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("GITHUB_ACTIONS");
+    command
+}
+
+fn output_of(mut command: Command) -> Output {
+    command
+        .output()
+        .unwrap_or_else(|e| panic!("running {command:?} failed: {e}"))
+}
+
+/// The `---- NAME ----` section of libtest's failures.
+fn failure_section<'a>(stdout: &'a str, name: &str) -> &'a str {
+    let header = format!("---- {name} ----\n");
+    let start = stdout
+        .find(&header)
+        .unwrap_or_else(|| panic!("no failure section for {name}:\n{stdout}"));
+    let rest = &stdout[start + header.len()..];
+    let end = rest
+        .find("\n\n---- ")
+        .or_else(|| rest.find("\n\nfailures:"))
+        .unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[test]
+fn cargo_test_runs_each_device_test_as_its_own_trial() {
+    let output = output_of(cargo(&["test"], &["--test", "gpu"]));
+    // Two device tests fail on purpose.
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    for (name, result) in [
+        ("saxpy_of_one_element", "ok"),
+        ("saxpy_on_every_thread", "ok"),
+        ("zero_is_refused", "ok"),
+        ("ignored_by_default", "ignored"),
+        ("hangs", "ignored"),
+        ("saxpy_fails_on_purpose", "FAILED"),
+        ("faults", "FAILED"),
+    ] {
+        let line = format!("test {name} ");
+        let found = stdout
+            .lines()
+            .find(|l| l.starts_with(&line))
+            .unwrap_or_else(|| panic!("no result line for {name}:\n{}", describe(&output)));
+        assert!(found.ends_with(result), "{found}\n{}", describe(&output));
+    }
+    assert!(
+        stdout.contains("test result: FAILED. 3 passed; 2 failed; 2 ignored;"),
+        "{}",
+        describe(&output)
+    );
+    // The failing test: its output, the device's panic message and location.
+    let failing = failure_section(&stdout, "saxpy_fails_on_purpose");
+    assert!(failing.contains("computing saxpy\n"), "{failing}");
+    assert!(
+        failing.contains("panicked at host-app/kernels/src/lib.rs:")
+            && failing.contains("assertion `left == right` failed: saxpy is off"),
+        "{failing}"
+    );
+    // The faulting test fails alone, with the fault; the others ran in fresh workers.
+    let faulting = failure_section(&stdout, "faults");
+    assert!(
+        faulting.contains("note: device fault:") && faulting.contains("SIGSEGV"),
+        "{faulting}"
+    );
+}
+
+#[test]
+fn list_filter_and_ignored_work_as_with_libtest() {
+    let output = output_of(cargo(&["test"], &["--test", "gpu", "--", "--list"]));
+    assert!(output.status.success(), "{}", describe(&output));
+    let listed: BTreeSet<String> = text(&output.stdout)
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect();
+    let expected: BTreeSet<String> = DEVICE_TESTS.iter().map(|s| s.to_string()).collect();
+    assert_eq!(listed, expected, "{}", describe(&output));
+
+    let output = output_of(cargo(&["test"], &["--test", "gpu", "--", "saxpy_on"]));
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(
+        text(&output.stdout)
+            .contains("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 6 filtered out"),
+        "{}",
+        describe(&output)
+    );
+
+    // The ignored tests: one passes, one hangs and fails alone at the device crate's
+    // `test-timeout` (2 s, from its [package.metadata.gpurun]).
+    let output = output_of(cargo(&["test"], &["--test", "gpu", "--", "--ignored"]));
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains("test ignored_by_default ... ok")
+            && stdout.contains(
+                "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 5 filtered out"
+            ),
+        "{}",
+        describe(&output)
+    );
+    let hang = failure_section(&stdout, "hangs");
+    assert!(hang.contains("note: test timed out after 2s"), "{hang}");
+}
+
+#[test]
+fn host_driven_launches_pass() {
+    let output = output_of(cargo(&["test"], &["--test", "launch"]));
+    assert!(output.status.success(), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    for name in [
+        "saxpy_matches_the_cpu",
+        "block_sums_match_the_cpu",
+        "good_input_prints_and_divides",
+        "a_missing_kernel_is_an_error_naming_the_kernels",
+        "a_buffer_of_another_image_is_refused",
+        "two_loaded_images_print_each_to_their_own_launch",
+        "too_many_arguments_for_the_host_registers_is_an_error",
+        // A kernel panic is an `Err` with the device's message and location, on the host
+        // emulation too (the kernel wrapper ends only the panicking emulated thread).
+        "bad_input_is_an_error_with_the_device_message_and_location",
+    ] {
+        assert!(
+            stdout.contains(&format!("test {name} ... ok")),
+            "{name}\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn nextest_runs_each_trial_in_its_own_process() {
+    let probe = output_of(cargo(&["nextest", "--version"], &[]));
+    if !probe.status.success() {
+        // nextest is optional: scripts/setup.sh does not install it (building it takes longer
+        // than CI allows); the trials themselves are covered above.
+        eprintln!(
+            "SKIPPED: cargo-nextest is not installed ({})",
+            text(&probe.stderr).lines().next().unwrap_or_default()
+        );
+        return;
+    }
+    let output = output_of(cargo(
+        &["nextest", "run"],
+        &["--test", "gpu", "--no-fail-fast", "--run-ignored", "all"],
+    ));
+    assert!(!output.status.success(), "{}", describe(&output));
+    let stderr = text(&output.stderr);
+    for (name, status) in [
+        ("saxpy_of_one_element", "PASS"),
+        ("saxpy_on_every_thread", "PASS"),
+        ("zero_is_refused", "PASS"),
+        ("ignored_by_default", "PASS"),
+        ("saxpy_fails_on_purpose", "FAIL"),
+        ("faults", "FAIL"),
+        ("hangs", "FAIL"),
+    ] {
+        assert!(
+            stderr
+                .lines()
+                .any(|line| line.trim_start().starts_with(status)
+                    && line.ends_with(&format!("host-app::gpu {name}"))),
+            "{name} should be {status}:\n{}",
+            describe(&output)
+        );
+    }
+    assert!(
+        stderr.contains("7 tests run: 4 passed, 3 failed"),
+        "{}",
+        describe(&output)
+    );
+    // Under nextest (which passes --nocapture) the failure still names the device's panic.
+    assert!(
+        stderr.contains("assertion `left == right` failed: saxpy is off"),
+        "{}",
+        describe(&output)
+    );
+}
