@@ -225,8 +225,21 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         if let Some((_, root)) = &metadata {
             set_max_flat_workgroup_sizes(&mut kernels, root);
         }
+        let ident = &elf.elf_header().e_ident;
+        let mut undefined_symbols: Vec<String> = elf
+            .dynamic_symbols()
+            .filter(|symbol| symbol.is_undefined())
+            .filter_map(|symbol| symbol.name().ok())
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect();
+        undefined_symbols.sort();
+        undefined_symbols.dedup();
         AmdgpuInfo {
             mach: e_flags & 0xff,
+            os_abi: ident.os_abi,
+            abi_version: ident.abi_version,
+            undefined_symbols,
             has_metadata_note: amdgpu_metadata(&elf).is_some(),
             target: metadata.as_ref().and_then(|(_, value)| {
                 value
@@ -234,6 +247,9 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
                     .and_then(|t| t.as_str())
                     .map(str::to_owned)
             }),
+            metadata_kernels: metadata
+                .as_ref()
+                .and_then(|(_, root)| metadata_kernels(root)),
         }
     });
     let ident = &elf.elf_header().e_ident;
@@ -365,6 +381,25 @@ fn amdgpu_kernels(
         });
     }
     Ok(kernels)
+}
+
+/// The metadata's `amdhsa.kernels` list as `(.name, .symbol)` pairs; `None` when it is not an
+/// array of maps with a `.name`.
+fn metadata_kernels(root: &msgpack::Value<'_>) -> Option<Vec<(String, Option<String>)>> {
+    let Some(msgpack::Value::Array(listed)) = root.get("amdhsa.kernels") else {
+        return None;
+    };
+    listed
+        .iter()
+        .map(|entry| {
+            let name = entry.get(".name")?.as_str()?.to_owned();
+            let symbol = entry
+                .get(".symbol")
+                .and_then(|symbol| symbol.as_str())
+                .map(str::to_owned);
+            Some((name, symbol))
+        })
+        .collect()
 }
 
 /// Each kernel's `.max_flat_workgroup_size` from the metadata's `amdhsa.kernels` list.

@@ -265,6 +265,14 @@ impl Kernel {
 pub struct AmdgpuInfo {
     /// `EF_AMDGPU_MACH` (the low byte of `e_flags`).
     pub mach: u32,
+    /// `EI_OSABI` (64 for AMDHSA code objects).
+    pub os_abi: u8,
+    /// `EI_ABIVERSION`: the code object version minus 2 (v5 is 3).
+    pub abi_version: u8,
+    /// Undefined dynamic symbols (sorted, unique): ROCr resolves them only among agent symbols.
+    pub undefined_symbols: Vec<String>,
+    /// The metadata's kernel list as `(.name, .symbol)`; `None` without a readable list.
+    pub metadata_kernels: Option<Vec<(String, Option<String>)>>,
     /// The `NT_AMDGPU_METADATA` note (owner "AMDGPU", type 32) is present.
     pub has_metadata_note: bool,
     /// `amdhsa.target` from the metadata note, e.g. `amdgcn-amd-amdhsa--gfx90a:xnack-`: the
