@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::Shared;
+use common::{increment, serve_increment, serve_while, Shared};
 use gpurun_rpc::layout::Doorbell;
 use gpurun_rpc::sync::AtomicU64;
 use gpurun_rpc::{opcode, Client, HostLane, Layout, Server};
@@ -24,31 +24,38 @@ fn ring_to(shared: &mut Shared, counter: &AtomicU64, mailbox: &AtomicU64) -> boo
     unsafe { layout.write_doorbell(shared.base(), record) }
 }
 
-fn increment(client: &Client, value: u64) -> u64 {
-    let lane = HostLane::SINGLE;
-    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
-    let mut reply = 0;
-    port.send_and_recv(|b, _| b.data[0] = value, |b, _| reply = b.data[0]);
-    reply
+/// `ring_to`, then the endpoints over `shared` with the server attached to `counter`.
+fn ringing_endpoints(
+    shared: &mut Shared,
+    counter: &AtomicU64,
+    mailbox: &AtomicU64,
+) -> (Client, Server) {
+    assert!(ring_to(shared, counter, mailbox));
+    let (client, mut server) = shared.endpoints();
+    // SAFETY: the callers' `counter` outlives the server.
+    unsafe { server.attach_doorbell(counter) };
+    (client, server)
 }
 
 fn serve_until(server: &Server, done: &AtomicBool) {
-    let mut resume = 0;
-    while !done.load(Ordering::Acquire) || server.has_pending() {
-        let Some(mut port) = server.try_open(resume) else {
-            resume = 0;
-            std::thread::yield_now();
-            continue;
-        };
-        resume = port.index() + 1;
-        match port.opcode() {
-            opcode::TEST_INCREMENT => port
-                .recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))
-                .unwrap(),
-            opcode::NOOP => port.recv(|_, _| {}).unwrap(),
-            other => panic!("opcode {other:#x}"),
+    let more = || !done.load(Ordering::Acquire) || server.has_pending();
+    serve_while(server, more, |port| match port.opcode() {
+        opcode::TEST_INCREMENT => serve_increment(port),
+        opcode::NOOP => port.recv(|_, _| {}).unwrap(),
+        other => panic!("opcode {other:#x}"),
+    });
+}
+
+/// `count` increments from the calling thread, each checked, while a second thread serves.
+fn increments_served(client: &Client, server: &Server, count: u64) {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| serve_until(server, &done));
+        for value in 0..count {
+            assert_eq!(increment(client, value), value + 1);
         }
-    }
+        done.store(true, Ordering::Release);
+    });
 }
 
 #[test]
@@ -56,18 +63,8 @@ fn counter_returns_to_zero_after_n_calls() {
     let counter = AtomicU64::new(0);
     let mailbox = AtomicU64::new(0);
     let mut shared = Shared::new(Layout::new(4, 1).unwrap());
-    assert!(ring_to(&mut shared, &counter, &mailbox));
-    let (client, mut server) = shared.endpoints();
-    // SAFETY: `counter` outlives the server.
-    unsafe { server.attach_doorbell(&counter) };
-    let done = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| serve_until(&server, &done));
-        for value in 0..1000 {
-            assert_eq!(increment(&client, value), value + 1);
-        }
-        done.store(true, Ordering::Release);
-    });
+    let (client, server) = ringing_endpoints(&mut shared, &counter, &mailbox);
+    increments_served(&client, &server, 1000);
     assert_eq!(counter.load(Ordering::Relaxed), 0);
     assert_eq!(server.open_requests(), Some(0));
     // The first open of an idle period posted the event id.
@@ -79,10 +76,7 @@ fn counter_counts_requests_the_server_has_not_finished() {
     let counter = AtomicU64::new(0);
     let mailbox = AtomicU64::new(0);
     let mut shared = Shared::new(Layout::new(8, 1).unwrap());
-    assert!(ring_to(&mut shared, &counter, &mailbox));
-    let (client, mut server) = shared.endpoints();
-    // SAFETY: `counter` outlives the server.
-    unsafe { server.attach_doorbell(&counter) };
+    let (client, server) = ringing_endpoints(&mut shared, &counter, &mailbox);
     let lane = HostLane::SINGLE;
     assert!(!server.wait_for_request(Duration::from_millis(5)));
     for n in 1..=5u64 {
@@ -121,16 +115,9 @@ fn legacy_layout_has_no_doorbell_to_ring() {
     let mut shared = Shared::new(Layout::legacy(2, 1).unwrap());
     assert!(!ring_to(&mut shared, &counter, &mailbox));
     let (client, server) = shared.endpoints();
-    let done = AtomicBool::new(false);
     // The legacy allocation starts with the mailboxes: a client reading a doorbell there would
     // take port 0's mailbox words (1 after a round trip) for a counter address.
-    std::thread::scope(|scope| {
-        scope.spawn(|| serve_until(&server, &done));
-        for value in 0..100 {
-            assert_eq!(increment(&client, value), value + 1);
-        }
-        done.store(true, Ordering::Release);
-    });
+    increments_served(&client, &server, 100);
     assert_eq!(counter.load(Ordering::Relaxed), 0);
     assert_eq!(server.open_requests(), None);
     let words = &shared.bytes_mut()[..16];
