@@ -5,7 +5,7 @@
 //! tests are listed from the real PTX, and running one fails with the missing-driver message; on
 //! a machine with an NVIDIA GPU the same tests check that the device code ran.
 
-use gpurun_tests::{binary, describe, repo_root, text};
+use gpurun_tests::{assert_contains, binary, describe, gpurun_package_binary, repo_root, text};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -47,17 +47,7 @@ fn toolchain() -> String {
 /// The `gpurun-nvptx-link` binary of this checkout, built once per test process.
 fn linker_binary() -> &'static Path {
     static LINKER: OnceLock<PathBuf> = OnceLock::new();
-    LINKER.get_or_init(|| {
-        escargot::CargoBuild::new()
-            .package("cargo-gpurun")
-            .bin("gpurun-nvptx-link")
-            .manifest_path(repo_root().join("Cargo.toml"))
-            .current_target()
-            .run()
-            .unwrap_or_else(|e| panic!("building gpurun-nvptx-link failed: {e}"))
-            .path()
-            .to_path_buf()
-    })
+    LINKER.get_or_init(|| gpurun_package_binary("gpurun-nvptx-link"))
 }
 
 /// Whether the nightly with rust-src and llvm-tools is here; without it the tests say why and,
@@ -365,40 +355,29 @@ fn nextest_lists_and_runs_the_device_tests_through_the_runner() {
         eprintln!("SKIPPED: cargo-nextest is not installed ({why})");
         return;
     }
-    let default = output_of(cargo(&[
-        "nextest",
-        "list",
-        "--target",
-        TRIPLE,
-        "--message-format",
-        "oneline",
-    ]));
-    assert_eq!(default.status.code(), Some(0), "{}", describe(&default));
-    assert_eq!(
-        nextest_list(&default.stdout),
-        nextest_expected(false),
-        "{}",
-        describe(&default)
-    );
-
+    // `cargo nextest list --message-format oneline [EXTRA]` succeeds and lists what it should.
+    let assert_nextest_lists = |extra: &[&str], with_ignored: bool| {
+        let mut args = vec![
+            "nextest",
+            "list",
+            "--target",
+            TRIPLE,
+            "--message-format",
+            "oneline",
+        ];
+        args.extend_from_slice(extra);
+        let listed = output_of(cargo(&args));
+        assert_eq!(listed.status.code(), Some(0), "{}", describe(&listed));
+        assert_eq!(
+            nextest_list(&listed.stdout),
+            nextest_expected(with_ignored),
+            "{}",
+            describe(&listed)
+        );
+    };
+    assert_nextest_lists(&[], false);
     // nextest asks the runner for ignored tests separately (`--list --format terse --ignored`).
-    let all = output_of(cargo(&[
-        "nextest",
-        "list",
-        "--target",
-        TRIPLE,
-        "--message-format",
-        "oneline",
-        "--run-ignored",
-        "all",
-    ]));
-    assert_eq!(all.status.code(), Some(0), "{}", describe(&all));
-    assert_eq!(
-        nextest_list(&all.stdout),
-        nextest_expected(true),
-        "{}",
-        describe(&all)
-    );
+    assert_nextest_lists(&["--run-ignored", "all"], true);
 
     // nextest runs each test in a runner process of its own (`--exact NAME --nocapture`).
     let run = output_of(cargo(&[
@@ -411,11 +390,7 @@ fn nextest_lists_and_runs_the_device_tests_through_the_runner() {
     let stderr = text(&run.stderr);
     if stderr.contains(NO_DRIVER) {
         assert_eq!(run.status.code(), Some(100), "{}", describe(&run));
-        assert!(
-            stderr.contains("6 tests run: 0 passed, 6 failed, 1 skipped"),
-            "{}",
-            describe(&run)
-        );
+        assert_contains(&stderr, "6 tests run: 0 passed, 6 failed, 1 skipped", &run);
         let one_test_per_process = stderr
             .lines()
             .filter(|line| line.contains("test result: FAILED. 0 passed; 1 failed; 0 ignored"))
@@ -423,11 +398,7 @@ fn nextest_lists_and_runs_the_device_tests_through_the_runner() {
         assert_eq!(one_test_per_process, 6, "{}", describe(&run));
     } else {
         assert_eq!(run.status.code(), Some(0), "{}", describe(&run));
-        assert!(
-            stderr.contains("6 tests run: 6 passed, 1 skipped"),
-            "{}",
-            describe(&run)
-        );
+        assert_contains(&stderr, "6 tests run: 6 passed, 1 skipped", &run);
     }
 }
 
@@ -494,10 +465,10 @@ fn linker_binary_uses_the_llvm_tools_of_the_rustc_that_calls_it() {
         .expect("gpurun-nvptx-link runs");
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("README.md is not an LLVM bitcode file or archive"),
-        "{}",
-        describe(&output)
+    assert_contains(
+        &stderr,
+        "README.md is not an LLVM bitcode file or archive",
+        &output,
     );
 
     // Without that `-L` it falls back to running `rustc +nightly`, which is not on this PATH.
@@ -511,10 +482,10 @@ fn linker_binary_uses_the_llvm_tools_of_the_rustc_that_calls_it() {
         .output()
         .expect("gpurun-nvptx-link runs");
     assert_eq!(fallback.status.code(), Some(1), "{}", describe(&fallback));
-    assert!(
-        text(&fallback.stderr).contains("cannot find the LLVM tools"),
-        "{}",
-        describe(&fallback)
+    assert_contains(
+        &text(&fallback.stderr),
+        "cannot find the LLVM tools",
+        &fallback,
     );
     let _ = std::fs::remove_dir_all(&output_dir);
 }

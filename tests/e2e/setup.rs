@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpurun_tests::{binary, describe, fixtures_dir, repo_root, text};
+use gpurun_tests::{assert_contains, binary, describe, fixtures_dir, repo_root, text};
 
 /// The README's line that ends in `# the main job`, split into words.
 fn readme_main_command() -> Vec<String> {
@@ -35,10 +35,10 @@ fn the_readme_main_command_runs_the_basic_fixture() {
     // 7 pass, 2 are ignored and 4 fail on purpose, as the README says: exit 101.
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
-    assert!(
-        stdout.contains("test result: FAILED. 7 passed; 4 failed; 2 ignored;"),
-        "{}",
-        describe(&output)
+    assert_contains(
+        &stdout,
+        "test result: FAILED. 7 passed; 4 failed; 2 ignored;",
+        &output,
     );
 }
 
