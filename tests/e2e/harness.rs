@@ -44,13 +44,24 @@ fn assert_summary_starts(output: &std::process::Output, start: &str) {
     );
 }
 
+/// `cargo gpurun test -p PACKAGE --target host [-- HARNESS_ARGS]` after the fixtures' host
+/// build; asserts that it exits with `code`.
+#[track_caller]
+fn test_on_host(package: &str, harness_args: &[&str], code: i32) -> std::process::Output {
+    host_images();
+    let mut args = vec!["test", "-p", package, "--target", "host"];
+    if !harness_args.is_empty() {
+        args.push("--");
+        args.extend_from_slice(harness_args);
+    }
+    let output = gpurun(&args).output().unwrap();
+    assert_eq!(output.status.code(), Some(code), "{}", describe(&output));
+    output
+}
+
 #[test]
 fn cargo_gpurun_test_reports_every_result_of_basic() {
-    host_images();
-    let output = gpurun(&["test", "-p", "basic", "--target", "host"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let output = test_on_host("basic", &[], 101);
     let stdout = text(&output.stdout);
     assert_test_lines(&output, BASIC_RESULTS);
     assert_summary_starts(&output, "test result: FAILED. 7 passed; 4 failed; 2 ignored; 0 measured; 0 filtered out; finished in");
@@ -251,20 +262,7 @@ fn cargo_gpurun_test_list_lists_every_suite() {
 fn a_lib_without_harness_runs_its_cfg_test_unit_tests() {
     // fixtures/unit-tests: `[lib] harness = false`, so its lib suite is the lib built in test
     // mode, where the `#[cfg(test)] mod tests` exists; the plain lib has no tests.
-    host_images();
-    let output = gpurun(&[
-        "test",
-        "-p",
-        "unit-tests",
-        "--target",
-        "host",
-        "--",
-        "--test-threads",
-        "1",
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let output = test_on_host("unit-tests", &["--test-threads", "1"], 0);
     // Cargo's header for a lib's unit tests, naming the test-mode executable (linked as a shared
     // object) instead of the plain `libunit_tests.so`.
     assert_eq!(
@@ -304,11 +302,7 @@ fn a_lib_without_harness_runs_its_cfg_test_unit_tests() {
 #[test]
 fn an_image_without_tests_is_a_suite_of_zero_tests() {
     // fixtures/hello is a program: its lib has no tests, and cargo would still run the suite.
-    host_images();
-    let output = gpurun(&["test", "-p", "hello", "--target", "host"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let output = test_on_host("hello", &[], 0);
     let stdout = text(&output.stdout);
     assert!(
         stdout.lines().any(|line| line == "running 0 tests"),
@@ -473,12 +467,7 @@ fn test_timeout_comes_from_package_metadata() {
     host_images();
     // fixtures/recovery/Cargo.toml sets `test-timeout = 2`.
     let started = std::time::Instant::now();
-    let output = gpurun(&[
-        "test", "-p", "recovery", "--target", "host", "--", "d_hangs",
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let output = test_on_host("recovery", &["d_hangs"], 101);
     let stdout = text(&output.stdout);
     assert_contains(&stdout, "timed out after 2s", &output);
     assert!(started.elapsed() < std::time::Duration::from_secs(30));

@@ -7,6 +7,7 @@
 
 use gpurun_tests::{assert_contains, binary, describe, gpurun_package_binary, repo_root, text};
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -450,42 +451,29 @@ fn linker_binary_uses_the_llvm_tools_of_the_rustc_that_calls_it() {
     let self_contained = sysroot.join("lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained");
     let output_dir = std::env::temp_dir().join(format!("gpurun-link-tools-{}", std::process::id()));
     let out = output_dir.join("out.ptx");
-    // No `rustc` on PATH and no GPURUN_* variables: the tools can only come from the sysroot
-    // rustc names with `-L`, so the link gets as far as reading its (non-bitcode) input.
-    let output = Command::new(linker_binary())
-        .arg(repo_root().join("README.md"))
-        .arg("-L")
-        .arg(&self_contained)
-        .arg("-o")
-        .arg(&out)
-        .env("PATH", "/nonexistent-dir")
-        .env_remove("GPURUN_LLVM_TOOLS_DIR")
-        .env_remove("GPURUN_TOOLCHAIN")
-        .output()
-        .expect("gpurun-nvptx-link runs");
-    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
-    let stderr = text(&output.stderr);
-    assert_contains(
-        &stderr,
+    // The linker on README.md with `extra` arguments, no `rustc` on PATH and no GPURUN_*
+    // variables: it must fail (exit status 1) saying `expected`.
+    let link_fails_with = |extra: &[&OsStr], expected: &str| {
+        let output = Command::new(linker_binary())
+            .arg(repo_root().join("README.md"))
+            .args(extra)
+            .arg("-o")
+            .arg(&out)
+            .env("PATH", "/nonexistent-dir")
+            .env_remove("GPURUN_LLVM_TOOLS_DIR")
+            .env_remove("GPURUN_TOOLCHAIN")
+            .output()
+            .expect("gpurun-nvptx-link runs");
+        assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+        assert_contains(&text(&output.stderr), expected, &output);
+    };
+    // The tools can only come from the sysroot rustc names with `-L`, so the link gets as far as
+    // reading its (non-bitcode) input.
+    link_fails_with(
+        &[OsStr::new("-L"), self_contained.as_os_str()],
         "README.md is not an LLVM bitcode file or archive",
-        &output,
     );
-
     // Without that `-L` it falls back to running `rustc +nightly`, which is not on this PATH.
-    let fallback = Command::new(linker_binary())
-        .arg(repo_root().join("README.md"))
-        .arg("-o")
-        .arg(&out)
-        .env("PATH", "/nonexistent-dir")
-        .env_remove("GPURUN_LLVM_TOOLS_DIR")
-        .env_remove("GPURUN_TOOLCHAIN")
-        .output()
-        .expect("gpurun-nvptx-link runs");
-    assert_eq!(fallback.status.code(), Some(1), "{}", describe(&fallback));
-    assert_contains(
-        &text(&fallback.stderr),
-        "cannot find the LLVM tools",
-        &fallback,
-    );
+    link_fails_with(&[], "cannot find the LLVM tools");
     let _ = std::fs::remove_dir_all(&output_dir);
 }
