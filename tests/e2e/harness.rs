@@ -85,12 +85,12 @@ fn cargo_gpurun_test_reports_every_result_of_basic() {
     );
 }
 
-/// `cargo gpurun test -p targets --target host`: the lib, tests/integration.rs and
-/// examples/demo.rs, each its own suite, in cargo's order (see fixtures/targets).
-fn run_targets(harness_args: &[&str]) -> std::process::Output {
-    host_images();
+/// `cargo gpurun test --manifest-path fixtures/Cargo.toml -p targets --target host ARGS`: the
+/// lib, tests/integration.rs and examples/demo.rs, each its own suite, in cargo's order (see
+/// fixtures/targets).
+fn test_targets(args: &[&str]) -> std::process::Output {
     let manifest = fixtures_dir().join("Cargo.toml");
-    let mut args = vec![
+    let mut all = vec![
         "test",
         "--manifest-path",
         manifest.to_str().unwrap(),
@@ -98,10 +98,17 @@ fn run_targets(harness_args: &[&str]) -> std::process::Output {
         "targets",
         "--target",
         "host",
-        "--",
     ];
+    all.extend_from_slice(args);
+    gpurun(&all).output().unwrap()
+}
+
+/// [`test_targets`] `-- HARNESS_ARGS` after the fixtures' host build.
+fn run_targets(harness_args: &[&str]) -> std::process::Output {
+    host_images();
+    let mut args = vec!["--"];
     args.extend_from_slice(harness_args);
-    gpurun(&args).output().unwrap()
+    test_targets(&args)
 }
 
 /// The `     Running ...` lines on stderr, with the hash of the image `deps/STEM-HASH` cut off.
@@ -127,19 +134,7 @@ const TARGETS_HEADERS: [&str; 3] = [
 fn release_test_targets_load_on_the_host() {
     // The fixtures' release profile has `lto = true`, which once made the host's shared test
     // images fail to link (local-exec thread-locals in a shared object).
-    let manifest = fixtures_dir().join("Cargo.toml");
-    let output = gpurun(&[
-        "test",
-        "--manifest-path",
-        manifest.to_str().unwrap(),
-        "-p",
-        "targets",
-        "--target",
-        "host",
-        "--release",
-    ])
-    .output()
-    .unwrap();
+    let output = test_targets(&["--release"]);
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
     for summary in [

@@ -5,7 +5,10 @@
 //! tests are listed from the real PTX, and running one fails with the missing-driver message; on
 //! a machine with an NVIDIA GPU the same tests check that the device code ran.
 
-use gpurun_tests::{assert_contains, binary, describe, gpurun_package_binary, repo_root, text};
+use gpurun_tests::{
+    assert_contains, binary, describe, gpurun_package_binary, json_lines, repo_root, text,
+    HOST_BUILD_JSON,
+};
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -286,23 +289,14 @@ fn the_host_route_of_the_missing_gpu_hint_runs_the_program_bin() {
     let output = output_of({
         let mut command = Command::new(binary());
         command
-            .args([
-                "gpurun",
-                "build",
-                "--target",
-                "host",
-                "--message-format",
-                "json",
-            ])
+            .args(HOST_BUILD_JSON)
             .current_dir(example_dir())
             .env_remove("CARGO_TARGET_DIR")
             .env_remove("RUSTFLAGS");
         command
     });
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    let image = text(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("JSON line"))
+    let image = json_lines(&text(&output.stdout))
         .find(|image| image["kind"] == "bin" && image["name"] == "hello")
         .unwrap_or_else(|| panic!("no host image of bin `hello`\n{}", describe(&output)));
     let path = image["path"].as_str().expect("path").to_owned();

@@ -72,6 +72,24 @@ pub fn run_fixture(options: &[&str], fixture: &str, args: &[&str]) -> Command {
     gpurun(&all)
 }
 
+/// `cargo gpurun build --target host --message-format json`, without `cargo`: stdout has one
+/// JSON line per image built (see [`json_lines`]).
+pub const HOST_BUILD_JSON: [&str; 6] = [
+    "gpurun",
+    "build",
+    "--target",
+    "host",
+    "--message-format",
+    "json",
+];
+
+/// The JSON values of `stdout`, one a line (each line must be JSON).
+pub fn json_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON line"))
+}
+
 /// Builds every fixture for the host once per test process and returns the image directory.
 pub fn host_images() -> &'static Path {
     static IMAGES: OnceLock<PathBuf> = OnceLock::new();
