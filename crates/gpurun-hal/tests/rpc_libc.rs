@@ -809,6 +809,19 @@ struct RawWarp {
 }
 
 impl RawWarp {
+    /// A server over `shared` and port 0's client side as a raw warp (nothing sent yet).
+    fn with_server(shared: &mut Shared) -> (RpcServer, RawWarp) {
+        let layout = shared.layout;
+        let base = shared.base();
+        // SAFETY: as in `run_with` (callers drop the server before `shared`).
+        let server = unsafe { RpcServer::new(&layout, base) };
+        let warp = RawWarp {
+            base,
+            layout,
+            out: 0,
+        };
+        (server, warp)
+    }
     fn mailbox(&self, offset: usize) -> &AtomicU32 {
         // SAFETY: port 0's mailbox words lie inside the live allocation, 4-aligned, and are
         // only accessed atomically.
@@ -852,15 +865,8 @@ impl RawWarp {
 #[test]
 fn exit_takes_the_lowest_lane_status_like_llvm() {
     let mut shared = Shared::new(Layout::new(1, 32).unwrap());
-    let layout = shared.layout;
-    let base = shared.base();
-    // SAFETY: as in `run_with`.
-    let server = unsafe { RpcServer::new(&layout, base) };
-    let mut warp = RawWarp {
-        base,
-        layout,
-        out: 0,
-    };
+    let (server, mut warp) = RawWarp::with_server(&mut shared);
+    let (base, layout) = (warp.base, warp.layout);
     let (mut sink, mut memory) = (Collect::default(), Memory::default());
     let mask = 1 << 3 | 1 << 9 | 1 << 30;
     warp.open(opcode::EXIT, mask);
@@ -890,16 +896,9 @@ fn exit_takes_the_lowest_lane_status_like_llvm() {
 #[test]
 fn writes_from_several_lanes_each_get_their_own_count() {
     let mut shared = Shared::new(Layout::new(1, 32).unwrap());
-    let layout = shared.layout;
-    let base = shared.base();
-    // SAFETY: as in `run_with`.
-    let server = unsafe { RpcServer::new(&layout, base) };
+    let (server, mut warp) = RawWarp::with_server(&mut shared);
+    let (base, layout) = (warp.base, warp.layout);
     let (mut sink, mut memory) = (Collect::default(), Memory::default());
-    let mut warp = RawWarp {
-        base,
-        layout,
-        out: 0,
-    };
     warp.open(opcode::WRITE_TO_STDOUT_NEWLINE, 1 << 1 | 1 << 4);
     // send_n of "ab" from lane 1 and "xyz" from lane 4: one packet each, the length in word 0
     // and the bytes after it.
