@@ -44,6 +44,17 @@ fn assert_summary_starts(output: &std::process::Output, start: &str) {
     );
 }
 
+/// Asserts the `running N tests` line of a one-suite run and the start of its summary.
+#[track_caller]
+fn assert_one_suite(output: &std::process::Output, running: &str, summary_start: &str) {
+    assert!(
+        text(&output.stdout).lines().any(|line| line == running),
+        "{}",
+        describe(output)
+    );
+    assert_summary_starts(output, summary_start);
+}
+
 /// `cargo gpurun test -p PACKAGE --target host [-- HARNESS_ARGS]` after the fixtures' host
 /// build; asserts that it exits with `code`.
 #[track_caller]
@@ -282,13 +293,9 @@ fn a_lib_without_harness_runs_its_cfg_test_unit_tests() {
         "{}",
         describe(&output)
     );
-    assert!(
-        stdout.lines().any(|line| line == "running 3 tests"),
-        "{}",
-        describe(&output)
-    );
-    assert_summary_starts(
+    assert_one_suite(
         &output,
+        "running 3 tests",
         "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; \
              finished in",
     );
@@ -298,14 +305,9 @@ fn a_lib_without_harness_runs_its_cfg_test_unit_tests() {
 fn an_image_without_tests_is_a_suite_of_zero_tests() {
     // fixtures/hello is a program: its lib has no tests, and cargo would still run the suite.
     let output = test_on_host("hello", &[], 0);
-    let stdout = text(&output.stdout);
-    assert!(
-        stdout.lines().any(|line| line == "running 0 tests"),
-        "{}",
-        describe(&output)
-    );
-    assert_summary_starts(
+    assert_one_suite(
         &output,
+        "running 0 tests",
         "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out;",
     );
 }
