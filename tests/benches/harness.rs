@@ -2,14 +2,11 @@
 //! harness running the same 1000 trivial tests as native Rust, measured in the same run.
 //! `cargo bench -p gpurun-tests --bench harness`.
 
-use gpurun_tests::{binary, describe, gpurun, host_image, median_time};
+use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image, median_time};
 use std::process::Command;
 
 fn main() {
-    let runs: usize = std::env::var("GPURUN_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let runs = bench_runs(5);
     let image = host_image("many-tests");
     let _ = binary();
     let native = native_test_binary();

@@ -1,14 +1,11 @@
 //! `cargo gpurun run` of the hello fixture on the host backend against the same program built
 //! as a native binary, measured in the same run. `cargo bench -p gpurun-tests --bench loader`.
 
-use gpurun_tests::{binary, gpurun, host_image, median_time, own_binary};
+use gpurun_tests::{bench_runs, binary, gpurun, host_image, median_time, own_binary};
 use std::process::Command;
 
 fn main() {
-    let runs: usize = std::env::var("GPURUN_BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(21);
+    let runs = bench_runs(21);
     let image = host_image("hello");
     let _ = binary();
     let native = own_binary("native-hello");

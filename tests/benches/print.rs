@@ -11,7 +11,7 @@
 //! machine with few cores, 1024 emulated threads make each multi-packet RPC slow; the extra
 //! 56-byte-line row (one RPC packet per line) shows that cost.
 
-use gpurun_tests::{binary, describe, gpurun, host_image};
+use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -54,7 +54,7 @@ fn main() {
         native_writer(&spec);
         return;
     }
-    let runs: usize = env_number("GPURUN_BENCH_RUNS").unwrap_or(3);
+    let runs = bench_runs(3);
     let one = Shape {
         threads_per_block: 1,
         blocks: 1,

@@ -1,7 +1,7 @@
 //! Tests running side by side in one worker's slots and across emulated devices: output stays
 //! with its test, and an exit, an abort or a fault among them fails only the test that did it.
 
-use gpurun_tests::{describe, gpurun, host_image, text};
+use gpurun_tests::{assert_contains, assert_test_lines, describe, run_fixture, text};
 use std::collections::BTreeMap;
 
 const TALKERS: [&str; 8] = [
@@ -31,10 +31,7 @@ fn captured_sections(stdout: &str) -> BTreeMap<String, Vec<String>> {
 }
 
 fn run_concurrency(devices: &str, args: &[&str]) -> std::process::Output {
-    let image = host_image("concurrency");
-    let mut all = vec!["run", image.to_str().unwrap()];
-    all.extend_from_slice(args);
-    gpurun(&all)
+    run_fixture(&[], "concurrency", args)
         .env("GPURUN_HOST_DEVICES", devices)
         .output()
         .unwrap()
@@ -44,12 +41,7 @@ fn assert_talkers_kept_their_output(output: &std::process::Output) {
     let stdout = text(&output.stdout);
     let sections = captured_sections(&stdout);
     for name in TALKERS {
-        let line = format!("test {name} ... ok");
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "missing `{line}`\n{}",
-            describe(output)
-        );
+        assert_test_lines(output, &[(name, "ok")]);
         let lines = sections
             .get(name)
             .unwrap_or_else(|| panic!("no output section for {name}\n{}", describe(output)));
@@ -70,11 +62,10 @@ fn concurrent_tests_keep_their_output_apart() {
         let output = run_concurrency(devices, &["--test-threads", threads, "--show-output"]);
         assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
         assert_talkers_kept_their_output(&output);
-        assert!(
-            text(&output.stdout)
-                .contains("test result: ok. 8 passed; 0 failed; 3 ignored; 0 measured;"),
-            "{}",
-            describe(&output)
+        assert_contains(
+            &text(&output.stdout),
+            "test result: ok. 8 passed; 0 failed; 3 ignored; 0 measured;",
+            &output,
         );
     }
 }
@@ -89,14 +80,14 @@ fn an_exit_an_abort_and_a_fault_fail_only_their_own_tests() {
         assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
         assert_talkers_kept_their_output(&output);
         let stdout = text(&output.stdout);
-        for name in ["exits", "aborts", "faults"] {
-            let line = format!("test {name} ... FAILED");
-            assert!(
-                stdout.lines().any(|l| l == line),
-                "missing `{line}`\n{}",
-                describe(&output)
-            );
-        }
+        assert_test_lines(
+            &output,
+            &[
+                ("exits", "FAILED"),
+                ("aborts", "FAILED"),
+                ("faults", "FAILED"),
+            ],
+        );
         let sections = captured_sections(&stdout);
         let own = |name: &str, reason: &str| {
             let lines = sections.get(name).map(|l| l.join("\n")).unwrap_or_default();
@@ -111,10 +102,10 @@ fn an_exit_an_abort_and_a_fault_fail_only_their_own_tests() {
         own("aborts", "abort()");
         own("faults", "faults: before the fault");
         own("faults", "SIGSEGV");
-        assert!(
-            stdout.contains("test result: FAILED. 8 passed; 3 failed; 0 ignored; 0 measured;"),
-            "{}",
-            describe(&output)
+        assert_contains(
+            &stdout,
+            "test result: FAILED. 8 passed; 3 failed; 0 ignored; 0 measured;",
+            &output,
         );
     }
 }
@@ -123,9 +114,9 @@ fn an_exit_an_abort_and_a_fault_fail_only_their_own_tests() {
 fn a_bad_host_device_count_is_a_clear_error() {
     let output = run_concurrency("0", &[]);
     assert_ne!(output.status.code(), Some(0), "{}", describe(&output));
-    assert!(
-        text(&output.stderr).contains("GPURUN_HOST_DEVICES must be a number from 1 to 64"),
-        "{}",
-        describe(&output)
+    assert_contains(
+        &text(&output.stderr),
+        "GPURUN_HOST_DEVICES must be a number from 1 to 64",
+        &output,
     );
 }

@@ -1,7 +1,10 @@
 //! `cargo gpurun test` and test images under `cargo gpurun run` (the `target.runner` path):
 //! counts, summary lines, listing, filters, should_panic, JSON, JUnit, exit codes, recovery.
 
-use gpurun_tests::{describe, fixtures_dir, gpurun, host_image, host_images, text};
+use gpurun_tests::{
+    assert_contains, assert_test_lines, describe, fixtures_dir, gpurun, host_images, run_fixture,
+    text,
+};
 
 /// What libtest prints for every test of `basic` (see fixtures/basic/src/lib.rs).
 const BASIC_RESULTS: &[(&str, &str)] = &[
@@ -21,10 +24,7 @@ const BASIC_RESULTS: &[(&str, &str)] = &[
 ];
 
 fn run_image(image: &str, args: &[&str]) -> std::process::Output {
-    let image = host_image(image);
-    let mut all = vec!["run", image.to_str().unwrap()];
-    all.extend_from_slice(args);
-    gpurun(&all).output().unwrap()
+    run_fixture(&[], image, args).output().unwrap()
 }
 
 fn summary(stdout: &str) -> &str {
@@ -34,47 +34,58 @@ fn summary(stdout: &str) -> &str {
         .unwrap_or("<no summary>")
 }
 
+/// Asserts that the summary line on `output`'s stdout starts with `start`.
+#[track_caller]
+fn assert_summary_starts(output: &std::process::Output, start: &str) {
+    assert!(
+        summary(&text(&output.stdout)).starts_with(start),
+        "{}",
+        describe(output)
+    );
+}
+
+/// Asserts the `running N tests` line of a one-suite run and the start of its summary.
+#[track_caller]
+fn assert_one_suite(output: &std::process::Output, running: &str, summary_start: &str) {
+    assert!(
+        text(&output.stdout).lines().any(|line| line == running),
+        "{}",
+        describe(output)
+    );
+    assert_summary_starts(output, summary_start);
+}
+
+/// `cargo gpurun test -p PACKAGE --target host [-- HARNESS_ARGS]` after the fixtures' host
+/// build; asserts that it exits with `code`.
+#[track_caller]
+fn test_on_host(package: &str, harness_args: &[&str], code: i32) -> std::process::Output {
+    host_images();
+    let mut args = vec!["test", "-p", package, "--target", "host"];
+    if !harness_args.is_empty() {
+        args.push("--");
+        args.extend_from_slice(harness_args);
+    }
+    let output = gpurun(&args).output().unwrap();
+    assert_eq!(output.status.code(), Some(code), "{}", describe(&output));
+    output
+}
+
 #[test]
 fn cargo_gpurun_test_reports_every_result_of_basic() {
-    host_images();
-    let output = gpurun(&["test", "-p", "basic", "--target", "host"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let output = test_on_host("basic", &[], 101);
     let stdout = text(&output.stdout);
-    for (name, result) in BASIC_RESULTS {
-        let line = format!("test {name} ... {result}");
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "missing `{line}`\n{}",
-            describe(&output)
-        );
-    }
-    assert!(
-        summary(&stdout).starts_with(
-            "test result: FAILED. 7 passed; 4 failed; 2 ignored; 0 measured; 0 filtered out; finished in"
-        ),
-        "{}",
-        describe(&output)
-    );
+    assert_test_lines(&output, BASIC_RESULTS);
+    assert_summary_starts(&output, "test result: FAILED. 7 passed; 4 failed; 2 ignored; 0 measured; 0 filtered out; finished in");
     // The failure section shows captured device output and the panic with its location.
-    assert!(
-        stdout.contains("---- fails_with_assert stdout ----\noutput before the failure\n"),
-        "{}",
-        describe(&output)
-    );
-    assert!(stdout.contains("panicked at basic/src/lib.rs:16:5:\nassertion `left == right` failed: arithmetic is broken"), "{}", describe(&output));
-    assert!(stdout.contains("thread (3,0,0)"), "{}", describe(&output));
-    assert!(
-        stdout.contains("panic did not contain expected string"),
-        "{}",
-        describe(&output)
-    );
-    assert!(
-        stdout.contains("test did not panic as expected"),
-        "{}",
-        describe(&output)
-    );
+    for needle in [
+        "---- fails_with_assert stdout ----\noutput before the failure\n",
+        "panicked at basic/src/lib.rs:16:5:\nassertion `left == right` failed: arithmetic is broken",
+        "thread (3,0,0)",
+        "panic did not contain expected string",
+        "test did not panic as expected",
+    ] {
+        assert_contains(&stdout, needle, &output);
+    }
     // Cargo's header, the image path relative to the working directory (the fixtures).
     assert!(
         text(&output.stderr)
@@ -85,12 +96,12 @@ fn cargo_gpurun_test_reports_every_result_of_basic() {
     );
 }
 
-/// `cargo gpurun test -p targets --target host`: the lib, tests/integration.rs and
-/// examples/demo.rs, each its own suite, in cargo's order (see fixtures/targets).
-fn run_targets(harness_args: &[&str]) -> std::process::Output {
-    host_images();
+/// `cargo gpurun test --manifest-path fixtures/Cargo.toml -p targets --target host ARGS`: the
+/// lib, tests/integration.rs and examples/demo.rs, each its own suite, in cargo's order (see
+/// fixtures/targets).
+fn test_targets(args: &[&str]) -> std::process::Output {
     let manifest = fixtures_dir().join("Cargo.toml");
-    let mut args = vec![
+    let mut all = vec![
         "test",
         "--manifest-path",
         manifest.to_str().unwrap(),
@@ -98,19 +109,27 @@ fn run_targets(harness_args: &[&str]) -> std::process::Output {
         "targets",
         "--target",
         "host",
-        "--",
     ];
-    args.extend_from_slice(harness_args);
-    gpurun(&args).output().unwrap()
+    all.extend_from_slice(args);
+    gpurun(&all).output().unwrap()
 }
 
-/// The `     Running ...` lines on stderr, with the hash of the tests/ image cut off.
-fn running_headers(stderr: &str) -> Vec<String> {
+/// [`test_targets`] `-- HARNESS_ARGS` after the fixtures' host build.
+fn run_targets(harness_args: &[&str]) -> std::process::Output {
+    host_images();
+    let mut args = vec!["--"];
+    args.extend_from_slice(harness_args);
+    test_targets(&args)
+}
+
+/// The `     Running ...` lines on stderr, with the hash of the image `deps/STEM-HASH` cut off.
+fn running_headers(stderr: &str, stem: &str) -> Vec<String> {
+    let deps = format!("/deps/{stem}-");
     stderr
         .lines()
         .filter(|line| line.starts_with("     Running "))
-        .map(|line| match line.find("/deps/integration-") {
-            Some(at) if line.ends_with(')') => format!("{}/deps/integration-HASH)", &line[..at]),
+        .map(|line| match line.find(&deps) {
+            Some(at) if line.ends_with(')') => format!("{}{deps}HASH)", &line[..at]),
             _ => line.to_owned(),
         })
         .collect()
@@ -126,19 +145,7 @@ const TARGETS_HEADERS: [&str; 3] = [
 fn release_test_targets_load_on_the_host() {
     // The fixtures' release profile has `lto = true`, which once made the host's shared test
     // images fail to link (local-exec thread-locals in a shared object).
-    let manifest = fixtures_dir().join("Cargo.toml");
-    let output = gpurun(&[
-        "test",
-        "--manifest-path",
-        manifest.to_str().unwrap(),
-        "-p",
-        "targets",
-        "--target",
-        "host",
-        "--release",
-    ])
-    .output()
-    .unwrap();
+    let output = test_targets(&["--release"]);
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
     for summary in [
@@ -156,7 +163,7 @@ fn cargo_gpurun_test_runs_the_lib_tests_and_examples_as_suites() {
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stderr = text(&output.stderr);
     assert_eq!(
-        running_headers(&stderr),
+        running_headers(&stderr, "integration"),
         TARGETS_HEADERS,
         "{}",
         describe(&output)
@@ -222,11 +229,7 @@ fn cargo_gpurun_test_runs_the_lib_tests_and_examples_as_suites() {
         assert_eq!(tests, want_tests, "{}", describe(&output));
         assert_eq!(summary, want_summary, "{}", describe(&output));
     }
-    assert!(
-        stdout.contains("the integration suite fails on purpose"),
-        "{}",
-        describe(&output)
-    );
+    assert_contains(&stdout, "the integration suite fails on purpose", &output);
 }
 
 #[test]
@@ -234,7 +237,7 @@ fn cargo_gpurun_test_list_lists_every_suite() {
     let output = run_targets(&["--list"]);
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_eq!(
-        running_headers(&text(&output.stderr)),
+        running_headers(&text(&output.stderr), "integration"),
         TARGETS_HEADERS,
         "{}",
         describe(&output)
@@ -265,32 +268,11 @@ fn cargo_gpurun_test_list_lists_every_suite() {
 fn a_lib_without_harness_runs_its_cfg_test_unit_tests() {
     // fixtures/unit-tests: `[lib] harness = false`, so its lib suite is the lib built in test
     // mode, where the `#[cfg(test)] mod tests` exists; the plain lib has no tests.
-    host_images();
-    let output = gpurun(&[
-        "test",
-        "-p",
-        "unit-tests",
-        "--target",
-        "host",
-        "--",
-        "--test-threads",
-        "1",
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let output = test_on_host("unit-tests", &["--test-threads", "1"], 0);
     // Cargo's header for a lib's unit tests, naming the test-mode executable (linked as a shared
     // object) instead of the plain `libunit_tests.so`.
-    let headers: Vec<String> = text(&output.stderr)
-        .lines()
-        .filter(|line| line.starts_with("     Running "))
-        .map(|line| match line.find("/deps/unit_tests-") {
-            Some(at) if line.ends_with(')') => format!("{}/deps/unit_tests-HASH)", &line[..at]),
-            _ => line.to_owned(),
-        })
-        .collect();
     assert_eq!(
-        headers,
+        running_headers(&text(&output.stderr), "unit_tests"),
         ["     Running unittests src/lib.rs (target/debug/deps/unit_tests-HASH)"],
         "{}",
         describe(&output)
@@ -311,41 +293,22 @@ fn a_lib_without_harness_runs_its_cfg_test_unit_tests() {
         "{}",
         describe(&output)
     );
-    assert!(
-        stdout.lines().any(|line| line == "running 3 tests"),
-        "{}",
-        describe(&output)
-    );
-    assert!(
-        summary(&stdout).starts_with(
-            "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; \
-             finished in"
-        ),
-        "{}",
-        describe(&output)
+    assert_one_suite(
+        &output,
+        "running 3 tests",
+        "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; \
+             finished in",
     );
 }
 
 #[test]
 fn an_image_without_tests_is_a_suite_of_zero_tests() {
     // fixtures/hello is a program: its lib has no tests, and cargo would still run the suite.
-    host_images();
-    let output = gpurun(&["test", "-p", "hello", "--target", "host"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    let stdout = text(&output.stdout);
-    assert!(
-        stdout.lines().any(|line| line == "running 0 tests"),
-        "{}",
-        describe(&output)
-    );
-    assert!(
-        summary(&stdout).starts_with(
-            "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out;"
-        ),
-        "{}",
-        describe(&output)
+    let output = test_on_host("hello", &[], 0);
+    assert_one_suite(
+        &output,
+        "running 0 tests",
+        "test result: ok. 0 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out;",
     );
 }
 
@@ -353,39 +316,23 @@ fn an_image_without_tests_is_a_suite_of_zero_tests() {
 fn filters_exact_skip_and_ignored() {
     let output = run_image("basic", &["passes", "three"]);
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    assert!(
-        summary(&text(&output.stdout)).starts_with(
-            "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 10 filtered out;"
-        ),
-        "{}",
-        describe(&output)
+    assert_summary_starts(
+        &output,
+        "test result: ok. 3 passed; 0 failed; 0 ignored; 0 measured; 10 filtered out;",
     );
     let exact = run_image("basic", &["--exact", "passes"]);
-    assert!(
-        summary(&text(&exact.stdout))
-            .contains("1 passed; 0 failed; 0 ignored; 0 measured; 12 filtered out"),
-        "{}",
-        describe(&exact)
+    assert_contains(
+        summary(&text(&exact.stdout)),
+        "1 passed; 0 failed; 0 ignored; 0 measured; 12 filtered out",
+        &exact,
     );
     let skipped = run_image("basic", &["passes", "--skip", "nested"]);
-    assert!(
-        summary(&text(&skipped.stdout)).contains("1 passed;"),
-        "{}",
-        describe(&skipped)
-    );
+    assert_contains(summary(&text(&skipped.stdout)), "1 passed;", &skipped);
     let ignored = run_image("basic", &["--ignored"]);
     let stdout = text(&ignored.stdout);
     // `ignored` panics when run; `ignored_with_reason` passes.
-    assert!(
-        stdout.contains("test ignored ... FAILED"),
-        "{}",
-        describe(&ignored)
-    );
-    assert!(
-        stdout.contains("test ignored_with_reason ... ok"),
-        "{}",
-        describe(&ignored)
-    );
+    assert_contains(&stdout, "test ignored ... FAILED", &ignored);
+    assert_contains(&stdout, "test ignored_with_reason ... ok", &ignored);
     assert_eq!(ignored.status.code(), Some(101));
 }
 
@@ -464,15 +411,15 @@ fn one_junit_report_holds_every_suite_of_a_run() {
 
 #[test]
 fn github_annotations_point_at_the_panic() {
-    let image = host_image("basic");
-    let output = gpurun(&["run", image.to_str().unwrap(), "fails_with_assert"])
+    let output = run_fixture(&[], "basic", &["fails_with_assert"])
         .env("GITHUB_ACTIONS", "true")
         .output()
         .unwrap();
-    assert!(
-        text(&output.stdout).contains("::error file=basic/src/lib.rs,line=16,col=5"),
-        "{}",
-        describe(&output)
+    let stdout = text(&output.stdout);
+    assert_contains(
+        &stdout,
+        "::error file=basic/src/lib.rs,line=16,col=5",
+        &output,
     );
 }
 
@@ -481,36 +428,27 @@ fn a_fault_and_a_hang_do_not_hide_the_other_results() {
     let output = run_image("recovery", &["--test-timeout", "2", "--test-threads", "2"]);
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
-    for (name, result) in [
-        ("a_passes_before", "ok"),
-        ("b_faults", "FAILED"),
-        ("c_passes_between", "ok"),
-        ("d_hangs", "FAILED"),
-        ("e_fails_after", "FAILED"),
-        ("f_passes_after", "ok"),
+    assert_test_lines(
+        &output,
+        &[
+            ("a_passes_before", "ok"),
+            ("b_faults", "FAILED"),
+            ("c_passes_between", "ok"),
+            ("d_hangs", "FAILED"),
+            ("e_fails_after", "FAILED"),
+            ("f_passes_after", "ok"),
+        ],
+    );
+    for needle in [
+        "SIGSEGV",
+        "timed out after 2s",
+        "a real failure after the hang",
     ] {
-        let line = format!("test {name} ... {result}");
-        assert!(
-            stdout.lines().any(|l| l == line),
-            "missing `{line}`\n{}",
-            describe(&output)
-        );
+        assert_contains(&stdout, needle, &output);
     }
-    assert!(stdout.contains("SIGSEGV"), "{}", describe(&output));
-    assert!(
-        stdout.contains("timed out after 2s"),
-        "{}",
-        describe(&output)
-    );
-    assert!(
-        stdout.contains("a real failure after the hang"),
-        "{}",
-        describe(&output)
-    );
-    assert!(
-        summary(&stdout).starts_with("test result: FAILED. 3 passed; 3 failed; 0 ignored;"),
-        "{}",
-        describe(&output)
+    assert_summary_starts(
+        &output,
+        "test result: FAILED. 3 passed; 3 failed; 0 ignored;",
     );
 }
 
@@ -518,11 +456,7 @@ fn a_fault_and_a_hang_do_not_hide_the_other_results() {
 fn many_tests_run_in_one_worker_load() {
     let output = run_image("many-tests", &["--test-threads", "2", "--format", "terse"]);
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    assert!(
-        summary(&text(&output.stdout)).starts_with("test result: ok. 1000 passed; 0 failed;"),
-        "{}",
-        describe(&output)
-    );
+    assert_summary_starts(&output, "test result: ok. 1000 passed; 0 failed;");
 }
 
 #[test]
@@ -530,32 +464,20 @@ fn test_timeout_comes_from_package_metadata() {
     host_images();
     // fixtures/recovery/Cargo.toml sets `test-timeout = 2`.
     let started = std::time::Instant::now();
-    let output = gpurun(&[
-        "test", "-p", "recovery", "--target", "host", "--", "d_hangs",
-    ])
-    .output()
-    .unwrap();
-    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
-    assert!(
-        text(&output.stdout).contains("timed out after 2s"),
-        "{}",
-        describe(&output)
-    );
+    let output = test_on_host("recovery", &["d_hangs"], 101);
+    let stdout = text(&output.stdout);
+    assert_contains(&stdout, "timed out after 2s", &output);
     assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
 
 #[test]
 fn lane_sizes_1_32_and_64_give_the_same_results() {
     for lane_size in ["1", "32", "64"] {
-        let image = host_image("basic");
-        let output = gpurun(&[
-            "run",
-            "--lane-size",
-            lane_size,
-            image.to_str().unwrap(),
-            "--test-threads",
-            "1",
-        ])
+        let output = run_fixture(
+            &["--lane-size", lane_size],
+            "basic",
+            &["--test-threads", "1"],
+        )
         .output()
         .unwrap();
         assert!(

@@ -2,7 +2,7 @@
 //! system}`), on the host emulation backend: `cargo gpurun run` forwards its stdin, files are
 //! opened by the host server, and `system()` runs only with `--allow-system`.
 
-use gpurun_tests::{describe, gpurun, host_image, text};
+use gpurun_tests::{assert_contains, describe, run_fixture, text};
 use std::io::Write;
 use std::process::Stdio;
 
@@ -14,10 +14,17 @@ fn scratch(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// `cargo gpurun run OPTIONS host-io ARGS` with no stdin.
+fn run_host_io(options: &[&str], args: &[&str]) -> std::process::Output {
+    run_fixture(options, "host-io", args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn device_reads_stdin_lines() {
-    let image = host_image("host-io");
-    let mut child = gpurun(&["run", image.to_str().unwrap(), "stdin"])
+    let mut child = run_fixture(&[], "host-io", &["stdin"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -44,45 +51,22 @@ fn device_reads_and_writes_files_it_names() {
     let dir = scratch("files");
     let input = dir.join("in.txt");
     std::fs::write(&input, "alpha\nbeta\ngamma\n").unwrap();
-    let image = host_image("host-io");
-    let output = gpurun(&[
-        "run",
-        image.to_str().unwrap(),
-        "cat",
-        input.to_str().unwrap(),
-    ])
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
+    let output = run_host_io(&[], &["cat", input.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_eq!(text(&output.stdout), "alpha\nbeta\ngamma\n(3 lines)\n");
 
     let copy = dir.join("copy.bin");
     let bytes: Vec<u8> = (0..20_000u32).map(|i| (i * 7) as u8).collect();
     std::fs::write(&input, &bytes).unwrap();
-    let output = gpurun(&[
-        "run",
-        image.to_str().unwrap(),
-        "copy",
-        input.to_str().unwrap(),
-        copy.to_str().unwrap(),
-    ])
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
+    let output = run_host_io(
+        &[],
+        &["copy", input.to_str().unwrap(), copy.to_str().unwrap()],
+    );
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_eq!(std::fs::read(&copy).unwrap(), bytes);
 
     let missing = dir.join("missing.txt");
-    let output = gpurun(&[
-        "run",
-        image.to_str().unwrap(),
-        "cat",
-        missing.to_str().unwrap(),
-    ])
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
+    let output = run_host_io(&[], &["cat", missing.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -92,30 +76,13 @@ fn system_needs_allow_system() {
     let dir = scratch("system");
     let marker = dir.join("ran");
     let command = format!("touch {} && echo from-shell", marker.display());
-    let image = host_image("host-io");
-    let refused = gpurun(&["run", image.to_str().unwrap(), "system", &command])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let refused = run_host_io(&[], &["system", &command]);
     assert_eq!(refused.status.code(), Some(0), "{}", describe(&refused));
     assert_eq!(text(&refused.stdout), "status -1\n");
-    assert!(
-        text(&refused.stderr).contains("--allow-system"),
-        "{}",
-        describe(&refused)
-    );
+    assert_contains(&text(&refused.stderr), "--allow-system", &refused);
     assert!(!marker.exists());
 
-    let allowed = gpurun(&[
-        "run",
-        "--allow-system",
-        image.to_str().unwrap(),
-        "system",
-        &command,
-    ])
-    .stdin(Stdio::null())
-    .output()
-    .unwrap();
+    let allowed = run_host_io(&["--allow-system"], &["system", &command]);
     assert_eq!(allowed.status.code(), Some(0), "{}", describe(&allowed));
     assert_eq!(text(&allowed.stdout), "from-shell\nstatus 0\n");
     assert!(marker.exists());

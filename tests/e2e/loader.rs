@@ -1,13 +1,12 @@
 //! `cargo gpurun run`: exit codes, output, panics, crashes, timeouts and bad input.
 
-use gpurun_tests::{describe, gpurun, host_image, text};
+use gpurun_tests::{assert_contains, describe, gpurun, host_image, run_fixture, text};
 use std::time::{Duration, Instant};
 
 fn run(image: &str, args: &[&str]) -> std::process::Output {
-    let image = host_image(image);
-    let mut all = vec!["run", image.to_str().unwrap_or_default()];
-    all.extend_from_slice(args);
-    gpurun(&all).output().expect("cargo-gpurun runs")
+    run_fixture(&[], image, args)
+        .output()
+        .expect("cargo-gpurun runs")
 }
 
 #[test]
@@ -16,17 +15,9 @@ fn hello_prints_from_one_and_from_256_threads_with_lines_intact() {
     assert_eq!(one.status.code(), Some(0), "{}", describe(&one));
     assert_eq!(text(&one.stdout), "hello from thread 0 of block 0\n");
 
-    let image = host_image("hello");
-    let many = gpurun(&[
-        "run",
-        "--threads",
-        "128",
-        "--blocks",
-        "2",
-        image.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
+    let many = run_fixture(&["--threads", "128", "--blocks", "2"], "hello", &[])
+        .output()
+        .unwrap();
     assert_eq!(many.status.code(), Some(0), "{}", describe(&many));
     let stdout = text(&many.stdout);
     let mut lines: Vec<&str> = stdout.lines().collect();
@@ -81,25 +72,16 @@ fn kernel_option_launches_plain_kernels_in_order() {
         .output()
         .unwrap();
     assert_eq!(missing.status.code(), Some(1), "{}", describe(&missing));
-    assert!(
-        text(&missing.stderr).contains("no kernel named `nope`"),
-        "{}",
-        describe(&missing)
-    );
+    assert_contains(&text(&missing.stderr), "no kernel named `nope`", &missing);
     let usage = gpurun(&["run", "--print-resource-usage", "--kernel", "say_hi", image])
         .output()
         .unwrap();
-    assert!(
-        text(&usage.stdout).contains("Executing kernel say_hi:"),
-        "{}",
-        describe(&usage)
-    );
+    assert_contains(&text(&usage.stdout), "Executing kernel say_hi:", &usage);
 }
 
 #[test]
 fn arguments_environment_and_exit_codes() {
-    let image = host_image("args-env-exit");
-    let output = gpurun(&["run", image.to_str().unwrap(), "exit", "7", "--flag"])
+    let output = run_fixture(&[], "args-env-exit", &["exit", "7", "--flag"])
         .env("GPURUN_FIXTURE_VAR", "visible")
         .output()
         .unwrap();
@@ -119,11 +101,7 @@ fn abort_exits_like_a_host_abort() {
     use std::os::unix::process::ExitStatusExt;
     let output = run("args-env-exit", &["abort"]);
     assert_eq!(output.status.signal(), Some(6), "{}", describe(&output));
-    assert!(
-        text(&output.stderr).contains("aborted"),
-        "{}",
-        describe(&output)
-    );
+    assert_contains(&text(&output.stderr), "aborted", &output);
 }
 
 #[test]
@@ -139,10 +117,10 @@ fn a_panic_prints_message_and_location_and_fails() {
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     assert_eq!(text(&output.stdout), "about to panic\n");
     let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("panicked at panics/src/lib.rs:8:5:\nthe value was 42, expected 43"),
-        "{}",
-        describe(&output)
+    assert_contains(
+        &stderr,
+        "panicked at panics/src/lib.rs:8:5:\nthe value was 42, expected 43",
+        &output,
     );
 }
 
@@ -151,43 +129,28 @@ fn a_segfault_is_reported_with_its_signal() {
     let output = run("args-env-exit", &["segfault"]);
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     let stderr = text(&output.stderr);
-    assert!(stderr.contains("SIGSEGV"), "{}", describe(&output));
+    assert_contains(&stderr, "SIGSEGV", &output);
     // What the device printed before the crash is not lost.
-    assert!(
-        text(&output.stdout).contains("arg 1: segfault"),
-        "{}",
-        describe(&output)
-    );
+    assert_contains(&text(&output.stdout), "arg 1: segfault", &output);
 }
 
 #[test]
 fn a_hang_stops_at_the_timeout() {
-    let image = host_image("args-env-exit");
+    let mut command = run_fixture(&["--timeout", "2"], "args-env-exit", &["hang"]);
     let started_timed = Instant::now();
-    let output = gpurun(&["run", "--timeout", "2", image.to_str().unwrap(), "hang"])
-        .output()
-        .unwrap();
+    let output = command.output().unwrap();
     let took = started_timed.elapsed();
     assert_eq!(output.status.code(), Some(124), "{}", describe(&output));
-    assert!(
-        text(&output.stderr).contains("timed out after 2s"),
-        "{}",
-        describe(&output)
-    );
+    assert_contains(&text(&output.stderr), "timed out after 2s", &output);
     assert!(took < Duration::from_secs(3), "took {took:?}");
-    assert!(
-        text(&output.stdout).contains("arg 1: hang"),
-        "{}",
-        describe(&output)
-    );
+    assert_contains(&text(&output.stdout), "arg 1: hang", &output);
 }
 
 /// No `--timeout`: a kernel that is still running may run forever, but a conversation whose
 /// kernel has ended may not keep the host waiting for the rest of a message.
 #[test]
 fn a_message_cut_off_by_the_kernels_end_does_not_hang_without_a_timeout() {
-    let image = host_image("args-env-exit");
-    let mut child = gpurun(&["run", image.to_str().unwrap(), "stall"])
+    let mut child = run_fixture(&[], "args-env-exit", &["stall"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -202,10 +165,10 @@ fn a_message_cut_off_by_the_kernels_end_does_not_hang_without_a_timeout() {
     }
     let output = child.wait_with_output().unwrap();
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
-    assert!(
-        text(&output.stderr).contains("the kernel ended in the middle of an RPC message"),
-        "{}",
-        describe(&output)
+    assert_contains(
+        &text(&output.stderr),
+        "the kernel ended in the middle of an RPC message",
+        &output,
     );
 }
 

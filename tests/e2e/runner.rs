@@ -5,8 +5,12 @@
 //! tests are listed from the real PTX, and running one fails with the missing-driver message; on
 //! a machine with an NVIDIA GPU the same tests check that the device code ran.
 
-use gpurun_tests::{binary, describe, repo_root, text};
+use gpurun_tests::{
+    assert_contains, binary, describe, gpurun_package_binary, json_lines, repo_root, text,
+    HOST_BUILD_JSON,
+};
 use std::collections::BTreeSet;
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -47,17 +51,7 @@ fn toolchain() -> String {
 /// The `gpurun-nvptx-link` binary of this checkout, built once per test process.
 fn linker_binary() -> &'static Path {
     static LINKER: OnceLock<PathBuf> = OnceLock::new();
-    LINKER.get_or_init(|| {
-        escargot::CargoBuild::new()
-            .package("cargo-gpurun")
-            .bin("gpurun-nvptx-link")
-            .manifest_path(repo_root().join("Cargo.toml"))
-            .current_target()
-            .run()
-            .unwrap_or_else(|e| panic!("building gpurun-nvptx-link failed: {e}"))
-            .path()
-            .to_path_buf()
-    })
+    LINKER.get_or_init(|| gpurun_package_binary("gpurun-nvptx-link"))
 }
 
 /// Whether the nightly with rust-src and llvm-tools is here; without it the tests say why and,
@@ -295,23 +289,14 @@ fn the_host_route_of_the_missing_gpu_hint_runs_the_program_bin() {
     let output = output_of({
         let mut command = Command::new(binary());
         command
-            .args([
-                "gpurun",
-                "build",
-                "--target",
-                "host",
-                "--message-format",
-                "json",
-            ])
+            .args(HOST_BUILD_JSON)
             .current_dir(example_dir())
             .env_remove("CARGO_TARGET_DIR")
             .env_remove("RUSTFLAGS");
         command
     });
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    let image = text(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("JSON line"))
+    let image = json_lines(&text(&output.stdout))
         .find(|image| image["kind"] == "bin" && image["name"] == "hello")
         .unwrap_or_else(|| panic!("no host image of bin `hello`\n{}", describe(&output)));
     let path = image["path"].as_str().expect("path").to_owned();
@@ -365,40 +350,29 @@ fn nextest_lists_and_runs_the_device_tests_through_the_runner() {
         eprintln!("SKIPPED: cargo-nextest is not installed ({why})");
         return;
     }
-    let default = output_of(cargo(&[
-        "nextest",
-        "list",
-        "--target",
-        TRIPLE,
-        "--message-format",
-        "oneline",
-    ]));
-    assert_eq!(default.status.code(), Some(0), "{}", describe(&default));
-    assert_eq!(
-        nextest_list(&default.stdout),
-        nextest_expected(false),
-        "{}",
-        describe(&default)
-    );
-
+    // `cargo nextest list --message-format oneline [EXTRA]` succeeds and lists what it should.
+    let assert_nextest_lists = |extra: &[&str], with_ignored: bool| {
+        let mut args = vec![
+            "nextest",
+            "list",
+            "--target",
+            TRIPLE,
+            "--message-format",
+            "oneline",
+        ];
+        args.extend_from_slice(extra);
+        let listed = output_of(cargo(&args));
+        assert_eq!(listed.status.code(), Some(0), "{}", describe(&listed));
+        assert_eq!(
+            nextest_list(&listed.stdout),
+            nextest_expected(with_ignored),
+            "{}",
+            describe(&listed)
+        );
+    };
+    assert_nextest_lists(&[], false);
     // nextest asks the runner for ignored tests separately (`--list --format terse --ignored`).
-    let all = output_of(cargo(&[
-        "nextest",
-        "list",
-        "--target",
-        TRIPLE,
-        "--message-format",
-        "oneline",
-        "--run-ignored",
-        "all",
-    ]));
-    assert_eq!(all.status.code(), Some(0), "{}", describe(&all));
-    assert_eq!(
-        nextest_list(&all.stdout),
-        nextest_expected(true),
-        "{}",
-        describe(&all)
-    );
+    assert_nextest_lists(&["--run-ignored", "all"], true);
 
     // nextest runs each test in a runner process of its own (`--exact NAME --nocapture`).
     let run = output_of(cargo(&[
@@ -411,11 +385,7 @@ fn nextest_lists_and_runs_the_device_tests_through_the_runner() {
     let stderr = text(&run.stderr);
     if stderr.contains(NO_DRIVER) {
         assert_eq!(run.status.code(), Some(100), "{}", describe(&run));
-        assert!(
-            stderr.contains("6 tests run: 0 passed, 6 failed, 1 skipped"),
-            "{}",
-            describe(&run)
-        );
+        assert_contains(&stderr, "6 tests run: 0 passed, 6 failed, 1 skipped", &run);
         let one_test_per_process = stderr
             .lines()
             .filter(|line| line.contains("test result: FAILED. 0 passed; 1 failed; 0 ignored"))
@@ -423,11 +393,7 @@ fn nextest_lists_and_runs_the_device_tests_through_the_runner() {
         assert_eq!(one_test_per_process, 6, "{}", describe(&run));
     } else {
         assert_eq!(run.status.code(), Some(0), "{}", describe(&run));
-        assert!(
-            stderr.contains("6 tests run: 6 passed, 1 skipped"),
-            "{}",
-            describe(&run)
-        );
+        assert_contains(&stderr, "6 tests run: 6 passed, 1 skipped", &run);
     }
 }
 
@@ -479,42 +445,29 @@ fn linker_binary_uses_the_llvm_tools_of_the_rustc_that_calls_it() {
     let self_contained = sysroot.join("lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained");
     let output_dir = std::env::temp_dir().join(format!("gpurun-link-tools-{}", std::process::id()));
     let out = output_dir.join("out.ptx");
-    // No `rustc` on PATH and no GPURUN_* variables: the tools can only come from the sysroot
-    // rustc names with `-L`, so the link gets as far as reading its (non-bitcode) input.
-    let output = Command::new(linker_binary())
-        .arg(repo_root().join("README.md"))
-        .arg("-L")
-        .arg(&self_contained)
-        .arg("-o")
-        .arg(&out)
-        .env("PATH", "/nonexistent-dir")
-        .env_remove("GPURUN_LLVM_TOOLS_DIR")
-        .env_remove("GPURUN_TOOLCHAIN")
-        .output()
-        .expect("gpurun-nvptx-link runs");
-    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
-    let stderr = text(&output.stderr);
-    assert!(
-        stderr.contains("README.md is not an LLVM bitcode file or archive"),
-        "{}",
-        describe(&output)
+    // The linker on README.md with `extra` arguments, no `rustc` on PATH and no GPURUN_*
+    // variables: it must fail (exit status 1) saying `expected`.
+    let link_fails_with = |extra: &[&OsStr], expected: &str| {
+        let output = Command::new(linker_binary())
+            .arg(repo_root().join("README.md"))
+            .args(extra)
+            .arg("-o")
+            .arg(&out)
+            .env("PATH", "/nonexistent-dir")
+            .env_remove("GPURUN_LLVM_TOOLS_DIR")
+            .env_remove("GPURUN_TOOLCHAIN")
+            .output()
+            .expect("gpurun-nvptx-link runs");
+        assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+        assert_contains(&text(&output.stderr), expected, &output);
+    };
+    // The tools can only come from the sysroot rustc names with `-L`, so the link gets as far as
+    // reading its (non-bitcode) input.
+    link_fails_with(
+        &[OsStr::new("-L"), self_contained.as_os_str()],
+        "README.md is not an LLVM bitcode file or archive",
     );
-
     // Without that `-L` it falls back to running `rustc +nightly`, which is not on this PATH.
-    let fallback = Command::new(linker_binary())
-        .arg(repo_root().join("README.md"))
-        .arg("-o")
-        .arg(&out)
-        .env("PATH", "/nonexistent-dir")
-        .env_remove("GPURUN_LLVM_TOOLS_DIR")
-        .env_remove("GPURUN_TOOLCHAIN")
-        .output()
-        .expect("gpurun-nvptx-link runs");
-    assert_eq!(fallback.status.code(), Some(1), "{}", describe(&fallback));
-    assert!(
-        text(&fallback.stderr).contains("cannot find the LLVM tools"),
-        "{}",
-        describe(&fallback)
-    );
+    link_fails_with(&[], "cannot find the LLVM tools");
     let _ = std::fs::remove_dir_all(&output_dir);
 }

@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpurun_tests::{binary, describe, fixtures_dir, repo_root, text};
+use gpurun_tests::{
+    assert_contains, binary, describe, fixtures_dir, json_lines, repo_root, text, HOST_BUILD_JSON,
+};
 
 /// The README's line that ends in `# the main job`, split into words.
 fn readme_main_command() -> Vec<String> {
@@ -35,10 +37,10 @@ fn the_readme_main_command_runs_the_basic_fixture() {
     // 7 pass, 2 are ignored and 4 fail on purpose, as the README says: exit 101.
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
-    assert!(
-        stdout.contains("test result: FAILED. 7 passed; 4 failed; 2 ignored;"),
-        "{}",
-        describe(&output)
+    assert_contains(
+        &stdout,
+        "test result: FAILED. 7 passed; 4 failed; 2 ignored;",
+        &output,
     );
 }
 
@@ -60,14 +62,7 @@ fn installed_cargo_gpurun_works_inside_the_fixtures() {
     )
     .unwrap();
     let output = Command::new("cargo")
-        .args([
-            "gpurun",
-            "build",
-            "--target",
-            "host",
-            "--message-format",
-            "json",
-        ])
+        .args(HOST_BUILD_JSON)
         .current_dir(fixtures_dir().join("bare-kernel"))
         .env("PATH", path)
         .env_remove("CARGO_TARGET_DIR")
@@ -81,12 +76,8 @@ fn installed_cargo_gpurun_works_inside_the_fixtures() {
         describe(&output)
     );
     // Inside a member's directory: that member only.
-    let packages: Vec<String> = text(&output.stdout)
-        .lines()
-        .map(|line| {
-            let image: serde_json::Value = serde_json::from_str(line).expect("JSON line");
-            image["package"].as_str().expect("package").to_owned()
-        })
+    let packages: Vec<String> = json_lines(&text(&output.stdout))
+        .map(|image| image["package"].as_str().expect("package").to_owned())
         .collect();
     assert_eq!(packages, ["bare-kernel"], "{}", describe(&output));
 }

@@ -21,19 +21,34 @@ pub fn fixtures_dir() -> PathBuf {
     repo_root().join("fixtures")
 }
 
+/// Builds binary `name` of workspace package `package` (for the current target, or with
+/// `release` in release mode) and returns its path.
+fn build_binary(package: &str, name: &str, release: bool) -> PathBuf {
+    let build = escargot::CargoBuild::new()
+        .package(package)
+        .bin(name)
+        .manifest_path(repo_root().join("Cargo.toml"));
+    let build = if release {
+        build.release()
+    } else {
+        build.current_target()
+    };
+    build
+        .run()
+        .unwrap_or_else(|e| panic!("building {name} failed: {e}"))
+        .path()
+        .to_path_buf()
+}
+
+/// Path of binary `name` of the `cargo-gpurun` package (built for the current target).
+pub fn gpurun_package_binary(name: &str) -> PathBuf {
+    build_binary("cargo-gpurun", name, false)
+}
+
 /// Path of the `cargo-gpurun` binary, built once per test process.
 pub fn binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        let run = escargot::CargoBuild::new()
-            .package("cargo-gpurun")
-            .bin("cargo-gpurun")
-            .manifest_path(repo_root().join("Cargo.toml"))
-            .current_target()
-            .run()
-            .unwrap_or_else(|e| panic!("building cargo-gpurun failed: {e}"));
-        run.path().to_path_buf()
-    })
+    BINARY.get_or_init(|| gpurun_package_binary("cargo-gpurun"))
 }
 
 /// `cargo gpurun ARGS` in the fixtures workspace.
@@ -45,6 +60,34 @@ pub fn gpurun(args: &[&str]) -> Command {
     // main workspace.
     command.env_remove("CARGO_TARGET_DIR");
     command
+}
+
+/// `cargo gpurun run OPTIONS IMAGE ARGS` with the host image of fixture `fixture`.
+pub fn run_fixture(options: &[&str], fixture: &str, args: &[&str]) -> Command {
+    let image = host_image(fixture);
+    let mut all = vec!["run"];
+    all.extend_from_slice(options);
+    all.push(image.to_str().expect("a UTF-8 image path"));
+    all.extend_from_slice(args);
+    gpurun(&all)
+}
+
+/// `cargo gpurun build --target host --message-format json`, without `cargo`: stdout has one
+/// JSON line per image built (see [`json_lines`]).
+pub const HOST_BUILD_JSON: [&str; 6] = [
+    "gpurun",
+    "build",
+    "--target",
+    "host",
+    "--message-format",
+    "json",
+];
+
+/// The JSON values of `stdout`, one a line (each line must be JSON).
+pub fn json_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ {
+    stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("JSON line"))
 }
 
 /// Builds every fixture for the host once per test process and returns the image directory.
@@ -82,6 +125,34 @@ pub fn describe(output: &Output) -> String {
     )
 }
 
+/// Asserts that `haystack` (read from `output`) contains `needle`; shows both streams if not.
+#[track_caller]
+pub fn assert_contains(haystack: &str, needle: &str, output: &Output) {
+    assert!(haystack.contains(needle), "{}", describe(output));
+}
+
+/// Asserts libtest's `test NAME ... RESULT` line on stdout for each `(NAME, RESULT)`.
+#[track_caller]
+pub fn assert_test_lines(output: &Output, results: &[(&str, &str)]) {
+    let stdout = text(&output.stdout);
+    for (name, result) in results {
+        let line = format!("test {name} ... {result}");
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "missing `{line}`\n{}",
+            describe(output)
+        );
+    }
+}
+
+/// The run count of a benchmark: `GPURUN_BENCH_RUNS`, else `default`.
+pub fn bench_runs(default: usize) -> usize {
+    std::env::var("GPURUN_BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Median wall time of `runs` executions of `command()` (each must succeed).
 pub fn median_time(runs: usize, mut command: impl FnMut() -> Command) -> std::time::Duration {
     let mut times: Vec<std::time::Duration> = (0..runs)
@@ -105,13 +176,5 @@ pub fn median_time(runs: usize, mut command: impl FnMut() -> Command) -> std::ti
 
 /// Path of a binary of this crate, built once.
 pub fn own_binary(name: &str) -> PathBuf {
-    escargot::CargoBuild::new()
-        .package("gpurun-tests")
-        .bin(name)
-        .manifest_path(repo_root().join("Cargo.toml"))
-        .release()
-        .run()
-        .unwrap_or_else(|e| panic!("building {name} failed: {e}"))
-        .path()
-        .to_path_buf()
+    build_binary("gpurun-tests", name, true)
 }

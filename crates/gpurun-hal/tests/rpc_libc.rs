@@ -313,15 +313,20 @@ fn writes_reply_with_the_bytes_written() {
     assert_eq!(out.end, None);
 }
 
-#[test]
-fn short_writes_are_reported() {
+/// One `write` with opcode `code` to a sink that takes at most `limit` bytes a write.
+fn write_short(limit: usize, code: u32, data: &[u8]) -> Outcome<u64> {
     let sink = Collect {
-        short_writes: Some(4),
+        short_writes: Some(limit),
         ..Collect::default()
     };
-    let out = run_with(ServerConfig::default(), sink, |client| {
-        write(client, opcode::WRITE_TO_STDOUT, 0, b"truncated")
-    });
+    run_with(ServerConfig::default(), sink, |client| {
+        write(client, code, 0, data)
+    })
+}
+
+#[test]
+fn short_writes_are_reported() {
+    let out = write_short(4, opcode::WRITE_TO_STDOUT, b"truncated");
     assert_eq!(out.result, 4);
     assert_eq!(out.sink.stdout, b"trun");
 }
@@ -331,13 +336,7 @@ fn puts_counts_the_newline_only_after_a_full_write() {
     let out = run(|client| write(client, opcode::WRITE_TO_STDOUT_NEWLINE, 0, b"line"));
     assert_eq!(out.result, 5);
     assert_eq!(out.sink.stdout, b"line\n");
-    let sink = Collect {
-        short_writes: Some(2),
-        ..Collect::default()
-    };
-    let out = run_with(ServerConfig::default(), sink, |client| {
-        write(client, opcode::WRITE_TO_STDOUT_NEWLINE, 0, b"line")
-    });
+    let out = write_short(2, opcode::WRITE_TO_STDOUT_NEWLINE, b"line");
     assert_eq!(out.result, 2);
     assert_eq!(out.sink.stdout, b"li");
 }
@@ -708,39 +707,19 @@ fn printf_to_streams_and_bad_input() {
             &[],
         )
         .0;
+        // PRINTF_TO_STDOUT with no strings to fetch: the count it returns.
+        let to_stdout = |format: &[u8], args: &[u8]| {
+            printf(client, opcode::PRINTF_TO_STDOUT, 0, format, args, &[]).0
+        };
         // `%n` writes nothing anywhere; its pointer is never dereferenced.
-        let n = printf(
-            client,
-            opcode::PRINTF_TO_STDOUT,
-            0,
-            b"a%nb|\0",
-            &Args::default().ptr(0xdead).bytes,
-            &[],
-        )
-        .0;
+        let n = to_stdout(b"a%nb|\0", &Args::default().ptr(0xdead).bytes);
         // Unknown conversions print as written and take no argument.
-        let unknown = printf(client, opcode::PRINTF_TO_STDOUT, 0, b"%y%S|\0", &[], &[]).0;
+        let unknown = to_stdout(b"%y%S|\0", &[]);
         // No NUL: the received bytes are the format.
-        let unterminated = printf(client, opcode::PRINTF_TO_STDOUT, 0, b"raw|", &[], &[]).0;
+        let unterminated = to_stdout(b"raw|", &[]);
         // A width no output should have: a failed printf, not a gigabyte.
-        let wide = printf(
-            client,
-            opcode::PRINTF_TO_STDOUT,
-            0,
-            b"w%999999999dx\0",
-            &Args::default().int(1).bytes,
-            &[],
-        )
-        .0;
-        let wide_star = printf(
-            client,
-            opcode::PRINTF_TO_STDOUT,
-            0,
-            b"%*d\0",
-            &Args::default().int(i32::MIN).int(1).bytes,
-            &[],
-        )
-        .0;
+        let wide = to_stdout(b"w%999999999dx\0", &Args::default().int(1).bytes);
+        let wide_star = to_stdout(b"%*d\0", &Args::default().int(i32::MIN).int(1).bytes);
         // Fewer argument bytes than the format needs: missing values read as all ones and a
         // missing string as null, as in LLVM's server.
         let mut port = open(client, opcode::PRINTF_TO_STDOUT);
@@ -830,6 +809,19 @@ struct RawWarp {
 }
 
 impl RawWarp {
+    /// A server over `shared` and port 0's client side as a raw warp (nothing sent yet).
+    fn with_server(shared: &mut Shared) -> (RpcServer, RawWarp) {
+        let layout = shared.layout;
+        let base = shared.base();
+        // SAFETY: as in `run_with` (callers drop the server before `shared`).
+        let server = unsafe { RpcServer::new(&layout, base) };
+        let warp = RawWarp {
+            base,
+            layout,
+            out: 0,
+        };
+        (server, warp)
+    }
     fn mailbox(&self, offset: usize) -> &AtomicU32 {
         // SAFETY: port 0's mailbox words lie inside the live allocation, 4-aligned, and are
         // only accessed atomically.
@@ -873,15 +865,8 @@ impl RawWarp {
 #[test]
 fn exit_takes_the_lowest_lane_status_like_llvm() {
     let mut shared = Shared::new(Layout::new(1, 32).unwrap());
-    let layout = shared.layout;
-    let base = shared.base();
-    // SAFETY: as in `run_with`.
-    let server = unsafe { RpcServer::new(&layout, base) };
-    let mut warp = RawWarp {
-        base,
-        layout,
-        out: 0,
-    };
+    let (server, mut warp) = RawWarp::with_server(&mut shared);
+    let (base, layout) = (warp.base, warp.layout);
     let (mut sink, mut memory) = (Collect::default(), Memory::default());
     let mask = 1 << 3 | 1 << 9 | 1 << 30;
     warp.open(opcode::EXIT, mask);
@@ -911,16 +896,9 @@ fn exit_takes_the_lowest_lane_status_like_llvm() {
 #[test]
 fn writes_from_several_lanes_each_get_their_own_count() {
     let mut shared = Shared::new(Layout::new(1, 32).unwrap());
-    let layout = shared.layout;
-    let base = shared.base();
-    // SAFETY: as in `run_with`.
-    let server = unsafe { RpcServer::new(&layout, base) };
+    let (server, mut warp) = RawWarp::with_server(&mut shared);
+    let (base, layout) = (warp.base, warp.layout);
     let (mut sink, mut memory) = (Collect::default(), Memory::default());
-    let mut warp = RawWarp {
-        base,
-        layout,
-        out: 0,
-    };
     warp.open(opcode::WRITE_TO_STDOUT_NEWLINE, 1 << 1 | 1 << 4);
     // send_n of "ab" from lane 1 and "xyz" from lane 4: one packet each, the length in word 0
     // and the bytes after it.

@@ -20,7 +20,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::Shared;
+use common::{serve_increment, Shared};
 use gpurun_rpc::{opcode, HostLane, Layout, Server};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -134,9 +134,7 @@ fn serve(mut server: Server, stop: &AtomicBool) {
         idle = 0;
         resume = port.index() + 1;
         match port.opcode() {
-            opcode::TEST_INCREMENT => port
-                .recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))
-                .unwrap(),
+            opcode::TEST_INCREMENT => serve_increment(&mut port),
             opcode::TEST_STREAM => {
                 let mut target = Some(&mut sink[..]);
                 port.recv_n(|_, _| target.take()).unwrap();

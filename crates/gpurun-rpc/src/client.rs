@@ -29,12 +29,7 @@ pub(crate) const LOCK_WORDS: usize = 1;
 /// them to the placeholder values.
 #[repr(C)]
 pub struct Client {
-    port_count: u32,
-    doorbell: *mut u8,
-    inbox: *const AtomicU32,
-    outbox: *const AtomicU32,
-    header: *mut Header,
-    packet: *mut Buffer,
+    view: View,
     lock: [AtomicU32; LOCK_WORDS],
 }
 
@@ -42,11 +37,11 @@ pub struct Client {
 const _: () = {
     assert!(core::mem::size_of::<Client>() == crate::layout::CLIENT_SIZE);
     assert!(core::mem::align_of::<Client>() == 8);
-    assert!(core::mem::offset_of!(Client, doorbell) == 8);
-    assert!(core::mem::offset_of!(Client, inbox) == 16);
-    assert!(core::mem::offset_of!(Client, outbox) == 24);
-    assert!(core::mem::offset_of!(Client, header) == 32);
-    assert!(core::mem::offset_of!(Client, packet) == 40);
+    assert!(core::mem::offset_of!(Client, view.doorbell) == 8);
+    assert!(core::mem::offset_of!(Client, view.inbox) == 16);
+    assert!(core::mem::offset_of!(Client, view.outbox) == 24);
+    assert!(core::mem::offset_of!(Client, view.header) == 32);
+    assert!(core::mem::offset_of!(Client, view.packet) == 40);
     assert!(core::mem::offset_of!(Client, lock) == crate::layout::CLIENT_LOCK_OFFSET);
 };
 
@@ -57,7 +52,8 @@ unsafe impl Sync for Client {}
 // SAFETY: as above; the object holds no thread-affine state.
 unsafe impl Send for Client {}
 
-/// The pointer fields, read once per port.
+/// The pointer fields: the start of [`Client`]'s layout, read once per port.
+#[repr(C)]
 #[derive(Clone, Copy)]
 struct View {
     port_count: u32,
@@ -76,12 +72,14 @@ impl Client {
     #[cfg(not(loom))]
     pub const fn uninit() -> Client {
         Client {
-            port_count: 0,
-            doorbell: ptr::null_mut(),
-            inbox: ptr::null(),
-            outbox: ptr::null(),
-            header: ptr::null_mut(),
-            packet: ptr::null_mut(),
+            view: View {
+                port_count: 0,
+                doorbell: ptr::null_mut(),
+                inbox: ptr::null(),
+                outbox: ptr::null(),
+                header: ptr::null_mut(),
+                packet: ptr::null_mut(),
+            },
             lock: [const { AtomicU32::new(0) }; LOCK_WORDS],
         }
     }
@@ -99,17 +97,19 @@ impl Client {
         // SAFETY: all offsets are within the allocation the caller vouches for.
         unsafe {
             Client {
-                port_count: layout.port_count(),
-                // The legacy layout has no doorbell: its first bytes are mailboxes.
-                doorbell: if layout.has_doorbell() {
-                    base
-                } else {
-                    ptr::null_mut()
+                view: View {
+                    port_count: layout.port_count(),
+                    // The legacy layout has no doorbell: its first bytes are mailboxes.
+                    doorbell: if layout.has_doorbell() {
+                        base
+                    } else {
+                        ptr::null_mut()
+                    },
+                    inbox: base.add(layout.client_inbox_offset()) as *const AtomicU32,
+                    outbox: base.add(layout.client_outbox_offset()) as *const AtomicU32,
+                    header: base.add(layout.header_offset()) as *mut Header,
+                    packet: base.add(layout.packet_offset()) as *mut Buffer,
                 },
-                inbox: base.add(layout.client_inbox_offset()) as *const AtomicU32,
-                outbox: base.add(layout.client_outbox_offset()) as *const AtomicU32,
-                header: base.add(layout.header_offset()) as *mut Header,
-                packet: base.add(layout.packet_offset()) as *mut Buffer,
                 lock: [const { AtomicU32::new(0) }; LOCK_WORDS],
             }
         }
@@ -130,12 +130,14 @@ impl Client {
         packet: *mut Buffer,
     ) -> Client {
         Client {
-            port_count,
-            doorbell: ptr::null_mut(),
-            inbox,
-            outbox,
-            header,
-            packet,
+            view: View {
+                port_count,
+                doorbell: ptr::null_mut(),
+                inbox,
+                outbox,
+                header,
+                packet,
+            },
             lock: [AtomicU32::new(0)],
         }
     }
@@ -146,12 +148,12 @@ impl Client {
         // replacing them with the values of a static's initializer that the loader overwrote.
         unsafe {
             View {
-                port_count: ptr::read_volatile(&self.port_count),
-                doorbell: ptr::read_volatile(&self.doorbell),
-                inbox: ptr::read_volatile(&self.inbox),
-                outbox: ptr::read_volatile(&self.outbox),
-                header: ptr::read_volatile(&self.header),
-                packet: ptr::read_volatile(&self.packet),
+                port_count: ptr::read_volatile(&self.view.port_count),
+                doorbell: ptr::read_volatile(&self.view.doorbell),
+                inbox: ptr::read_volatile(&self.view.inbox),
+                outbox: ptr::read_volatile(&self.view.outbox),
+                header: ptr::read_volatile(&self.view.header),
+                packet: ptr::read_volatile(&self.view.packet),
             }
         }
     }

@@ -483,19 +483,31 @@ impl<'a> ServerPort<'a> {
             fill(&mut buffer, lane);
             self.write_slot_changes(lane, &before, &buffer);
         }
+        self.hand_over();
+        Ok(())
+    }
+
+    /// Hands the packet to the client after our writes to it (nothing left to receive).
+    #[inline]
+    fn hand_over(&mut self) {
         self.invert_outbox();
         self.owns_buffer = false;
         self.receive = false;
-        Ok(())
+    }
+
+    /// Before waiting for the client's next packet: hands back the one a `recv` kept.
+    #[inline]
+    fn hand_back_received(&mut self) {
+        if self.receive {
+            self.invert_outbox();
+            self.owns_buffer = false;
+        }
     }
 
     /// Waits for the client's next packet and shows each lane's slot to `use_packet`.
     #[inline]
     pub fn recv(&mut self, mut use_packet: impl FnMut(&Buffer, u32)) -> Result<(), ServerError> {
-        if self.receive {
-            self.invert_outbox();
-            self.owns_buffer = false;
-        }
+        self.hand_back_received();
         self.acquire()?;
         for lane in self.lanes() {
             use_packet(&self.read_slot(lane), lane);
@@ -513,18 +525,13 @@ impl<'a> ServerPort<'a> {
         &mut self,
         mut use_packet: impl FnMut(&Buffer, u32),
     ) -> Result<(), ServerError> {
-        if self.receive {
-            self.invert_outbox();
-            self.owns_buffer = false;
-        }
+        self.hand_back_received();
         self.acquire()?;
         let mut copies = [const { core::mem::MaybeUninit::<Buffer>::uninit() }; 64];
         for lane in self.lanes() {
             copies[lane as usize].write(self.read_slot(lane));
         }
-        self.invert_outbox();
-        self.owns_buffer = false;
-        self.receive = false;
+        self.hand_over();
         for lane in self.lanes() {
             // SAFETY: the loop above wrote the copy of every lane of this same mask.
             use_packet(unsafe { copies[lane as usize].assume_init_ref() }, lane);
@@ -535,27 +542,11 @@ impl<'a> ServerPort<'a> {
     /// Receives a packet, lets `work` change each lane's slot in place, and sends it back (the
     /// words `work` leaves alone go back as the client sent them, as in LLVM's server).
     #[inline]
-    pub fn recv_and_send(
-        &mut self,
-        mut work: impl FnMut(&mut Buffer, u32),
-    ) -> Result<(), ServerError> {
-        if self.receive {
-            self.invert_outbox();
-            self.owns_buffer = false;
-        }
-        self.acquire()?;
+    pub fn recv_and_send(&mut self, work: impl FnMut(&mut Buffer, u32)) -> Result<(), ServerError> {
+        self.hand_back_received();
         // One pass over the lanes: each slot is copied out, worked on and written back while we
         // own the packet, then a single flip hands it back (the `send` half needs no wait).
-        for lane in self.lanes() {
-            let before = self.read_slot(lane);
-            let mut buffer = before;
-            work(&mut buffer, lane);
-            self.write_slot_changes(lane, &before, &buffer);
-        }
-        self.invert_outbox();
-        self.owns_buffer = false;
-        self.receive = false;
-        Ok(())
+        self.send(work)
     }
 
     /// Sends each lane the bytes `data(lane)` (lengths may differ), mirroring the client's

@@ -46,54 +46,47 @@ pub(crate) fn release_fence() {
     fence(Ordering::Release)
 }
 
+/// Relaxed device-scope read-modify-write on a lock word, returning the previous value:
+/// `atom.relaxed.gpu.<ptx_op>.b32` on nvptx, `word.<method>(bits, Relaxed)` elsewhere. A macro
+/// because the instruction must be a literal in `asm!`.
+macro_rules! lock_rmw {
+    ($word:expr, $bits:expr, $ptx_op:literal, $method:ident) => {{
+        let (word, bits): (&AtomicU32, u32) = ($word, $bits);
+        #[cfg(all(target_arch = "nvptx64", not(loom)))]
+        {
+            let previous: u32;
+            // SAFETY: `word.as_ptr()` points to a live, aligned u32 that is only accessed
+            // atomically; the instruction is an atomic OR/AND on that word (generic addressing)
+            // with explicit relaxed ordering at GPU scope, which is what `fetch_or(Relaxed)` /
+            // `fetch_and(Relaxed)` mean here.
+            unsafe {
+                core::arch::asm!(
+                    concat!("atom.relaxed.gpu.", $ptx_op, ".b32 {previous}, [{word}], {bits};"),
+                    previous = out(reg32) previous,
+                    word = in(reg64) word.as_ptr(),
+                    bits = in(reg32) bits,
+                    options(nostack),
+                );
+            }
+            previous
+        }
+        #[cfg(not(all(target_arch = "nvptx64", not(loom))))]
+        {
+            word.$method(bits, Ordering::Relaxed)
+        }
+    }};
+}
+
 /// Relaxed device-scope `fetch_or` on a lock word; returns the previous value.
 #[inline(always)]
 pub(crate) fn lock_fetch_or(word: &AtomicU32, bits: u32) -> u32 {
-    #[cfg(all(target_arch = "nvptx64", not(loom)))]
-    {
-        let previous: u32;
-        // SAFETY: `word.as_ptr()` points to a live, aligned u32 that is only accessed
-        // atomically; the instruction is an atomic OR on that word (generic addressing) with
-        // explicit relaxed ordering at GPU scope, which is what `fetch_or(Relaxed)` means here.
-        unsafe {
-            core::arch::asm!(
-                "atom.relaxed.gpu.or.b32 {previous}, [{word}], {bits};",
-                previous = out(reg32) previous,
-                word = in(reg64) word.as_ptr(),
-                bits = in(reg32) bits,
-                options(nostack),
-            );
-        }
-        previous
-    }
-    #[cfg(not(all(target_arch = "nvptx64", not(loom))))]
-    {
-        word.fetch_or(bits, Ordering::Relaxed)
-    }
+    lock_rmw!(word, bits, "or", fetch_or)
 }
 
 /// Relaxed device-scope `fetch_and` on a lock word; returns the previous value.
 #[inline(always)]
 pub(crate) fn lock_fetch_and(word: &AtomicU32, bits: u32) -> u32 {
-    #[cfg(all(target_arch = "nvptx64", not(loom)))]
-    {
-        let previous: u32;
-        // SAFETY: as in `lock_fetch_or`: an atomic AND on a live, aligned u32.
-        unsafe {
-            core::arch::asm!(
-                "atom.relaxed.gpu.and.b32 {previous}, [{word}], {bits};",
-                previous = out(reg32) previous,
-                word = in(reg64) word.as_ptr(),
-                bits = in(reg32) bits,
-                options(nostack),
-            );
-        }
-        previous
-    }
-    #[cfg(not(all(target_arch = "nvptx64", not(loom))))]
-    {
-        word.fetch_and(bits, Ordering::Relaxed)
-    }
+    lock_rmw!(word, bits, "and", fetch_and)
 }
 
 /// Relaxed system-scope `fetch_add(1)` on the doorbell counter; returns the previous value.

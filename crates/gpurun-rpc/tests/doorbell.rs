@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::Shared;
+use common::{increment, serve_increment, serve_while, Shared};
 use gpurun_rpc::layout::Doorbell;
 use gpurun_rpc::sync::AtomicU64;
 use gpurun_rpc::{opcode, Client, HostLane, Layout, Server};
@@ -12,11 +12,18 @@ use std::time::Duration;
 
 const EVENT_ID: u32 = 0x5eed;
 
-/// Installs a doorbell whose counter and mailbox are `counter` and `mailbox`.
-fn ring_to(shared: &mut Shared, counter: &AtomicU64, mailbox: &AtomicU64) -> bool {
+/// The host's side of a doorbell: the counter clients ring and the mailbox of the event id.
+#[derive(Default)]
+struct Bell {
+    counter: AtomicU64,
+    mailbox: AtomicU64,
+}
+
+/// Installs a doorbell whose counter and mailbox are `bell`'s.
+fn ring_to(shared: &mut Shared, bell: &Bell) -> bool {
     let record = Doorbell {
-        value: counter.as_ptr() as u64,
-        mailbox: mailbox.as_ptr() as u64,
+        value: bell.counter.as_ptr() as u64,
+        mailbox: bell.mailbox.as_ptr() as u64,
         event_id: EVENT_ID,
     };
     let layout = shared.layout;
@@ -24,65 +31,53 @@ fn ring_to(shared: &mut Shared, counter: &AtomicU64, mailbox: &AtomicU64) -> boo
     unsafe { layout.write_doorbell(shared.base(), record) }
 }
 
-fn increment(client: &Client, value: u64) -> u64 {
-    let lane = HostLane::SINGLE;
-    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
-    let mut reply = 0;
-    port.send_and_recv(|b, _| b.data[0] = value, |b, _| reply = b.data[0]);
-    reply
+/// `ring_to`, then the endpoints over `shared` with the server attached to `bell`'s counter.
+fn ringing_endpoints(shared: &mut Shared, bell: &Bell) -> (Client, Server) {
+    assert!(ring_to(shared, bell));
+    let (client, mut server) = shared.endpoints();
+    // SAFETY: the callers' `bell` outlives the server.
+    unsafe { server.attach_doorbell(&bell.counter) };
+    (client, server)
 }
 
 fn serve_until(server: &Server, done: &AtomicBool) {
-    let mut resume = 0;
-    while !done.load(Ordering::Acquire) || server.has_pending() {
-        let Some(mut port) = server.try_open(resume) else {
-            resume = 0;
-            std::thread::yield_now();
-            continue;
-        };
-        resume = port.index() + 1;
-        match port.opcode() {
-            opcode::TEST_INCREMENT => port
-                .recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))
-                .unwrap(),
-            opcode::NOOP => port.recv(|_, _| {}).unwrap(),
-            other => panic!("opcode {other:#x}"),
+    let more = || !done.load(Ordering::Acquire) || server.has_pending();
+    serve_while(server, more, |port| match port.opcode() {
+        opcode::TEST_INCREMENT => serve_increment(port),
+        opcode::NOOP => port.recv(|_, _| {}).unwrap(),
+        other => panic!("opcode {other:#x}"),
+    });
+}
+
+/// `count` increments from the calling thread, each checked, while a second thread serves.
+fn increments_served(client: &Client, server: &Server, count: u64) {
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| serve_until(server, &done));
+        for value in 0..count {
+            assert_eq!(increment(client, value), value + 1);
         }
-    }
+        done.store(true, Ordering::Release);
+    });
 }
 
 #[test]
 fn counter_returns_to_zero_after_n_calls() {
-    let counter = AtomicU64::new(0);
-    let mailbox = AtomicU64::new(0);
+    let bell = Bell::default();
     let mut shared = Shared::new(Layout::new(4, 1).unwrap());
-    assert!(ring_to(&mut shared, &counter, &mailbox));
-    let (client, mut server) = shared.endpoints();
-    // SAFETY: `counter` outlives the server.
-    unsafe { server.attach_doorbell(&counter) };
-    let done = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| serve_until(&server, &done));
-        for value in 0..1000 {
-            assert_eq!(increment(&client, value), value + 1);
-        }
-        done.store(true, Ordering::Release);
-    });
-    assert_eq!(counter.load(Ordering::Relaxed), 0);
+    let (client, server) = ringing_endpoints(&mut shared, &bell);
+    increments_served(&client, &server, 1000);
+    assert_eq!(bell.counter.load(Ordering::Relaxed), 0);
     assert_eq!(server.open_requests(), Some(0));
     // The first open of an idle period posted the event id.
-    assert_eq!(mailbox.load(Ordering::Relaxed), u64::from(EVENT_ID));
+    assert_eq!(bell.mailbox.load(Ordering::Relaxed), u64::from(EVENT_ID));
 }
 
 #[test]
 fn counter_counts_requests_the_server_has_not_finished() {
-    let counter = AtomicU64::new(0);
-    let mailbox = AtomicU64::new(0);
+    let bell = Bell::default();
     let mut shared = Shared::new(Layout::new(8, 1).unwrap());
-    assert!(ring_to(&mut shared, &counter, &mailbox));
-    let (client, mut server) = shared.endpoints();
-    // SAFETY: `counter` outlives the server.
-    unsafe { server.attach_doorbell(&counter) };
+    let (client, server) = ringing_endpoints(&mut shared, &bell);
     let lane = HostLane::SINGLE;
     assert!(!server.wait_for_request(Duration::from_millis(5)));
     for n in 1..=5u64 {
@@ -90,7 +85,7 @@ fn counter_counts_requests_the_server_has_not_finished() {
         let mut port = client.open(&lane, opcode::NOOP).unwrap();
         port.send(|b, _| b.data[0] = n);
         drop(port);
-        assert_eq!(counter.load(Ordering::Relaxed), n);
+        assert_eq!(bell.counter.load(Ordering::Relaxed), n);
     }
     assert!(server.wait_for_request(Duration::from_millis(5)));
     let mut served = 0;
@@ -116,22 +111,14 @@ fn counter_counts_requests_the_server_has_not_finished() {
 
 #[test]
 fn legacy_layout_has_no_doorbell_to_ring() {
-    let counter = AtomicU64::new(0);
-    let mailbox = AtomicU64::new(0);
+    let bell = Bell::default();
     let mut shared = Shared::new(Layout::legacy(2, 1).unwrap());
-    assert!(!ring_to(&mut shared, &counter, &mailbox));
+    assert!(!ring_to(&mut shared, &bell));
     let (client, server) = shared.endpoints();
-    let done = AtomicBool::new(false);
     // The legacy allocation starts with the mailboxes: a client reading a doorbell there would
     // take port 0's mailbox words (1 after a round trip) for a counter address.
-    std::thread::scope(|scope| {
-        scope.spawn(|| serve_until(&server, &done));
-        for value in 0..100 {
-            assert_eq!(increment(&client, value), value + 1);
-        }
-        done.store(true, Ordering::Release);
-    });
-    assert_eq!(counter.load(Ordering::Relaxed), 0);
+    increments_served(&client, &server, 100);
+    assert_eq!(bell.counter.load(Ordering::Relaxed), 0);
     assert_eq!(server.open_requests(), None);
     let words = &shared.bytes_mut()[..16];
     assert!(

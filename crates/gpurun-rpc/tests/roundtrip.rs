@@ -2,35 +2,32 @@
 
 mod common;
 
-use common::{pattern, Shared};
+use common::{increment, pattern, serve_increment, serve_while, Shared};
 use gpurun_rpc::{opcode, HostLane, Layout, Server};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Serves TEST_INCREMENT, TEST_STREAM (echo) and FREE-like fire-and-forget NOOPs until `done`.
 fn serve(server: &Server, done: &AtomicBool) -> u64 {
     let mut handled = 0;
-    let mut resume = 0;
-    while !done.load(Ordering::Acquire) {
-        let Some(mut port) = server.try_open(resume) else {
-            resume = 0;
-            std::thread::yield_now();
-            continue;
-        };
-        resume = port.index() + 1;
-        match port.opcode() {
-            opcode::TEST_INCREMENT => port
-                .recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))
-                .unwrap(),
-            opcode::TEST_STREAM => {
-                let received = port.recv_n_to_vecs(1 << 20).unwrap();
-                port.send_n(|lane| &received.iter().find(|(l, _, _)| *l == lane).unwrap().2[..])
+    serve_while(
+        server,
+        || !done.load(Ordering::Acquire),
+        |port| {
+            match port.opcode() {
+                opcode::TEST_INCREMENT => serve_increment(port),
+                opcode::TEST_STREAM => {
+                    let received = port.recv_n_to_vecs(1 << 20).unwrap();
+                    port.send_n(
+                        |lane| &received.iter().find(|(l, _, _)| *l == lane).unwrap().2[..],
+                    )
                     .unwrap();
+                }
+                opcode::NOOP => port.recv(|_, _| {}).unwrap(),
+                other => panic!("unexpected opcode {other:#x}"),
             }
-            opcode::NOOP => port.recv(|_, _| {}).unwrap(),
-            other => panic!("unexpected opcode {other:#x}"),
-        }
-        handled += 1;
-    }
+            handled += 1;
+        },
+    );
     handled
 }
 
@@ -50,11 +47,7 @@ fn with_server(layout: Layout, clients: impl FnOnce(&gpurun_rpc::Client) + Send)
 fn increment_round_trip_single_lane() {
     with_server(Layout::new(4, 1).unwrap(), |client| {
         for value in 0..200u64 {
-            let lane = HostLane::SINGLE;
-            let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
-            let mut reply = 0;
-            port.send_and_recv(|b, _| b.data[0] = value, |b, _| reply = b.data[0]);
-            assert_eq!(reply, value + 1);
+            assert_eq!(increment(client, value), value + 1);
         }
     });
 }
@@ -86,10 +79,7 @@ fn client_recv_n_truncates_into_a_short_buffer() {
         assert_eq!(&short[..], &data[..100]);
         drop(port);
         // The conversation stayed in step: the port works for the next caller.
-        let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
-        let mut reply = 0;
-        port.send_and_recv(|b, _| b.data[0] = 9, |b, _| reply = b.data[0]);
-        assert_eq!(reply, 10);
+        assert_eq!(increment(client, 9), 10);
     });
 }
 
@@ -102,10 +92,7 @@ fn fire_and_forget_then_reuse_single_port() {
             let mut port = client.open(&lane, opcode::NOOP).unwrap();
             port.send(|b, _| b.data[0] = i);
             drop(port);
-            let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
-            let mut reply = 0;
-            port.send_and_recv(|b, _| b.data[0] = i, |b, _| reply = b.data[0]);
-            assert_eq!(reply, i + 1);
+            assert_eq!(increment(client, i), i + 1);
         }
     });
 }

@@ -15,7 +15,7 @@
 
 mod common;
 
-use common::{pattern, EmulatedLane, Rng, Shared, WarpShared};
+use common::{pattern, serve_while, EmulatedLane, Rng, Shared, WarpShared};
 use gpurun_rpc::{opcode, Client, HostLane, Lanes, Layout, Server};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -61,57 +61,55 @@ struct Ledger {
 /// Serves CHECK and ECHO until `done`; records every discrepancy instead of panicking (a panic
 /// here would leave the clients waiting forever).
 fn serve(server: &Server, ledger: &Mutex<Ledger>, done: &AtomicBool) {
-    let mut resume = 0;
-    while !done.load(Ordering::Acquire) {
-        let Some(mut port) = server.try_open(resume) else {
-            resume = 0;
-            std::thread::yield_now();
-            continue;
-        };
-        resume = port.index() + 1;
-        let op = port.opcode();
-        let mut ids = [(u64::MAX, 0u64, 0usize); 64];
-        port.recv(|b, lane| ids[lane as usize] = (b.data[0], b.data[1], b.data[2] as usize))
-            .unwrap();
-        let received = port.recv_n_to_vecs(1 << 20).unwrap();
-        let mut guard = ledger.lock().unwrap();
-        let ledger = &mut *guard;
-        for (lane, len, bytes) in &received {
-            let (sender, seq, max_len) = ids[*lane as usize];
-            let Some(expected_seq) = ledger.next.get_mut(sender as usize) else {
-                ledger
-                    .errors
-                    .push(format!("unknown sender {sender} on lane {lane}"));
-                continue;
-            };
-            if seq != *expected_seq {
-                let msg = format!("sender {sender}: got message {seq}, expected {expected_seq}");
-                ledger.errors.push(msg);
+    serve_while(
+        server,
+        || !done.load(Ordering::Acquire),
+        |port| {
+            let op = port.opcode();
+            let mut ids = [(u64::MAX, 0u64, 0usize); 64];
+            port.recv(|b, lane| ids[lane as usize] = (b.data[0], b.data[1], b.data[2] as usize))
+                .unwrap();
+            let received = port.recv_n_to_vecs(1 << 20).unwrap();
+            let mut guard = ledger.lock().unwrap();
+            let ledger = &mut *guard;
+            for (lane, len, bytes) in &received {
+                let (sender, seq, max_len) = ids[*lane as usize];
+                let Some(expected_seq) = ledger.next.get_mut(sender as usize) else {
+                    ledger
+                        .errors
+                        .push(format!("unknown sender {sender} on lane {lane}"));
+                    continue;
+                };
+                if seq != *expected_seq {
+                    let msg =
+                        format!("sender {sender}: got message {seq}, expected {expected_seq}");
+                    ledger.errors.push(msg);
+                }
+                *expected_seq = seq + 1;
+                let want = length_of(sender, seq, max_len);
+                if *len != want as u64 || bytes.len() != want {
+                    let msg = format!("sender {sender} #{seq}: length {len}, expected {want}");
+                    ledger.errors.push(msg);
+                } else if *bytes != pattern(sender, seq, want) {
+                    let msg = format!("sender {sender} #{seq}: content differs ({want} bytes)");
+                    ledger.errors.push(msg);
+                }
+                ledger.bytes += *len;
             }
-            *expected_seq = seq + 1;
-            let want = length_of(sender, seq, max_len);
-            if *len != want as u64 || bytes.len() != want {
-                let msg = format!("sender {sender} #{seq}: length {len}, expected {want}");
-                ledger.errors.push(msg);
-            } else if *bytes != pattern(sender, seq, want) {
-                let msg = format!("sender {sender} #{seq}: content differs ({want} bytes)");
-                ledger.errors.push(msg);
+            drop(guard);
+            if op == ECHO {
+                port.send_n(|lane| {
+                    received
+                        .iter()
+                        .find(|(l, _, _)| *l == lane)
+                        .map_or(&[][..], |(_, _, bytes)| &bytes[..])
+                })
+                .unwrap();
+            } else {
+                port.send(|b, _| b.data[0] = ACK_OK).unwrap();
             }
-            ledger.bytes += *len;
-        }
-        drop(guard);
-        if op == ECHO {
-            port.send_n(|lane| {
-                received
-                    .iter()
-                    .find(|(l, _, _)| *l == lane)
-                    .map_or(&[][..], |(_, _, bytes)| &bytes[..])
-            })
-            .unwrap();
-        } else {
-            port.send(|b, _| b.data[0] = ACK_OK).unwrap();
-        }
-    }
+        },
+    );
 }
 
 /// What one sender (one lane) does: `messages` numbered messages, checked replies.

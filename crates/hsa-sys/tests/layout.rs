@@ -8,8 +8,8 @@
 
 use hsa_sys::*;
 use std::mem::{align_of, offset_of, size_of};
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 
 /// `(C type, Rust size, Rust alignment, [(C field, Rust offset)])`.
 type Layout = (&'static str, usize, usize, Vec<(&'static str, usize)>);
@@ -195,105 +195,112 @@ fn missing(what: &str) {
     );
 }
 
-#[test]
-fn bindings_match_the_installed_headers() {
+/// The include directory, if it holds every one of `headers` (if not, `missing` says so).
+fn include_with(headers: &[&str]) -> Option<PathBuf> {
     let include = include_dir();
-    if !include.join("hsa/hsa.h").is_file() || !include.join("hsa/hsa_ext_amd.h").is_file() {
+    if headers.iter().all(|header| include.join(header).is_file()) {
+        Some(include)
+    } else {
         missing(&format!("no HSA headers under {}", include.display()));
-        return;
+        None
     }
+}
+
+/// A C file written to a fresh directory and syntax-checked against the headers.
+struct Compiled {
+    output: Output,
+    /// The directory the file is in, for the caller to remove.
+    dir: PathBuf,
+    /// The C file.
+    source: PathBuf,
+}
+
+/// Writes `source` as `file` in the temporary directory `NAME-PID` and runs the C compiler (`CC`,
+/// else `cc`) on it with `include` on the include path; `None` (and a note from `missing`) if the
+/// compiler cannot be run.
+fn compile(include: &Path, name: &str, file: &str, source: &str) -> Option<Compiled> {
     let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let dir = std::env::temp_dir().join(format!("hsa-sys-layout-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let source = dir.join("layout.c");
-    std::fs::write(&source, c_source()).unwrap();
+    let path = dir.join(file);
+    std::fs::write(&path, source).unwrap();
     let output = Command::new(&compiler)
         .args(["-std=gnu11", "-fsyntax-only", "-Werror", "-I"])
-        .arg(&include)
-        .arg(&source)
+        .arg(include)
+        .arg(&path)
         .output();
-    let output = match output {
-        Ok(output) => output,
+    match output {
+        Ok(output) => Some(Compiled {
+            output,
+            dir,
+            source: path,
+        }),
         Err(error) => {
             missing(&format!("cannot run the C compiler `{compiler}`: {error}"));
-            return;
+            None
         }
+    }
+}
+
+#[test]
+fn bindings_match_the_installed_headers() {
+    let Some(include) = include_with(&["hsa/hsa.h", "hsa/hsa_ext_amd.h"]) else {
+        return;
     };
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let Some(compiled) = compile(&include, "hsa-sys-layout", "layout.c", &c_source()) else {
+        return;
+    };
+    let stderr = String::from_utf8_lossy(&compiled.output.stderr);
     assert!(
-        output.status.success(),
+        compiled.output.status.success(),
         "bindings disagree with {} (source kept at {}):\n{stderr}",
         include.display(),
-        source.display()
+        compiled.source.display()
     );
-    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(&compiled.dir).ok();
 }
 
 /// The generator itself must be able to fail: a deliberately wrong assertion has to be rejected
 /// by the same compiler invocation, or the check above proves nothing.
 #[test]
 fn a_wrong_layout_is_rejected() {
-    let include = include_dir();
-    if !include.join("hsa/hsa.h").is_file() {
-        missing(&format!("no HSA headers under {}", include.display()));
+    let Some(include) = include_with(&["hsa/hsa.h"]) else {
         return;
-    }
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let dir = std::env::temp_dir().join(format!("hsa-sys-layout-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let source = dir.join("bad.c");
+    };
     let wrong = c_source().replace(
         "sizeof(hsa_kernel_dispatch_packet_t) == 64",
         "sizeof(hsa_kernel_dispatch_packet_t) == 63",
     );
     assert_ne!(wrong, c_source(), "the packet size assertion is missing");
-    std::fs::write(&source, wrong).unwrap();
-    let Ok(output) = Command::new(&compiler)
-        .args(["-std=gnu11", "-fsyntax-only", "-Werror", "-I"])
-        .arg(&include)
-        .arg(&source)
-        .output()
-    else {
-        missing(&format!("cannot run the C compiler `{compiler}`"));
+    let Some(compiled) = compile(&include, "hsa-sys-layout-bad", "bad.c", &wrong) else {
         return;
     };
+    let output = compiled.output;
     assert!(!output.status.success(), "a wrong size compiled");
     assert!(
         String::from_utf8_lossy(&output.stderr).contains("size of hsa_kernel_dispatch_packet_t")
     );
-    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(&compiled.dir).ok();
 }
 
 /// A callback alias that disagrees with the header must be caught too (through the function
 /// that takes it).
 #[test]
 fn a_wrong_callback_type_is_rejected() {
-    let include = include_dir();
-    if !include.join("hsa/hsa.h").is_file() {
-        missing(&format!("no HSA headers under {}", include.display()));
+    let Some(include) = include_with(&["hsa/hsa.h"]) else {
         return;
-    }
+    };
     let source = c_source();
     let wrong = source.replace(
         "typedef __typeof__(hsa_status_t (*)(hsa_agent_t, void*)) hsa_agent_callback_t;",
         "typedef __typeof__(hsa_status_t (*)(hsa_isa_t, void*)) hsa_agent_callback_t;",
     );
     assert_ne!(wrong, source, "the agent callback typedef is missing");
-    let compiler = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-    let dir = std::env::temp_dir().join(format!("hsa-sys-layout-cb-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("bad-callback.c");
-    std::fs::write(&path, wrong).unwrap();
-    let Ok(output) = Command::new(&compiler)
-        .args(["-std=gnu11", "-fsyntax-only", "-Werror", "-I"])
-        .arg(&include)
-        .arg(&path)
-        .output()
-    else {
-        missing(&format!("cannot run the C compiler `{compiler}`"));
+    let Some(compiled) = compile(&include, "hsa-sys-layout-cb", "bad-callback.c", &wrong) else {
         return;
     };
-    std::fs::remove_dir_all(&dir).ok();
+    std::fs::remove_dir_all(&compiled.dir).ok();
+    let output = compiled.output;
     assert!(!output.status.success(), "a wrong callback type compiled");
     assert!(String::from_utf8_lossy(&output.stderr).contains("type of hsa_iterate_agents"));
 }

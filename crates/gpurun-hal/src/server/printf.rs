@@ -88,26 +88,22 @@ fn parse(format: &[u8]) -> (Vec<Piece>, Vec<Arg>) {
         while matches!(at(pos), b' ' | b'-' | b'+' | b'#' | b'0') {
             pos += 1;
         }
-        if at(pos) == b'*' {
-            stars += 1;
-            spec_args.push(Arg::U32);
-            pos += 1;
-        } else {
-            while at(pos).is_ascii_digit() {
-                pos += 1;
-            }
-        }
-        if at(pos) == b'.' {
-            pos += 1;
-            if at(pos) == b'*' {
+        // The width, then after a `.` the precision: `*` (a `u32` argument) or digits.
+        let mut star_or_digits = |pos: &mut usize| {
+            if at(*pos) == b'*' {
                 stars += 1;
                 spec_args.push(Arg::U32);
-                pos += 1;
+                *pos += 1;
             } else {
-                while at(pos).is_ascii_digit() {
-                    pos += 1;
+                while at(*pos).is_ascii_digit() {
+                    *pos += 1;
                 }
             }
+        };
+        star_or_digits(&mut pos);
+        if at(pos) == b'.' {
+            pos += 1;
+            star_or_digits(&mut pos);
         }
         let modifier_start = pos;
         let long = match at(pos) {

@@ -234,15 +234,29 @@ pub(crate) fn write(
     Ok(Served::Handled)
 }
 
-/// READ_FROM_STREAM: C→ `data[0]` = size, `data[1]` = stream; ←S send_n(bytes read);
-/// ←S `data[0]` = bytes read.
-pub(crate) fn read(host: &mut HostState, port: &mut ServerPort<'_>) -> Result<Served, Fail> {
+/// The first packet of READ_FROM_STREAM and READ_FGETS, C→ `data[0]` = size, `data[1]` =
+/// stream: calls `serve(lane, size, file)` for each lane in turn, `file` being the stream's
+/// open file (`None` for a stream the table does not hold).
+fn each_read_request(
+    host: &mut HostState,
+    port: &mut ServerPort<'_>,
+    mut serve: impl FnMut(u32, u64, Option<*mut libc::FILE>),
+) -> Result<(), Fail> {
     let mut requests = [(0u64, 0u64); 64];
     port.recv(|buffer, lane| requests[lane as usize] = (buffer.data[0], buffer.data[1]))?;
-    let mut data: Vec<Vec<u8>> = vec![Vec::new(); 64];
     for lane in lanes_of(port.lane_mask()) {
         let (size, stream) = requests[lane as usize];
         let file = host.resolve(stream).and_then(|target| host.file(target));
+        serve(lane, size, file);
+    }
+    Ok(())
+}
+
+/// READ_FROM_STREAM: C→ `data[0]` = size, `data[1]` = stream; ←S send_n(bytes read);
+/// ←S `data[0]` = bytes read.
+pub(crate) fn read(host: &mut HostState, port: &mut ServerPort<'_>) -> Result<Served, Fail> {
+    let mut data: Vec<Vec<u8>> = vec![Vec::new(); 64];
+    each_read_request(host, port, |lane, size, file| {
         if let Some(file) = file {
             let mut bytes = vec![0u8; size.min(MAX_READ) as usize];
             // SAFETY: a live stream of the table (or stdin) and a buffer of `bytes.len()` bytes.
@@ -250,7 +264,7 @@ pub(crate) fn read(host: &mut HostState, port: &mut ServerPort<'_>) -> Result<Se
             bytes.truncate(got);
             data[lane as usize] = bytes;
         }
-    }
+    })?;
     port.send_n(|lane| &data[lane as usize][..])?;
     port.send(|buffer, lane| buffer.data[0] = data[lane as usize].len() as u64)?;
     Ok(Served::Handled)
@@ -259,12 +273,8 @@ pub(crate) fn read(host: &mut HostState, port: &mut ServerPort<'_>) -> Result<Se
 /// READ_FGETS: C→ `data[0]` = buffer size, `data[1]` = stream; ←S send_n(the line with its
 /// NUL, or nothing at end of file or on error).
 pub(crate) fn fgets(host: &mut HostState, port: &mut ServerPort<'_>) -> Result<Served, Fail> {
-    let mut requests = [(0u64, 0u64); 64];
-    port.recv(|buffer, lane| requests[lane as usize] = (buffer.data[0], buffer.data[1]))?;
     let mut lines: Vec<Vec<u8>> = vec![Vec::new(); 64];
-    for lane in lanes_of(port.lane_mask()) {
-        let (size, stream) = requests[lane as usize];
-        let file = host.resolve(stream).and_then(|target| host.file(target));
+    each_read_request(host, port, |lane, size, file| {
         let size = size.min(MAX_READ).min(i32::MAX as u64) as usize;
         if let (Some(file), true) = (file, size > 0) {
             let mut line = vec![0u8; size];
@@ -278,7 +288,7 @@ pub(crate) fn fgets(host: &mut HostState, port: &mut ServerPort<'_>) -> Result<S
                 lines[lane as usize] = line;
             }
         }
-    }
+    })?;
     port.send_n(|lane| &lines[lane as usize][..])?;
     Ok(Served::Handled)
 }

@@ -5,7 +5,8 @@
 
 pub mod untrusted;
 
-use gpurun_rpc::{Client, HostLane, Lanes, Layout, Server};
+use gpurun_rpc::server::ServerPort;
+use gpurun_rpc::{opcode, Client, HostLane, Lanes, Layout, Server};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 
@@ -53,6 +54,40 @@ impl Shared {
             )
         }
     }
+}
+
+/// Serves requests while `more()` says so: tries the ports in turn, starting after the last one
+/// served, yields when none has a request, and hands each opened port to `handle`.
+pub fn serve_while(
+    server: &Server,
+    mut more: impl FnMut() -> bool,
+    mut handle: impl FnMut(&mut ServerPort<'_>),
+) {
+    let mut resume = 0;
+    while more() {
+        let Some(mut port) = server.try_open(resume) else {
+            resume = 0;
+            std::thread::yield_now();
+            continue;
+        };
+        resume = port.index() + 1;
+        handle(&mut port);
+    }
+}
+
+/// The server's half of TEST_INCREMENT: the reply is the request's first word plus one.
+pub fn serve_increment(port: &mut ServerPort<'_>) {
+    port.recv_and_send(|b, _| b.data[0] = b.data[0].wrapping_add(1))
+        .unwrap()
+}
+
+/// One TEST_INCREMENT call from a single host lane: the server's reply to `value`.
+pub fn increment(client: &Client, value: u64) -> u64 {
+    let lane = HostLane::SINGLE;
+    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+    let mut reply = 0;
+    port.send_and_recv(|b, _| b.data[0] = value, |b, _| reply = b.data[0]);
+    reply
 }
 
 /// xorshift64*: reproducible randomness without a dependency.
