@@ -263,7 +263,7 @@ mod tests {
         header[18] = 62; // EM_X86_64
         header[20] = 1;
         header[52] = 64; // e_ehsize
-        // gpurun-image refuses it (an x86-64 file that is no host emulation image either).
+                         // gpurun-image refuses it (an x86-64 file that is no host emulation image either).
         let error = check_amdgpu_code_object(&header).unwrap_err().to_string();
         assert!(error.contains("62") || error.contains("x86"), "{error}");
     }
