@@ -52,7 +52,7 @@ pub enum ValidateError {
     NoKernels,
     #[error("kernel `{kernel}` has no kernel descriptor symbol `{symbol}`")]
     MissingKernelDescriptor { kernel: String, symbol: String },
-    #[error("undefined dynamic symbol(s) {}: ROCr resolves these only among agent symbols, so the code object would not load (HSA_STATUS_ERROR_VARIABLE_UNDEFINED); define them in the image", .0.join(", "))]
+    #[error("{}", gpurun_image::describe_undefined_symbols(.0))]
     UndefinedSymbols(Vec<String>),
     #[error("not an AMDHSA code object (ELF OS/ABI {0}, expected 64)")]
     NotAmdhsa(u8),

@@ -85,6 +85,17 @@ impl CudaArch {
     }
 }
 
+/// The message for undefined dynamic symbols in an AMDGPU code object (see
+/// [`AmdgpuInfo::unresolvable_symbols`]).
+pub fn describe_undefined_symbols(names: &[String]) -> String {
+    format!(
+        "undefined dynamic symbol(s) {}: ROCr resolves these only among agent symbols, so the \
+         code object would not load (HSA_STATUS_ERROR_VARIABLE_UNDEFINED); define them in the \
+         image",
+        names.join(", ")
+    )
+}
+
 /// What kind of image a file holds, decided from its content.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ImageKind {
@@ -281,6 +292,14 @@ pub struct AmdgpuInfo {
 }
 
 impl AmdgpuInfo {
+    /// Why ROCr's loader refuses this code object on any GPU: it resolves undefined dynamic
+    /// symbols only among agent symbols, so loading fails with
+    /// `HSA_STATUS_ERROR_VARIABLE_UNDEFINED`. `None` when there is no such symbol.
+    pub fn unresolvable_symbols(&self) -> Option<String> {
+        (!self.undefined_symbols.is_empty())
+            .then(|| describe_undefined_symbols(&self.undefined_symbols))
+    }
+
     /// The processor name (`gfx90a`, ...) for the common `EF_AMDGPU_MACH` values.
     pub fn gfx_name(&self) -> Option<&'static str> {
         Some(match self.mach {

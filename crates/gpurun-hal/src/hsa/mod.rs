@@ -127,7 +127,15 @@ impl LoadPrimitives for HsaDevice {
 /// Refuses images this backend cannot load, before any runtime call.
 pub fn check_image_kind(image: &Image) -> Result<(), BackendError> {
     if image.kind() == ImageKind::Amdgpu {
-        return Ok(());
+        // Images built elsewhere get the build's check too: ROCr would refuse them anyway,
+        // with a bare VARIABLE_UNDEFINED status.
+        return match image
+            .amdgpu()
+            .and_then(|amdgpu| amdgpu.unresolvable_symbols())
+        {
+            Some(problem) => Err(BackendError::Incompatible(problem)),
+            None => Ok(()),
+        };
     }
     Err(BackendError::Incompatible(format!(
         "the HSA backend runs AMDGPU code objects, not {}",
