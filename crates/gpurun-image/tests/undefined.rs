@@ -2,7 +2,7 @@
 //! sample with one symbol made undefined.
 
 use gpurun_image::Image;
-use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
+use object::read::elf::{ElfFile64, SectionHeader};
 use object::{Object, ObjectSymbol};
 use std::path::Path;
 
