@@ -13,61 +13,44 @@
 //! kernels LLVM merged into aliases without kernel descriptors until each kernel's body named its
 //! own descriptor.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cargo_gpurun::build::validate::{self, ValidateError};
 use cargo_gpurun::toolchain::{self, Toolchain};
+use common::{built_image_paths, fixtures_manifest, gpurun, nightly};
 use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
 use object::{Object, ObjectSymbol};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn nightly() -> Option<Toolchain> {
-    let toolchain = Toolchain::probe()
-        .ok()
-        .filter(|toolchain| toolchain.missing_components().is_empty());
-    if toolchain.is_none() {
-        let what = "the nightly toolchain with rust-src and llvm-tools";
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{what} is missing, and CI=true requires it"
-        );
-        eprintln!("not run: {what} is missing (installed by scripts/setup.sh)");
-    }
-    toolchain
-}
 
 /// Builds big-block, panics and basic for gfx90a (release) once and returns their code objects.
 fn images() -> &'static [PathBuf] {
     static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
     BUILT.get_or_init(|| {
-        let manifest = repo_root().join("fixtures/Cargo.toml");
-        let output = Command::new(env!("CARGO_BIN_EXE_cargo-gpurun"))
-            .args(["gpurun", "build", "--release", "--message-format", "json"])
-            .args(["-p", "big-block", "-p", "panics", "-p", "basic"])
-            .args(["--target", "amdgcn"])
-            .args(["--arch", "gfx90a", "--manifest-path"])
-            .arg(&manifest)
-            .current_dir(repo_root())
-            .env_remove("CARGO_TARGET_DIR")
-            .output()
-            .expect("run cargo-gpurun");
-        assert!(
-            output.status.success(),
-            "build failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
+        let manifest = fixtures_manifest();
+        let output = gpurun(
+            &[
+                "build",
+                "--release",
+                "--message-format",
+                "json",
+                "-p",
+                "big-block",
+                "-p",
+                "panics",
+                "-p",
+                "basic",
+                "--target",
+                "amdgcn",
+                "--arch",
+                "gfx90a",
+                "--manifest-path",
+                manifest.to_str().unwrap(),
+            ],
+            &[],
         );
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("JSON line"))
-            .filter_map(|image| image["path"].as_str().map(PathBuf::from))
-            .collect()
+        built_image_paths(&output)
     })
 }
 

@@ -5,15 +5,12 @@
 //! Every workspace builds into one shared target directory, so the device runtime is compiled
 //! once for the host (and `core`/`alloc` once for nvptx).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
+use common::{describe, lines, repo_root, text};
 
 fn scratch() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("workspaces")
@@ -32,19 +29,6 @@ fn gpurun(cwd: &Path, args: &[&str]) -> Output {
         .env_remove("CARGO_BUILD_RUSTFLAGS")
         .output()
         .expect("run cargo-gpurun")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        text(&output.stdout),
-        text(&output.stderr)
-    )
 }
 
 /// The kinds of member crate the tests put in a workspace.
@@ -303,13 +287,8 @@ fn a_kernel_crate_is_a_suite_of_no_tests_and_a_broken_image_fails_only_its_suite
         ],
     );
     assert!(output.status.success(), "{}", describe(&output));
-    let listed: Vec<String> = text(&output.stdout)
-        .lines()
-        .filter(|line| !line.is_empty())
-        .map(str::to_owned)
-        .collect();
     assert_eq!(
-        listed,
+        lines(&output),
         [
             "0 tests, 0 benchmarks",
             "adds: test",
