@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpurun_harness::testing::{ended, panicked, passed, MockExecutor};
+use gpurun_harness::testing::{ended, panic_report, panicked, panicked_end, passed, MockExecutor};
 use gpurun_harness::{
-    run_with_output, Conclusion, HarnessArgs, HarnessError, PanicReport, ShouldPanic, TestCase,
-    TestEnd, TestRun,
+    run_with_output, Conclusion, HarnessArgs, HarnessError, ShouldPanic, TestCase, TestEnd, TestRun,
 };
 
 struct Outcome {
@@ -175,17 +174,7 @@ fn a_failed_test_shows_its_output_the_panic_location_and_device_ids() {
         ..TestCase::new("tests::lanes")
     };
     let run_result = TestRun {
-        end: TestEnd::Completed {
-            first_panic: Some(PanicReport {
-                message: "lane 3 saw 7".into(),
-                file: "src/lib.rs".into(),
-                line: 12,
-                column: 5,
-                thread: [3, 0, 0],
-                block: [1, 0, 0],
-            }),
-            panicked_threads: 4,
-        },
+        end: panicked_end(panic_report("lane 3 saw 7", 12, [3, 0, 0], [1, 0, 0]), 4),
         stdout: b"lane output\n".to_vec(),
         stderr: b"lane warning\n".to_vec(),
         duration: Duration::from_millis(3),
