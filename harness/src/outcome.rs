@@ -259,7 +259,7 @@ pub(crate) fn format_duration(duration: Duration) -> String {
 mod tests {
     use super::*;
 
-    use crate::testing::{panic_report, panicked_end, CLEAN};
+    use crate::testing::{launched, panic_report, panicked_end, CLEAN};
 
     fn panicking(message: &str) -> TestEnd {
         panicked_end(panic_report(message, 12, [3, 0, 0], [0, 0, 0]), 1)
@@ -354,11 +354,7 @@ mod tests {
 
     #[test]
     fn panic_text_names_device_ids_and_counts() {
-        let test = TestCase {
-            threads: [64, 1, 1],
-            blocks: [4, 1, 1],
-            ..TestCase::new("tests::t")
-        };
+        let test = launched("tests::t", [64, 1, 1], [4, 1, 1]);
         let mut end = panicking("boom");
         assert_eq!(
             panic_text(&test, &end),

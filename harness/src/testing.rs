@@ -26,6 +26,15 @@ pub struct MockExecutor {
     max_running: AtomicUsize,
 }
 
+/// A test launched as `blocks` blocks of `threads` threads, with no attributes.
+pub fn launched(name: &str, threads: [u32; 3], blocks: [u32; 3]) -> TestCase {
+    TestCase {
+        threads,
+        blocks,
+        ..TestCase::new(name)
+    }
+}
+
 /// A launch that completed without a panic.
 pub const CLEAN: TestEnd = TestEnd::Completed {
     first_panic: None,

@@ -5,7 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpurun_harness::testing::{ended, panic_report, panicked, panicked_end, passed, MockExecutor};
+use gpurun_harness::testing::{
+    ended, launched, panic_report, panicked, panicked_end, passed, MockExecutor,
+};
 use gpurun_harness::{
     run_with_output, Conclusion, HarnessArgs, HarnessError, ShouldPanic, TestCase, TestEnd, TestRun,
 };
@@ -168,11 +170,7 @@ fn a_fault_a_hang_and_other_abnormal_ends_fail_only_their_own_tests() {
 
 #[test]
 fn a_failed_test_shows_its_output_the_panic_location_and_device_ids() {
-    let test = TestCase {
-        threads: [64, 1, 1],
-        blocks: [4, 1, 1],
-        ..TestCase::new("tests::lanes")
-    };
+    let test = launched("tests::lanes", [64, 1, 1], [4, 1, 1]);
     let run_result = TestRun {
         end: panicked_end(panic_report("lane 3 saw 7", 12, [3, 0, 0], [1, 0, 0]), 4),
         stdout: b"lane output\n".to_vec(),
