@@ -61,6 +61,21 @@ fn image(name: &str) -> &'static Path {
         .unwrap_or_else(|| panic!("no {name} image in {:?}", images()))
 }
 
+/// The function of image `image_name` that `is_it` picks (`what`), as (function, instructions);
+/// `None`, after saying why the test does not run, without the nightly toolchain.
+fn find_function(
+    image_name: &str,
+    what: &str,
+    is_it: impl Fn(&str, &[String]) -> bool,
+) -> Option<(String, Vec<String>)> {
+    let toolchain = nightly()?;
+    let function = disassemble(&toolchain, image(image_name))
+        .into_iter()
+        .find(|(name, body)| is_it(name, body))
+        .unwrap_or_else(|| panic!("no {what} in {image_name}"));
+    Some(function)
+}
+
 /// `llvm-objdump -d` of `path`, as (function, instructions) in address order.
 fn disassemble(toolchain: &Toolchain, path: &Path) -> Vec<(String, Vec<String>)> {
     let objdump = toolchain::find_llvm_tool_in(&toolchain.rustlib_bin_dir(), "llvm-objdump")
@@ -165,12 +180,11 @@ fn the_image_check_rejects_undefined_symbols_and_code_object_v6() {
 
 #[test]
 fn barrier_is_fenced_on_both_sides() {
-    let Some(toolchain) = nightly() else { return };
-    let functions = disassemble(&toolchain, image("big_block"));
-    let (name, body) = functions
-        .iter()
-        .find(|(_, body)| body.iter().any(|line| line == "s_barrier"))
-        .expect("an s_barrier in big_block");
+    let Some((name, body)) = find_function("big_block", "an s_barrier", |_, body| {
+        body.iter().any(|line| line == "s_barrier")
+    }) else {
+        return;
+    };
     let at = body.iter().position(|line| line == "s_barrier").unwrap();
     let before = &body[at.saturating_sub(4)..at];
     let after = &body[at + 1..(at + 4).min(body.len())];
@@ -191,12 +205,11 @@ fn barrier_is_fenced_on_both_sides() {
 
 #[test]
 fn a_panic_ends_the_wavefront_without_trapping_or_looping() {
-    let Some(toolchain) = nightly() else { return };
-    let functions = disassemble(&toolchain, image("panics"));
-    let (_, handler) = functions
-        .iter()
-        .find(|(name, _)| name.contains("rust_begin_unwind"))
-        .expect("the panic handler");
+    let Some((_, handler)) = find_function("panics", "the panic handler", |name, _| {
+        name.contains("rust_begin_unwind")
+    }) else {
+        return;
+    };
     assert_eq!(
         handler.last().map(String::as_str),
         Some("s_endpgm"),
