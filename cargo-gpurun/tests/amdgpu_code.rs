@@ -13,61 +13,44 @@
 //! kernels LLVM merged into aliases without kernel descriptors until each kernel's body named its
 //! own descriptor.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cargo_gpurun::build::validate::{self, ValidateError};
 use cargo_gpurun::toolchain::{self, Toolchain};
+use common::{built_image_paths, fixtures_manifest, gpurun, nightly};
 use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
 use object::{Object, ObjectSymbol};
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn nightly() -> Option<Toolchain> {
-    let toolchain = Toolchain::probe()
-        .ok()
-        .filter(|toolchain| toolchain.missing_components().is_empty());
-    if toolchain.is_none() {
-        let what = "the nightly toolchain with rust-src and llvm-tools";
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{what} is missing, and CI=true requires it"
-        );
-        eprintln!("not run: {what} is missing (installed by scripts/setup.sh)");
-    }
-    toolchain
-}
 
 /// Builds big-block, panics and basic for gfx90a (release) once and returns their code objects.
 fn images() -> &'static [PathBuf] {
     static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
     BUILT.get_or_init(|| {
-        let manifest = repo_root().join("fixtures/Cargo.toml");
-        let output = Command::new(env!("CARGO_BIN_EXE_cargo-gpurun"))
-            .args(["gpurun", "build", "--release", "--message-format", "json"])
-            .args(["-p", "big-block", "-p", "panics", "-p", "basic"])
-            .args(["--target", "amdgcn"])
-            .args(["--arch", "gfx90a", "--manifest-path"])
-            .arg(&manifest)
-            .current_dir(repo_root())
-            .env_remove("CARGO_TARGET_DIR")
-            .output()
-            .expect("run cargo-gpurun");
-        assert!(
-            output.status.success(),
-            "build failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
+        let manifest = fixtures_manifest();
+        let output = gpurun(
+            &[
+                "build",
+                "--release",
+                "--message-format",
+                "json",
+                "-p",
+                "big-block",
+                "-p",
+                "panics",
+                "-p",
+                "basic",
+                "--target",
+                "amdgcn",
+                "--arch",
+                "gfx90a",
+                "--manifest-path",
+                manifest.to_str().unwrap(),
+            ],
+            &[],
         );
-        String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("JSON line"))
-            .filter_map(|image| image["path"].as_str().map(PathBuf::from))
-            .collect()
+        built_image_paths(&output)
     })
 }
 
@@ -76,6 +59,21 @@ fn image(name: &str) -> &'static Path {
         .iter()
         .find(|path| path.file_stem().is_some_and(|stem| stem == name))
         .unwrap_or_else(|| panic!("no {name} image in {:?}", images()))
+}
+
+/// The function of image `image_name` that `is_it` picks (`what`), as (function, instructions);
+/// `None`, after saying why the test does not run, without the nightly toolchain.
+fn find_function(
+    image_name: &str,
+    what: &str,
+    is_it: impl Fn(&str, &[String]) -> bool,
+) -> Option<(String, Vec<String>)> {
+    let toolchain = nightly()?;
+    let function = disassemble(&toolchain, image(image_name))
+        .into_iter()
+        .find(|(name, body)| is_it(name, body))
+        .unwrap_or_else(|| panic!("no {what} in {image_name}"));
+    Some(function)
 }
 
 /// `llvm-objdump -d` of `path`, as (function, instructions) in address order.
@@ -182,12 +180,11 @@ fn the_image_check_rejects_undefined_symbols_and_code_object_v6() {
 
 #[test]
 fn barrier_is_fenced_on_both_sides() {
-    let Some(toolchain) = nightly() else { return };
-    let functions = disassemble(&toolchain, image("big_block"));
-    let (name, body) = functions
-        .iter()
-        .find(|(_, body)| body.iter().any(|line| line == "s_barrier"))
-        .expect("an s_barrier in big_block");
+    let Some((name, body)) = find_function("big_block", "an s_barrier", |_, body| {
+        body.iter().any(|line| line == "s_barrier")
+    }) else {
+        return;
+    };
     let at = body.iter().position(|line| line == "s_barrier").unwrap();
     let before = &body[at.saturating_sub(4)..at];
     let after = &body[at + 1..(at + 4).min(body.len())];
@@ -208,12 +205,11 @@ fn barrier_is_fenced_on_both_sides() {
 
 #[test]
 fn a_panic_ends_the_wavefront_without_trapping_or_looping() {
-    let Some(toolchain) = nightly() else { return };
-    let functions = disassemble(&toolchain, image("panics"));
-    let (_, handler) = functions
-        .iter()
-        .find(|(name, _)| name.contains("rust_begin_unwind"))
-        .expect("the panic handler");
+    let Some((_, handler)) = find_function("panics", "the panic handler", |name, _| {
+        name.contains("rust_begin_unwind")
+    }) else {
+        return;
+    };
     assert_eq!(
         handler.last().map(String::as_str),
         Some("s_endpgm"),

@@ -6,12 +6,17 @@
 //! are serialized with a lock. Tests that need the nightly toolchain or ptxas print why they do
 //! not run when those are absent, and fail instead under `CI=true`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
 use cargo_gpurun::build::validate;
 use cargo_gpurun::toolchain::{self, Toolchain};
+use common::{
+    available, built_images, fixtures_manifest, gpurun, in_ci, lines, nightly, repo_root, text,
+};
 use object::{Object, ObjectSymbol};
 
 static FIXTURES_LOCK: Mutex<()> = Mutex::new(());
@@ -21,75 +26,6 @@ fn lock_fixtures() -> MutexGuard<'static, ()> {
     FIXTURES_LOCK
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn fixtures_manifest() -> PathBuf {
-    repo_root().join("fixtures/Cargo.toml")
-}
-
-/// `cargo-gpurun gpurun ARGS` in the repository root, building into `fixtures/target` whatever
-/// target dir the test itself was built with.
-fn gpurun(args: &[&str], envs: &[(&str, &Path)]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_cargo-gpurun"));
-    command
-        .arg("gpurun")
-        .args(args)
-        .current_dir(repo_root())
-        .env_remove("CARGO_TARGET_DIR")
-        // The expectations below are for the default sm_70, whatever GPU this machine has.
-        .env(cargo_gpurun::build::arch::ARCH_DETECT_ENV, "0");
-    for (key, value) in envs {
-        command.env(key, value);
-    }
-    command.output().expect("run cargo-gpurun")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|value| value == "true")
-}
-
-/// `true` when `what` is available; otherwise says why the test does not run (or fails under CI).
-fn available(what: &str, present: bool) -> bool {
-    if !present {
-        assert!(!in_ci(), "{what} is missing, and CI=true requires it");
-        eprintln!("not run: {what} is missing (installed by scripts/setup.sh)");
-    }
-    present
-}
-
-fn nightly() -> Option<Toolchain> {
-    let toolchain = Toolchain::probe().ok();
-    let ready = toolchain
-        .as_ref()
-        .is_some_and(|toolchain| toolchain.missing_components().is_empty());
-    available("the nightly toolchain with rust-src and llvm-tools", ready)
-        .then_some(toolchain)
-        .flatten()
-}
-
-/// The images of a successful `--message-format json` build.
-fn built_images(output: &Output) -> Vec<serde_json::Value> {
-    assert!(
-        output.status.success(),
-        "build failed:\n{}",
-        text(&output.stderr)
-    );
-    text(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("JSON line"))
-        .inspect(|image| assert_eq!(image["reason"], "gpurun-image"))
-        .collect()
 }
 
 fn build_json(package: &str, target: &str, extra: &[&str]) -> Vec<serde_json::Value> {
@@ -232,15 +168,6 @@ fn running_suites(stderr: &str) -> Vec<(String, PathBuf)> {
                 .unwrap_or_else(|| panic!("not a suite header: {rest}"));
             (what.to_owned(), repo_root().join(image))
         })
-        .collect()
-}
-
-/// The non-empty lines of stdout.
-fn lines(output: &Output) -> Vec<String> {
-    text(&output.stdout)
-        .lines()
-        .filter(|line| !line.is_empty())
-        .map(str::to_owned)
         .collect()
 }
 

@@ -7,11 +7,14 @@
 //! `scripts/setup.sh` installs ptxas 13.x into `~/.local/share/gpurun/cuda-nvcc-13`
 //! (`GPURUN_PTXAS_13` overrides). A missing ptxas is reported as not run, and fails under CI=true.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use cargo_gpurun::build::validate;
-use cargo_gpurun::toolchain::{self, Toolchain};
+use cargo_gpurun::toolchain;
+use common::{available, built_image_paths, fixtures_manifest, gpurun, nightly};
 
 /// Architectures assembled with ptxas 12.x and with 13.x.
 const PTXAS_12_ARCHES: &[&str] = &["sm_70", "sm_80", "sm_90"];
@@ -22,26 +25,6 @@ const PTXAS_13_ENV: &str = "GPURUN_PTXAS_13";
 
 /// Registers an SM has for one block (every architecture from sm_70 to sm_100).
 const REGISTERS_PER_BLOCK: u32 = 65536;
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|value| value == "true")
-}
-
-/// `true` when `what` is available; otherwise says why the test does not run (or fails under CI).
-fn available(what: &str, present: bool) -> bool {
-    if !present {
-        assert!(!in_ci(), "{what} is missing, and CI=true requires it");
-        eprintln!("not run: {what} is missing (installed by scripts/setup.sh)");
-    }
-    present
-}
 
 fn ptxas_13() -> Option<PathBuf> {
     if let Some(path) = std::env::var_os(PTXAS_13_ENV).filter(|path| !path.is_empty()) {
@@ -61,26 +44,19 @@ fn fixture_ptx() -> Vec<PathBuf> {
 }
 
 fn build_fixture_ptx() -> Vec<PathBuf> {
-    let manifest = repo_root().join("fixtures/Cargo.toml");
-    let output = Command::new(env!("CARGO_BIN_EXE_cargo-gpurun"))
-        .args(["gpurun", "build", "--workspace", "--message-format", "json"])
-        .arg("--manifest-path")
-        .arg(&manifest)
-        .current_dir(repo_root())
-        .env_remove("CARGO_TARGET_DIR")
-        .env(cargo_gpurun::build::arch::ARCH_DETECT_ENV, "0")
-        .output()
-        .expect("run cargo-gpurun");
-    assert!(
-        output.status.success(),
-        "build failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
+    let manifest = fixtures_manifest();
+    let output = gpurun(
+        &[
+            "build",
+            "--workspace",
+            "--message-format",
+            "json",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+        ],
+        &[],
     );
-    let mut paths: Vec<PathBuf> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).expect("JSON line"))
-        .filter_map(|image| image["path"].as_str().map(PathBuf::from))
-        .collect();
+    let mut paths = built_image_paths(&output);
     paths.sort();
     assert!(paths.len() >= 10, "too few fixture images: {paths:?}");
     paths
@@ -103,8 +79,7 @@ fn assemble_all(ptxas: &Path, generation: &str, ptx: &Path, arches: &[&str]) -> 
 
 #[test]
 fn every_fixture_assembles_for_every_architecture_with_both_ptxas_generations() {
-    let ready = Toolchain::probe().is_ok_and(|toolchain| toolchain.missing_components().is_empty());
-    if !available("the nightly toolchain with rust-src and llvm-tools", ready) {
+    if nightly().is_none() {
         return;
     }
     let ptxas_12 = toolchain::find_ptxas();
@@ -169,8 +144,7 @@ fn registers_per_entry(ptxas: &Path, ptx: &Path, arch: &str) -> Vec<(String, u32
 
 #[test]
 fn a_1024_thread_test_kernel_fits_1024_threads() {
-    let ready = Toolchain::probe().is_ok_and(|toolchain| toolchain.missing_components().is_empty());
-    if !available("the nightly toolchain with rust-src and llvm-tools", ready) {
+    if nightly().is_none() {
         return;
     }
     let Some(ptxas) = toolchain::find_ptxas() else {

@@ -5,15 +5,12 @@
 //! Every workspace builds into one shared target directory, so the device runtime is compiled
 //! once for the host (and `core`/`alloc` once for nvptx).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_owned()
-}
+use common::{describe, lines, repo_root, text};
 
 fn scratch() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("workspaces")
@@ -34,17 +31,12 @@ fn gpurun(cwd: &Path, args: &[&str]) -> Output {
         .expect("run cargo-gpurun")
 }
 
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        text(&output.stdout),
-        text(&output.stderr)
-    )
+/// [`gpurun`], which must succeed.
+#[track_caller]
+fn gpurun_ok(cwd: &Path, args: &[&str]) -> Output {
+    let output = gpurun(cwd, args);
+    assert!(output.status.success(), "{}", describe(&output));
+    output
 }
 
 /// The kinds of member crate the tests put in a workspace.
@@ -168,8 +160,7 @@ fn workspace(name: &str, members: &[(&str, Member)], default_members: Option<&[&
 fn built_packages(cwd: &Path, args: &[&str]) -> Vec<String> {
     let mut all = vec!["build", "--target", "host", "--message-format", "json"];
     all.extend_from_slice(args);
-    let output = gpurun(cwd, &all);
-    assert!(output.status.success(), "{}", describe(&output));
+    let output = gpurun_ok(cwd, &all);
     let mut packages: Vec<String> = text(&output.stdout)
         .lines()
         .map(|line| {
@@ -238,7 +229,7 @@ fn packages_are_selected_as_cargo_selects_them() {
     assert_eq!(built_packages(&root, &["--workspace"]), ["alpha", "beta"]);
 
     // `cargo gpurun test` (and its `--list`) selects the same way.
-    let output = gpurun(
+    let output = gpurun_ok(
         &scratch(),
         &[
             "test",
@@ -250,10 +241,8 @@ fn packages_are_selected_as_cargo_selects_them() {
             "--list",
         ],
     );
-    assert!(output.status.success(), "{}", describe(&output));
     assert_eq!(suites(&output), ["libalpha.so"], "{}", describe(&output));
-    let output = gpurun(&root, &["test", "--target", "host"]);
-    assert!(output.status.success(), "{}", describe(&output));
+    let output = gpurun_ok(&root, &["test", "--target", "host"]);
     assert_eq!(suites(&output), ["libbeta.so"], "{}", describe(&output));
 }
 
@@ -296,20 +285,14 @@ fn a_kernel_crate_is_a_suite_of_no_tests_and_a_broken_image_fails_only_its_suite
     );
 
     // Listed as such: the kernel crate lists no test, the tested one its test.
-    let output = gpurun(
+    let output = gpurun_ok(
         &root,
         &[
             "test", "--target", "host", "-p", "kernel", "-p", "tested", "--", "--list",
         ],
     );
-    assert!(output.status.success(), "{}", describe(&output));
-    let listed: Vec<String> = text(&output.stdout)
-        .lines()
-        .filter(|line| !line.is_empty())
-        .map(str::to_owned)
-        .collect();
     assert_eq!(
-        listed,
+        lines(&output),
         [
             "0 tests, 0 benchmarks",
             "adds: test",
@@ -318,13 +301,12 @@ fn a_kernel_crate_is_a_suite_of_no_tests_and_a_broken_image_fails_only_its_suite
         "{}",
         describe(&output)
     );
-    let output = gpurun(
+    let output = gpurun_ok(
         &root,
         &[
             "test", "--target", "host", "-p", "kernel", "--", "--list", "--format", "terse",
         ],
     );
-    assert!(output.status.success(), "{}", describe(&output));
     assert_eq!(text(&output.stdout), "", "{}", describe(&output));
 }
 
@@ -333,11 +315,10 @@ fn host_builds_unwind_and_say_so_when_the_profile_aborts() {
     use object::{Object, ObjectSymbol};
     // The scratch workspaces set `panic = "abort"` for `dev`, as device workspaces do.
     let root = workspace("host-panic", &[("unwinds", Member::Kernel)], None);
-    let output = gpurun(
+    let output = gpurun_ok(
         &root,
         &["build", "--target", "host", "--message-format", "json"],
     );
-    assert!(output.status.success(), "{}", describe(&output));
     assert!(
         text(&output.stderr).contains(
             "note: host images are built with panic = \"unwind\", not the \"abort\" of profile `dev`"
@@ -371,11 +352,10 @@ fn nightly_ready() -> bool {
 
 /// The kernels of the one nvptx image a build in `cwd` made.
 fn nvptx_kernels(cwd: &Path) -> Vec<String> {
-    let output = gpurun(
+    let output = gpurun_ok(
         cwd,
         &["build", "--target", "nvptx", "--message-format", "json"],
     );
-    assert!(output.status.success(), "{}", describe(&output));
     let image: serde_json::Value =
         serde_json::from_str(text(&output.stdout).trim()).expect("one JSON line");
     let mut kernels: Vec<String> = image["kernels"]

@@ -259,24 +259,11 @@ pub(crate) fn format_duration(duration: Duration) -> String {
 mod tests {
     use super::*;
 
-    fn panicking(message: &str) -> TestEnd {
-        TestEnd::Completed {
-            first_panic: Some(PanicReport {
-                message: message.to_owned(),
-                file: "src/lib.rs".to_owned(),
-                line: 12,
-                column: 5,
-                thread: [3, 0, 0],
-                block: [0, 0, 0],
-            }),
-            panicked_threads: 1,
-        }
-    }
+    use crate::testing::{launched, panic_report, panicked_end, CLEAN};
 
-    const CLEAN: TestEnd = TestEnd::Completed {
-        first_panic: None,
-        panicked_threads: 0,
-    };
+    fn panicking(message: &str) -> TestEnd {
+        panicked_end(panic_report(message, 12, [3, 0, 0], [0, 0, 0]), 1)
+    }
 
     fn with_should_panic(should_panic: ShouldPanic) -> TestCase {
         TestCase {
@@ -367,11 +354,7 @@ mod tests {
 
     #[test]
     fn panic_text_names_device_ids_and_counts() {
-        let test = TestCase {
-            threads: [64, 1, 1],
-            blocks: [4, 1, 1],
-            ..TestCase::new("tests::t")
-        };
+        let test = launched("tests::t", [64, 1, 1], [4, 1, 1]);
         let mut end = panicking("boom");
         assert_eq!(
             panic_text(&test, &end),

@@ -26,16 +26,48 @@ pub struct MockExecutor {
     max_running: AtomicUsize,
 }
 
+/// A test launched as `blocks` blocks of `threads` threads, with no attributes.
+pub fn launched(name: &str, threads: [u32; 3], blocks: [u32; 3]) -> TestCase {
+    TestCase {
+        threads,
+        blocks,
+        ..TestCase::new(name)
+    }
+}
+
+/// A launch that completed without a panic.
+pub const CLEAN: TestEnd = TestEnd::Completed {
+    first_panic: None,
+    panicked_threads: 0,
+};
+
 /// A clean completion with the given output.
 pub fn passed(stdout: &str) -> TestRun {
     TestRun {
-        end: TestEnd::Completed {
-            first_panic: None,
-            panicked_threads: 0,
-        },
+        end: CLEAN,
         stdout: stdout.as_bytes().to_vec(),
         stderr: Vec::new(),
         duration: Duration::from_millis(1),
+    }
+}
+
+/// A panic with `message` at `src/lib.rs:line:5`, reported by `thread` of `block`.
+pub fn panic_report(message: &str, line: u32, thread: [u32; 3], block: [u32; 3]) -> PanicReport {
+    PanicReport {
+        message: message.to_owned(),
+        file: "src/lib.rs".to_owned(),
+        line,
+        column: 5,
+        thread,
+        block,
+    }
+}
+
+/// A completion in which `panicked_threads` threads panicked, the first as `report` says.
+pub fn panicked_end(report: PanicReport, panicked_threads: u64) -> TestEnd {
+    TestEnd::Completed {
+        first_panic: Some(report),
+        panicked_threads,
     }
 }
 
@@ -43,17 +75,10 @@ pub fn passed(stdout: &str) -> TestRun {
 /// `src/lib.rs:line:5` in block (0,0,0) thread (0,0,0).
 pub fn panicked(message: &str, line: u32, panicked_threads: u64) -> TestRun {
     TestRun {
-        end: TestEnd::Completed {
-            first_panic: Some(PanicReport {
-                message: message.to_owned(),
-                file: "src/lib.rs".to_owned(),
-                line,
-                column: 5,
-                thread: [0, 0, 0],
-                block: [0, 0, 0],
-            }),
+        end: panicked_end(
+            panic_report(message, line, [0, 0, 0], [0, 0, 0]),
             panicked_threads,
-        },
+        ),
         ..passed("")
     }
 }

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gpurun_harness::testing::{ended, panicked, passed, MockExecutor};
+use gpurun_harness::testing::{
+    ended, launched, panic_report, panicked, panicked_end, passed, MockExecutor,
+};
 use gpurun_harness::{
-    run_with_output, Conclusion, HarnessArgs, HarnessError, PanicReport, ShouldPanic, TestCase,
-    TestEnd, TestRun,
+    run_with_output, Conclusion, HarnessArgs, HarnessError, ShouldPanic, TestCase, TestEnd, TestRun,
 };
 
 struct Outcome {
@@ -169,23 +170,9 @@ fn a_fault_a_hang_and_other_abnormal_ends_fail_only_their_own_tests() {
 
 #[test]
 fn a_failed_test_shows_its_output_the_panic_location_and_device_ids() {
-    let test = TestCase {
-        threads: [64, 1, 1],
-        blocks: [4, 1, 1],
-        ..TestCase::new("tests::lanes")
-    };
+    let test = launched("tests::lanes", [64, 1, 1], [4, 1, 1]);
     let run_result = TestRun {
-        end: TestEnd::Completed {
-            first_panic: Some(PanicReport {
-                message: "lane 3 saw 7".into(),
-                file: "src/lib.rs".into(),
-                line: 12,
-                column: 5,
-                thread: [3, 0, 0],
-                block: [1, 0, 0],
-            }),
-            panicked_threads: 4,
-        },
+        end: panicked_end(panic_report("lane 3 saw 7", 12, [3, 0, 0], [1, 0, 0]), 4),
         stdout: b"lane output\n".to_vec(),
         stderr: b"lane warning\n".to_vec(),
         duration: Duration::from_millis(3),

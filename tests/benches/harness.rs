@@ -2,7 +2,7 @@
 //! harness running the same 1000 trivial tests as native Rust, measured in the same run.
 //! `cargo bench -p gpurun-tests --bench harness`.
 
-use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image, median_time};
+use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image, median_time, ms, ratio};
 use std::process::Command;
 
 fn main() {
@@ -28,15 +28,15 @@ fn main() {
     println!("| --- | ---: | ---: | ---: |");
     println!(
         "| native cargo test, 2 threads | {:.1} ms | {:.0} | 1.0x |",
-        native_time.as_secs_f64() * 1e3,
+        ms(native_time),
         1000.0 / native_time.as_secs_f64()
     );
     for (threads, took) in rows {
         println!(
             "| cargo gpurun (host backend), {threads} worker(s) | {:.1} ms | {:.0} | {:.1}x |",
-            took.as_secs_f64() * 1e3,
+            ms(took),
             1000.0 / took.as_secs_f64(),
-            took.as_secs_f64() / native_time.as_secs_f64()
+            ratio(took, native_time)
         );
     }
 }

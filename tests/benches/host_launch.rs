@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use gpurun_test::{DeviceCrate, Shape};
-use gpurun_tests::{fixtures_dir, median_time};
+use gpurun_tests::{fixtures_dir, median_time, ms, ratio};
 
 /// Started as `host_launch --first-load`: one `load()` in a fresh process, as a test's first.
 const FIRST_LOAD: &str = "--first-load";
@@ -71,7 +71,7 @@ fn main() {
         println!(
             "| launch of an empty kernel, {threads} thread(s) | {:.1} µs | {:.1}x |",
             us(launch),
-            launch.as_secs_f64() / spawn.as_secs_f64()
+            ratio(launch, spawn)
         );
     }
     drop(gpu);
@@ -104,12 +104,12 @@ fn main() {
     println!(
         "| first `load()` of a process, build up to date (process) | {:.1} ms | {:.2}x |",
         ms(first_load),
-        first_load.as_secs_f64() / noop_build.as_secs_f64()
+        ratio(first_load, noop_build)
     );
     println!(
         "| later `load()`, build cached in the process | {:.2} ms | {:.3}x |",
         ms(reload),
-        reload.as_secs_f64() / noop_build.as_secs_f64()
+        ratio(reload, noop_build)
     );
     println!(
         "(first load() in this benchmark, a build included if one was needed: {:.0} ms)",
@@ -125,8 +125,4 @@ fn median(runs: usize, mut once: impl FnMut() -> Duration) -> Duration {
 
 fn us(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
 }

@@ -1,7 +1,7 @@
 //! `cargo gpurun run` of the hello fixture on the host backend against the same program built
 //! as a native binary, measured in the same run. `cargo bench -p gpurun-tests --bench loader`.
 
-use gpurun_tests::{bench_runs, binary, gpurun, host_image, median_time, own_binary};
+use gpurun_tests::{bench_runs, binary, gpurun, host_image, median_time, ms, own_binary, ratio};
 use std::process::Command;
 
 fn main() {
@@ -23,15 +23,11 @@ fn main() {
     println!(
         "| cargo gpurun run hello, 1 thread (host backend) | {:.2} ms | {:.1}x |",
         ms(one),
-        one.as_secs_f64() / native_time.as_secs_f64()
+        ratio(one, native_time)
     );
     println!(
         "| cargo gpurun run hello, 256 threads (host backend) | {:.2} ms | {:.1}x |",
         ms(many),
-        many.as_secs_f64() / native_time.as_secs_f64()
+        ratio(many, native_time)
     );
-}
-
-fn ms(duration: std::time::Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
 }

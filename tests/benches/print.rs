@@ -11,7 +11,7 @@
 //! machine with few cores, 1024 emulated threads make each multi-packet RPC slow; the extra
 //! 56-byte-line row (one RPC packet per line) shows that cost.
 
-use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image};
+use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image, ms, ratio};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -163,12 +163,8 @@ fn row(what: &str, shape: Shape, took: Duration, native: Duration) {
         shape.line_bytes,
         ms(took),
         mb_per_s(shape.bytes, took),
-        took.as_secs_f64() / native.as_secs_f64()
+        ratio(took, native)
     );
-}
-
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1e3
 }
 
 fn mb_per_s(bytes: u64, took: Duration) -> f64 {

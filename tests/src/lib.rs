@@ -153,6 +153,16 @@ pub fn bench_runs(default: usize) -> usize {
         .unwrap_or(default)
 }
 
+/// `duration` in milliseconds, for a benchmark's table.
+pub fn ms(duration: std::time::Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// How many times `baseline` `took` is (the "vs" column of a benchmark's table).
+pub fn ratio(took: std::time::Duration, baseline: std::time::Duration) -> f64 {
+    took.as_secs_f64() / baseline.as_secs_f64()
+}
+
 /// Median wall time of `runs` executions of `command()` (each must succeed).
 pub fn median_time(runs: usize, mut command: impl FnMut() -> Command) -> std::time::Duration {
     let mut times: Vec<std::time::Duration> = (0..runs)

@@ -233,7 +233,7 @@ impl WorkerExecutor {
                 Event::Panic(report) => {
                     collected.panicked_threads += 1;
                     if collected.first_panic.is_none() {
-                        collected.first_panic = Some(to_report(report));
+                        collected.first_panic = Some(panic_report(report));
                     }
                 }
                 Event::Ready { .. } | Event::StartFailed { .. } | Event::Done(_) => {}
@@ -294,7 +294,8 @@ fn final_end(end: RunEnd, collected: &mut Collected) -> TestEnd {
     }
 }
 
-fn to_report(report: gpurun_hal::server::PanicReport) -> PanicReport {
+/// The harness's report of a panic the device sent (also used by `gpurun-test`).
+pub fn panic_report(report: gpurun_hal::server::PanicReport) -> PanicReport {
     PanicReport {
         message: report.message,
         file: report.file,

@@ -336,12 +336,7 @@ impl Gpu {
             LaunchEnd::Completed => match collect.first_panic {
                 Some(report) => Err(Error::Panicked(Box::new(DevicePanic {
                     kernel,
-                    message: report.message,
-                    file: report.file,
-                    line: report.line,
-                    column: report.column,
-                    thread: report.thread,
-                    block: report.block,
+                    report: gpurun_runner::pool::panic_report(report),
                     panicked_threads: collect.panicked_threads,
                     output: collect.output,
                 }))),

@@ -112,15 +112,13 @@ pub enum Error {
 /// A panic on the device during a host-driven launch ([`Error::Panicked`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("kernel `{kernel}` panicked at {file}:{line}:{column} (block {block:?}, thread {thread:?}{others}): {message}",
+    file = report.file, line = report.line, column = report.column, block = report.block,
+    thread = report.thread, message = report.message,
     others = if *panicked_threads > 1 { format!(", one of {panicked_threads} threads that panicked") } else { String::new() })]
 pub struct DevicePanic {
     pub kernel: String,
-    pub message: String,
-    pub file: String,
-    pub line: u32,
-    pub column: u32,
-    pub thread: [u32; 3],
-    pub block: [u32; 3],
+    /// The first panic reported: message, location, thread and block.
+    pub report: gpurun_harness::PanicReport,
     /// How many device threads panicked.
     pub panicked_threads: u64,
     /// What the kernel printed.

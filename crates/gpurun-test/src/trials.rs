@@ -129,7 +129,8 @@ fn run_trial(executor: &dyn Executor, test: &TestCase, nocapture: bool) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpurun_harness::{PanicReport, ShouldPanic, TestEnd, TestRun};
+    use gpurun_harness::testing::{panic_report, panicked_end, CLEAN};
+    use gpurun_harness::{ShouldPanic, TestEnd, TestRun};
     use std::time::Duration;
 
     /// Plays back one fixed run.
@@ -151,23 +152,8 @@ mod tests {
     }
 
     fn panicked(message: &str) -> TestEnd {
-        TestEnd::Completed {
-            first_panic: Some(PanicReport {
-                message: message.into(),
-                file: "src/lib.rs".into(),
-                line: 7,
-                column: 5,
-                thread: [0, 0, 0],
-                block: [0, 0, 0],
-            }),
-            panicked_threads: 1,
-        }
+        panicked_end(panic_report(message, 7, [0, 0, 0], [0, 0, 0]), 1)
     }
-
-    const CLEAN: TestEnd = TestEnd::Completed {
-        first_panic: None,
-        panicked_threads: 0,
-    };
 
     fn failure(executor: &Fixed, test: &TestCase) -> String {
         run_trial(executor, test, false)

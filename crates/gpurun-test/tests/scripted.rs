@@ -66,6 +66,11 @@ fn open(timeout: Duration) -> Gpu {
     Gpu::open(image(), Some(BackendKind::Scripted), timeout).unwrap()
 }
 
+/// Launches the scripted kernel `name` on one block, which must fail.
+fn launch_error(gpu: &Gpu, name: &str) -> Error {
+    gpu.launch(&kernel(name), Shape::blocks(1), ()).unwrap_err()
+}
+
 #[test]
 fn output_comes_back_and_is_echoed() {
     let gpu = open(Duration::from_secs(10));
@@ -77,14 +82,16 @@ fn output_comes_back_and_is_echoed() {
 #[test]
 fn a_panic_is_an_error_with_message_location_and_output() {
     let gpu = open(Duration::from_secs(10));
-    let error = gpu
-        .launch(&kernel("panics"), Shape::blocks(1), ())
-        .unwrap_err();
+    let error = launch_error(&gpu, "panics");
     let Error::Panicked(panic) = &error else {
         panic!("not a panic: {error}");
     };
     assert_eq!(
-        (panic.message.as_str(), panic.file.as_str(), panic.line),
+        (
+            panic.report.message.as_str(),
+            panic.report.file.as_str(),
+            panic.report.line
+        ),
         ("bad input 7", "src/lib.rs", 42)
     );
     assert_eq!(panic.output.stdout_text(), "before\n");
@@ -100,37 +107,27 @@ fn a_panic_is_an_error_with_message_location_and_output() {
 #[test]
 fn a_fault_is_an_error_and_the_image_refuses_more_launches() {
     let gpu = open(Duration::from_secs(10));
-    let error = gpu
-        .launch(&kernel("faults"), Shape::blocks(1), ())
-        .unwrap_err();
+    let error = launch_error(&gpu, "faults");
     assert!(
         matches!(&error, Error::Faulted { error, .. } if error.contains("illegal address")),
         "{error}"
     );
-    let again = gpu
-        .launch(&kernel("quiet"), Shape::blocks(1), ())
-        .unwrap_err();
+    let again = launch_error(&gpu, "quiet");
     assert!(again.to_string().contains("earlier failure"), "{again}");
 }
 
 #[test]
 fn a_hang_times_out() {
     let gpu = open(Duration::from_millis(200));
-    let error = gpu
-        .launch(&kernel("hangs"), Shape::blocks(1), ())
-        .unwrap_err();
+    let error = launch_error(&gpu, "hangs");
     assert!(matches!(error, Error::TimedOut { .. }), "{error}");
 }
 
 #[test]
 fn exit_and_abort_are_errors() {
-    let error = open(Duration::from_secs(10))
-        .launch(&kernel("exits"), Shape::blocks(1), ())
-        .unwrap_err();
+    let error = launch_error(&open(Duration::from_secs(10)), "exits");
     assert!(matches!(error, Error::Exited { code: 3, .. }), "{error}");
-    let error = open(Duration::from_secs(10))
-        .launch(&kernel("aborts"), Shape::blocks(1), ())
-        .unwrap_err();
+    let error = launch_error(&open(Duration::from_secs(10)), "aborts");
     assert!(matches!(error, Error::Aborted { .. }), "{error}");
 }
 

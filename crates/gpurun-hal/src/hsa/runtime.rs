@@ -211,6 +211,20 @@ mod tests {
         )
     }
 
+    /// Asserts that the handler claims `event` (SUCCESS: ROCr does not abort the process) and
+    /// records a fault whose text contains each of `needles`.
+    #[track_caller]
+    fn assert_claimed_fault(event: &hsa_amd_event_t, needles: &[&str]) {
+        let (status, texts) = handle(event);
+        assert_eq!(status, HSA_STATUS_SUCCESS);
+        assert!(
+            texts
+                .iter()
+                .any(|text| needles.iter().all(|needle| text.contains(needle))),
+            "{texts:?}"
+        );
+    }
+
     #[test]
     fn the_event_handler_records_memory_faults_and_claims_them() {
         let event = hsa_amd_event_t {
@@ -221,15 +235,7 @@ mod tests {
                 fault_reason_mask: HSA_AMD_MEMORY_FAULT_READ_ONLY,
             },
         };
-        let (status, texts) = handle(&event);
-        // SUCCESS tells ROCr the fault is handled, so it does not abort the process.
-        assert_eq!(status, HSA_STATUS_SUCCESS);
-        assert!(
-            texts
-                .iter()
-                .any(|text| text.contains("0x12345000") && text.contains("read-only")),
-            "{texts:?}"
-        );
+        assert_claimed_fault(&event, &["0x12345000", "read-only"]);
         // SAFETY: the handler checks for a null event before reading it.
         let status = unsafe { on_system_event(std::ptr::null(), std::ptr::null_mut()) };
         assert_eq!(status, HSA_STATUS_SUCCESS);
@@ -254,14 +260,7 @@ mod tests {
                 std::mem::size_of::<hsa_amd_gpu_hw_exception_info_t>(),
             );
         }
-        let (status, texts) = handle(&event);
-        assert_eq!(status, HSA_STATUS_SUCCESS);
-        assert!(
-            texts
-                .iter()
-                .any(|text| text.contains("hung") && text.contains("0x7")),
-            "{texts:?}"
-        );
+        assert_claimed_fault(&event, &["hung", "0x7"]);
         // An event that is not ours is left to the runtime.
         let other = hsa_amd_event_t {
             event_type: 3,

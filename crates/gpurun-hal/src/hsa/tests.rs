@@ -31,26 +31,24 @@ fn has_amd_driver() -> bool {
     Path::new("/dev/kfd").exists()
 }
 
+/// Asserts that `error`'s message starts with `start`.
+#[track_caller]
+fn assert_message_starts(error: &BackendError, start: &str) {
+    assert!(error.to_string().starts_with(start), "{error}");
+}
+
 #[test]
 fn missing_library_says_no_hsa_runtime_found() {
     let backend =
         HsaBackend::with_library_candidates(vec!["/nonexistent/libhsa-runtime64.so.1".into()]);
     let error = backend.devices().unwrap_err();
     assert!(matches!(error, BackendError::NotAvailable(_)), "{error:?}");
-    assert!(
-        error
-            .to_string()
-            .starts_with("no HSA runtime found (libhsa-runtime64.so.1)"),
-        "{error}"
-    );
+    assert_message_starts(&error, "no HSA runtime found (libhsa-runtime64.so.1)");
     let error = backend
         .open(0)
         .err()
         .expect("open must fail without a runtime");
-    assert!(
-        error.to_string().starts_with("no HSA runtime found"),
-        "{error}"
-    );
+    assert_message_starts(&error, "no HSA runtime found");
 }
 
 #[test]
@@ -211,10 +209,5 @@ fn only_amdgpu_code_objects_are_accepted() {
     assert!(check_image_kind(&sample("sample-gfx1100.elf")).is_ok());
     let error = check_image_kind(&sample("sample.ptx")).unwrap_err();
     assert!(matches!(error, BackendError::Incompatible(_)), "{error:?}");
-    assert!(
-        error
-            .to_string()
-            .starts_with("the HSA backend runs AMDGPU code objects, not "),
-        "{error}"
-    );
+    assert_message_starts(&error, "the HSA backend runs AMDGPU code objects, not ");
 }
