@@ -9,6 +9,11 @@
 //!
 //! Users depend on it as `gpurun = { package = "gpurun-device", ... }` and write
 //! `#[gpurun::test]`, `#[gpurun::main]`, `gpurun::println!`.
+//!
+//! Owns: what runs on the device (entry kernels, output, panics, allocation, arguments and
+//! environment, exit/abort, ids, barrier, host stdio). Must not: know the host's side (it talks
+//! to it only over RPC, through `gpurun-rpc`'s client sequences) or spell the ABI's names and
+//! formats itself (they come from `gpurun-abi`).
 #![cfg_attr(any(target_arch = "nvptx64", target_arch = "amdgpu"), no_std)]
 #![cfg_attr(
     target_arch = "nvptx64",

@@ -8,6 +8,12 @@
 //! "failed to load image `x`: "; no input makes this crate panic (the crate is fuzzed, and
 //! a unit test runs mutated samples through it).
 //!
+//! Owns: reading every image format (PTX text, cubin ELF, AMDGPU code objects with their
+//! MessagePack note, host `.so`) into facts: kinds, kernels and their bounds, globals, tests,
+//! cubin architecture, what ROCr cannot load. Must not: open a device, decide build policy (the
+//! build's checks apply their rules to these facts), or spell the device ABI itself (that is
+//! `gpurun-abi`'s).
+//!
 //! ```
 //! # fn main() -> Result<(), gpurun_image::ImageError> {
 //! use gpurun_image::{Image, ImageKind};
