@@ -141,6 +141,9 @@ pub struct HalModule<P: Primitives> {
     /// Block-size bounds the image declares per kernel (PTX `.maxntid`, AMDGPU
     /// `.max_flat_workgroup_size`).
     declared_max_threads: HashMap<String, u64>,
+    /// Each launched kernel's block-size limit (declared and the backend's), asked of the
+    /// backend once: on CUDA it is a driver call.
+    block_limits: HashMap<String, Option<u64>>,
     /// Dropped by hand (see `Drop`): never once the module is broken.
     primitives: ManuallyDrop<P>,
     /// Why the module cannot run kernels any more.
@@ -203,6 +206,7 @@ impl<P: Primitives> HalModule<P> {
             device_blocks: Vec::new(),
             has_launch_shape,
             declared_max_threads,
+            block_limits: HashMap::new(),
             primitives: ManuallyDrop::new(primitives),
             broken: None,
         })
@@ -215,6 +219,21 @@ impl<P: Primitives> HalModule<P> {
                 what: "global",
                 name: name.to_owned(),
             })
+    }
+
+    /// The most threads per block `kernel` takes: the smaller of what the image declares and
+    /// what the backend reports, if either says.
+    fn block_limit(&mut self, kernel: &str) -> Option<u64> {
+        if let Some(&limit) = self.block_limits.get(kernel) {
+            return limit;
+        }
+        let declared = self.declared_max_threads.get(kernel).copied();
+        let limit = match (declared, self.primitives.max_block_threads(kernel)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.block_limits.insert(kernel.to_owned(), limit);
+        limit
     }
 
     fn mark_broken(&mut self, reason: String) {
@@ -305,12 +324,7 @@ impl<P: Primitives> Module for HalModule<P> {
             )));
         }
         check_shape(&shape)?;
-        let declared = self.declared_max_threads.get(kernel).copied();
-        let limit = match (declared, self.primitives.max_block_threads(kernel)) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        if let Some(max) = limit {
+        if let Some(max) = self.block_limit(kernel) {
             let asked = shape.threads_per_block();
             if asked > max {
                 let usage = self.primitives.resource_usage(kernel);
