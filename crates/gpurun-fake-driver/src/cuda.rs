@@ -1,0 +1,965 @@
+//! A fake `libcuda.so`: the driver functions gpurun-hal's CUDA backend calls (its
+//! `cuda/driver.rs` `calls`), under the names cudarc's dynamic loading looks up (`_v2` where the
+//! header maps to one). cudarc resolves each symbol on its first call, so only these are needed.
+//!
+//! The device: one `sm_90`, warp size 32, 80 GiB, driver 12.8, unified addressing. Device and
+//! pinned memory are host memory (zeroed, 4 KiB aligned), so copies really copy. A module's
+//! globals and kernels come from its PTX (`.global` and `.entry` declarations; a cubin has none).
+//! A launch records its shape and parameter bytes; its stream then answers `cuStreamQuery` with
+//! `CUDA_ERROR_NOT_READY` for a while (the kernel "runs"), then success or the chosen fault.
+//!
+//! Set by the test (all optional):
+//! - [`FAIL_ENV`]: `cuCtxSetLimit=CUDA_ERROR_INVALID_VALUE,...`: those functions fail with that
+//!   status, doing nothing else (a failed `cuModuleLoadDataEx` writes a line to the JIT error
+//!   log, as ptxas would).
+//! - [`RUNNING_QUERIES_ENV`]: how many `cuStreamQuery` calls a launched kernel runs for (0).
+//! - [`KERNEL_FAULT_ENV`]: the status a kernel ends with instead of success (sticky, as a real
+//!   fault is).
+//! - [`MEMORY_POOLS_ENV`]: `1` if the device supports memory pools (`cuMemAllocAsync`).
+//! - [`MAX_THREADS_ENV`]: each kernel's `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK` (1024).
+
+// The exported functions are the CUDA driver API: its documentation is their contract.
+#![allow(clippy::missing_safety_doc, non_snake_case)]
+
+use crate::record::{hex, record};
+use cudarc::driver::sys::{
+    CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUfunction, CUfunction_attribute,
+    CUjit_option, CUlimit, CUmodule, CUresult, CUstream,
+};
+use std::alloc::Layout;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+pub const FAIL_ENV: &str = "GPURUN_FAKE_CUDA_FAIL";
+pub const RUNNING_QUERIES_ENV: &str = "GPURUN_FAKE_CUDA_RUNNING_QUERIES";
+pub const KERNEL_FAULT_ENV: &str = "GPURUN_FAKE_CUDA_KERNEL_FAULT";
+pub const MEMORY_POOLS_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_POOLS";
+pub const MAX_THREADS_ENV: &str = "GPURUN_FAKE_CUDA_MAX_THREADS";
+
+/// The one device's primary context.
+const CONTEXT: usize = 0xc000;
+/// What the JIT error log says when a load is made to fail.
+pub const JIT_ERROR_TEXT: &str = "ptxas fatal   : failure chosen by the fake driver";
+
+/// Statuses a test may name in [`FAIL_ENV`] or [`KERNEL_FAULT_ENV`].
+const NAMED_STATUSES: [CUresult; 16] = [
+    CUresult::CUDA_ERROR_INVALID_VALUE,
+    CUresult::CUDA_ERROR_OUT_OF_MEMORY,
+    CUresult::CUDA_ERROR_NOT_INITIALIZED,
+    CUresult::CUDA_ERROR_NO_DEVICE,
+    CUresult::CUDA_ERROR_INVALID_DEVICE,
+    CUresult::CUDA_ERROR_INVALID_IMAGE,
+    CUresult::CUDA_ERROR_INVALID_CONTEXT,
+    CUresult::CUDA_ERROR_INVALID_PTX,
+    CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION,
+    CUresult::CUDA_ERROR_NOT_FOUND,
+    CUresult::CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+    CUresult::CUDA_ERROR_LAUNCH_FAILED,
+    CUresult::CUDA_ERROR_LAUNCH_TIMEOUT,
+    CUresult::CUDA_ERROR_ASSERT,
+    CUresult::CUDA_ERROR_UNKNOWN,
+];
+
+/// The status called `name`; an unknown name is recorded and reads as `CUDA_ERROR_UNKNOWN`, so
+/// a mistyped test setting shows in the log.
+fn status_named(name: &str) -> CUresult {
+    NAMED_STATUSES
+        .into_iter()
+        .find(|status| format!("{status:?}") == name)
+        .unwrap_or_else(|| {
+            record(&format!("fake driver: unknown status `{name}`"));
+            CUresult::CUDA_ERROR_UNKNOWN
+        })
+}
+
+/// The failure [`FAIL_ENV`] chooses for `function`, if any.
+fn chosen_failure(function: &str) -> Option<CUresult> {
+    let setting = std::env::var(FAIL_ENV).ok()?;
+    setting.split(',').find_map(|entry| {
+        let (name, status) = entry.trim().split_once('=')?;
+        (name == function).then(|| status_named(status))
+    })
+}
+
+fn number_setting(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum BlockKind {
+    Device,
+    PinnedHost,
+    Global,
+}
+
+/// Memory handed out as device or pinned memory, or backing a module's global.
+struct Block {
+    len: usize,
+    layout: Layout,
+    kind: BlockKind,
+    /// A global's name, shown in the log of copies to it.
+    name: Option<String>,
+}
+
+struct Module {
+    globals: HashMap<String, (u64, usize)>,
+    /// Kernel names (`.entry`); `None` for a cubin (every name is found).
+    entries: Option<Vec<String>>,
+}
+
+#[derive(Default)]
+struct Stream {
+    /// `cuStreamQuery` calls left before the running kernel ends.
+    running: u64,
+    /// How the last kernel ended, once it has: a sticky fault.
+    fault: Option<CUresult>,
+}
+
+#[derive(Default)]
+struct State {
+    next_handle: usize,
+    blocks: BTreeMap<u64, Block>,
+    modules: HashMap<usize, Module>,
+    functions: HashMap<usize, String>,
+    streams: HashMap<usize, Stream>,
+    error_names: HashMap<CUresult, &'static CStr>,
+}
+
+impl State {
+    fn handle(&mut self) -> usize {
+        self.next_handle += 1;
+        0x10_0000 + self.next_handle * 0x100
+    }
+
+    /// Zeroed memory of `len` bytes (at least 1); its address.
+    fn allocate(&mut self, len: usize, kind: BlockKind, name: Option<String>) -> Option<u64> {
+        let layout = Layout::from_size_align(len.max(1), 4096).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let pointer = unsafe { std::alloc::alloc_zeroed(layout) };
+        if pointer.is_null() {
+            return None;
+        }
+        let address = pointer as u64;
+        self.blocks.insert(
+            address,
+            Block {
+                len,
+                layout,
+                kind,
+                name,
+            },
+        );
+        Some(address)
+    }
+
+    /// Frees the block of `kind` starting at `address`; false if there is none.
+    fn release(&mut self, address: u64, kind: BlockKind) -> bool {
+        match self.blocks.get(&address) {
+            Some(block) if block.kind == kind => {}
+            _ => return false,
+        }
+        if let Some(block) = self.blocks.remove(&address) {
+            // SAFETY: allocated by `allocate` with this layout, removed from the table so freed
+            // once.
+            unsafe { std::alloc::dealloc(address as *mut u8, block.layout) };
+        }
+        true
+    }
+
+    /// Whether `len` bytes at `address` lie inside one block, and how the log names the spot.
+    fn locate(&self, address: u64, len: usize) -> Option<String> {
+        let (&start, block) = self.blocks.range(..=address).next_back()?;
+        let offset = address - start;
+        if offset.checked_add(len as u64)? > block.len as u64 {
+            return None;
+        }
+        Some(match &block.name {
+            Some(name) if offset == 0 => name.clone(),
+            Some(name) => format!("{name}+{offset}"),
+            None => format!("{:?}+{offset}", block.kind),
+        })
+    }
+}
+
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::default()));
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs one driver function: the chosen failure, else `body`; records `function details ->
+/// status`.
+fn call(function: &str, details: String, body: impl FnOnce() -> CUresult) -> CUresult {
+    let status = chosen_failure(function).unwrap_or_else(body);
+    record(&format!("{function} {details} -> {status:?}"));
+    status
+}
+
+/// Stores `value` through the out-pointer `out`.
+///
+/// # Safety
+/// `out` must be null or valid for a write of `T`.
+unsafe fn put<T>(out: *mut T, value: T) -> CUresult {
+    if out.is_null() {
+        return CUresult::CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-null, and valid per the caller.
+    unsafe { out.write(value) };
+    CUresult::CUDA_SUCCESS
+}
+
+fn handle_of<T>(pointer: *mut T) -> usize {
+    pointer as usize
+}
+
+fn pointer_of<T>(handle: usize) -> *mut T {
+    handle as *mut T
+}
+
+/// The `.global` variables (name, bytes) and `.entry` kernels of PTX text.
+pub fn ptx_symbols(ptx: &str) -> (Vec<(String, usize)>, Vec<String>) {
+    let (mut globals, mut entries) = (Vec::new(), Vec::new());
+    for line in ptx.lines() {
+        let line = line.split("//").next().unwrap_or_default().trim();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let Some(at) = words.iter().position(|word| *word == ".entry") {
+            if let Some(name) = words.get(at + 1) {
+                entries.push(name.split('(').next().unwrap_or(name).to_owned());
+            }
+            continue;
+        }
+        if !words.contains(&".global") || words.contains(&".extern") {
+            continue;
+        }
+        let declaration = line.split(['=', ';']).next().unwrap_or_default();
+        let words: Vec<&str> = declaration.split_whitespace().collect();
+        let element = words.iter().find_map(|word| match *word {
+            ".b8" | ".u8" | ".s8" => Some(1),
+            ".b16" | ".u16" | ".s16" | ".f16" => Some(2),
+            ".b32" | ".u32" | ".s32" | ".f32" => Some(4),
+            ".b64" | ".u64" | ".s64" | ".f64" => Some(8),
+            _ => None,
+        });
+        let (Some(element), Some(last)) = (element, words.last()) else {
+            continue;
+        };
+        let (name, count) = match last.split_once('[') {
+            Some((name, rest)) => (name, rest.trim_end_matches(']').parse().unwrap_or(1)),
+            None => (*last, 1usize),
+        };
+        globals.push((name.to_owned(), element * count));
+    }
+    (globals, entries)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuInit(flags: c_uint) -> CUresult {
+    // The driver reads its loading mode here; recording it shows what the worker set.
+    let loading = std::env::var("CUDA_MODULE_LOADING").unwrap_or_else(|_| "unset".into());
+    call(
+        "cuInit",
+        format!("flags={flags} CUDA_MODULE_LOADING={loading}"),
+        || CUresult::CUDA_SUCCESS,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> CUresult {
+    // SAFETY: an out-pointer per the API.
+    call("cuDriverGetVersion", String::new(), || unsafe {
+        put(version, 12080)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetCount(count: *mut c_int) -> CUresult {
+    // SAFETY: an out-pointer per the API.
+    call("cuDeviceGetCount", String::new(), || unsafe {
+        put(count, 1)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGet(device: *mut CUdevice, ordinal: c_int) -> CUresult {
+    call("cuDeviceGet", format!("ordinal={ordinal}"), || {
+        if ordinal != 0 {
+            return CUresult::CUDA_ERROR_INVALID_DEVICE;
+        }
+        // SAFETY: an out-pointer per the API.
+        unsafe { put(device, 0) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetName(
+    name: *mut c_char,
+    len: c_int,
+    device: CUdevice,
+) -> CUresult {
+    call("cuDeviceGetName", format!("device={device}"), || {
+        let text = b"Fake CUDA device (gpurun-fake-driver)\0";
+        let Ok(len) = usize::try_from(len) else {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
+        };
+        if name.is_null() || len == 0 {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
+        }
+        let count = text.len().min(len);
+        // SAFETY: the caller's buffer holds `len` bytes; the last byte written is a NUL.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast(), name, count);
+            name.add(count - 1).write(0);
+        }
+        CUresult::CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetAttribute(
+    value: *mut c_int,
+    which: CUdevice_attribute,
+    device: CUdevice,
+) -> CUresult {
+    use CUdevice_attribute as A;
+    call(
+        "cuDeviceGetAttribute",
+        format!("{which:?} device={device}"),
+        || {
+            let answer = match which {
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 9,
+                A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
+                A::CU_DEVICE_ATTRIBUTE_WARP_SIZE => 32,
+                A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
+                A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => {
+                    i32::from(number_setting(MEMORY_POOLS_ENV, 0) != 0)
+                }
+                _ => 0,
+            };
+            // SAFETY: an out-pointer per the API.
+            unsafe { put(value, answer) }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice) -> CUresult {
+    call("cuDeviceTotalMem", format!("device={device}"), || {
+        // SAFETY: an out-pointer per the API.
+        unsafe { put(bytes, 80 << 30) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
+    context: *mut CUcontext,
+    device: CUdevice,
+) -> CUresult {
+    call(
+        "cuDevicePrimaryCtxRetain",
+        format!("device={device}"),
+        || {
+            // SAFETY: an out-pointer per the API.
+            unsafe { put(context, pointer_of(CONTEXT)) }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CUresult {
+    call(
+        "cuDevicePrimaryCtxRelease",
+        format!("device={device}"),
+        || CUresult::CUDA_SUCCESS,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetCurrent(context: CUcontext) -> CUresult {
+    let handle = handle_of(context);
+    call("cuCtxSetCurrent", format!("context={handle:#x}"), || {
+        if handle == CONTEXT || handle == 0 {
+            CUresult::CUDA_SUCCESS
+        } else {
+            CUresult::CUDA_ERROR_INVALID_CONTEXT
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
+    call("cuCtxSetLimit", format!("{limit:?} value={value}"), || {
+        CUresult::CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorName(status: CUresult, text: *mut *const c_char) -> CUresult {
+    call("cuGetErrorName", format!("{status:?}"), || {
+        let name = *state().error_names.entry(status).or_insert_with(|| {
+            let owned = CString::new(format!("{status:?}")).unwrap_or_default();
+            Box::leak(owned.into_boxed_c_str())
+        });
+        // SAFETY: an out-pointer per the API; the string is leaked, so static.
+        unsafe { put(text, name.as_ptr()) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuGetErrorString(status: CUresult, text: *mut *const c_char) -> CUresult {
+    call("cuGetErrorString", format!("{status:?}"), || {
+        let description = c"reported by the fake CUDA driver";
+        // SAFETY: an out-pointer per the API; the string is static.
+        unsafe { put(text, description.as_ptr()) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) -> CUresult {
+    call("cuStreamCreate", format!("flags={flags}"), || {
+        let mut state = state();
+        let handle = state.handle();
+        state.streams.insert(handle, Stream::default());
+        // SAFETY: an out-pointer per the API.
+        unsafe { put(stream, pointer_of(handle)) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamDestroy_v2(stream: CUstream) -> CUresult {
+    let handle = handle_of(stream);
+    call(
+        "cuStreamDestroy",
+        format!("stream={handle:#x}"),
+        || match state().streams.remove(&handle) {
+            Some(_) => CUresult::CUDA_SUCCESS,
+            None => CUresult::CUDA_ERROR_INVALID_HANDLE,
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamQuery(stream: CUstream) -> CUresult {
+    let handle = handle_of(stream);
+    call("cuStreamQuery", format!("stream={handle:#x}"), || {
+        let mut state = state();
+        let Some(stream) = state.streams.get_mut(&handle) else {
+            return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        };
+        if stream.running > 0 {
+            stream.running -= 1;
+            return CUresult::CUDA_ERROR_NOT_READY;
+        }
+        stream.fault.unwrap_or(CUresult::CUDA_SUCCESS)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
+    let handle = handle_of(stream);
+    call("cuStreamSynchronize", format!("stream={handle:#x}"), || {
+        let mut state = state();
+        let Some(stream) = state.streams.get_mut(&handle) else {
+            return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        };
+        stream.running = 0;
+        stream.fault.unwrap_or(CUresult::CUDA_SUCCESS)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut CUmodule,
+    image: *const c_void,
+    option_count: c_uint,
+    options: *mut CUjit_option,
+    values: *mut *mut c_void,
+) -> CUresult {
+    if image.is_null() {
+        return call("cuModuleLoadDataEx", "image=null".into(), || {
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        });
+    }
+    let count = option_count as usize;
+    let (options, values) = if count == 0 || options.is_null() || values.is_null() {
+        (&[][..], &[][..])
+    } else {
+        // SAFETY: the API passes `option_count` options and values.
+        unsafe {
+            (
+                std::slice::from_raw_parts(options, count),
+                std::slice::from_raw_parts(values, count),
+            )
+        }
+    };
+    // SAFETY: `image` points at a cubin (an ELF header, at least 4 bytes) or NUL-terminated PTX.
+    let is_cubin = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), 4) } == b"\x7fELF";
+    let ptx = if is_cubin {
+        None
+    } else {
+        // SAFETY: PTX is NUL-terminated, per the API.
+        Some(unsafe { CStr::from_ptr(image.cast()) }.to_string_lossy())
+    };
+    let what = match &ptx {
+        Some(text) => format!("ptx_bytes={}", text.len()),
+        None => "cubin".to_owned(),
+    };
+    let option_names: Vec<String> = options.iter().map(|o| format!("{o:?}")).collect();
+    let details = format!("{what} options=[{}]", option_names.join(","));
+    if let Some(status) = chosen_failure("cuModuleLoadDataEx") {
+        write_jit_error_log(options, values);
+        record(&format!("cuModuleLoadDataEx {details} -> {status:?}"));
+        return status;
+    }
+    call("cuModuleLoadDataEx", details, || {
+        let mut state = state();
+        let handle = state.handle();
+        let mut loaded = Module {
+            globals: HashMap::new(),
+            entries: None,
+        };
+        if let Some(ptx) = &ptx {
+            let (globals, entries) = ptx_symbols(ptx);
+            for (name, size) in globals {
+                let Some(address) = state.allocate(size, BlockKind::Global, Some(name.clone()))
+                else {
+                    return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+                };
+                loaded.globals.insert(name, (address, size));
+            }
+            loaded.entries = Some(entries);
+        }
+        state.modules.insert(handle, loaded);
+        // SAFETY: an out-pointer per the API.
+        unsafe { put(module, pointer_of(handle)) }
+    })
+}
+
+/// Writes [`JIT_ERROR_TEXT`] into the error log buffer among the JIT options, if there is one.
+fn write_jit_error_log(options: &[CUjit_option], values: &[*mut c_void]) {
+    let find = |wanted| options.iter().position(|&option| option == wanted);
+    let (Some(buffer), Some(size)) = (
+        find(CUjit_option::CU_JIT_ERROR_LOG_BUFFER),
+        find(CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES),
+    ) else {
+        return;
+    };
+    // Integer option values travel in the pointer slot itself.
+    let size = values[size] as usize;
+    let buffer = values[buffer].cast::<u8>();
+    if buffer.is_null() || size == 0 {
+        return;
+    }
+    let count = JIT_ERROR_TEXT.len().min(size - 1);
+    // SAFETY: the caller passed a buffer of `size` bytes; `count + 1 <= size`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(JIT_ERROR_TEXT.as_ptr(), buffer, count);
+        buffer.add(count).write(0);
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleUnload(module: CUmodule) -> CUresult {
+    let handle = handle_of(module);
+    call("cuModuleUnload", format!("module={handle:#x}"), || {
+        let mut state = state();
+        let Some(unloaded) = state.modules.remove(&handle) else {
+            return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        };
+        for (address, _) in unloaded.globals.into_values() {
+            state.release(address, BlockKind::Global);
+        }
+        CUresult::CUDA_SUCCESS
+    })
+}
+
+/// The name at `name`, or `None` for a null pointer.
+///
+/// # Safety
+/// `name` must be null or a NUL-terminated string.
+unsafe fn name_at(name: *const c_char) -> Option<String> {
+    if name.is_null() {
+        return None;
+    }
+    // SAFETY: non-null, so NUL-terminated per the caller.
+    let text = unsafe { CStr::from_ptr(name) };
+    Some(text.to_string_lossy().into_owned())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetGlobal_v2(
+    address: *mut CUdeviceptr,
+    bytes: *mut usize,
+    module: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    // SAFETY: a NUL-terminated name per the API.
+    let name = unsafe { name_at(name) }.unwrap_or_default();
+    let handle = handle_of(module);
+    call("cuModuleGetGlobal", format!("name={name}"), || {
+        let state = state();
+        let Some(module) = state.modules.get(&handle) else {
+            return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        };
+        let Some(&(start, size)) = module.globals.get(&name) else {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        };
+        // SAFETY: out-pointers per the API (either may be null: not wanted).
+        unsafe {
+            let _ = put(address, start);
+            let _ = put(bytes, size);
+        }
+        CUresult::CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuModuleGetFunction(
+    function: *mut CUfunction,
+    module: CUmodule,
+    name: *const c_char,
+) -> CUresult {
+    // SAFETY: a NUL-terminated name per the API.
+    let name = unsafe { name_at(name) }.unwrap_or_default();
+    let handle = handle_of(module);
+    call("cuModuleGetFunction", format!("name={name}"), || {
+        let mut state = state();
+        let Some(module) = state.modules.get(&handle) else {
+            return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        };
+        if module
+            .entries
+            .as_ref()
+            .is_some_and(|entries| !entries.contains(&name))
+        {
+            return CUresult::CUDA_ERROR_NOT_FOUND;
+        }
+        let handle = state.handle();
+        state.functions.insert(handle, name.clone());
+        // SAFETY: an out-pointer per the API.
+        unsafe { put(function, pointer_of(handle)) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncGetAttribute(
+    value: *mut c_int,
+    which: CUfunction_attribute,
+    function: CUfunction,
+) -> CUresult {
+    use CUfunction_attribute as A;
+    let handle = handle_of(function);
+    let name = state().functions.get(&handle).cloned().unwrap_or_default();
+    call(
+        "cuFuncGetAttribute",
+        format!("{which:?} function={name}"),
+        || {
+            if name.is_empty() {
+                return CUresult::CUDA_ERROR_INVALID_HANDLE;
+            }
+            let answer = match which {
+                A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK => {
+                    i32::try_from(number_setting(MAX_THREADS_ENV, 1024)).unwrap_or(1024)
+                }
+                A::CU_FUNC_ATTRIBUTE_NUM_REGS => 64,
+                _ => 0,
+            };
+            // SAFETY: an out-pointer per the API.
+            unsafe { put(value, answer) }
+        },
+    )
+}
+
+/// The parameter buffer passed through `extra` (`CU_LAUNCH_PARAM_BUFFER_POINTER` and `_SIZE`).
+///
+/// # Safety
+/// `extra` must be null or a `CU_LAUNCH_PARAM_END`-terminated list of key/value pairs.
+unsafe fn parameter_bytes(extra: *mut *mut c_void) -> Option<Vec<u8>> {
+    let (mut buffer, mut size): (*const u8, Option<usize>) = (std::ptr::null(), None);
+    let mut at = 0;
+    while !extra.is_null() {
+        // SAFETY: the list is terminated by its END key, read before anything past it.
+        let key = unsafe { *extra.add(at) } as usize;
+        if key == 0 {
+            break;
+        }
+        // SAFETY: every key but END is followed by its value.
+        let value = unsafe { *extra.add(at + 1) };
+        match key {
+            1 => buffer = value.cast(),
+            // SAFETY: the size key's value points at a `size_t`.
+            2 if !value.is_null() => size = Some(unsafe { *value.cast::<usize>() }),
+            _ => {}
+        }
+        at += 2;
+    }
+    let size = size?;
+    if buffer.is_null() {
+        return None;
+    }
+    // SAFETY: the buffer holds `size` bytes, per the API.
+    Some(unsafe { std::slice::from_raw_parts(buffer, size) }.to_vec())
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuLaunchKernel(
+    function: CUfunction,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared_bytes: c_uint,
+    stream: CUstream,
+    kernel_params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    let (function, stream) = (handle_of(function), handle_of(stream));
+    let name = state()
+        .functions
+        .get(&function)
+        .cloned()
+        .unwrap_or_default();
+    // SAFETY: `extra` per the API.
+    let params = unsafe { parameter_bytes(extra) };
+    let details = format!(
+        "function={name} grid={grid_x}x{grid_y}x{grid_z} block={block_x}x{block_y}x{block_z} \
+         shared={shared_bytes} stream={stream:#x} params={}{}",
+        params.as_deref().map_or_else(|| "none".into(), hex),
+        if kernel_params.is_null() {
+            ""
+        } else {
+            " kernel_params=set"
+        }
+    );
+    call("cuLaunchKernel", details, || {
+        let mut state = state();
+        if name.is_empty() {
+            return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        }
+        let Some(stream) = state.streams.get_mut(&stream) else {
+            return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        };
+        if let Some(fault) = stream.fault {
+            return fault;
+        }
+        stream.running = number_setting(RUNNING_QUERIES_ENV, 0);
+        stream.fault = std::env::var(KERNEL_FAULT_ENV)
+            .ok()
+            .map(|name| status_named(&name));
+        CUresult::CUDA_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostAlloc(
+    host: *mut *mut c_void,
+    bytes: usize,
+    flags: c_uint,
+) -> CUresult {
+    call(
+        "cuMemHostAlloc",
+        format!("bytes={bytes} flags={flags:#x}"),
+        || {
+            let Some(address) = state().allocate(bytes, BlockKind::PinnedHost, None) else {
+                return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+            };
+            // SAFETY: an out-pointer per the API.
+            unsafe { put(host, pointer_of(address as usize)) }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
+    device: *mut CUdeviceptr,
+    host: *mut c_void,
+    flags: c_uint,
+) -> CUresult {
+    let address = host as u64;
+    call(
+        "cuMemHostGetDevicePointer",
+        format!("flags={flags}"),
+        || {
+            match state().blocks.get(&address) {
+                // Unified addressing: the device sees pinned memory at its host address.
+                // SAFETY: an out-pointer per the API.
+                Some(block) if block.kind == BlockKind::PinnedHost => unsafe {
+                    put(device, address)
+                },
+                _ => CUresult::CUDA_ERROR_INVALID_VALUE,
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeHost(host: *mut c_void) -> CUresult {
+    call("cuMemFreeHost", String::new(), || {
+        match state().release(host as u64, BlockKind::PinnedHost) {
+            true => CUresult::CUDA_SUCCESS,
+            false => CUresult::CUDA_ERROR_INVALID_VALUE,
+        }
+    })
+}
+
+/// # Safety
+/// `address` must be an out-pointer (see [`put`]).
+unsafe fn device_alloc(address: *mut CUdeviceptr, bytes: usize) -> CUresult {
+    let Some(pointer) = state().allocate(bytes, BlockKind::Device, None) else {
+        return CUresult::CUDA_ERROR_OUT_OF_MEMORY;
+    };
+    // SAFETY: per the caller.
+    unsafe { put(address, pointer) }
+}
+
+fn device_free(address: CUdeviceptr) -> CUresult {
+    match state().release(address, BlockKind::Device) {
+        true => CUresult::CUDA_SUCCESS,
+        false => CUresult::CUDA_ERROR_INVALID_VALUE,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAlloc_v2(address: *mut CUdeviceptr, bytes: usize) -> CUresult {
+    // SAFETY: an out-pointer per the API.
+    call("cuMemAlloc", format!("bytes={bytes}"), || unsafe {
+        device_alloc(address, bytes)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemAllocAsync(
+    address: *mut CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    let stream = handle_of(stream);
+    call(
+        "cuMemAllocAsync",
+        format!("bytes={bytes} stream={stream:#x}"),
+        // SAFETY: an out-pointer per the API.
+        || unsafe { device_alloc(address, bytes) },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFree_v2(address: CUdeviceptr) -> CUresult {
+    call("cuMemFree", format!("address={address:#x}"), || {
+        device_free(address)
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemFreeAsync(address: CUdeviceptr, stream: CUstream) -> CUresult {
+    let stream = handle_of(stream);
+    call(
+        "cuMemFreeAsync",
+        format!("address={address:#x} stream={stream:#x}"),
+        || device_free(address),
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoD_v2(
+    device: CUdeviceptr,
+    host: *const c_void,
+    bytes: usize,
+) -> CUresult {
+    let place = state().locate(device, bytes);
+    call(
+        "cuMemcpyHtoD",
+        format!("to={} bytes={bytes}", place.as_deref().unwrap_or("invalid")),
+        || {
+            if place.is_none() || host.is_null() {
+                return CUresult::CUDA_ERROR_INVALID_VALUE;
+            }
+            // SAFETY: the destination lies in one of our blocks (checked); the source holds
+            // `bytes` bytes per the API.
+            unsafe { std::ptr::copy(host.cast::<u8>(), device as *mut u8, bytes) };
+            CUresult::CUDA_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoH_v2(
+    host: *mut c_void,
+    device: CUdeviceptr,
+    bytes: usize,
+) -> CUresult {
+    let place = state().locate(device, bytes);
+    call(
+        "cuMemcpyDtoH",
+        format!(
+            "from={} bytes={bytes}",
+            place.as_deref().unwrap_or("invalid")
+        ),
+        || {
+            if place.is_none() || host.is_null() {
+                return CUresult::CUDA_ERROR_INVALID_VALUE;
+            }
+            // SAFETY: the source lies in one of our blocks (checked); the destination holds
+            // `bytes` bytes per the API.
+            unsafe { std::ptr::copy(device as *const u8, host.cast::<u8>(), bytes) };
+            CUresult::CUDA_SUCCESS
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ptx_globals_and_entries_are_found() {
+        let ptx = "\
+.version 7.0
+.target sm_70
+.visible .global .align 8 .u64 gpurun_counter = 5;
+.visible .global .align 1 .b8 __llvm_rpc_client[24];
+.global .align 4 .b32 hidden_words[3]; // a comment
+.extern .global .align 8 .u64 elsewhere;
+.visible .entry gpurun_store(
+.visible .entry _start()
+";
+        let (globals, entries) = ptx_symbols(ptx);
+        assert_eq!(
+            globals,
+            [
+                ("gpurun_counter".to_owned(), 8),
+                ("__llvm_rpc_client".to_owned(), 24),
+                ("hidden_words".to_owned(), 12),
+            ]
+        );
+        assert_eq!(entries, ["gpurun_store", "_start"]);
+    }
+
+    #[test]
+    fn statuses_are_named_as_the_driver_names_them() {
+        assert_eq!(
+            status_named("CUDA_ERROR_ILLEGAL_ADDRESS"),
+            CUresult::CUDA_ERROR_ILLEGAL_ADDRESS
+        );
+        assert_eq!(status_named("NO_SUCH_STATUS"), CUresult::CUDA_ERROR_UNKNOWN);
+    }
+
+    #[test]
+    fn copies_stay_inside_blocks() {
+        let mut state = State::default();
+        let address = state
+            .allocate(16, BlockKind::Global, Some("g".into()))
+            .unwrap();
+        assert_eq!(state.locate(address, 16).as_deref(), Some("g"));
+        assert_eq!(state.locate(address + 8, 8).as_deref(), Some("g+8"));
+        assert_eq!(state.locate(address + 8, 9), None);
+        assert!(!state.release(address, BlockKind::Device));
+        assert!(state.release(address, BlockKind::Global));
+        assert_eq!(state.locate(address, 1), None);
+    }
+}

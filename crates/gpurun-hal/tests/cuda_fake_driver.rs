@@ -1,0 +1,470 @@
+//! The CUDA backend against a fake driver (crates/gpurun-fake-driver, loaded as `libcuda.so`
+//! through `LD_LIBRARY_PATH`): which driver calls it makes, with which arguments, in which
+//! order. No GPU needed; the fake records every call to a log file.
+//!
+//! Each scenario runs in a child process (this test binary again, `fake_driver_child`): the
+//! dynamic loader reads `LD_LIBRARY_PATH` at process start, and `cuInit` and the stack-size
+//! setting happen once per process.
+
+#![cfg(target_os = "linux")]
+
+use gpurun_hal::args::KernelArg;
+use gpurun_hal::cuda::{CudaBackend, DEFAULT_STACK_SIZE};
+use gpurun_hal::server::Collect;
+use gpurun_hal::{Backend, BackendError, LaunchEnd, LaunchShape, LoadOptions};
+use gpurun_image::Image;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// Which scenario the child runs.
+const SCENARIO_ENV: &str = "GPURUN_FAKE_CUDA_SCENARIO";
+/// The fake driver's log file and settings (see gpurun-fake-driver's `cuda` module).
+const LOG_ENV: &str = "GPURUN_FAKE_DRIVER_LOG";
+const FAIL_ENV: &str = "GPURUN_FAKE_CUDA_FAIL";
+const RUNNING_QUERIES_ENV: &str = "GPURUN_FAKE_CUDA_RUNNING_QUERIES";
+const KERNEL_FAULT_ENV: &str = "GPURUN_FAKE_CUDA_KERNEL_FAULT";
+const MEMORY_POOLS_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_POOLS";
+const MAX_THREADS_ENV: &str = "GPURUN_FAKE_CUDA_MAX_THREADS";
+
+/// A kernel with a pointer and a 32-bit argument, and a global.
+const TEST_PTX: &str = "\
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .global .align 8 .u64 gpurun_counter;
+
+.visible .entry gpurun_store(
+    .param .u64 gpurun_store_param_0,
+    .param .u32 gpurun_store_param_1
+)
+{
+    .reg .b32 %r<2>;
+    .reg .b64 %rd<2>;
+    ld.param.u64 %rd1, [gpurun_store_param_0];
+    ld.param.u32 %r1, [gpurun_store_param_1];
+    st.u32 [%rd1], %r1;
+    ret;
+}
+";
+
+const SHAPE: LaunchShape = LaunchShape {
+    threads: [64, 1, 1],
+    blocks: [2, 1, 1],
+};
+
+/// The fake driver, built once per test process and copied as `libcuda.so` into a directory
+/// of its own.
+fn fake_driver_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let output = Command::new(cargo)
+            .args([
+                "build",
+                "--locked",
+                "-p",
+                "gpurun-fake-driver",
+                "--message-format=json",
+            ])
+            .arg("--manifest-path")
+            .arg(root.join("Cargo.toml"))
+            .output()
+            .expect("cargo runs");
+        assert!(
+            output.status.success(),
+            "building the fake driver failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let library = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|message| message["target"]["name"] == "gpurun_fake_driver")
+            .flat_map(|message| message["filenames"].as_array().cloned().unwrap_or_default())
+            .filter_map(|name| name.as_str().map(PathBuf::from))
+            .find(|path| path.extension().is_some_and(|ext| ext == "so"))
+            .expect("cargo names the fake driver's shared library");
+        // A link, not a copy: the library is large with debug info. Replaced atomically, so
+        // test processes running side by side never see it missing.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-driver");
+        std::fs::create_dir_all(&dir).unwrap();
+        let staging = dir.join(format!("libcuda.so.{}", std::process::id()));
+        let _ = std::fs::remove_file(&staging);
+        std::os::unix::fs::symlink(&library, &staging).unwrap();
+        std::fs::rename(&staging, dir.join("libcuda.so")).unwrap();
+        dir
+    })
+}
+
+/// One recorded driver call.
+#[derive(Debug, Clone)]
+struct Call {
+    function: String,
+    details: String,
+    status: String,
+}
+
+impl Call {
+    fn is(&self, function: &str, details: &str) -> bool {
+        self.function == function && self.details.contains(details)
+    }
+}
+
+/// Runs `scenario` in a child process against the fake driver, with `settings` in its
+/// environment; returns the driver calls it made, in order.
+fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
+    let dir = fake_driver_dir();
+    let log = dir.join(format!("{scenario}-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let mut search = dir.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        search.push(":");
+        search.push(old);
+    }
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "fake_driver_child", "--ignored", "--nocapture"])
+        .env("LD_LIBRARY_PATH", search)
+        .env(LOG_ENV, &log)
+        .env(SCENARIO_ENV, scenario)
+        .env_remove("CUDA_LAUNCH_BLOCKING")
+        .env_remove("CUDA_MODULE_LOADING");
+    for (name, value) in settings {
+        command.env(name, value);
+    }
+    let output = command.output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("scenario done"),
+        "{scenario}: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    let calls: Vec<Call> = text
+        .lines()
+        .map(|line| {
+            // `<pid> <function> <details> -> <status>`
+            let (_pid, rest) = line.split_once(' ').unwrap_or(("", line));
+            let (call, status) = rest.rsplit_once(" -> ").unwrap_or((rest, ""));
+            let (function, details) = call.split_once(' ').unwrap_or((call, ""));
+            Call {
+                function: function.into(),
+                details: details.into(),
+                status: status.into(),
+            }
+        })
+        .collect();
+    assert!(
+        calls.first().is_some_and(|call| call.function == "cuInit"),
+        "{scenario}: the driver was not used or cuInit was not first: {calls:#?}"
+    );
+    calls
+}
+
+/// Positions of the calls to `function` whose details contain `details`.
+fn positions(calls: &[Call], function: &str, details: &str) -> Vec<usize> {
+    calls
+        .iter()
+        .enumerate()
+        .filter(|(_, call)| call.is(function, details))
+        .map(|(at, _)| at)
+        .collect()
+}
+
+fn first(calls: &[Call], function: &str, details: &str) -> usize {
+    *positions(calls, function, details)
+        .first()
+        .unwrap_or_else(|| panic!("no {function} {details} in {calls:#?}"))
+}
+
+fn the_image() -> Image {
+    Image::parse(TEST_PTX.as_bytes().to_vec(), None).unwrap()
+}
+
+fn store_args(address: u64) -> [KernelArg; 2] {
+    [KernelArg::U64(address), KernelArg::U32(42)]
+}
+
+const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
+
+/// What the child does for each scenario; the parent checks the calls it caused.
+#[test]
+#[ignore = "run by the fake-driver tests in a child process"]
+fn fake_driver_child() {
+    let scenario = std::env::var(SCENARIO_ENV).expect("started by a fake-driver test");
+    let mut device = CudaBackend.open(0).expect("the fake driver opens");
+    let image = the_image();
+    let mut sink = Collect::default();
+    match scenario.as_str() {
+        "two_modules" | "memory_pools" => {
+            let options = LoadOptions::default();
+            let mut module = device.load(&image, &options).unwrap();
+            let out = module.alloc_device(4).unwrap();
+            for _ in 0..2 {
+                let end = module
+                    .launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink)
+                    .unwrap();
+                assert_eq!(end, LaunchEnd::Completed);
+            }
+            drop(module);
+            // A second module of the same context: the stack is not set again.
+            let module = device.load(&image, &options).unwrap();
+            drop(module);
+        }
+        "stack_size" => {
+            let options = LoadOptions {
+                stack_size: Some(16384),
+                ..LoadOptions::default()
+            };
+            drop(device.load(&image, &options).unwrap());
+        }
+        "limit_fails" => {
+            let error = device
+                .load(&image, &LoadOptions::default())
+                .err()
+                .expect("loading fails when the stack cannot be set");
+            let text = error.to_string();
+            assert!(
+                text.contains("cuCtxSetLimit(CU_LIMIT_STACK_SIZE) failed")
+                    && text.contains("CUDA_ERROR_INVALID_VALUE"),
+                "{text}"
+            );
+        }
+        "jit_fails" => {
+            let text = device
+                .load(&image, &LoadOptions::default())
+                .err()
+                .expect("loading fails")
+                .to_string();
+            assert!(
+                text.contains("CUDA_ERROR_INVALID_PTX")
+                    && text.contains("JIT log:\nptxas fatal   : failure chosen by the fake driver"),
+                "{text}"
+            );
+        }
+        "block_limit" => {
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let out = module.alloc_device(4).unwrap();
+            let error = module
+                .launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink)
+                .unwrap_err();
+            assert!(
+                matches!(&error, BackendError::InvalidArgument(text)
+                    if text.contains("at most 32 threads per block")
+                        && text.contains("(64 registers per thread)")
+                        && text.contains("asks for 64")),
+                "{error}"
+            );
+            let narrow = LaunchShape {
+                threads: [32, 1, 1],
+                blocks: [1, 1, 1],
+            };
+            let end = module
+                .launch("gpurun_store", narrow, &store_args(out), LIMIT, &mut sink)
+                .unwrap();
+            assert_eq!(end, LaunchEnd::Completed);
+        }
+        "fault" => {
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let out = module.alloc_device(4).unwrap();
+            let end = module
+                .launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink)
+                .unwrap();
+            assert!(
+                matches!(&end, LaunchEnd::Faulted(text) if text.contains("CUDA_ERROR_ILLEGAL_ADDRESS")),
+                "{end:?}"
+            );
+            let again = module.launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink);
+            assert!(again.is_err(), "{again:?}");
+            drop(module);
+        }
+        other => panic!("unknown scenario {other}"),
+    }
+    drop(device);
+    println!("scenario done");
+}
+
+/// Item 4 of issue 14: without `--stack-size`, the context's stack is set to the default once,
+/// while the context is current and before any module loads; a second module does not set it
+/// again. Also the launch itself: non-blocking streams, the block limit asked once before the
+/// first launch, the packed parameters, the kernel running until its stream says it is done,
+/// and the teardown order.
+#[test]
+fn stack_is_set_once_before_modules_load() {
+    let calls = run("two_modules", &[(RUNNING_QUERIES_ENV, "3")]);
+    let stack = format!("CU_LIMIT_STACK_SIZE value={DEFAULT_STACK_SIZE}");
+    let limits = positions(&calls, "cuCtxSetLimit", "");
+    assert_eq!(
+        limits,
+        positions(&calls, "cuCtxSetLimit", &stack),
+        "only the stack limit is set"
+    );
+    assert_eq!(limits.len(), 1, "set once per context: {calls:#?}");
+    let set_limit = limits[0];
+    let loads = positions(&calls, "cuModuleLoadDataEx", "");
+    assert_eq!(loads.len(), 2, "{calls:#?}");
+    assert!(set_limit < loads[0], "the stack is set before modules load");
+    let retain = first(&calls, "cuDevicePrimaryCtxRetain", "");
+    let current = positions(&calls, "cuCtxSetCurrent", "context=0xc000");
+    assert!(
+        current.iter().any(|&at| retain < at && at < set_limit),
+        "the context is current when its stack is set: {calls:#?}"
+    );
+    // The JIT's logs are asked for.
+    assert!(calls[loads[0]]
+        .details
+        .contains("CU_JIT_ERROR_LOG_BUFFER,CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES"));
+
+    // Two non-blocking streams per module (CU_STREAM_NON_BLOCKING = 1).
+    let streams = positions(&calls, "cuStreamCreate", "");
+    assert_eq!(streams.len(), 4);
+    assert!(streams.iter().all(|&at| calls[at].details == "flags=1"));
+
+    // The block limit is asked once, before the first launch.
+    let launches = positions(&calls, "cuLaunchKernel", "function=gpurun_store");
+    assert_eq!(launches.len(), 2, "{calls:#?}");
+    let asked = positions(
+        &calls,
+        "cuFuncGetAttribute",
+        "CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK function=gpurun_store",
+    );
+    assert_eq!(asked.len(), 1, "{calls:#?}");
+    assert!(asked[0] < launches[0]);
+
+    // Shape and parameters: struct { u64 out; u32 value; } padded to 16 bytes.
+    let launch = &calls[launches[0]];
+    assert!(
+        launch.details.contains("grid=2x1x1 block=64x1x1 shared=0"),
+        "{launch:?}"
+    );
+    let params = launch.details.split("params=").nth(1).unwrap_or_default();
+    assert_eq!(params.len(), 32, "16 bytes of parameters: {launch:?}");
+    assert!(params.ends_with("2a00000000000000"), "{launch:?}");
+
+    // The kernel is not done until its stream says so; the second launch comes after that.
+    let launch_stream = launch.details.split("stream=").nth(1).unwrap_or_default();
+    let launch_stream = launch_stream.split(' ').next().unwrap_or_default();
+    let queries: Vec<usize> = positions(&calls, "cuStreamQuery", launch_stream)
+        .into_iter()
+        .filter(|&at| launches[0] < at && at < launches[1])
+        .collect();
+    let answers: Vec<&str> = queries
+        .iter()
+        .map(|&at| calls[at].status.as_str())
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            "CUDA_ERROR_NOT_READY",
+            "CUDA_ERROR_NOT_READY",
+            "CUDA_ERROR_NOT_READY",
+            "CUDA_SUCCESS"
+        ],
+        "{calls:#?}"
+    );
+
+    // Without memory pools: plain allocations, freed when the module goes, before its streams
+    // and the module itself; the context is released last.
+    let alloc = first(&calls, "cuMemAlloc", "bytes=4");
+    let free = first(&calls, "cuMemFree", "");
+    let unload = first(&calls, "cuModuleUnload", "");
+    assert!(alloc < launches[0] && launches[1] < free && free < unload);
+    let destroys = positions(&calls, "cuStreamDestroy", "");
+    assert!(destroys.len() == 4 && free < destroys[0] && destroys[1] < unload);
+    assert_eq!(
+        calls.last().map(|call| call.function.as_str()),
+        Some("cuDevicePrimaryCtxRelease"),
+        "{calls:#?}"
+    );
+    assert!(
+        calls.iter().all(|call| call.status == "CUDA_SUCCESS"
+            || call.status == "CUDA_ERROR_NOT_READY"
+            || (call.function == "cuModuleGetGlobal" && call.status == "CUDA_ERROR_NOT_FOUND")),
+        "unexpected failures: {calls:#?}"
+    );
+}
+
+/// `--stack-size` (the load option) overrides the default.
+#[test]
+fn stack_size_option_overrides_the_default() {
+    let calls = run("stack_size", &[]);
+    let limits = positions(&calls, "cuCtxSetLimit", "CU_LIMIT_STACK_SIZE");
+    assert_eq!(limits.len(), 1, "{calls:#?}");
+    assert_eq!(calls[limits[0]].details, "CU_LIMIT_STACK_SIZE value=16384");
+    assert!(limits[0] < first(&calls, "cuModuleLoadDataEx", ""));
+}
+
+/// A stack that cannot be set stops the load with the driver's error, before any module loads.
+#[test]
+fn failed_stack_setting_stops_the_load() {
+    let calls = run(
+        "limit_fails",
+        &[(FAIL_ENV, "cuCtxSetLimit=CUDA_ERROR_INVALID_VALUE")],
+    );
+    assert_eq!(positions(&calls, "cuCtxSetLimit", "").len(), 1);
+    assert!(positions(&calls, "cuModuleLoadDataEx", "").is_empty());
+}
+
+/// A JIT failure reports the driver's error and the JIT's error log.
+#[test]
+fn jit_failure_shows_the_jit_log() {
+    let calls = run(
+        "jit_fails",
+        &[(FAIL_ENV, "cuModuleLoadDataEx=CUDA_ERROR_INVALID_PTX")],
+    );
+    assert_eq!(positions(&calls, "cuModuleLoadDataEx", "").len(), 1);
+}
+
+/// The driver's block limit (set by the kernel's registers) is checked before the launch: an
+/// over-wide block never reaches `cuLaunchKernel`.
+#[test]
+fn block_over_the_kernel_limit_is_refused_before_the_launch() {
+    let calls = run("block_limit", &[(MAX_THREADS_ENV, "32")]);
+    let launches = positions(&calls, "cuLaunchKernel", "");
+    assert_eq!(launches.len(), 1, "{calls:#?}");
+    assert!(calls[launches[0]].details.contains("block=32x1x1"));
+}
+
+/// With memory pools, device memory is allocated stream-ordered on the module's memory stream,
+/// never on the stream the kernel runs on (it would wait for the kernel).
+#[test]
+fn memory_pools_allocate_on_the_memory_stream() {
+    let calls = run("memory_pools", &[(MEMORY_POOLS_ENV, "1")]);
+    let alloc = first(&calls, "cuMemAllocAsync", "bytes=4");
+    let launch = first(&calls, "cuLaunchKernel", "");
+    let stream_of = |call: &Call| {
+        call.details
+            .split("stream=")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .map(str::to_owned)
+    };
+    let (alloc_stream, launch_stream) = (stream_of(&calls[alloc]), stream_of(&calls[launch]));
+    assert!(alloc_stream.is_some() && alloc_stream != launch_stream);
+    assert!(positions(&calls, "cuMemAlloc", "").is_empty());
+    let free = first(&calls, "cuMemFreeAsync", "");
+    assert_eq!(stream_of(&calls[free]), alloc_stream);
+}
+
+/// A kernel fault ends the launch as a fault and the module is leaked, not torn down: no
+/// stream, module or context release waits on a context that may still run the kernel.
+#[test]
+fn fault_leaks_the_module_and_context() {
+    let calls = run("fault", &[(KERNEL_FAULT_ENV, "CUDA_ERROR_ILLEGAL_ADDRESS")]);
+    assert_eq!(positions(&calls, "cuLaunchKernel", "").len(), 1);
+    for function in [
+        "cuModuleUnload",
+        "cuStreamDestroy",
+        "cuMemFree",
+        "cuDevicePrimaryCtxRelease",
+    ] {
+        assert!(
+            positions(&calls, function, "").is_empty(),
+            "{function} after a fault: {calls:#?}"
+        );
+    }
+}
