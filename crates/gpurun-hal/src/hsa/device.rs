@@ -1,13 +1,12 @@
 //! Agents: listing them with what `cargo gpurun info` and the build need (name, `gfxNNN`,
 //! wavefront size), and opening a GPU agent together with a CPU agent and their memory pools.
 
+use super::driver::{calls, HsaError};
 use super::driver::{runtime, runtime_message};
-use super::driver::{HsaError, StatusExt};
 use super::memory::{find_pools, Pools};
 use super::runtime::Runtime;
 use crate::{BackendError, BackendKind, DeviceInfo};
 use hsa_sys::*;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 /// What we know about one agent.
@@ -54,54 +53,17 @@ pub fn arch_from_isa_name(isa: &str) -> Option<String> {
 /// Every agent the runtime reports, in its order.
 pub(crate) fn list_agents(runtime: &Runtime) -> Result<Vec<AgentInfo>, HsaError> {
     let lib = runtime.lib();
-    let mut handles: Vec<hsa_agent_t> = Vec::new();
-    // SAFETY: `collect_agent` pushes into the Vec that `data` points to, which outlives the call.
-    unsafe { (lib.hsa_iterate_agents)(Some(collect_agent), (&mut handles as *mut Vec<_>).cast()) }
-        .result(lib, "hsa_iterate_agents")?;
-    handles
+    calls::agents(lib)?
         .into_iter()
         .map(|agent| agent_info(lib, agent))
         .collect()
-}
-
-unsafe extern "C" fn collect_agent(agent: hsa_agent_t, data: *mut c_void) -> hsa_status_t {
-    // SAFETY: `data` is the `Vec<hsa_agent_t>` passed by `list_agents`, borrowed for this call.
-    let handles = unsafe { &mut *data.cast::<Vec<hsa_agent_t>>() };
-    handles.push(agent);
-    HSA_STATUS_SUCCESS
-}
-
-unsafe extern "C" fn collect_isa(isa: hsa_isa_t, data: *mut c_void) -> hsa_status_t {
-    // SAFETY: `data` is the `Vec<hsa_isa_t>` passed by `agent_info`, borrowed for this call.
-    let isas = unsafe { &mut *data.cast::<Vec<hsa_isa_t>>() };
-    isas.push(isa);
-    HSA_STATUS_SUCCESS
-}
-
-/// Reads an attribute of plain type `T` from an agent.
-///
-/// # Safety
-/// `attribute` must be documented with a value of type `T` (or of `T`'s size, for arrays).
-pub(crate) unsafe fn agent_attribute<T: Default>(
-    lib: &HsaLib,
-    agent: hsa_agent_t,
-    attribute: u32,
-    call: &'static str,
-) -> Result<T, HsaError> {
-    let mut value = T::default();
-    // SAFETY: the caller promises `attribute` writes exactly a `T`.
-    unsafe { (lib.hsa_agent_get_info)(agent, attribute, (&mut value as *mut T).cast()) }
-        .result(lib, call)?;
-    Ok(value)
 }
 
 /// A fixed-size C string attribute (`char[64]`) as text.
 fn agent_string(lib: &HsaLib, agent: hsa_agent_t, attribute: u32) -> Option<String> {
     let mut bytes = [0u8; 64];
     // SAFETY: NAME, VENDOR_NAME and AMD's PRODUCT_NAME are `char[64]`, the buffer's size.
-    unsafe { (lib.hsa_agent_get_info)(agent, attribute, bytes.as_mut_ptr().cast()) }
-        .result(lib, "hsa_agent_get_info")
-        .ok()?;
+    unsafe { calls::agent_info_into(lib, agent, attribute, bytes.as_mut_slice()) }.ok()?;
     let text = c_text(&bytes);
     (!text.is_empty()).then_some(text)
 }
@@ -114,21 +76,12 @@ pub(crate) fn c_text(bytes: &[u8]) -> String {
 
 fn agent_info(lib: &HsaLib, agent: hsa_agent_t) -> Result<AgentInfo, HsaError> {
     // SAFETY: DEVICE is an hsa_device_type_t (32-bit enum).
-    let device_type: u32 =
-        unsafe { agent_attribute(lib, agent, HSA_AGENT_INFO_DEVICE, "hsa_agent_get_info") }?;
+    let device_type: u32 = unsafe { calls::agent_info(lib, agent, HSA_AGENT_INFO_DEVICE) }?;
     // SAFETY: FEATURE is an hsa_agent_feature_t bit mask (32-bit enum).
-    let features: u32 =
-        unsafe { agent_attribute(lib, agent, HSA_AGENT_INFO_FEATURE, "hsa_agent_get_info") }?;
+    let features: u32 = unsafe { calls::agent_info(lib, agent, HSA_AGENT_INFO_FEATURE) }?;
     let wavefront_size: u32 = if device_type == HSA_DEVICE_TYPE_GPU {
         // SAFETY: WAVEFRONT_SIZE is a uint32_t.
-        unsafe {
-            agent_attribute(
-                lib,
-                agent,
-                HSA_AGENT_INFO_WAVEFRONT_SIZE,
-                "hsa_agent_get_info",
-            )
-        }?
+        unsafe { calls::agent_info(lib, agent, HSA_AGENT_INFO_WAVEFRONT_SIZE) }?
     } else {
         1
     };
@@ -140,25 +93,13 @@ fn agent_info(lib: &HsaLib, agent: hsa_agent_t) -> Result<AgentInfo, HsaError> {
     };
     let max_resident_waves = if device_type == HSA_DEVICE_TYPE_GPU {
         // SAFETY: COMPUTE_UNIT_COUNT and MAX_WAVES_PER_CU are uint32_t.
-        let units: u32 = unsafe {
-            agent_attribute(
-                lib,
-                agent,
-                HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT,
-                "hsa_agent_get_info",
-            )
-        }
-        .unwrap_or(0);
+        let units: u32 =
+            unsafe { calls::agent_info(lib, agent, HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT) }
+                .unwrap_or(0);
         // SAFETY: as above.
-        let waves: u32 = unsafe {
-            agent_attribute(
-                lib,
-                agent,
-                HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU,
-                "hsa_agent_get_info",
-            )
-        }
-        .unwrap_or(0);
+        let waves: u32 =
+            unsafe { calls::agent_info(lib, agent, HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU) }
+                .unwrap_or(0);
         units.saturating_mul(waves)
     } else {
         0
@@ -181,32 +122,15 @@ fn agent_info(lib: &HsaLib, agent: hsa_agent_t) -> Result<AgentInfo, HsaError> {
 }
 
 fn first_isa_name(lib: &HsaLib, agent: hsa_agent_t) -> Option<String> {
-    let mut isas: Vec<hsa_isa_t> = Vec::new();
-    // SAFETY: `collect_isa` pushes into the Vec that `data` points to, which outlives the call.
-    unsafe {
-        (lib.hsa_agent_iterate_isas)(agent, Some(collect_isa), (&mut isas as *mut Vec<_>).cast())
-    }
-    .result(lib, "hsa_agent_iterate_isas")
-    .ok()?;
-    let isa = *isas.first()?;
+    let isa = *calls::agent_isas(lib, agent).ok()?.first()?;
     let mut length = 0u32;
     // SAFETY: NAME_LENGTH is a uint32_t.
-    unsafe {
-        (lib.hsa_isa_get_info_alt)(
-            isa,
-            HSA_ISA_INFO_NAME_LENGTH,
-            (&mut length as *mut u32).cast(),
-        )
-    }
-    .result(lib, "hsa_isa_get_info_alt")
-    .ok()?;
+    unsafe { calls::isa_info(lib, isa, HSA_ISA_INFO_NAME_LENGTH, &mut length) }.ok()?;
     // Bound what we trust from the runtime: ISA names are a few dozen bytes.
     let length = usize::try_from(length).ok()?.min(4096);
     let mut name = vec![0u8; length + 1];
     // SAFETY: NAME writes NAME_LENGTH bytes (including any NUL); the buffer has one spare.
-    unsafe { (lib.hsa_isa_get_info_alt)(isa, HSA_ISA_INFO_NAME, name.as_mut_ptr().cast()) }
-        .result(lib, "hsa_isa_get_info_alt")
-        .ok()?;
+    unsafe { calls::isa_info(lib, isa, HSA_ISA_INFO_NAME, name.as_mut_slice()) }.ok()?;
     Some(c_text(&name))
 }
 

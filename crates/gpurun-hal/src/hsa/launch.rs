@@ -3,8 +3,8 @@
 //! fault the event handler recorded, or the queue's error. The shared loop (`crate::serve`)
 //! does the rest, waiting on the completion signal while the device is quiet.
 
-use super::driver::runtime_message;
 use super::driver::status_string;
+use super::driver::{calls, runtime_message};
 use super::memory::{PoolBuffer, Signal};
 use super::module::{HsaPrimitives, QueueState};
 use super::runtime::{fault_count, fault_text};
@@ -101,12 +101,12 @@ impl HsaPrimitives<'_> {
             )));
         }
         // SAFETY: the live queue; only this thread submits to it.
-        let index = unsafe { (lib.hsa_queue_add_write_index_relaxed)(queue, 1) };
+        let index = unsafe { calls::queue_add_write_index(&lib, queue, 1) };
         // Wait for the slot to be free: packets before ours must have been consumed.
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             // SAFETY: reading the read index of the live queue.
-            let read = unsafe { (lib.hsa_queue_load_read_index_scacquire)(queue) };
+            let read = unsafe { calls::queue_read_index(&lib, queue) };
             if index.wrapping_sub(read) < u64::from(size) {
                 break;
             }
@@ -126,7 +126,7 @@ impl HsaPrimitives<'_> {
             let target = base.cast::<u8>().add(slot * 64);
             std::ptr::copy_nonoverlapping(bytes.as_ptr().add(4), target.add(4), 60);
             AtomicU32::from_ptr(target.cast::<u32>()).store(header, Ordering::Release);
-            (lib.hsa_signal_store_screlease)(doorbell, index as i64);
+            calls::signal_store_release(&lib, doorbell, index as i64);
         }
         Ok(())
     }

@@ -2,8 +2,8 @@
 //! (host memory the GPU reads coherently: kernel arguments, argv/envp, the RPC buffer) and the
 //! coarse-grained pool of the GPU (device memory: `malloc` over RPC, the return slot).
 
+use super::driver::{calls, HsaError};
 use super::driver::{runtime, runtime_message};
-use super::driver::{HsaError, StatusExt};
 use crate::BackendError;
 use hsa_sys::*;
 use std::ffi::c_void;
@@ -71,70 +71,31 @@ pub(crate) fn device_memory_bytes(lib: &HsaLib, gpu: hsa_agent_t) -> Option<u64>
 }
 
 fn list_pools(lib: &HsaLib, agent: hsa_agent_t) -> Result<Vec<PoolInfo>, HsaError> {
-    let mut handles: Vec<hsa_amd_memory_pool_t> = Vec::new();
-    // SAFETY: `collect_pool` pushes into the Vec that `data` points to, which outlives the call.
-    unsafe {
-        (lib.hsa_amd_agent_iterate_memory_pools)(
-            agent,
-            Some(collect_pool),
-            (&mut handles as *mut Vec<_>).cast(),
-        )
-    }
-    .result(lib, "hsa_amd_agent_iterate_memory_pools")?;
-    handles
+    calls::agent_memory_pools(lib, agent)?
         .into_iter()
         .map(|pool| {
-            let mut segment = 0u32;
-            let mut flags = 0u32;
-            let mut size = 0usize;
-            let mut alloc_allowed = false;
             // SAFETY: SEGMENT is a 32-bit enum, GLOBAL_FLAGS a uint32_t, SIZE a size_t and
-            // RUNTIME_ALLOC_ALLOWED a bool; each out-pointer has that type.
+            // RUNTIME_ALLOC_ALLOWED a bool; each is read as that type.
             unsafe {
-                let get = lib.hsa_amd_memory_pool_get_info;
-                get(
+                let segment: u32 = calls::pool_info(lib, pool, HSA_AMD_MEMORY_POOL_INFO_SEGMENT)?;
+                let global_flags: u32 = if segment == HSA_AMD_SEGMENT_GLOBAL {
+                    calls::pool_info(lib, pool, HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS)?
+                } else {
+                    0
+                };
+                let size: usize = calls::pool_info(lib, pool, HSA_AMD_MEMORY_POOL_INFO_SIZE)?;
+                let alloc_allowed: bool =
+                    calls::pool_info(lib, pool, HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED)?;
+                Ok(PoolInfo {
                     pool,
-                    HSA_AMD_MEMORY_POOL_INFO_SEGMENT,
-                    (&mut segment as *mut u32).cast(),
-                )
-                .result(lib, "hsa_amd_memory_pool_get_info")?;
-                if segment == HSA_AMD_SEGMENT_GLOBAL {
-                    get(
-                        pool,
-                        HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS,
-                        (&mut flags as *mut u32).cast(),
-                    )
-                    .result(lib, "hsa_amd_memory_pool_get_info")?;
-                }
-                get(
-                    pool,
-                    HSA_AMD_MEMORY_POOL_INFO_SIZE,
-                    (&mut size as *mut usize).cast(),
-                )
-                .result(lib, "hsa_amd_memory_pool_get_info")?;
-                get(
-                    pool,
-                    HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED,
-                    (&mut alloc_allowed as *mut bool).cast(),
-                )
-                .result(lib, "hsa_amd_memory_pool_get_info")?;
+                    segment,
+                    global_flags,
+                    size: size as u64,
+                    alloc_allowed,
+                })
             }
-            Ok(PoolInfo {
-                pool,
-                segment,
-                global_flags: flags,
-                size: size as u64,
-                alloc_allowed,
-            })
         })
         .collect()
-}
-
-unsafe extern "C" fn collect_pool(pool: hsa_amd_memory_pool_t, data: *mut c_void) -> hsa_status_t {
-    // SAFETY: `data` is the Vec passed by `list_pools`, borrowed for this call.
-    let pools = unsafe { &mut *data.cast::<Vec<hsa_amd_memory_pool_t>>() };
-    pools.push(pool);
-    HSA_STATUS_SUCCESS
 }
 
 /// One allocation from a pool, freed on drop. Host pools (kernarg, fine-grained) give memory
@@ -160,18 +121,14 @@ impl PoolBuffer {
         len: usize,
         gpu: hsa_agent_t,
     ) -> Result<PoolBuffer, HsaError> {
-        let mut ptr: *mut c_void = std::ptr::null_mut();
-        // SAFETY: `ptr` is a valid out-pointer; flags must be 0.
-        unsafe { (lib.hsa_amd_memory_pool_allocate)(pool, len.max(1), 0, &mut ptr) }
-            .result(lib, "hsa_amd_memory_pool_allocate")?;
+        let ptr = calls::pool_allocate(lib, pool, len.max(1))?;
         let buffer = PoolBuffer {
             lib: Arc::clone(lib),
             ptr,
             len,
         };
-        // SAFETY: `ptr` was just allocated by the runtime; one agent, no flags.
-        unsafe { (lib.hsa_amd_agents_allow_access)(1, &gpu, std::ptr::null(), ptr) }
-            .result(lib, "hsa_amd_agents_allow_access")?;
+        // SAFETY: `ptr` was just allocated by the runtime and is owned by `buffer`.
+        unsafe { calls::allow_access(lib, gpu, ptr) }?;
         Ok(buffer)
     }
 
@@ -200,7 +157,7 @@ impl Drop for PoolBuffer {
     fn drop(&mut self) {
         // SAFETY: `ptr` came from hsa_amd_memory_pool_allocate and is freed once, here. A
         // failure leaks the memory and cannot be acted on in a destructor.
-        let _ = unsafe { (self.lib.hsa_amd_memory_pool_free)(self.ptr) };
+        let _ = unsafe { calls::pool_free(&self.lib, self.ptr) };
     }
 }
 
@@ -212,10 +169,7 @@ pub(crate) struct Signal {
 
 impl Signal {
     pub(crate) fn new(lib: &Arc<HsaLib>, initial: i64) -> Result<Signal, HsaError> {
-        let mut handle = hsa_signal_t::default();
-        // SAFETY: no consumer list (any agent may wait); `handle` is a valid out-pointer.
-        unsafe { (lib.hsa_signal_create)(initial, 0, std::ptr::null(), &mut handle) }
-            .result(lib, "hsa_signal_create")?;
+        let handle = calls::signal_create(lib, initial)?;
         Ok(Signal {
             lib: Arc::clone(lib),
             handle,
@@ -225,22 +179,14 @@ impl Signal {
     /// The current value.
     pub(crate) fn load(&self) -> i64 {
         // SAFETY: the signal is alive for `self`'s lifetime.
-        unsafe { (self.lib.hsa_signal_load_scacquire)(self.handle) }
+        unsafe { calls::signal_load_acquire(&self.lib, self.handle) }
     }
 
     /// Waits until the value is 0 or `timeout_ns` passes (the runtime may return earlier);
     /// returns the last value seen.
     pub(crate) fn wait_zero(&self, timeout_ns: u64) -> i64 {
         // SAFETY: the signal is alive for `self`'s lifetime.
-        unsafe {
-            (self.lib.hsa_signal_wait_scacquire)(
-                self.handle,
-                HSA_SIGNAL_CONDITION_EQ,
-                0,
-                timeout_ns,
-                HSA_WAIT_STATE_BLOCKED,
-            )
-        }
+        unsafe { calls::signal_wait_zero(&self.lib, self.handle, timeout_ns) }
     }
 }
 
@@ -248,7 +194,7 @@ impl Drop for Signal {
     fn drop(&mut self) {
         // SAFETY: created by hsa_signal_create and destroyed once; nothing waits on it after
         // its owner is gone.
-        let _ = unsafe { (self.lib.hsa_signal_destroy)(self.handle) };
+        let _ = unsafe { calls::signal_destroy(&self.lib, self.handle) };
     }
 }
 
@@ -266,21 +212,9 @@ pub(crate) unsafe fn copy_and_wait(
     len: usize,
 ) -> Result<(), BackendError> {
     let done = Signal::new(lib, 1).map_err(runtime)?;
-    // SAFETY: per the caller; no dependencies; `done` lives until the wait below ends.
-    unsafe {
-        (lib.hsa_amd_memory_async_copy)(
-            dst,
-            dst_agent,
-            src,
-            src_agent,
-            len,
-            0,
-            std::ptr::null(),
-            done.handle,
-        )
-    }
-    .result(lib, "hsa_amd_memory_async_copy")
-    .map_err(runtime)?;
+    // SAFETY: per the caller; `done` lives until the wait below ends.
+    unsafe { calls::memory_async_copy(lib, (dst, dst_agent), (src, src_agent), len, done.handle) }
+        .map_err(runtime)?;
     // A copy of a few KiB takes microseconds; a minute means the device is gone.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while done.wait_zero(100_000_000) != 0 {

@@ -2,9 +2,9 @@
 //! host-visible blocks (RPC buffer, argv, ...) and what `malloc` over RPC handed out; the
 //! primitives the shared module runs on.
 
-use super::device::{agent_attribute, Opened};
+use super::device::Opened;
 use super::driver::runtime;
-use super::driver::{status_string, HsaError, StatusExt};
+use super::driver::{calls, HsaError};
 use super::launch::HsaLaunch;
 use super::memory::{copy_and_wait, PoolBuffer, Signal};
 use super::packet::{
@@ -30,7 +30,7 @@ impl Drop for Executable {
     fn drop(&mut self) {
         // SAFETY: created by hsa_executable_create_alt and destroyed once; no kernel of it runs
         // any more (a module whose launch faulted or timed out is leaked instead, see launch.rs).
-        let _ = unsafe { (self.lib.hsa_executable_destroy)(self.handle) };
+        let _ = unsafe { calls::executable_destroy(&self.lib, self.handle) };
     }
 }
 
@@ -61,42 +61,22 @@ pub(crate) struct Queue {
 impl Queue {
     fn create(lib: &Arc<HsaLib>, gpu: hsa_agent_t) -> Result<Queue, HsaError> {
         // SAFETY: QUEUE_MIN_SIZE and QUEUE_MAX_SIZE are uint32_t.
-        let min: u32 = unsafe {
-            agent_attribute(
-                lib,
-                gpu,
-                HSA_AGENT_INFO_QUEUE_MIN_SIZE,
-                "hsa_agent_get_info",
-            )
-        }?;
+        let min: u32 = unsafe { calls::agent_info(lib, gpu, HSA_AGENT_INFO_QUEUE_MIN_SIZE) }?;
         // SAFETY: as above.
-        let max: u32 = unsafe {
-            agent_attribute(
-                lib,
-                gpu,
-                HSA_AGENT_INFO_QUEUE_MAX_SIZE,
-                "hsa_agent_get_info",
-            )
-        }?;
+        let max: u32 = unsafe { calls::agent_info(lib, gpu, HSA_AGENT_INFO_QUEUE_MAX_SIZE) }?;
         let size = queue_size(min, max);
         let state = Arc::new(QueueState::default());
-        let mut raw: *mut hsa_queue_t = std::ptr::null_mut();
         // SAFETY: `on_queue_error` matches the callback type; `data` points to the shared state,
-        // which outlives the queue (Drop destroys the queue before its reference goes). u32::MAX for
-        // both segment sizes means "no limit".
-        unsafe {
-            (lib.hsa_queue_create)(
+        // which outlives the queue (Drop destroys the queue before its reference goes).
+        let raw = unsafe {
+            calls::queue_create(
+                lib,
                 gpu,
                 size,
-                HSA_QUEUE_TYPE_MULTI,
                 Some(on_queue_error),
                 Arc::as_ptr(&state).cast_mut().cast(),
-                u32::MAX,
-                u32::MAX,
-                &mut raw,
             )
-        }
-        .result(lib, "hsa_queue_create")?;
+        }?;
         if raw.is_null() {
             return Err(HsaError {
                 call: "hsa_queue_create",
@@ -140,7 +120,7 @@ unsafe extern "C" fn on_queue_error(
 impl Drop for Queue {
     fn drop(&mut self) {
         // SAFETY: created by hsa_queue_create and destroyed once, before `state` is dropped.
-        let _ = unsafe { (self.lib.hsa_queue_destroy)(self.raw) };
+        let _ = unsafe { calls::queue_destroy(&self.lib, self.raw) };
     }
 }
 
@@ -230,20 +210,11 @@ fn load_executable(
     device: &Opened,
     code_object: &[u8],
 ) -> Result<Executable, BackendError> {
-    let mut reader = hsa_code_object_reader_t::default();
     // SAFETY: the bytes outlive the reader, which is destroyed below before returning.
-    unsafe {
-        (lib.hsa_code_object_reader_create_from_memory)(
-            code_object.as_ptr().cast(),
-            code_object.len(),
-            &mut reader,
-        )
-    }
-    .result(lib, "hsa_code_object_reader_create_from_memory")
-    .map_err(runtime)?;
+    let reader = unsafe { calls::code_object_reader(lib, code_object) }.map_err(runtime)?;
     let result = load_with_reader(lib, device, reader);
     // SAFETY: created above; the loaded executable does not depend on the reader.
-    let _ = unsafe { (lib.hsa_code_object_reader_destroy)(reader) };
+    let _ = unsafe { calls::code_object_reader_destroy(lib, reader) };
     result
 }
 
@@ -252,48 +223,22 @@ fn load_with_reader(
     device: &Opened,
     reader: hsa_code_object_reader_t,
 ) -> Result<Executable, BackendError> {
-    let mut handle = hsa_executable_t::default();
-    let empty = c"";
-    // SAFETY: valid out-pointer and an empty options string.
-    unsafe {
-        (lib.hsa_executable_create_alt)(
-            HSA_PROFILE_FULL,
-            HSA_DEFAULT_FLOAT_ROUNDING_MODE_ZERO,
-            empty.as_ptr(),
-            &mut handle,
-        )
-    }
-    .result(lib, "hsa_executable_create_alt")
-    .map_err(runtime)?;
+    let handle = calls::executable_create(lib).map_err(runtime)?;
     let executable = Executable {
         lib: Arc::clone(lib),
         handle,
     };
     let arch = device.info.arch.clone();
-    // SAFETY: live executable and reader, the GPU agent, empty options; we do not need the
-    // loaded-code-object handle (null is allowed).
-    unsafe {
-        (lib.hsa_executable_load_agent_code_object)(
-            handle,
-            device.gpu.agent,
-            reader,
-            empty.as_ptr(),
-            std::ptr::null_mut(),
-        )
-    }
-    .result(lib, "hsa_executable_load_agent_code_object")
-    .map_err(|error| {
-        BackendError::Incompatible(format!("the code object does not load on {arch}: {error}"))
-    })?;
-    // SAFETY: live executable, empty options. No change is allowed after this.
-    unsafe { (lib.hsa_executable_freeze)(handle, empty.as_ptr()) }
-        .result(lib, "hsa_executable_freeze")
-        .map_err(runtime)?;
-    let mut problems = 0u32;
-    // SAFETY: live executable, valid out-pointer.
-    unsafe { (lib.hsa_executable_validate)(handle, &mut problems) }
-        .result(lib, "hsa_executable_validate")
-        .map_err(runtime)?;
+    // SAFETY: a live executable, not frozen yet, and a live reader.
+    unsafe { calls::executable_load_code_object(lib, handle, device.gpu.agent, reader) }.map_err(
+        |error| {
+            BackendError::Incompatible(format!("the code object does not load on {arch}: {error}"))
+        },
+    )?;
+    // SAFETY: a live executable. No change is allowed after this.
+    unsafe { calls::executable_freeze(lib, handle) }.map_err(runtime)?;
+    // SAFETY: a live executable.
+    let problems = unsafe { calls::executable_validate(lib, handle) }.map_err(runtime)?;
     if problems != 0 {
         return Err(BackendError::Incompatible(format!(
             "the code object does not match the GPU ({arch}): hsa_executable_validate reported \
@@ -313,33 +258,24 @@ impl<'d> HsaPrimitives<'d> {
         let c_name = CString::new(name).map_err(|_| {
             BackendError::InvalidArgument(format!("symbol name `{name}` contains NUL"))
         })?;
-        let lib = self.lib();
-        let mut symbol = hsa_executable_symbol_t::default();
-        // SAFETY: live executable, NUL-terminated name, the GPU agent, valid out-pointer.
-        let status = unsafe {
-            (lib.hsa_executable_get_symbol_by_name)(
+        // SAFETY: the executable lives as long as `self`.
+        let symbol = unsafe {
+            calls::executable_symbol(
+                self.lib(),
                 self.res.executable.handle,
-                c_name.as_ptr(),
-                &self.device.gpu.agent,
-                &mut symbol,
+                &c_name,
+                self.device.gpu.agent,
             )
-        };
-        match status {
-            HSA_STATUS_SUCCESS => Ok(symbol),
-            HSA_STATUS_ERROR_INVALID_SYMBOL_NAME => Err(BackendError::MissingSymbol {
-                what: if name.ends_with(".kd") {
-                    "kernel"
-                } else {
-                    "global"
-                },
-                name: name.trim_end_matches(".kd").to_owned(),
-            }),
-            other => Err(runtime(HsaError {
-                call: "hsa_executable_get_symbol_by_name",
-                status: other,
-                description: status_string(lib, other),
-            })),
         }
+        .map_err(runtime)?;
+        symbol.ok_or_else(|| BackendError::MissingSymbol {
+            what: if name.ends_with(".kd") {
+                "kernel"
+            } else {
+                "global"
+            },
+            name: name.trim_end_matches(".kd").to_owned(),
+        })
     }
 
     /// Reads one symbol attribute of plain type `T`.
@@ -351,15 +287,8 @@ impl<'d> HsaPrimitives<'d> {
         symbol: hsa_executable_symbol_t,
         attribute: hsa_executable_symbol_info_t,
     ) -> Result<T, BackendError> {
-        let lib = self.lib();
-        let mut value = T::default();
-        // SAFETY: per the caller, the attribute writes exactly a `T`.
-        unsafe {
-            (lib.hsa_executable_symbol_get_info)(symbol, attribute, (&mut value as *mut T).cast())
-        }
-        .result(lib, "hsa_executable_symbol_get_info")
-        .map_err(runtime)?;
-        Ok(value)
+        // SAFETY: the symbol belongs to the live executable; `T` per the caller.
+        unsafe { calls::symbol_info(self.lib(), symbol, attribute) }.map_err(runtime)
     }
 
     /// Address and size of the global `name`.
@@ -544,11 +473,10 @@ impl Primitives for HsaPrimitives<'_> {
         // SAFETY: TIMESTAMP_FREQUENCY is a uint64_t. Runtimes older than ROCm 5.3 do not know
         // the attribute; the image then keeps its built-in default.
         let frequency: Result<u64, _> = unsafe {
-            agent_attribute(
+            calls::agent_info(
                 self.lib(),
                 self.device.gpu.agent,
                 HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY,
-                "hsa_agent_get_info",
             )
         };
         frequency.ok().filter(|hz| *hz > 0)

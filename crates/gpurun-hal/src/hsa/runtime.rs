@@ -1,8 +1,8 @@
 //! The loaded library and one reference on the initialised runtime, plus the process-wide
 //! memory-fault record fed by the system event handler.
 
+use super::driver::{calls, HsaError};
 use super::driver::{describe_memory_fault, not_available, runtime};
-use super::driver::{HsaError, StatusExt};
 use crate::BackendError;
 use hsa_sys::*;
 use std::ffi::{c_void, OsString};
@@ -55,10 +55,7 @@ impl Runtime {
                 return Ok(open);
             }
         }
-        // SAFETY: `hsa_init` takes no arguments and may be called any number of times.
-        unsafe { (lib.hsa_init)() }
-            .result(&lib, "hsa_init")
-            .map_err(runtime)?;
+        calls::init(&lib).map_err(runtime)?;
         let opened = Arc::new(Runtime {
             lib,
             timestamp_hz: OnceLock::new(),
@@ -80,37 +77,23 @@ impl Runtime {
     /// on Linux; asked once, 1 GHz if the runtime does not say).
     pub(crate) fn timestamp_hz(&self) -> u64 {
         *self.timestamp_hz.get_or_init(|| {
-            let mut hz = 0u64;
             // SAFETY: TIMESTAMP_FREQUENCY is a uint64_t.
-            let asked = unsafe {
-                (self.lib.hsa_system_get_info)(
-                    HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY,
-                    (&mut hz as *mut u64).cast(),
-                )
-            };
-            if asked == HSA_STATUS_SUCCESS && hz > 0 {
-                hz
-            } else {
-                1_000_000_000
-            }
+            let asked: Result<u64, _> =
+                unsafe { calls::system_info(&self.lib, HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY) };
+            asked.ok().filter(|&hz| hz > 0).unwrap_or(1_000_000_000)
         })
     }
 
     /// `HSA_SYSTEM_INFO_VERSION_MAJOR.MINOR`, e.g. `HSA 1.1`.
     pub(crate) fn version(&self) -> Option<String> {
-        let mut major = 0u16;
-        let mut minor = 0u16;
-        // SAFETY: both attributes are documented as uint16_t; the out-pointers fit.
-        let asked = unsafe {
-            (self.lib.hsa_system_get_info)(
-                HSA_SYSTEM_INFO_VERSION_MAJOR,
-                (&mut major as *mut u16).cast(),
-            ) | (self.lib.hsa_system_get_info)(
-                HSA_SYSTEM_INFO_VERSION_MINOR,
-                (&mut minor as *mut u16).cast(),
+        // SAFETY: both attributes are documented as uint16_t.
+        let (major, minor): (u16, u16) = unsafe {
+            (
+                calls::system_info(&self.lib, HSA_SYSTEM_INFO_VERSION_MAJOR).ok()?,
+                calls::system_info(&self.lib, HSA_SYSTEM_INFO_VERSION_MINOR).ok()?,
             )
         };
-        (asked == HSA_STATUS_SUCCESS).then(|| format!("HSA {major}.{minor}"))
+        Some(format!("HSA {major}.{minor}"))
     }
 }
 
@@ -119,7 +102,7 @@ impl Drop for Runtime {
         // SAFETY: balances the successful `hsa_init` of `open`. Every object created through
         // this runtime holds an `Arc<Runtime>`, so none outlives this call. A failure cannot be
         // acted on here and is ignored.
-        let _ = unsafe { (self.lib.hsa_shut_down)() };
+        let _ = unsafe { calls::shut_down(&self.lib) };
     }
 }
 
@@ -143,9 +126,8 @@ fn register_fault_handler(lib: &HsaLib) -> Result<(), HsaError> {
     // SAFETY: the handler is a plain function that stays valid for the process; it ignores
     // `data`, so null is fine.
     unsafe {
-        (lib.hsa_amd_register_system_event_handler)(Some(on_system_event), std::ptr::null_mut())
+        calls::register_system_event_handler(lib, Some(on_system_event), std::ptr::null_mut())
     }
-    .result(lib, "hsa_amd_register_system_event_handler")
 }
 
 /// Records a GPU memory fault or hardware exception (a hang the GPU was reset for, an ECC error)
