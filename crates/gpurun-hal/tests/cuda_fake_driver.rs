@@ -2,9 +2,10 @@
 //! through `LD_LIBRARY_PATH`): which driver calls it makes, with which arguments, in which
 //! order. No GPU needed; the fake records every call to a log file.
 //!
-//! Each scenario runs in a child process (this test binary again, `fake_driver_child`): the
-//! dynamic loader reads `LD_LIBRARY_PATH` at process start, and `cuInit` and the stack-size
-//! setting happen once per process.
+//! Each scenario runs in a child process (this test binary again, `fake_driver_child`, through
+//! the `Backend` API; or `cargo gpurun run`, through the real worker): the dynamic loader reads
+//! `LD_LIBRARY_PATH` at process start, and `cuInit` and the stack-size setting happen once per
+//! process.
 
 #![cfg(target_os = "linux")]
 
@@ -55,33 +56,36 @@ const SHAPE: LaunchShape = LaunchShape {
     blocks: [2, 1, 1],
 };
 
-/// The fake driver, built once per test process and copied as `libcuda.so` into a directory
+/// The JSON messages of `cargo build -p PACKAGE TARGET...` in this workspace, with the cargo
+/// running the tests; panics with cargo's output if the build fails.
+fn cargo_build(package: &str, target: &[&str]) -> Vec<serde_json::Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["build", "--locked", "--message-format=json", "-p", package])
+        .args(target)
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "building {package} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .collect()
+}
+
+/// The fake driver, built once per test process and linked as `libcuda.so` into a directory
 /// of its own.
 fn fake_driver_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let output = Command::new(cargo)
-            .args([
-                "build",
-                "--locked",
-                "-p",
-                "gpurun-fake-driver",
-                "--message-format=json",
-            ])
-            .arg("--manifest-path")
-            .arg(root.join("Cargo.toml"))
-            .output()
-            .expect("cargo runs");
-        assert!(
-            output.status.success(),
-            "building the fake driver failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let library = String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        let library = cargo_build("gpurun-fake-driver", &["--lib"])
+            .into_iter()
             .filter(|message| message["target"]["name"] == "gpurun_fake_driver")
             .flat_map(|message| message["filenames"].as_array().cloned().unwrap_or_default())
             .filter_map(|name| name.as_str().map(PathBuf::from))
@@ -119,22 +123,11 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
     let dir = fake_driver_dir();
     let log = dir.join(format!("{scenario}-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
-    let mut search = dir.as_os_str().to_owned();
-    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-        search.push(":");
-        search.push(old);
-    }
     let mut command = Command::new(std::env::current_exe().unwrap());
-    command
+    with_fake_driver(&mut command, &log)
         .args(["--exact", "fake_driver_child", "--ignored", "--nocapture"])
-        .env("LD_LIBRARY_PATH", search)
-        .env(LOG_ENV, &log)
         .env(SCENARIO_ENV, scenario)
-        .env_remove("CUDA_LAUNCH_BLOCKING")
-        .env_remove("CUDA_MODULE_LOADING");
-    for (name, value) in settings {
-        command.env(name, value);
-    }
+        .envs(settings.iter().copied());
     let output = command.output().unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
@@ -142,8 +135,28 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         "{scenario}: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
+    read_log(&log)
+}
+
+/// `command` set up to find the fake driver first and log its calls to `log`, with none of the
+/// CUDA variables the tests are about inherited.
+fn with_fake_driver<'c>(command: &'c mut Command, log: &Path) -> &'c mut Command {
+    let mut search = fake_driver_dir().as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        search.push(":");
+        search.push(old);
+    }
+    command
+        .env("LD_LIBRARY_PATH", search)
+        .env(LOG_ENV, log)
+        .env_remove("CUDA_LAUNCH_BLOCKING")
+        .env_remove("CUDA_MODULE_LOADING")
+}
+
+/// The calls recorded in `log`, in order (the file is removed).
+fn read_log(log: &Path) -> Vec<Call> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let _ = std::fs::remove_file(log);
     let calls: Vec<Call> = text
         .lines()
         .map(|line| {
@@ -160,7 +173,8 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         .collect();
     assert!(
         calls.first().is_some_and(|call| call.function == "cuInit"),
-        "{scenario}: the driver was not used or cuInit was not first: {calls:#?}"
+        "{}: the driver was not used or cuInit was not first: {calls:#?}",
+        log.display()
     );
     calls
 }
@@ -467,4 +481,71 @@ fn fault_leaks_the_module_and_context() {
             "{function} after a fault: {calls:#?}"
         );
     }
+}
+
+/// The `cargo-gpurun` binary of this workspace, built once per test process.
+fn gpurun_binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        cargo_build("cargo-gpurun", &["--bin", "cargo-gpurun"])
+            .into_iter()
+            .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+            .expect("cargo names the cargo-gpurun binary")
+    })
+}
+
+/// `cargo gpurun run --backend cuda OPTIONS` of a PTX image with an empty `_start`, through the
+/// real worker process, against the fake driver; the worker's driver calls.
+fn run_through_worker(name: &str, options: &[&str], env: &[(&str, &str)]) -> Vec<Call> {
+    let dir = fake_driver_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let image = dir.join("start.ptx");
+    std::fs::write(
+        &image,
+        ".version 7.0\n.target sm_70\n.address_size 64\n\n.visible .entry _start()\n{\n    ret;\n}\n",
+    )
+    .unwrap();
+    let log = dir.join("calls.log");
+    let mut command = Command::new(gpurun_binary());
+    with_fake_driver(&mut command, &log)
+        .args(["gpurun", "run", "--backend", "cuda"])
+        .args(options)
+        .arg(&image)
+        .envs(env.iter().copied());
+    let output = command.output().unwrap();
+    assert!(
+        output.status.success(),
+        "{name}: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let calls = read_log(&log);
+    std::fs::remove_dir_all(&dir).unwrap();
+    calls
+}
+
+/// Items 4 and 13 of issue 14 through the real worker: `cargo gpurun run` starts the driver
+/// with eager module loading (unless the user chose a mode) and sets the stack before the
+/// module loads, from `--stack-size` or the default.
+#[test]
+fn worker_loads_eagerly_with_the_stack_set_first() {
+    let stack_order = |calls: &[Call], value: &str| {
+        let limits = positions(calls, "cuCtxSetLimit", "");
+        assert_eq!(limits.len(), 1, "{calls:#?}");
+        assert_eq!(
+            calls[limits[0]].details,
+            format!("CU_LIMIT_STACK_SIZE value={value}")
+        );
+        assert!(limits[0] < first(calls, "cuModuleLoadDataEx", ""));
+        assert!(first(calls, "cuModuleLoadDataEx", "") < first(calls, "cuLaunchKernel", "_start"));
+    };
+    let calls = run_through_worker("default", &[], &[]);
+    assert_eq!(calls[0].details, "flags=0 CUDA_MODULE_LOADING=EAGER");
+    stack_order(&calls, &DEFAULT_STACK_SIZE.to_string());
+
+    let calls = run_through_worker("stack", &["--stack-size", "8192"], &[]);
+    stack_order(&calls, "8192");
+
+    let calls = run_through_worker("lazy", &[], &[("CUDA_MODULE_LOADING", "LAZY")]);
+    assert_eq!(calls[0].details, "flags=0 CUDA_MODULE_LOADING=LAZY");
 }
