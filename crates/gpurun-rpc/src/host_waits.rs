@@ -58,6 +58,7 @@ impl HostWaits {
     /// `words` must be null or point to a zeroed (then only atomically accessed), 4-aligned
     /// block of `size(port_count)` bytes that outlives every use of the returned value, and
     /// callers must pass port indices below that `port_count`.
+    #[cfg(not(loom))]
     #[inline(always)]
     pub(crate) unsafe fn new(words: *const AtomicU32) -> Option<HostWaits> {
         if !SUPPORTED || words.is_null() {
