@@ -81,7 +81,7 @@ fn serve(server: &Server, stop: &AtomicBool) -> u64 {
         };
         resume = port.index() + 1;
         let result = match port.opcode() {
-            opcode::TEST_INCREMENT => port.recv_and_send(|b, _| b.data[0] = b.data[0] + 1),
+            opcode::TEST_INCREMENT => port.recv_and_send(|b, _| b.data[0] += 1),
             opcode::NOOP => port.recv(|_, _| {}),
             opcode::TEST_STREAM => {
                 let mut target = Some(&mut sink[..]);
