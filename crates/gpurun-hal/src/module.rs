@@ -57,6 +57,14 @@ pub trait Primitives {
         Ok(None)
     }
 
+    /// For backends whose every RPC client is a host thread (host emulation, scripted): `size`
+    /// zeroed host bytes, aligned to 64, for `gpurun_rpc::host_waits`, so that both sides sleep
+    /// until the other acts instead of polling. Needs a doorbell (its record names the block).
+    /// The default is none: a GPU cannot wake a sleeping server.
+    fn host_waits(&mut self, _size: usize) -> Result<Option<SharedAlloc>, BackendError> {
+        Ok(None)
+    }
+
     /// Device memory for RPC `malloc`/`free` (and [`Module::alloc_device`]).
     fn heap(&mut self) -> &mut dyn DeviceMemory;
 
@@ -269,11 +277,16 @@ fn install_rpc<P: Primitives>(
         true => primitives.doorbell_counter()?,
         false => None,
     };
+    let waits = match &counter {
+        Some(_) => primitives.host_waits(layout.host_waits_size())?,
+        None => None,
+    };
     if let Some(counter) = &counter {
         let record = Doorbell {
             value: counter.device,
             mailbox: 0,
             event_id: 0,
+            host_waits: waits.as_ref().map_or(0, |block| block.device),
         };
         // SAFETY: as above; the counter lives as long as the buffer (both owned by the
         // primitives) at the address the device uses.
@@ -288,6 +301,11 @@ fn install_rpc<P: Primitives>(
         // SAFETY: 8 zeroed, 8-aligned bytes (host-visible blocks are 64-aligned) that the device
         // updates only atomically and that outlive the server, as the buffer does.
         unsafe { server.attach_doorbell(counter.host.cast::<AtomicU64>()) };
+    }
+    if let Some(block) = waits {
+        // SAFETY: `host_waits_size()` zeroed, 64-aligned bytes owned by the primitives like the
+        // buffer (so they outlive the server), accessed only atomically by both sides.
+        unsafe { server.attach_host_waits(block.host) };
     }
     Ok(server)
 }

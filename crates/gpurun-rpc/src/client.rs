@@ -5,6 +5,7 @@
 //! speaks first. Dropping a port right after a `send` is allowed (fire and forget): the port stays
 //! with the server until it has read the packet, and other warps skip it meanwhile.
 
+use crate::host_waits::{HostWaits, CHECKS_BEFORE_SLEEP};
 use crate::lanes::Lanes;
 use crate::layout::{Buffer, Header, FIRST_PACKET_PAYLOAD, MAX_PORT_COUNT};
 // Only the real constructor takes a layout; the loom model builds clients from parts.
@@ -193,9 +194,15 @@ impl Client {
         if view.port_count == 0 || view.port_count > MAX_PORT_COUNT {
             return None;
         }
+        let waits = host_waits(lanes, view.doorbell);
         let mut index = 0u32;
         let mut laps = 0u32;
+        // Set while this lap counts as a sleeper on the opener sequence (see `host_waits`).
+        let mut sleep_token = None;
         loop {
+            if index == 0 && laps >= CHECKS_BEFORE_SLEEP {
+                sleep_token = waits.map(|waits| waits.opener_prepare());
+            }
             let mask = lanes.lane_mask();
             // Lanes that diverged and re-converged must agree on the port they try.
             index = lanes.broadcast(mask, index);
@@ -225,6 +232,9 @@ impl Client {
                     }
                     lanes.sync(mask);
                     notify(lanes, mask, view.doorbell);
+                    if let (Some(waits), Some(token)) = (waits, sleep_token) {
+                        waits.opener_sleep(token, false);
+                    }
                     return Some(Port {
                         client: self,
                         lanes,
@@ -234,6 +244,7 @@ impl Client {
                         out: outbox,
                         receive: false,
                         owns_buffer: true,
+                        waits,
                     });
                 }
                 // Still with the server (a fire-and-forget send not yet read): try the next.
@@ -242,10 +253,40 @@ impl Client {
             index += 1;
             if index == view.port_count {
                 index = 0;
-                lanes.sleep_briefly(laps);
+                match (waits, sleep_token.take()) {
+                    // A whole lap found no free port since the token was taken: sleep until a
+                    // port is unlocked or handed back.
+                    (Some(waits), Some(token)) => waits.opener_sleep(token, true),
+                    _ => lanes.sleep_briefly(laps),
+                }
                 laps = laps.saturating_add(1);
             }
         }
+    }
+}
+
+/// The host waits block the doorbell record names, when this lane can block and the host
+/// installed one.
+#[inline(always)]
+fn host_waits<L: Lanes>(lanes: &L, doorbell: *mut u8) -> Option<HostWaits> {
+    #[cfg(loom)]
+    {
+        // The loom models have no doorbell, and their waits must stay yields.
+        let _ = (lanes, doorbell);
+        None
+    }
+    #[cfg(not(loom))]
+    {
+        if !lanes.blocking_waits() || doorbell.is_null() {
+            return None;
+        }
+        let record = doorbell as *const Doorbell;
+        // SAFETY: a non-null doorbell pointer is the start of the shared allocation, where the
+        // loader wrote the 64-byte record before launch (volatile: written outside our view).
+        let words = unsafe { ptr::read_volatile(ptr::addr_of!((*record).host_waits)) };
+        // SAFETY: a host that names a block there allocated it as `host_waits` requires
+        // (zeroed, `Layout::host_waits_size()` bytes, outliving the launch).
+        unsafe { HostWaits::new(words as usize as *const AtomicU32) }
     }
 }
 
@@ -308,6 +349,8 @@ pub struct Port<'a, L: Lanes> {
     receive: bool,
     /// We own the packet (it is safe to write without waiting).
     owns_buffer: bool,
+    /// Sleep and wake instead of polling (host lanes with a host that installed the block).
+    waits: Option<HostWaits>,
 }
 
 impl<L: Lanes> Port<'_, L> {
@@ -322,9 +365,14 @@ impl<L: Lanes> Port<'_, L> {
     }
 
     #[inline(always)]
-    fn load_inbox(&self) -> u32 {
+    fn inbox_word(&self) -> &AtomicU32 {
         // SAFETY: `index < port_count`: inside the client inbox array.
-        let value = unsafe { sync::load_mailbox(&*self.view.inbox.add(self.index as usize)) };
+        unsafe { &*self.view.inbox.add(self.index as usize) }
+    }
+
+    #[inline(always)]
+    fn load_inbox(&self) -> u32 {
+        let value = sync::load_mailbox(self.inbox_word());
         self.lanes.broadcast(self.lane_mask, value)
     }
 
@@ -333,7 +381,12 @@ impl<L: Lanes> Port<'_, L> {
         // The client owns the packet when both mailboxes agree.
         let mut attempt = 0u32;
         while inbox != self.out {
-            self.lanes.sleep_briefly(attempt);
+            match self.waits {
+                Some(waits) if attempt >= CHECKS_BEFORE_SLEEP => {
+                    waits.sleep_on_port(self.index, self.inbox_word(), inbox)
+                }
+                _ => self.lanes.sleep_briefly(attempt),
+            }
             attempt = attempt.saturating_add(1);
             inbox = self.load_inbox();
         }
@@ -348,6 +401,9 @@ impl<L: Lanes> Port<'_, L> {
         if self.lanes.is_first_lane(self.lane_mask) {
             // SAFETY: `index < port_count`: inside the client outbox array.
             unsafe { sync::store_mailbox(&*self.view.outbox.add(self.index as usize), next) };
+            if let Some(waits) = self.waits {
+                waits.wake_server();
+            }
         }
         self.out = next;
     }
@@ -479,5 +535,10 @@ impl<L: Lanes> Drop for Port<'_, L> {
         // The client never hands the packet back on close: after a send it is the server's,
         // after a recv the next opener may write it directly.
         self.client.unlock(self.lanes, self.lane_mask, self.index);
+        if let Some(waits) = self.waits {
+            if self.lanes.is_first_lane(self.lane_mask) {
+                waits.wake_openers();
+            }
+        }
     }
 }

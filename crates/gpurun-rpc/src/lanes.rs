@@ -37,6 +37,13 @@ pub trait Lanes {
     /// the current wait (from 0), so host implementations can escalate from spinning to
     /// yielding to sleeping. GPU implementations sleep a fixed short time.
     fn sleep_briefly(&self, attempt: u32);
+    /// Whether this lane is a host thread that may sleep in the kernel and wake the server with
+    /// a system call (see [`crate::host_waits`]); the client then uses the host waits block the
+    /// doorbell record names. GPU lanes cannot.
+    #[inline(always)]
+    fn blocking_waits(&self) -> bool {
+        false
+    }
     /// Wakes a host thread sleeping on the doorbell (called by one lane on the 0 → 1 edge of
     /// the counter). AMD GPUs raise an interrupt for it; elsewhere the host sees the counter.
     #[inline(always)]
@@ -104,6 +111,10 @@ impl Lanes for HostLane {
     fn sleep_briefly(&self, attempt: u32) {
         let mut spins = attempt;
         crate::sync::host_backoff(&mut spins);
+    }
+    #[inline(always)]
+    fn blocking_waits(&self) -> bool {
+        crate::host_waits::SUPPORTED
     }
 }
 

@@ -88,6 +88,11 @@ pub struct Doorbell {
     pub mailbox: u64,
     /// Event id written to the mailbox.
     pub event_id: u32,
+    /// Our extension, in bytes LLVM's record leaves as padding (zero unless a host writes it):
+    /// the host address of the [`crate::host_waits`] block when every client is a host thread,
+    /// so that waits sleep in the kernel instead of polling. Read only by clients whose
+    /// [`crate::Lanes::blocking_waits`] is true; GPU clients ignore it.
+    pub host_waits: u64,
 }
 
 #[cfg(target_pointer_width = "64")]
@@ -96,6 +101,8 @@ const _: () = {
     assert!(core::mem::align_of::<Buffer>() == 8);
     assert!(core::mem::size_of::<Header>() == 16);
     assert!(core::mem::size_of::<Doorbell>() == DOORBELL_SIZE);
+    assert!(core::mem::offset_of!(Doorbell, event_id) == 16);
+    assert!(core::mem::offset_of!(Doorbell, host_waits) == 24);
 };
 
 /// Why a layout cannot be built.
@@ -264,6 +271,12 @@ impl Layout {
     /// Bytes of the whole shared allocation (`[64] + 24·N + 64·N·L`).
     pub const fn allocation_size(&self) -> usize {
         self.packet_offset() + 64 * self.port_count as usize * self.lane_size as usize
+    }
+
+    /// Bytes of the zeroed, 64-byte aligned host block that makes waits block when both sides
+    /// are host threads (see [`crate::host_waits`]).
+    pub const fn host_waits_size(&self) -> usize {
+        crate::host_waits::size(self.port_count)
     }
 
     /// Zeroes an allocation before first use, so that every port starts owned by the client and

@@ -14,6 +14,7 @@
 //!   answers them. It never trusts the shared memory: masks, sizes and opcodes are bounded.
 //! - [`lanes`]: the warp operations the client needs (lane id, active mask, ballot, broadcast,
 //!   sync, sleep), implemented for nvptx, amdgpu and host threads.
+//! - [`host_waits`]: blocking (futex) waits for when client and server are both host threads.
 //! - [`opcode`]: LLVM libc's opcode numbers and our own (`'g'` class), with the message sequence
 //!   of each one.
 //! - [`calls`]: the client side of each request our device runtime makes, written once (the
@@ -60,6 +61,7 @@ extern crate std;
 mod arch;
 pub mod calls;
 pub mod client;
+pub mod host_waits;
 pub mod lanes;
 pub mod layout;
 pub mod opcode;

@@ -29,6 +29,7 @@
 //! ```
 
 use crate::client::LOCK_WORDS;
+use crate::host_waits::{HostWaits, CHECKS_BEFORE_SLEEP};
 // Only the real constructor takes a layout; the loom model builds servers from parts.
 #[cfg(not(loom))]
 use crate::layout::Layout;
@@ -70,6 +71,9 @@ pub struct Server {
     cancelled: AtomicBool,
     /// The doorbell counter the host installed (null: none). Never read from shared memory.
     doorbell: *const AtomicU64,
+    /// Sleep and wake instead of polling: every client is a host thread (see
+    /// [`Server::attach_host_waits`]).
+    waits: Option<HostWaits>,
 }
 
 // SAFETY: the pointers are fixed at construction; the memory they address is accessed with
@@ -101,6 +105,7 @@ impl Server {
                 lock: [const { AtomicU32::new(0) }; LOCK_WORDS],
                 cancelled: AtomicBool::new(false),
                 doorbell: ptr::null(),
+                waits: None,
             }
         }
     }
@@ -128,6 +133,7 @@ impl Server {
             lock: [AtomicU32::new(0)],
             cancelled: AtomicBool::new(false),
             doorbell: ptr::null(),
+            waits: None,
         }
     }
 
@@ -142,6 +148,26 @@ impl Server {
     /// server.
     pub unsafe fn attach_doorbell(&mut self, counter: *const AtomicU64) {
         self.doorbell = counter;
+    }
+
+    /// Sleeps in the kernel instead of polling, woken by the clients, using `block`: the host
+    /// block whose address the host also wrote in the doorbell record's `host_waits` field
+    /// (see [`crate::host_waits`]). Only for allocations whose every client is a host thread
+    /// that can block ([`crate::Lanes::blocking_waits`]): a GPU cannot wake the server. Builds
+    /// without the futex (not Linux, no `std`) ignore it and keep polling.
+    ///
+    /// # Safety
+    /// `block` must point to [`Layout::host_waits_size`] zeroed bytes, 4-aligned, only accessed
+    /// atomically, that outlive the server.
+    #[cfg(not(loom))]
+    pub unsafe fn attach_host_waits(&mut self, block: *const u8) {
+        // SAFETY: forwarded from the caller; the block is sized for this layout's ports.
+        self.waits = unsafe { HostWaits::new(block as *const AtomicU32) };
+    }
+
+    /// Whether this server sleeps on a host waits block ([`Server::attach_host_waits`]).
+    pub fn has_host_waits(&self) -> bool {
+        self.waits.is_some()
     }
 
     #[inline]
@@ -171,22 +197,43 @@ impl Server {
     /// without one it scans the mailboxes. The wait spins briefly, then yields, then sleeps in
     /// growing steps up to 1.6 ms (see [`sync::host_backoff`]), so an idle kernel costs little
     /// CPU. A launch loop calls it when a poll found nothing, then polls again.
+    ///
+    /// With host waits ([`Server::attach_host_waits`]) it sleeps until a client hands a packet
+    /// over instead, and "work" means a port with a pending packet (a request opened but not
+    /// sent yet is nothing to do).
     #[cfg(all(feature = "std", not(loom)))]
     pub fn wait_for_request(&self, timeout: core::time::Duration) -> bool {
         let started = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
-            let ready = match self.open_requests() {
-                Some(open) => open != 0,
-                None => self.has_pending(),
-            };
+            let ready = self.may_have_request();
             if ready {
                 return true;
             }
-            if self.cancelled.load(Ordering::Acquire) || started.elapsed() >= timeout {
+            let elapsed = started.elapsed();
+            if self.cancelled.load(Ordering::Acquire) || elapsed >= timeout {
                 return false;
             }
-            sync::host_backoff(&mut spins);
+            match self.waits {
+                Some(waits) if spins >= CHECKS_BEFORE_SLEEP => {
+                    let token = waits.server_prepare();
+                    let idle = !self.may_have_request() && !self.cancelled.load(Ordering::Acquire);
+                    waits.server_sleep(token, idle, Some(timeout - elapsed));
+                }
+                _ => sync::host_backoff(&mut spins),
+            }
+        }
+    }
+
+    /// [`Server::wait_for_request`]'s test. A zero doorbell counter rules requests out with one
+    /// load (clients ring before they send). With host waits a request counts only once its
+    /// packet is there (a scan), so that the server sleeps while a client prepares it.
+    #[cfg(all(feature = "std", not(loom)))]
+    fn may_have_request(&self) -> bool {
+        match self.open_requests() {
+            Some(0) => false,
+            Some(_) if self.waits.is_none() => true,
+            _ => self.has_pending(),
         }
     }
 
@@ -205,6 +252,9 @@ impl Server {
     /// (e.g. when the kernel ended or faulted mid-conversation) until [`Server::resume`].
     pub fn cancel(&self) {
         self.cancelled.store(true, Ordering::Release);
+        if let Some(waits) = self.waits {
+            waits.wake_server_always();
+        }
     }
 
     /// Lets waits for the device block again after [`Server::cancel`].
@@ -445,7 +495,16 @@ impl<'a> ServerPort<'a> {
                 }
                 break;
             }
-            sync::host_backoff(&mut spins);
+            match self.server.waits {
+                Some(waits) if spins >= CHECKS_BEFORE_SLEEP => {
+                    // Sleep until a client hands a packet over or `cancel` (both wake us).
+                    let token = waits.server_prepare();
+                    let waiting = self.load_inbox() == self.out
+                        && !self.server.cancelled.load(Ordering::Acquire);
+                    waits.server_sleep(token, waiting, None);
+                }
+                _ => sync::host_backoff(&mut spins),
+            }
             inbox = self.load_inbox();
         }
         sync::acquire_fence();
@@ -457,7 +516,11 @@ impl<'a> ServerPort<'a> {
         let next = self.out ^ 1;
         sync::release_fence();
         // SAFETY: `index < port_count`: inside the server outbox array.
-        unsafe { sync::store_mailbox(&*self.server.outbox.add(self.index as usize), next) };
+        let mailbox = unsafe { &*self.server.outbox.add(self.index as usize) };
+        sync::store_mailbox(mailbox, next);
+        if let Some(waits) = self.server.waits {
+            waits.wake_port(self.index, mailbox);
+        }
         self.out = next;
     }
 

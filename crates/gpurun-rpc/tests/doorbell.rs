@@ -25,6 +25,7 @@ fn ring_to(shared: &mut Shared, bell: &Bell) -> bool {
         value: bell.counter.as_ptr() as u64,
         mailbox: bell.mailbox.as_ptr() as u64,
         event_id: EVENT_ID,
+        host_waits: 0,
     };
     let layout = shared.layout;
     // SAFETY: the allocation is live, 64-aligned and unused; counter and mailbox outlive it.

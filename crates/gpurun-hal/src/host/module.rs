@@ -125,6 +125,11 @@ impl Primitives for HostPrimitives {
         self.memory.alloc_shared(8).map(Some)
     }
 
+    fn host_waits(&mut self, size: usize) -> Result<Option<SharedAlloc>, BackendError> {
+        // Every client is a host thread: both sides may sleep and wake each other.
+        self.memory.alloc_shared(size).map(Some)
+    }
+
     fn heap(&mut self) -> &mut dyn DeviceMemory {
         &mut self.memory
     }

@@ -61,6 +61,11 @@ impl Primitives for ScriptedPrimitives {
         self.memory.alloc_shared(8).map(Some)
     }
 
+    fn host_waits(&mut self, size: usize) -> Result<Option<SharedAlloc>, BackendError> {
+        // Every client is a host thread: both sides may sleep and wake each other.
+        self.memory.alloc_shared(size).map(Some)
+    }
+
     fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
         self.memory.read(address, len)
     }

@@ -112,6 +112,17 @@ impl RpcServer {
         unsafe { self.server.attach_doorbell(counter) }
     }
 
+    /// Sleeps on the host waits block the host wrote into the doorbell record instead of
+    /// polling ([`gpurun_rpc::Server::attach_host_waits`]); only when every client is a host
+    /// thread.
+    ///
+    /// # Safety
+    /// As [`gpurun_rpc::Server::attach_host_waits`].
+    pub unsafe fn attach_host_waits(&mut self, block: *const u8) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.server.attach_host_waits(block) }
+    }
+
     /// Blocks (spin, yield, then sleeps of up to 1.6 ms) until a request may be pending,
     /// [`RpcServer::cancel`] is called or `timeout` passes; returns whether to poll now. With a
     /// doorbell it watches one counter, without one it scans the mailboxes.
