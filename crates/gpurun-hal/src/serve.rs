@@ -420,6 +420,8 @@ impl<'a> Loop<'a> {
 
     fn run(mut self, memory: &mut dyn DeviceMemory, sink: &mut dyn Sink) -> Finish {
         let mut backoff = Backoff::new();
+        // Whether the sink has heard of the current quiet spell.
+        let mut told_idle = false;
         loop {
             let state = self.launch.state();
             let handled = match self.serve(memory, sink, state == LaunchState::Running) {
@@ -443,10 +445,17 @@ impl<'a> Loop<'a> {
             }
             if handled > 0 {
                 backoff.busy();
+                told_idle = false;
             } else {
                 match backoff.next() {
                     Pause::Spin => std::hint::spin_loop(),
                     Pause::Yield => std::thread::yield_now(),
+                    // The device has been quiet for a few hundred looks: the sink may write
+                    // what it holds back.
+                    Pause::Wait(_) if !told_idle => {
+                        told_idle = true;
+                        sink.idle();
+                    }
                     // With a doorbell, wake when the device opens a request; else wait on the
                     // launch (HSA: its completion signal).
                     Pause::Wait(pause) => match self.rpc {
