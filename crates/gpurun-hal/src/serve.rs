@@ -18,7 +18,7 @@ use crate::server::RpcServer;
 use crate::server::{DeviceMemory, Served, Sink};
 use crate::{BackendError, LaunchEnd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 /// How long the other threads may keep running after one called `exit()` or `abort()`. LLVM's
@@ -222,6 +222,143 @@ impl Watch {
     }
 }
 
+/// One launch the watchdog looks at: the serving thread's [`Watch`] and what it needs to judge
+/// and stop a stalled request.
+struct Watched<'a> {
+    watch: &'a Watch,
+    launch: &'a dyn Launch,
+    rpc: &'a RpcServer,
+    timeout: Option<Duration>,
+}
+
+impl Watched<'_> {
+    /// Cancels the server's wait if it must stop; once only.
+    fn look(&self) {
+        if !self.watch.cancelled.load(Ordering::Acquire)
+            && self.watch.must_cancel(self.launch, self.timeout)
+        {
+            self.watch.cancelled.store(true, Ordering::Release);
+            self.rpc.cancel();
+        }
+    }
+}
+
+/// A registered [`Watched`] with its lifetime erased; see [`Watchdog::watch`] for why that is
+/// sound.
+struct WatchedPtr(*const Watched<'static>);
+
+// SAFETY: the pointee is `Sync` in what the watchdog uses (atomics, `Launch: Sync`, the RPC
+// server's `cancel`), and it outlives its registration (see `Watchdog::watch`).
+unsafe impl Send for WatchedPtr {}
+
+/// The watchdog's list of launches being served.
+struct Registry {
+    entries: Vec<(u64, WatchedPtr)>,
+    next_id: u64,
+    /// The watchdog waits without a timeout (nothing to watch for a while): wake it.
+    asleep: bool,
+}
+
+/// One thread for the whole process that looks at every launch being served every
+/// [`WATCH_PERIOD`], started on first use, so a launch starts no thread of its own.
+struct Watchdog {
+    registry: Mutex<Registry>,
+    wake: Condvar,
+}
+
+/// How long the watchdog keeps ticking after its last launch ended before it waits untimed:
+/// back-to-back launches (a test run) then never have to wake it.
+const WATCHDOG_LINGER: Duration = Duration::from_secs(1);
+
+impl Watchdog {
+    /// The process's watchdog, or `None` when its thread could not be started.
+    fn get() -> Option<&'static Watchdog> {
+        static WATCHDOG: OnceLock<Option<&'static Watchdog>> = OnceLock::new();
+        *WATCHDOG.get_or_init(|| {
+            let watchdog: &'static Watchdog = Box::leak(Box::new(Watchdog {
+                registry: Mutex::new(Registry {
+                    entries: Vec::new(),
+                    next_id: 0,
+                    asleep: false,
+                }),
+                wake: Condvar::new(),
+            }));
+            std::thread::Builder::new()
+                .name("gpurun-watchdog".into())
+                .spawn(move || watchdog.run())
+                .ok()
+                .map(|_| watchdog)
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Registry> {
+        self.registry.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn run(&self) {
+        let mut registry = self.lock();
+        let mut idle_since = Instant::now();
+        loop {
+            if registry.entries.is_empty() && idle_since.elapsed() >= WATCHDOG_LINGER {
+                registry.asleep = true;
+                registry = self
+                    .wake
+                    .wait(registry)
+                    .unwrap_or_else(PoisonError::into_inner);
+                registry.asleep = false;
+                continue;
+            }
+            registry = self
+                .wake
+                .wait_timeout(registry, WATCH_PERIOD)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+            if registry.entries.is_empty() {
+                continue;
+            }
+            idle_since = Instant::now();
+            for (_, watched) in &registry.entries {
+                // SAFETY: registered entries are alive: `Registration::drop` removes an entry
+                // under this lock before its `Watched` goes away.
+                unsafe { &*watched.0 }.look();
+            }
+        }
+    }
+
+    /// Watches `watched` until the returned registration is dropped.
+    fn watch<'a>(&'static self, watched: &'a Watched<'a>) -> Registration {
+        let pointer: *const Watched<'a> = watched;
+        // SAFETY: only the lifetime changes. The watchdog dereferences the pointer only while
+        // holding the registry lock, and the `Registration` (which cannot outlive `'a`, being
+        // dropped in the same scope as `watched` in `serve_launch`) removes it under that lock.
+        let pointer =
+            unsafe { std::mem::transmute::<*const Watched<'a>, *const Watched<'static>>(pointer) };
+        let mut registry = self.lock();
+        let id = registry.next_id;
+        registry.next_id += 1;
+        registry.entries.push((id, WatchedPtr(pointer)));
+        if registry.asleep {
+            self.wake.notify_one();
+        }
+        Registration { watchdog: self, id }
+    }
+}
+
+/// Keeps a launch on the watchdog's list; removes it when dropped.
+struct Registration {
+    watchdog: &'static Watchdog,
+    id: u64,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.watchdog
+            .lock()
+            .entries
+            .retain(|(id, _)| *id != self.id);
+    }
+}
+
 /// Runs the loop for `launch` until it ends: serves `rpc` (when the image talks RPC) with
 /// `memory` for its allocations and `sink` for its output.
 pub fn serve_launch(
@@ -240,33 +377,23 @@ pub fn serve_launch(
         grace_until: AtomicU64::new(NEVER),
         cancelled: AtomicBool::new(false),
     };
-    let (stop, stopped) = mpsc::channel::<()>();
-    let watch = &watch;
-    std::thread::scope(|scope| {
-        let watchdog = std::thread::Builder::new()
-            .name("gpurun-watchdog".into())
-            .spawn_scoped(scope, move || loop {
-                match stopped.recv_timeout(WATCH_PERIOD) {
-                    Err(mpsc::RecvTimeoutError::Timeout) => {}
-                    _ => return,
-                }
-                if watch.must_cancel(launch, limits.timeout) {
-                    watch.cancelled.store(true, Ordering::Release);
-                    rpc.cancel();
-                    return;
-                }
-            });
-        // Without a watchdog the loop still runs; only a stalled conversation could then hang.
-        let watch_ref = watchdog.is_ok().then_some(watch);
-        let finish = Loop::new(launch, Some((rpc, watch_ref)), limits).run(memory, sink);
-        drop(stop);
-        if finish.broken.is_none() && watch.cancelled.load(Ordering::Acquire) {
-            // The watchdog fired on a slow but whole conversation (the packet it waited for
-            // did come): the next launch must be able to wait again.
-            rpc.resume();
-        }
-        finish
-    })
+    let watched = Watched {
+        watch: &watch,
+        launch,
+        rpc,
+        timeout: limits.timeout,
+    };
+    let registration = Watchdog::get().map(|watchdog| watchdog.watch(&watched));
+    // Without a watchdog the loop still runs; only a stalled conversation could then hang.
+    let watch_ref = registration.is_some().then_some(&watch);
+    let finish = Loop::new(launch, Some((rpc, watch_ref)), limits).run(memory, sink);
+    drop(registration);
+    if finish.broken.is_none() && watch.cancelled.load(Ordering::Acquire) {
+        // The watchdog fired on a slow but whole conversation (the packet it waited for did
+        // come): the next launch must be able to wait again.
+        rpc.resume();
+    }
+    finish
 }
 
 struct Loop<'a> {
@@ -293,6 +420,8 @@ impl<'a> Loop<'a> {
 
     fn run(mut self, memory: &mut dyn DeviceMemory, sink: &mut dyn Sink) -> Finish {
         let mut backoff = Backoff::new();
+        // Whether the sink has heard of the current quiet spell.
+        let mut told_idle = false;
         loop {
             let state = self.launch.state();
             let handled = match self.serve(memory, sink, state == LaunchState::Running) {
@@ -316,10 +445,17 @@ impl<'a> Loop<'a> {
             }
             if handled > 0 {
                 backoff.busy();
+                told_idle = false;
             } else {
                 match backoff.next() {
                     Pause::Spin => std::hint::spin_loop(),
                     Pause::Yield => std::thread::yield_now(),
+                    // The device has been quiet for a few hundred looks: the sink may write
+                    // what it holds back.
+                    Pause::Wait(_) if !told_idle => {
+                        told_idle = true;
+                        sink.idle();
+                    }
                     // With a doorbell, wake when the device opens a request; else wait on the
                     // launch (HSA: its completion signal).
                     Pause::Wait(pause) => match self.rpc {

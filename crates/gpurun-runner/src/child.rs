@@ -5,7 +5,7 @@
 //! its own `dlopen`ed copy of the library. Tests in different slots run at the same time and
 //! their output never mixes, because every frame names its slot.
 
-use crate::protocol::{self, Command, Event, RunEnd, Slot, MAX_SLOTS};
+use crate::protocol::{self, Command, Event, FrameBuffer, RunEnd, Slot, MAX_SLOTS};
 use gpurun_hal::server::{PanicReport, Sink};
 use gpurun_hal::{
     args, select, BackendError, BackendKind, LaunchEnd, LaunchShape, LoadOptions, Module,
@@ -15,23 +15,102 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
-/// The worker's stdout, shared by the slots. Every frame is written whole and flushed at once,
-/// so what a test printed reaches the parent even if the process dies right after.
+/// Buffered output is written once it is this large...
+const FLUSH_BYTES: usize = 64 << 10;
+/// ...or this old, even while the device keeps printing.
+const FLUSH_AFTER: Duration = Duration::from_millis(10);
+
+/// The worker's stdout, shared by the slots. Device output is buffered and written in batches:
+/// when a launch ends, before any report (a panic, a run's end), when the buffer is full or
+/// old, and when the device goes quiet ([`Sink::idle`]). A crash of the process (a fault in
+/// host-emulated device code, an abort) writes what is buffered from the signal handler
+/// ([`crash_flush`]), so output the device printed before it crashed still reaches the parent.
 struct Pipe {
-    out: Mutex<io::Stdout>,
+    /// The writer; held for the whole write of a batch so batches never interleave.
+    out: Mutex<Writer>,
+    pending: Mutex<Pending>,
     /// The parent is gone; keep running the kernel to its end but stop writing.
     broken: AtomicBool,
 }
 
+struct Writer {
+    stdout: io::Stdout,
+    /// The other buffer: filled while this one is written.
+    spare: FrameBuffer,
+}
+
+#[derive(Default)]
+struct Pending {
+    frames: FrameBuffer,
+    /// When the oldest buffered output arrived.
+    since: Option<Instant>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 impl Pipe {
+    fn new() -> Pipe {
+        Pipe {
+            out: Mutex::new(Writer {
+                stdout: io::stdout(),
+                spare: FrameBuffer::default(),
+            }),
+            pending: Mutex::new(Pending::default()),
+            broken: AtomicBool::new(false),
+        }
+    }
+
+    /// Buffers device output; writes the batch when it is full or old.
+    fn output(&self, slot: Slot, stderr: bool, bytes: &[u8]) {
+        if self.broken.load(Ordering::Relaxed) {
+            return;
+        }
+        let due = {
+            let mut pending = lock(&self.pending);
+            pending.frames.push_output(slot, stderr, bytes);
+            let since = *pending.since.get_or_insert_with(Instant::now);
+            pending.frames.len() >= FLUSH_BYTES || since.elapsed() >= FLUSH_AFTER
+        };
+        if due {
+            self.flush();
+        }
+    }
+
+    /// Sends a report or a run's end after the output before it, and writes the batch now.
     fn send(&self, slot: Slot, event: &Event) {
         if self.broken.load(Ordering::Relaxed) {
             return;
         }
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        if protocol::write_event(&mut *out, slot, event).is_err() {
+        if lock(&self.pending).frames.push(slot, event).is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+            return;
+        }
+        self.flush();
+    }
+
+    /// Writes whatever is buffered.
+    fn flush(&self) {
+        let mut out = lock(&self.out);
+        let writer = &mut *out;
+        {
+            let mut pending = lock(&self.pending);
+            if pending.frames.is_empty() {
+                return;
+            }
+            pending.since = None;
+            std::mem::swap(&mut pending.frames, &mut writer.spare);
+        }
+        let written = writer
+            .stdout
+            .write_all(writer.spare.as_bytes())
+            .and_then(|()| writer.stdout.flush());
+        writer.spare.clear();
+        if written.is_err() {
             self.broken.store(true, Ordering::Relaxed);
         }
     }
@@ -40,36 +119,141 @@ impl Pipe {
     /// timeout), then ends the process while still holding the pipe, so no other slot can start
     /// a frame it would not finish.
     fn send_last(&self, slot: Slot, event: &Event) -> ! {
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = protocol::write_event(&mut *out, slot, event);
-        let _ = out.flush();
+        let _ = lock(&self.pending).frames.push(slot, event);
+        self.flush();
+        let _out = lock(&self.out);
         // Threads of a host-emulated kernel or other slots may still be running: leave without
         // unwinding into them.
         std::process::exit(0);
     }
+
+    /// Writes what is buffered from a signal handler: only try-locks (bounded waits for the
+    /// slot thread that holds a lock to let go), `write(2)` and `nanosleep(2)`, no allocation.
+    fn flush_from_signal_handler(&self) {
+        let Some(_out) = try_lock_briefly(&self.out) else {
+            return;
+        };
+        let Some(mut pending) = try_lock_briefly(&self.pending) else {
+            return;
+        };
+        let mut bytes = pending.frames.as_bytes();
+        while !bytes.is_empty() {
+            // SAFETY: writes from a live slice to the process's stdout descriptor.
+            let written = unsafe { libc::write(1, bytes.as_ptr().cast(), bytes.len()) };
+            if written <= 0 {
+                break;
+            }
+            bytes = &bytes[written as usize..];
+        }
+        pending.frames.clear();
+    }
 }
 
-/// Forwards one slot's device output and reports to the parent as they arrive.
+/// Tries to take `mutex` for up to about [`CRASH_LOCK_WAIT`]: from a signal handler, where
+/// blocking on a lock the interrupted thread holds would never end.
+fn try_lock_briefly<T>(mutex: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    let pause = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    for _ in 0..CRASH_LOCK_WAIT.as_millis() {
+        match mutex.try_lock() {
+            Ok(guard) => return Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => return Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // SAFETY: a valid timespec; the remainder is not wanted.
+                unsafe { libc::nanosleep(&pause, std::ptr::null_mut()) };
+            }
+        }
+    }
+    None
+}
+
+/// How long the crash handler waits for a lock: a slot thread holds one only to append output
+/// or to write a batch.
+const CRASH_LOCK_WAIT: Duration = Duration::from_millis(200);
+
+/// The worker's pipe, for the crash handler.
+static PIPE: OnceLock<&'static Pipe> = OnceLock::new();
+
+/// Signals that end the worker with device output possibly still buffered: faults in
+/// host-emulated device code and aborts.
+const CRASH_SIGNALS: [libc::c_int; 5] = [
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGILL,
+    libc::SIGFPE,
+    libc::SIGABRT,
+];
+
+/// The handlers that were installed before ours, restored before the signal takes its course.
+static PREVIOUS_HANDLERS: OnceLock<[libc::sigaction; CRASH_SIGNALS.len()]> = OnceLock::new();
+
+/// Installs [`crash_flush`] for every crash signal, once per process.
+fn install_crash_flush() {
+    PREVIOUS_HANDLERS.get_or_init(|| {
+        CRASH_SIGNALS.map(|signal| {
+            // SAFETY: zeroed `sigaction` is a valid "no handler" value; `sigaction` fills
+            // `previous` and installs ours, a `SA_SIGINFO` handler with the matching signature,
+            // on the alternate stack that Rust threads have (for stack overflows).
+            unsafe {
+                let mut previous: libc::sigaction = std::mem::zeroed();
+                let mut action: libc::sigaction = std::mem::zeroed();
+                action.sa_sigaction = crash_flush as *const () as usize;
+                action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+                libc::sigemptyset(&mut action.sa_mask);
+                libc::sigaction(signal, &action, &mut previous);
+                previous
+            }
+        })
+    });
+}
+
+/// Writes the buffered output, puts the previous handler back and lets the signal take its
+/// course: a fault re-executes the faulting instruction and meets the previous handler (the
+/// default: the process dies of the same signal, which the parent reports); a sent signal is
+/// raised again.
+extern "C" fn crash_flush(signal: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    if let Some(pipe) = PIPE.get() {
+        pipe.flush_from_signal_handler();
+    }
+    let index = CRASH_SIGNALS.iter().position(|&s| s == signal);
+    // SAFETY: `info` is the kernel's record for this signal; the previous action is a valid
+    // `sigaction` returned by the kernel; `raise` is async-signal-safe.
+    unsafe {
+        match (PREVIOUS_HANDLERS.get(), index) {
+            (Some(previous), Some(index)) => {
+                libc::sigaction(signal, &previous[index], std::ptr::null_mut());
+            }
+            _ => {
+                libc::signal(signal, libc::SIG_DFL);
+            }
+        }
+        // `si_code` <= 0: sent by a process (kill, raise, abort), not by a fault.
+        if info.is_null() || (*info).si_code <= 0 {
+            libc::raise(signal);
+        }
+    }
+}
+
+/// Forwards one slot's device output and reports to the parent.
 struct SlotSink<'p> {
     pipe: &'p Pipe,
     slot: Slot,
 }
 
-impl SlotSink<'_> {
-    fn send(&self, event: &Event) {
-        self.pipe.send(self.slot, event);
-    }
-}
-
 impl Sink for SlotSink<'_> {
     fn stdout(&mut self, bytes: &[u8]) {
-        self.send(&Event::Stdout(bytes.to_vec()));
+        self.pipe.output(self.slot, false, bytes);
     }
     fn stderr(&mut self, bytes: &[u8]) {
-        self.send(&Event::Stderr(bytes.to_vec()));
+        self.pipe.output(self.slot, true, bytes);
     }
     fn panic(&mut self, report: PanicReport) {
-        self.send(&Event::Panic(report));
+        self.pipe.send(self.slot, &Event::Panic(report));
+    }
+    fn idle(&mut self) {
+        self.pipe.flush();
     }
 }
 
@@ -110,27 +294,29 @@ pub fn serve(
     options: &LoadOptions,
     slots: usize,
 ) -> i32 {
-    let pipe = Arc::new(Pipe {
-        out: Mutex::new(io::stdout()),
-        broken: AtomicBool::new(false),
-    });
-    // Check the image once up front, so a bad one is one clear failure, not one per slot.
-    if let Err(error) = Image::read(image_path) {
-        pipe.send(
-            0,
-            &Event::StartFailed {
-                error: format!("failed to load image `{}`: {error}", image_path.display()),
-            },
-        );
-        return 1;
-    }
+    // One pipe for the life of the process: the crash handler reaches it through `PIPE`.
+    let pipe: &'static Pipe = PIPE.get_or_init(|| Box::leak(Box::new(Pipe::new())));
+    install_crash_flush();
+    // Parse the image once, up front, so a bad one is one clear failure, not one per slot,
+    // and the slots do not parse it again.
+    let image = match Image::read(image_path) {
+        Ok(image) => Arc::new(image),
+        Err(error) => {
+            pipe.send(
+                0,
+                &Event::StartFailed {
+                    error: format!("failed to load image `{}`: {error}", image_path.display()),
+                },
+            );
+            return 1;
+        }
+    };
     let slots = slots.clamp(1, MAX_SLOTS);
     let mut commands = Vec::with_capacity(slots);
     let mut threads = Vec::with_capacity(slots);
     for slot in 0..slots {
         let (sender, receiver) = mpsc::channel();
-        let slot_pipe = Arc::clone(&pipe);
-        let image_path = image_path.to_path_buf();
+        let image = Arc::clone(&image);
         let options = options.clone();
         let slot = slot as Slot;
         let spawned = std::thread::Builder::new()
@@ -139,11 +325,11 @@ pub fn serve(
                 let opened = SlotSetup {
                     backend,
                     ordinal,
-                    image_path,
+                    image,
                     options,
                     slot,
                 };
-                opened.serve(receiver, &slot_pipe);
+                opened.serve(receiver, pipe);
             });
         match spawned {
             Ok(handle) => threads.push(handle),
@@ -192,12 +378,16 @@ pub fn serve(
 struct SlotSetup {
     backend: BackendKind,
     ordinal: usize,
-    image_path: PathBuf,
+    image: Arc<Image>,
     options: LoadOptions,
     slot: Slot,
 }
 
 impl SlotSetup {
+    fn image_path(&self) -> &Path {
+        self.image.path().unwrap_or(Path::new("image"))
+    }
+
     fn serve(self, commands: Receiver<Command>, pipe: &Pipe) {
         let slot = self.slot;
         let fail = |error: String| pipe.send(slot, &Event::StartFailed { error });
@@ -211,14 +401,10 @@ impl SlotSetup {
             Ok(copy) => copy,
             Err(error) => return fail(error),
         };
-        let load_path = copy.as_deref().unwrap_or(&self.image_path);
-        let loaded = Image::read(load_path)
-            .map_err(|error| error.to_string())
-            .and_then(|image| {
-                device
-                    .load(&image, &self.options)
-                    .map_err(|error| error.to_string())
-            });
+        let copied_image = copy.as_deref().map(|copy| self.image.copied_to(copy));
+        let loaded = device
+            .load(copied_image.as_ref().unwrap_or(&self.image), &self.options)
+            .map_err(|error| error.to_string());
         if let Some(copy) = &copy {
             // The loader has mapped it; the name is no longer needed.
             let _ = std::fs::remove_file(copy);
@@ -228,7 +414,7 @@ impl SlotSetup {
             Err(error) => {
                 return fail(format!(
                     "failed to load image `{}`: {error}",
-                    self.image_path.display()
+                    self.image_path().display()
                 ))
             }
         };
@@ -257,7 +443,7 @@ impl SlotSetup {
         if self.backend != BackendKind::Host || self.slot == 0 {
             return Ok(None);
         }
-        let name = self.image_path.file_name().map_or_else(
+        let name = self.image_path().file_name().map_or_else(
             || "image".into(),
             |name| name.to_string_lossy().into_owned(),
         );
@@ -266,10 +452,10 @@ impl SlotSetup {
             std::process::id(),
             self.slot
         ));
-        std::fs::copy(&self.image_path, &copy).map_err(|error| {
+        std::fs::copy(self.image_path(), &copy).map_err(|error| {
             format!(
                 "failed to copy `{}` to `{}` for slot {}: {error}",
-                self.image_path.display(),
+                self.image_path().display(),
                 copy.display(),
                 self.slot
             )

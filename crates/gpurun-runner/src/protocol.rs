@@ -175,6 +175,81 @@ pub fn write_event(out: &mut impl Write, slot: Slot, event: &Event) -> io::Resul
     }
 }
 
+/// Worker events encoded back to back for one write. Output that continues the last frame
+/// (same slot, same stream) grows that frame instead of adding one, so a burst of lines costs
+/// the reader one frame. Order is kept: frames stay in the order they were pushed.
+#[derive(Debug, Default)]
+pub struct FrameBuffer {
+    bytes: Vec<u8>,
+    /// Where the last frame starts, if it is output that more output may extend: its tag and
+    /// slot.
+    open_output: Option<(usize, u8, Slot)>,
+}
+
+impl FrameBuffer {
+    /// Appends device output for `slot` (stdout, or stderr when `stderr`).
+    pub fn push_output(&mut self, slot: Slot, stderr: bool, mut bytes: &[u8]) {
+        let tag = if stderr { TAG_STDERR } else { TAG_STDOUT };
+        while !bytes.is_empty() {
+            if let Some((start, open_tag, open_slot)) = self.open_output {
+                let len_at = start + 5;
+                let len = u32::from_le_bytes([
+                    self.bytes[len_at],
+                    self.bytes[len_at + 1],
+                    self.bytes[len_at + 2],
+                    self.bytes[len_at + 3],
+                ]) as usize;
+                if (open_tag, open_slot) == (tag, slot) && len < MAX_FRAME {
+                    let take = bytes.len().min(MAX_FRAME - len);
+                    self.bytes.extend_from_slice(&bytes[..take]);
+                    self.bytes[len_at..len_at + 4]
+                        .copy_from_slice(&((len + take) as u32).to_le_bytes());
+                    bytes = &bytes[take..];
+                    continue;
+                }
+            }
+            self.open_output = Some((self.bytes.len(), tag, slot));
+            let mut header = [0u8; HEADER_LEN];
+            header[0] = tag;
+            header[1..5].copy_from_slice(&slot.to_le_bytes());
+            self.bytes.extend_from_slice(&header);
+        }
+    }
+
+    /// Appends any event (output through [`FrameBuffer::push_output`]).
+    pub fn push(&mut self, slot: Slot, event: &Event) -> io::Result<()> {
+        match event {
+            Event::Stdout(bytes) => self.push_output(slot, false, bytes),
+            Event::Stderr(bytes) => self.push_output(slot, true, bytes),
+            other => {
+                write_event(&mut self.bytes, slot, other)?;
+                self.open_output = None;
+            }
+        }
+        Ok(())
+    }
+
+    /// The encoded frames.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Bytes buffered.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Forgets the frames (after they were written), keeping the memory.
+    pub fn clear(&mut self) {
+        self.bytes.clear();
+        self.open_output = None;
+    }
+}
+
 pub fn read_event(input: &mut impl Read) -> io::Result<Option<(Slot, Event)>> {
     let Some((tag, slot, payload)) = read_frame(input)? else {
         return Ok(None);
@@ -255,6 +330,35 @@ mod tests {
         // So is a truncated header.
         let wire = [TAG_STDOUT, 0, 0];
         assert!(read_event(&mut wire.as_slice()).is_err());
+    }
+
+    #[test]
+    fn buffered_output_merges_per_slot_and_stream_in_order() {
+        let mut buffer = FrameBuffer::default();
+        buffer.push_output(0, false, b"a\n");
+        buffer.push_output(0, false, b"b\n");
+        buffer.push_output(0, true, b"e\n");
+        buffer.push_output(1, true, b"f\n");
+        buffer.push(1, &Event::Stderr(b"g\n".to_vec())).unwrap();
+        buffer.push(0, &Event::Done(RunEnd::Aborted)).unwrap();
+        buffer.push_output(0, false, b"c\n");
+        let mut input = buffer.as_bytes();
+        let mut events = Vec::new();
+        while let Some(event) = read_event(&mut input).unwrap() {
+            events.push(event);
+        }
+        assert_eq!(
+            events,
+            [
+                (0, Event::Stdout(b"a\nb\n".to_vec())),
+                (0, Event::Stderr(b"e\n".to_vec())),
+                (1, Event::Stderr(b"f\ng\n".to_vec())),
+                (0, Event::Done(RunEnd::Aborted)),
+                (0, Event::Stdout(b"c\n".to_vec())),
+            ]
+        );
+        buffer.clear();
+        assert!(buffer.is_empty());
     }
 
     #[test]

@@ -1,13 +1,15 @@
-//! Runs a grid on OS threads: every emulated device thread is one OS thread; the blocks of a
-//! grid run in waves so that at most [`MAX_LIVE_THREADS`] exist at once, and all threads of one
-//! block run together so that block barriers work.
+//! Runs a grid on OS threads: every emulated device thread is one OS thread, taken from a pool
+//! that lives as long as the loaded module, so a launch starts no thread once the pool is big
+//! enough. At most [`MAX_LIVE_THREADS`] threads run a grid at once: the blocks are dealt to
+//! groups of `threads per block` pool threads, each group runs its blocks one after another,
+//! and all threads of a group run one block together, so block barriers work.
 
 use crate::{BackendError, LaunchShape};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex, PoisonError};
+use std::thread::{JoinHandle, Thread};
 
-/// Upper bound on OS threads alive at once for one launch.
+/// Upper bound on OS threads running one launch at once (and so on a pool's size).
 pub const MAX_LIVE_THREADS: u64 = 4096;
 
 pub(crate) use gpurun_abi::host::EnterThread;
@@ -32,8 +34,8 @@ pub(crate) struct Registers {
 }
 
 unsafe extern "C" fn wait_at_barrier(context: *const std::ffi::c_void) {
-    // SAFETY: `context` is the `Arc<Barrier>` pointer of this thread's block, kept alive by the
-    // block's threads until they are joined.
+    // SAFETY: `context` is a `Barrier` of the launch's `GridRun`, kept alive by the `Arc` that
+    // every thread of the launch holds until it has returned from the kernel.
     let barrier = unsafe { &*(context as *const Barrier) };
     barrier.wait();
 }
@@ -45,121 +47,321 @@ pub(crate) struct Entry {
     pub kernel: KernelFn,
 }
 
+/// Where a block's threads are and how many threads a launch needs at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Deal {
+    /// Threads of one block.
+    per_block: u64,
+    /// Groups of `per_block` threads running at once; group `g` runs blocks `g`, `g + groups`...
+    groups: u64,
+    blocks: u64,
+}
+
+impl Deal {
+    fn of(shape: &LaunchShape) -> Deal {
+        let per_block = shape.threads_per_block();
+        let [gx, gy, gz] = shape.blocks.map(u64::from);
+        let blocks = gx * gy * gz;
+        let groups = (MAX_LIVE_THREADS / per_block).clamp(1, blocks);
+        Deal {
+            per_block,
+            groups,
+            blocks,
+        }
+    }
+
+    fn threads(&self) -> u64 {
+        self.per_block * self.groups
+    }
+}
+
+/// One launch, shared by the pool threads that run it.
+struct GridRun {
+    entry: Entry,
+    shape: LaunchShape,
+    registers: Registers,
+    lane_size: u32,
+    deal: Deal,
+    /// One per group, reused for each of the group's blocks.
+    barriers: Vec<Barrier>,
+    /// Pool threads still running this launch.
+    running: AtomicUsize,
+    done: AtomicBool,
+}
+
+impl GridRun {
+    /// Runs thread `member` of the launch: its place in every block of its group.
+    fn run_member(&self, member: u64) {
+        let group = member / self.deal.per_block;
+        let local = member % self.deal.per_block;
+        let [tx, ty, _] = self.shape.threads.map(u64::from);
+        let thread_idx = [local % tx, local / tx % ty, local / (tx * ty)].map(|i| i as u32);
+        let [gx, gy, _] = self.shape.blocks.map(u64::from);
+        let barrier = &self.barriers[group as usize];
+        let mut block = group;
+        while block < self.deal.blocks {
+            let info = HostThreadInfo {
+                abi_version: HOST_ABI_VERSION,
+                lane_size: self.lane_size,
+                thread_idx,
+                block_idx: [block % gx, block / gx % gy, block / (gx * gy)].map(|i| i as u32),
+                block_dim: self.shape.threads,
+                grid_dim: self.shape.blocks,
+                barrier_context: std::ptr::from_ref(barrier).cast(),
+                barrier: Some(wait_at_barrier),
+            };
+            // SAFETY: `enter` and `kernel` come from the loaded image, which outlives the pool
+            // (`HostPrimitives` drops the pool first); `info` lives on this stack and its
+            // barrier in `self` until the kernel returns.
+            unsafe {
+                (self.entry.enter)(&info);
+                let [a, b, c, d, e, f] = self.registers.integer;
+                let [g, h, i, j, k, l, m, n] = self.registers.float.map(f64::from_bits);
+                (self.entry.kernel)(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
+            }
+            block += self.deal.groups;
+        }
+        if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.done.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// Work handed to one pool thread.
+struct Job {
+    run: Arc<GridRun>,
+    member: u64,
+}
+
+/// One pool thread's mailbox.
+struct Seat {
+    job: Mutex<Option<Job>>,
+    thread: Thread,
+}
+
+/// What the pool's threads share.
+struct PoolShared {
+    closing: AtomicBool,
+}
+
+/// The emulated threads of one loaded module, kept between launches. Dropping it ends and joins
+/// the idle threads; a pool whose threads may still run a kernel (a timed-out launch) must be
+/// leaked instead, as `HalModule` does with a broken module.
+pub(crate) struct ThreadPool {
+    stack_size: usize,
+    shared: Arc<PoolShared>,
+    seats: Vec<Arc<Seat>>,
+    handles: Vec<JoinHandle<()>>,
+}
+
+impl ThreadPool {
+    pub fn new(stack_size: usize) -> ThreadPool {
+        ThreadPool {
+            stack_size,
+            shared: Arc::new(PoolShared {
+                closing: AtomicBool::new(false),
+            }),
+            seats: Vec::new(),
+            handles: Vec::new(),
+        }
+    }
+
+    /// Grows the pool to `threads` threads.
+    fn reserve(&mut self, threads: usize) -> Result<(), BackendError> {
+        while self.seats.len() < threads {
+            let shared = Arc::clone(&self.shared);
+            let (seat_sender, seat_receiver) = std::sync::mpsc::sync_channel::<Arc<Seat>>(1);
+            let handle = std::thread::Builder::new()
+                .name("gpurun-emulated".into())
+                .stack_size(self.stack_size)
+                .spawn(move || {
+                    if let Ok(seat) = seat_receiver.recv() {
+                        serve_seat(&seat, &shared);
+                    }
+                })
+                .map_err(|source| BackendError::Io {
+                    context: format!(
+                        "failed to start emulated thread {} of {threads}",
+                        self.seats.len() + 1
+                    ),
+                    source,
+                })?;
+            let seat = Arc::new(Seat {
+                job: Mutex::new(None),
+                thread: handle.thread().clone(),
+            });
+            // The thread waits for its seat: the channel cannot be closed or full here.
+            let _ = seat_sender.send(Arc::clone(&seat));
+            self.seats.push(seat);
+            self.handles.push(handle);
+        }
+        Ok(())
+    }
+}
+
+/// A pool thread: runs the jobs put in its seat until the pool closes.
+fn serve_seat(seat: &Seat, shared: &PoolShared) {
+    loop {
+        let job = seat
+            .job
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match job {
+            Some(job) => job.run.run_member(job.member),
+            None if shared.closing.load(Ordering::Acquire) => return,
+            // A job put in before the park leaves a token: park returns at once.
+            None => std::thread::park(),
+        }
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::Release);
+        for seat in &self.seats {
+            seat.thread.unpark();
+        }
+        for handle in self.handles.drain(..) {
+            let _ = handle.join();
+        }
+    }
+}
+
 /// A launch in progress: poll [`Grid::finished`] while serving RPC.
 pub(crate) struct Grid {
-    done: Arc<AtomicUsize>,
-    driver: Option<JoinHandle<()>>,
+    run: Arc<GridRun>,
 }
 
 impl Grid {
-    /// Starts the grid. Returns at once; the threads run in the background.
+    /// Starts the grid on `pool`'s threads. Returns at once; the threads run in the background.
     pub fn start(
+        pool: &mut ThreadPool,
         entry: Entry,
         shape: LaunchShape,
         registers: Registers,
         lane_size: u32,
-        stack_size: usize,
     ) -> Result<Grid, BackendError> {
-        // The shape was checked by `crate::module::check_shape`.
-        let done = Arc::new(AtomicUsize::new(0));
-        let finished = Arc::clone(&done);
-        let driver = std::thread::Builder::new()
-            .name("gpurun-grid".into())
-            .spawn(move || {
-                run_grid(entry, shape, registers, lane_size, stack_size);
-                finished.store(1, Ordering::Release);
-            })
-            .map_err(|source| BackendError::Io {
-                context: "failed to start the grid thread".into(),
-                source,
-            })?;
-        Ok(Grid {
-            done,
-            driver: Some(driver),
-        })
+        // The shape was checked by `crate::module::check_shape`: at most 1024 threads a block.
+        let deal = Deal::of(&shape);
+        let threads = deal.threads() as usize;
+        pool.reserve(threads)?;
+        let run = Arc::new(GridRun {
+            entry,
+            shape,
+            registers,
+            lane_size,
+            deal,
+            barriers: (0..deal.groups)
+                .map(|_| Barrier::new(deal.per_block as usize))
+                .collect(),
+            running: AtomicUsize::new(threads),
+            done: AtomicBool::new(false),
+        });
+        for (member, seat) in pool.seats[..threads].iter().enumerate() {
+            let job = Job {
+                run: Arc::clone(&run),
+                member: member as u64,
+            };
+            *seat.job.lock().unwrap_or_else(PoisonError::into_inner) = Some(job);
+            seat.thread.unpark();
+        }
+        Ok(Grid { run })
     }
 }
 
 impl crate::serve::Launch for Grid {
     fn state(&self) -> crate::serve::LaunchState {
         // A crash of an emulated thread ends the worker process: there is no fault state.
-        if self.done.load(Ordering::Acquire) != 0 {
+        if self.run.done.load(Ordering::Acquire) {
             crate::serve::LaunchState::Done
         } else {
             crate::serve::LaunchState::Running
         }
     }
 
-    fn finish(mut self: Box<Self>, settled: bool) {
-        if let (true, Some(driver)) = (settled, self.driver.take()) {
-            let _ = driver.join();
-        }
+    fn finish(self: Box<Self>, _settled: bool) {
+        // Nothing to join: the pool threads go back to their seats. An unsettled launch leaves
+        // the module broken, and a broken module's pool is never dropped or used again.
     }
 }
 
-fn run_grid(entry: Entry, shape: LaunchShape, registers: Registers, lane_size: u32, stack: usize) {
-    let per_block = shape.threads_per_block();
-    let blocks_per_wave = (MAX_LIVE_THREADS / per_block).max(1);
-    let [gx, gy, gz] = shape.blocks;
-    let all_blocks: Vec<[u32; 3]> = (0..gz)
-        .flat_map(|z| (0..gy).flat_map(move |y| (0..gx).map(move |x| [x, y, z])))
-        .collect();
-    for wave in all_blocks.chunks(blocks_per_wave as usize) {
-        let mut threads = Vec::new();
-        for &block in wave {
-            let barrier = Arc::new(Barrier::new(per_block as usize));
-            let [tx, ty, tz] = shape.threads;
-            for z in 0..tz {
-                for y in 0..ty {
-                    for x in 0..tx {
-                        let barrier = Arc::clone(&barrier);
-                        let info = HostThreadInfo {
-                            abi_version: HOST_ABI_VERSION,
-                            lane_size,
-                            thread_idx: [x, y, z],
-                            block_idx: block,
-                            block_dim: shape.threads,
-                            grid_dim: shape.blocks,
-                            barrier_context: Arc::as_ptr(&barrier).cast(),
-                            barrier: Some(wait_at_barrier),
-                        };
-                        let info = SendInfo(info);
-                        let spawned =
-                            std::thread::Builder::new()
-                                .stack_size(stack)
-                                .spawn(move || {
-                                    let info = info;
-                                    // SAFETY: `enter` and `kernel` come from the loaded image, which
-                                    // outlives the launch; `info.0` and its barrier live on this
-                                    // thread's stack/Arc until it returns.
-                                    unsafe {
-                                        (entry.enter)(&info.0);
-                                        let [a, b, c, d, e, f] = registers.integer;
-                                        let [g, h, i, j, k, l, m, n] =
-                                            registers.float.map(f64::from_bits);
-                                        (entry.kernel)(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
-                                    }
-                                    drop(barrier);
-                                });
-                        match spawned {
-                            Ok(handle) => threads.push(handle),
-                            Err(error) => {
-                                // Without all its threads a block would deadlock at a barrier:
-                                // say so on stderr; the launch then times out.
-                                eprintln!("gpurun: failed to start an emulated thread: {error}");
-                            }
-                        }
-                    }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_are_dealt_to_as_many_groups_as_fit_the_thread_limit() {
+        let shape = |threads: u32, blocks: u32| LaunchShape {
+            threads: [threads, 1, 1],
+            blocks: [blocks, 1, 1],
+        };
+        assert_eq!(Deal::of(&shape(1, 1)).threads(), 1);
+        assert_eq!(Deal::of(&shape(256, 4)).threads(), 1024);
+        let many = Deal::of(&shape(1024, 100));
+        assert_eq!((many.groups, many.threads()), (4, 4096));
+        let single_threads = Deal::of(&shape(1, 10_000));
+        assert_eq!(single_threads.threads(), MAX_LIVE_THREADS);
+    }
+
+    static SEEN: Mutex<Vec<([u32; 3], [u32; 3])>> = Mutex::new(Vec::new());
+
+    unsafe extern "C" fn record_enter(info: *const HostThreadInfo) {
+        // SAFETY: the pool passes a valid record.
+        let info = unsafe { *info };
+        SEEN.lock().unwrap().push((info.thread_idx, info.block_idx));
+        // SAFETY: the pool's barrier callback and its context are valid during the kernel.
+        unsafe { (info.barrier.unwrap())(info.barrier_context) };
+    }
+
+    unsafe extern "C" fn nothing(
+        _: u64,
+        _: u64,
+        _: u64,
+        _: u64,
+        _: u64,
+        _: u64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+    ) {
+    }
+
+    #[test]
+    fn every_thread_of_every_block_runs_once_and_the_pool_is_reused() {
+        use crate::serve::{Launch, LaunchState};
+        let mut pool = ThreadPool::new(1 << 16);
+        let entry = Entry {
+            enter: record_enter,
+            kernel: nothing,
+        };
+        let shape = LaunchShape {
+            threads: [2, 3, 1],
+            blocks: [2, 1, 2],
+        };
+        for _ in 0..3 {
+            SEEN.lock().unwrap().clear();
+            let grid = Grid::start(&mut pool, entry, shape, Registers::default(), 1).unwrap();
+            while grid.state() == LaunchState::Running {
+                std::thread::yield_now();
+            }
+            Box::new(grid).finish(true);
+            let mut seen = SEEN.lock().unwrap().clone();
+            seen.sort();
+            let mut expected = Vec::new();
+            for (bx, bz) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+                for (tx, ty) in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)] {
+                    expected.push(([tx, ty, 0], [bx, 0, bz]));
                 }
             }
-        }
-        for handle in threads {
-            let _ = handle.join();
+            expected.sort();
+            assert_eq!(seen, expected);
+            assert_eq!(pool.seats.len(), 24);
         }
     }
 }
-
-/// `HostThreadInfo` holds raw pointers; they point at data the receiving thread owns.
-struct SendInfo(HostThreadInfo);
-// SAFETY: the barrier pointer inside refers to an `Arc<Barrier>` moved along with it.
-unsafe impl Send for SendInfo {}

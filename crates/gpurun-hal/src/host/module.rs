@@ -1,6 +1,8 @@
 //! A host image loaded with `dlopen`: the primitives of the host emulation.
 
-use super::launch::{Entry, Grid, KernelFn, Registers, FLOAT_REGISTERS, INTEGER_REGISTERS};
+use super::launch::{
+    Entry, Grid, KernelFn, Registers, ThreadPool, FLOAT_REGISTERS, INTEGER_REGISTERS,
+};
 use super::memory::HostMemory;
 use crate::args::{KernelArg, Register};
 use crate::module::{Primitives, Started};
@@ -15,10 +17,12 @@ use std::collections::HashMap;
 const DEFAULT_STACK: usize = 1 << 20;
 
 pub(crate) struct HostPrimitives {
-    // Field order matters: the library is unloaded last.
+    // Field order matters: the pool's threads end before the library they ran is unloaded
+    // last.
     memory: HostMemory,
     lane_size: u32,
-    stack_size: usize,
+    /// The emulated threads, reused by every launch of this module.
+    pool: ThreadPool,
     enter: EnterThread,
     globals: HashMap<String, u64>,
     library: libloading::Library,
@@ -66,7 +70,7 @@ impl HostPrimitives {
         Ok(HostPrimitives {
             memory: HostMemory::default(),
             lane_size,
-            stack_size: options.stack_size.unwrap_or(DEFAULT_STACK),
+            pool: ThreadPool::new(options.stack_size.unwrap_or(DEFAULT_STACK)),
             enter,
             globals: image
                 .globals()
@@ -152,7 +156,7 @@ impl Primitives for HostPrimitives {
             enter: self.enter,
             kernel: kernel_fn,
         };
-        let grid = Grid::start(entry, shape, registers, self.lane_size, self.stack_size)?;
+        let grid = Grid::start(&mut self.pool, entry, shape, registers, self.lane_size)?;
         Ok(Box::new(grid))
     }
 }

@@ -40,6 +40,10 @@ pub trait Sink {
     fn stdout(&mut self, bytes: &[u8]);
     fn stderr(&mut self, bytes: &[u8]);
     fn panic(&mut self, report: PanicReport);
+    /// The device has sent nothing for a while: a sink that holds output back to write it in
+    /// batches should hand it on now, so quiet kernels (a hang, a long computation after a
+    /// print) do not keep it.
+    fn idle(&mut self) {}
     /// Writes to the host's stdout (`stderr == false`) or stderr and returns how many bytes
     /// were written: what the device's `fwrite`/`puts`/`printf` report. Sinks that cannot fail
     /// keep this default.
