@@ -40,9 +40,16 @@ fn build_binary(package: &str, name: &str, release: bool) -> PathBuf {
         .to_path_buf()
 }
 
-/// Path of binary `name` of the `cargo-gpurun` package (built for the current target).
+/// Whether this helper library was built optimized (for the benchmarks): then the binary and
+/// the fixture images are release builds too, as `cargo install` and `--release` users run
+/// them, so that a benchmark does not compare a debug server with an optimized native baseline.
+/// The end-to-end tests (debug) use debug builds, which build faster.
+const RELEASE: bool = !cfg!(debug_assertions);
+
+/// Path of binary `name` of the `cargo-gpurun` package (built for the current target; release
+/// under the benchmarks, see [`RELEASE`]).
 pub fn gpurun_package_binary(name: &str) -> PathBuf {
-    build_binary("cargo-gpurun", name, false)
+    build_binary("cargo-gpurun", name, RELEASE)
 }
 
 /// Path of the `cargo-gpurun` binary, built once per test process.
@@ -94,7 +101,11 @@ pub fn json_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ 
 pub fn host_images() -> &'static Path {
     static IMAGES: OnceLock<PathBuf> = OnceLock::new();
     IMAGES.get_or_init(|| {
-        let output = gpurun(&["build", "--workspace", "--target", "host"])
+        let mut args = vec!["build", "--workspace", "--target", "host"];
+        if RELEASE {
+            args.push("--release");
+        }
+        let output = gpurun(&args)
             .output()
             .unwrap_or_else(|e| panic!("running cargo-gpurun failed: {e}"));
         assert!(
@@ -102,7 +113,11 @@ pub fn host_images() -> &'static Path {
             "building the fixtures for the host failed:\n{}",
             text(&output.stderr)
         );
-        fixtures_dir().join("target/debug")
+        fixtures_dir().join(if RELEASE {
+            "target/release"
+        } else {
+            "target/debug"
+        })
     })
 }
 
