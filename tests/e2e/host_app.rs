@@ -156,7 +156,9 @@ fn host_driven_launches_pass() {
         "a_missing_kernel_is_an_error_naming_the_kernels",
         "a_buffer_of_another_image_is_refused",
         "two_loaded_images_print_each_to_their_own_launch",
-        "too_many_arguments_for_the_host_registers_is_an_error",
+        "wrong_argument_count_or_types_are_errors_before_launch",
+        "a_buffer_too_small_for_the_launch_is_an_error_before_launch",
+        "a_kernel_without_declared_lengths_launches_as_before",
         // A kernel panic is an `Err` with the device's message and location, on the host
         // emulation too (the kernel wrapper ends only the panicking emulated thread).
         "bad_input_is_an_error_with_the_device_message_and_location",

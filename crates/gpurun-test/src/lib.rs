@@ -82,9 +82,13 @@ pub enum Error {
         available: String,
     },
     /// The arguments do not fit the kernel's signature (checked where the image records it:
-    /// PTX).
+    /// a `#[gpurun::kernel]`'s descriptor, PTX).
     #[error("wrong arguments for kernel `{kernel}`: {message}")]
     Arguments { kernel: String, message: String },
+    /// A buffer holds fewer elements than the kernel declares for this launch
+    /// (`#[gpurun::kernel(len(..))]`); nothing was launched.
+    #[error("{0}")]
+    BufferTooSmall(Box<BufferTooSmall>),
     /// A buffer passed to a launch was made by another [`Gpu`] (another loaded image).
     #[error("argument {index} of `{kernel}` is a buffer of another loaded image")]
     ForeignBuffer { kernel: String, index: usize },
@@ -123,6 +127,23 @@ pub struct DevicePanic {
     pub panicked_threads: u64,
     /// What the kernel printed.
     pub output: Output,
+}
+
+/// A buffer too small for a launch ([`Error::BufferTooSmall`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("buffer too small for kernel `{kernel}`: `{param}` needs {needed} elements of {element_size} bytes ({param} = {rule}), but the buffer holds {actual}")]
+pub struct BufferTooSmall {
+    pub kernel: String,
+    /// The pointer parameter, by name.
+    pub param: String,
+    /// Elements the declared length asks for, for this launch's arguments and shape.
+    pub needed: u128,
+    /// Elements (of the kernel's element type) the buffer holds.
+    pub actual: u64,
+    /// Bytes of one element, as the kernel sees it.
+    pub element_size: u32,
+    /// The declared length with the values it took: `n = 1000`, `blocks * threads = 4 * 64`.
+    pub rule: String,
 }
 
 /// A device crate, by the directory of its `Cargo.toml`.
