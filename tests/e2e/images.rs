@@ -104,8 +104,7 @@ fn gpu_toolchain_present() -> bool {
     });
     if !present {
         let message = "nightly with rust-src and llvm-tools is missing (run scripts/setup.sh)";
-        assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
-        eprintln!("SKIPPED: {message}");
+        gpurun_tests::tool_missing(message);
     }
     present
 }

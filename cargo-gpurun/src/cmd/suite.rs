@@ -1,7 +1,8 @@
-//! Running one image's `#[gpurun::test]`s, shared by `test` and by `run` on a test image:
-//! loading a suite's image (telling a plain kernel crate, a suite of no tests, from a broken
-//! image of a crate with tests), the harness's view of the tests and the executor that runs
-//! them in workers.
+//! Running one image's `#[gpurun::test]`s, shared by `test` and by `run` on a test image (and
+//! by `gpurun-test`'s trials): which built targets are test suites and their names, loading a
+//! suite's image (telling a plain kernel crate, a suite of no tests, from a broken image of a
+//! crate with tests), the harness's view of the tests, the devices they run on and the
+//! executor that runs them in workers.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use gpurun_runner::{WorkerExecutor, WorkerOptions};
 
 use super::device::{options, DeviceArgs};
 use super::worker::worker_spec;
-use crate::build::{BuiltImage, DeviceTarget};
+use crate::build::{BuiltImage, DeviceTarget, TargetKind};
 
 /// Every symbol the device runtime and `#[gpurun::test]` put in an image starts with this.
 const RUNTIME_SYMBOL_PREFIX: &[u8] = gpurun_abi::symbols::RUNTIME_PREFIX.as_bytes();
@@ -36,6 +37,62 @@ pub fn load(built: &BuiltImage) -> Result<Option<Image>, anyhow::Error> {
         Ok(true) => Err(error),
         Err(io) => Err(error.context(io)),
     }
+}
+
+/// One test suite of a build, as `cargo gpurun test` runs it.
+pub struct Suite {
+    pub built: BuiltImage,
+    /// The suite's name, as libtest's harness gets it: the package for the lib, else the
+    /// target's name.
+    pub name: String,
+    /// Its image ([`load`]): `None` for a crate without the device runtime (a suite of 0
+    /// tests), an error for an image that cannot be read.
+    pub image: Result<Option<Image>, anyhow::Error>,
+}
+
+/// The test suites of `images` (from `build::build_for_test`), in cargo's order: per device
+/// target (in build order), per package, the lib, then bins, tests/ and examples, each in name
+/// order. A program is a suite only if it has tests; every other target is one even when empty
+/// ("running 0 tests"), as with cargo.
+pub fn test_suites(mut images: Vec<BuiltImage>) -> Vec<Suite> {
+    sort_in_cargo_test_order(&mut images);
+    images
+        .into_iter()
+        .filter_map(|built| {
+            let image = load(&built);
+            let no_tests = match &image {
+                Ok(Some(image)) => image.tests().is_empty(),
+                Ok(None) => true,
+                Err(_) => false,
+            };
+            if built.kind == TargetKind::Bin && no_tests {
+                return None;
+            }
+            let name = match built.kind {
+                TargetKind::Lib => built.package.clone(),
+                TargetKind::Bin | TargetKind::Test | TargetKind::Example => built.name.clone(),
+            };
+            Some(Suite { built, name, image })
+        })
+        .collect()
+}
+
+fn sort_in_cargo_test_order(images: &mut [BuiltImage]) {
+    let mut targets: Vec<DeviceTarget> = Vec::new();
+    for image in images.iter() {
+        if !targets.contains(&image.target) {
+            targets.push(image.target);
+        }
+    }
+    let target_rank = |target: DeviceTarget| targets.iter().position(|t| *t == target);
+    images.sort_by(|a, b| {
+        (target_rank(a.target), &a.package, a.kind, &a.name).cmp(&(
+            target_rank(b.target),
+            &b.package,
+            b.kind,
+            &b.name,
+        ))
+    });
 }
 
 /// The backend that runs images built for `target`.
@@ -83,9 +140,23 @@ pub fn test_cases(image: &Image) -> Vec<TestCase> {
 /// big grid under emulation is slow, but a hang must still end.
 pub const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The executor that runs an image's tests: one worker per device in use (the one `--device`
-/// names, else every device the backend sees), sized so that the harness's test threads all
-/// have a slot.
+/// The devices tests run on: `device` when given, else every device the backend sees; device
+/// 0 when it sees none or has no driver (every test then fails with the reason, libtest-style,
+/// in the worker). A setting that makes no sense (`GPURUN_HOST_DEVICES=0`) is an error.
+pub fn test_devices(device: Option<usize>, kind: BackendKind) -> anyhow::Result<Vec<usize>> {
+    Ok(match device {
+        Some(ordinal) => vec![ordinal],
+        None => match select::backend(kind).devices() {
+            Ok(devices) if !devices.is_empty() => devices.iter().map(|d| d.ordinal).collect(),
+            // A setting that makes no sense is the user's to fix before anything runs.
+            Err(error @ gpurun_hal::BackendError::InvalidArgument(_)) => bail!(error),
+            _ => vec![0],
+        },
+    })
+}
+
+/// The executor that runs an image's tests: one worker per device in use ([`test_devices`]),
+/// sized so that the harness's test threads all have a slot.
 pub fn test_executor(
     device: &DeviceArgs,
     kind: BackendKind,
@@ -93,16 +164,7 @@ pub fn test_executor(
     harness_args: &gpurun_harness::HarnessArgs,
     timeout: Duration,
 ) -> anyhow::Result<WorkerExecutor> {
-    let ordinals: Vec<usize> = match device.device {
-        Some(ordinal) => vec![ordinal],
-        None => match select::backend(kind).devices() {
-            Ok(devices) if !devices.is_empty() => devices.iter().map(|d| d.ordinal).collect(),
-            // A setting that makes no sense is the user's to fix before anything runs.
-            Err(error @ gpurun_hal::BackendError::InvalidArgument(_)) => bail!(error),
-            // A missing driver fails every test with the reason, libtest-style, in the worker.
-            _ => vec![0],
-        },
-    };
+    let ordinals = test_devices(device.device, kind)?;
     let base = options(device, kind);
     let specs = ordinals
         .into_iter()

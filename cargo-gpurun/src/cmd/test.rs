@@ -16,7 +16,7 @@ use gpurun_harness::HarnessArgs;
 
 use super::device::{backend_for, DeviceArgs};
 use super::suite::{self, test_cases, test_executor, DEFAULT_TEST_TIMEOUT};
-use crate::build::{self, BuildOptions, BuiltImage, DeviceTarget, TargetKind};
+use crate::build::{self, BuildOptions, BuiltImage, TargetKind};
 use crate::exit_code;
 
 /// `cargo gpurun test`.
@@ -94,7 +94,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     if build_options.targets.is_empty() {
         build_options.targets = vec![auto_target(args.device.backend).to_string()];
     }
-    let mut images = build::build_for_test(&build_options)?;
+    let images = build::build_for_test(&build_options)?;
     if args.no_run {
         return Ok(ExitCode::SUCCESS);
     }
@@ -105,12 +105,12 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         Err(error) => error.exit(),
     };
     let timeouts = metadata_timeouts(&build_options)?;
-    sort_in_cargo_test_order(&mut images);
     let cwd = std::env::current_dir().unwrap_or_default();
     let mut worst = exit_code::SUCCESS;
-    for built in &images {
+    for suite in suite::test_suites(images) {
+        let built = &suite.built;
         // A broken image fails its own suite; the others still run and report.
-        let (tests, kind) = match suite::load(built) {
+        let (tests, kind) = match suite.image {
             Ok(Some(image)) => (test_cases(&image), backend_for(args.device.backend, &image)),
             Ok(None) => (Vec::new(), Ok(suite::backend_for_target(built.target))),
             Err(error) => {
@@ -120,11 +120,6 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
                 continue;
             }
         };
-        // A program is a test suite only if it has tests; every other target is one even when
-        // empty ("running 0 tests"), as with cargo.
-        if built.kind == TargetKind::Bin && tests.is_empty() {
-            continue;
-        }
         let kind = kind?;
         eprintln!("{:>12} {}", "Running", suite_header(built, &cwd));
         let timeout = harness_args
@@ -132,10 +127,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
             .or_else(|| timeouts.get(&built.package).copied())
             .unwrap_or(DEFAULT_TEST_TIMEOUT);
         let executor = test_executor(&args.device, kind, &built.path, &harness_args, timeout)?;
-        harness_args.suite_name = Some(match built.kind {
-            TargetKind::Lib => built.package.clone(),
-            TargetKind::Bin | TargetKind::Test | TargetKind::Example => built.name.clone(),
-        });
+        harness_args.suite_name = Some(suite.name.clone());
         let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
         // One `--junit` file for the whole run: later suites add theirs to it.
         harness_args.junit_append = true;
@@ -144,26 +136,6 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(exit_code::code(worst))
-}
-
-/// Cargo's order of test suites: per device target (in build order), per package, the lib, then
-/// bins, tests/ and examples, each in name order.
-fn sort_in_cargo_test_order(images: &mut [BuiltImage]) {
-    let mut targets: Vec<DeviceTarget> = Vec::new();
-    for image in images.iter() {
-        if !targets.contains(&image.target) {
-            targets.push(image.target);
-        }
-    }
-    let target_rank = |target: DeviceTarget| targets.iter().position(|t| *t == target);
-    images.sort_by(|a, b| {
-        (target_rank(a.target), &a.package, a.kind, &a.name).cmp(&(
-            target_rank(b.target),
-            &b.package,
-            b.kind,
-            &b.name,
-        ))
-    });
 }
 
 /// What cargo prints after `Running`: `unittests src/lib.rs (target/debug/libfoo.so)` for a

@@ -2,8 +2,9 @@
 //! and the host must agree on (docs/abi.md).
 //!
 //! Owns: the symbol names the loader looks up or fills in ([`symbols`]), the test descriptor
-//! format with its one encoder and one decoder ([`desc`]), the ABI versions, the host-emulation
-//! thread record [`host::HostThreadInfo`], and the AMD launch-shape words ([`shape`]).
+//! format with its one encoder and one decoder ([`desc`]), the same for kernel descriptors
+//! ([`kernel`]), the ABI versions, the host-emulation thread record [`host::HostThreadInfo`],
+//! and the AMD launch-shape words ([`shape`]).
 //!
 //! Must not: export symbols (the device runtime links it into images and the worker links it
 //! into the host process; an exported symbol would appear in both), allocate, or depend on any
@@ -13,5 +14,6 @@
 
 pub mod desc;
 pub mod host;
+pub mod kernel;
 pub mod shape;
 pub mod symbols;

@@ -18,6 +18,9 @@ pub const TEST_ABI_VERSION: &str = "__gpurun_test_abi_version";
 pub const DESC_PREFIX: &str = "__gpurun_desc_";
 /// Prefix of test kernels.
 pub const TEST_KERNEL_PREFIX: &str = "__gpurun_test_";
+/// Prefix of kernel descriptors: `__gpurun_kdesc_NAME` describes the parameters of the
+/// `#[gpurun::kernel] fn NAME` ([`crate::kernel`]).
+pub const KERNEL_DESC_PREFIX: &str = "__gpurun_kdesc_";
 /// Prefix of the markers `#[gpurun::kernel]` exports next to a plain kernel on the host (where
 /// nothing else tells a kernel from any exported C function).
 pub const HOST_KERNEL_MARKER_PREFIX: &str = "__gpurun_host_kernel_";
@@ -85,6 +88,7 @@ mod tests {
             LAUNCH_SHAPE,
             "__gpurun_test_adds_0",
             "__gpurun_desc_adds_0",
+            "__gpurun_kdesc_saxpy",
             RPC_CLIENT,
             START_KERNEL,
         ] {

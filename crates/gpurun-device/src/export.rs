@@ -34,6 +34,20 @@ pub const fn descriptor<const N: usize>(
     })
 }
 
+pub use gpurun_abi::kernel::{
+    Factor as KernelFactor, Param as KernelParam, ParamKind as KernelParamKind,
+};
+
+/// Size of the kernel descriptor of `params`.
+pub const fn kernel_descriptor_len(params: &[KernelParam<'_>]) -> usize {
+    gpurun_abi::kernel::encoded_len(params)
+}
+
+/// Builds a kernel descriptor at compile time, with `gpurun-abi`'s encoder.
+pub const fn kernel_descriptor<const N: usize>(params: &[KernelParam<'_>]) -> [u8; N] {
+    gpurun_abi::kernel::encode::<N>(params)
+}
+
 /// Starts a write that announces `announced` bytes and never sends them, then returns with the
 /// port held: a device thread that died in the middle of an RPC message. Only for the loader's
 /// own tests (`fixtures/args-env-exit`), which check that the host does not wait forever.

@@ -3,8 +3,8 @@
 //! [`Image::read`] / [`Image::parse`] take PTX text, an NVIDIA cubin, an AMDGPU code object
 //! or a host emulation `.so` (the kind comes from the content, never the file name) and
 //! return an [`Image`]: its kernels, its globals with their sizes and statically known
-//! bytes, and its test table decoded from the `__gpurun_desc_*` descriptors of
-//! `docs/abi.md`. Every problem is an [`ImageError`] whose message reads well after
+//! bytes, its test table decoded from the `__gpurun_desc_*` descriptors and each
+//! `#[gpurun::kernel]`'s parameters from its `__gpurun_kdesc_*` descriptor (`docs/abi.md`). Every problem is an [`ImageError`] whose message reads well after
 //! "failed to load image `x`: "; no input makes this crate panic (the crate is fuzzed, and
 //! a unit test runs mutated samples through it).
 //!
@@ -34,6 +34,7 @@
 mod desc;
 mod elf;
 mod error;
+mod kdesc;
 mod msgpack;
 mod ptx;
 
@@ -41,12 +42,17 @@ use std::path::{Path, PathBuf};
 
 pub use desc::{decode_descriptor, encode_descriptor, EncodeError, ShouldPanic, TestDesc};
 pub use error::ImageError;
+pub use kdesc::{
+    decode_kernel_descriptor, encode_kernel_descriptor, Factor, KernelParam, KernelSignature,
+    ParamKind,
+};
 
 use gpurun_abi::desc::{HEADER_LEN as DESCRIPTOR_HEADER_LEN, TEST_ABI_VERSION};
 use gpurun_abi::host::HOST_ABI_VERSION;
 use gpurun_abi::symbols::{
-    DESC_PREFIX, HOST_ABI_VERSION as HOST_ABI_VERSION_SYMBOL, RPC_CLIENT as RPC_CLIENT_SYMBOL,
-    START_KERNEL, TEST_ABI_VERSION as TEST_ABI_VERSION_SYMBOL, TEST_KERNEL_PREFIX,
+    DESC_PREFIX, HOST_ABI_VERSION as HOST_ABI_VERSION_SYMBOL, KERNEL_DESC_PREFIX,
+    RPC_CLIENT as RPC_CLIENT_SYMBOL, START_KERNEL, TEST_ABI_VERSION as TEST_ABI_VERSION_SYMBOL,
+    TEST_KERNEL_PREFIX,
 };
 /// Prefix of constructor objects (LLVM libc's NVPTX start-up convention).
 pub const CTOR_PREFIX: &str = "__init_array_object_";
@@ -250,6 +256,8 @@ pub struct Kernel {
     pub descriptor: Option<KernelDescriptor>,
     /// See [`Kernel::max_threads`].
     max_threads: Option<u32>,
+    /// See [`Kernel::signature`].
+    signature: Option<KernelSignature>,
 }
 
 impl Kernel {
@@ -259,6 +267,7 @@ impl Kernel {
             name: name.into(),
             descriptor: None,
             max_threads: None,
+            signature: None,
         }
     }
 
@@ -274,6 +283,13 @@ impl Kernel {
 
     pub(crate) fn set_max_threads(&mut self, bound: Option<u32>) {
         self.max_threads = bound;
+    }
+
+    /// The parameters a `#[gpurun::kernel]` recorded in its descriptor (`__gpurun_kdesc_NAME`):
+    /// names, kinds, sizes and declared buffer lengths. `None` for other kernels (tests, entry
+    /// kernels, kernels of images built without `gpurun-device`).
+    pub fn signature(&self) -> Option<&KernelSignature> {
+        self.signature.as_ref()
     }
 }
 
@@ -429,6 +445,7 @@ impl Image {
             image.check_host_abi()?;
         }
         image.read_test_table()?;
+        image.read_kernel_descriptors()?;
         image.find_ctors_dtors()?;
         image.bytes = bytes;
         Ok(image)
@@ -520,6 +537,48 @@ impl Image {
             });
         }
         self.tests = tests;
+        Ok(())
+    }
+
+    fn read_kernel_descriptors(&mut self) -> Result<(), ImageError> {
+        let mut found = Vec::new();
+        for global in self
+            .globals
+            .iter()
+            .filter(|g| g.name.starts_with(KERNEL_DESC_PREFIX))
+        {
+            let kernel = &global.name[KERNEL_DESC_PREFIX.len()..];
+            let bad = |reason: String| ImageError::BadDescriptor {
+                symbol: global.name.clone(),
+                reason,
+            };
+            let index = self
+                .kernels
+                .binary_search_by(|k| k.name.as_str().cmp(kernel))
+                .map_err(|_| bad(format!("its kernel `{kernel}` is not in the image")))?;
+            // Every parameter with the longest name and length: far more than any real kernel.
+            let max_len = gpurun_abi::kernel::HEADER_LEN
+                + gpurun_abi::kernel::MAX_PARAMS
+                    * (gpurun_abi::kernel::PARAM_HEADER_LEN
+                        + usize::from(u16::MAX)
+                        + gpurun_abi::kernel::FACTOR_LEN * gpurun_abi::kernel::MAX_FACTORS);
+            let len = usize::try_from(global.size)
+                .ok()
+                .filter(|len| *len <= max_len)
+                .ok_or_else(|| {
+                    bad(format!(
+                        "{} bytes is longer than any descriptor",
+                        global.size
+                    ))
+                })?;
+            let bytes = global
+                .read_at(0, len)
+                .ok_or_else(|| bad("its contents are not stored in the image".to_owned()))?;
+            found.push((index, decode_kernel_descriptor(&global.name, &bytes)?));
+        }
+        for (index, signature) in found {
+            self.kernels[index].signature = Some(signature);
+        }
         Ok(())
     }
 

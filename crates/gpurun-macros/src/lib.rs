@@ -32,7 +32,13 @@ pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 /// Declares a kernel with the right ABI for the target (`extern "gpu-kernel"` on GPUs,
-/// `extern "C"` on the host) and an unmangled name.
+/// `extern "C"` on the host) and an unmangled name, and records its parameters in the image
+/// (`__gpurun_kdesc_NAME`, docs/abi.md) so that host-driven launches check their arguments.
+///
+/// `#[gpurun::kernel(len(x = n, sums = blocks, scratch = blocks * threads))]` also states how
+/// many elements each named pointer parameter must hold: a product of integer parameters,
+/// integer literals, `blocks` (blocks in the grid) and `threads` (threads per block). A launch
+/// from the host with a smaller buffer is then an error before the kernel runs.
 #[proc_macro_attribute]
 pub fn kernel(args: TokenStream, item: TokenStream) -> TokenStream {
     expand_kernel(args.into(), item.into())
@@ -312,19 +318,278 @@ fn expand_test(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
     })
 }
 
-fn expand_kernel(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
-    if !args.is_empty() {
+/// What a kernel parameter is, from its type as written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ParamClass {
+    Integer,
+    Float,
+    /// A thin pointer or reference: to this type.
+    Pointer,
+    /// Anything else, fat pointers included: only counted.
+    Other,
+}
+
+/// A kernel parameter: its name (empty for a pattern that is not a name), class and the type
+/// whose size the descriptor records (for a pointer, what it points at).
+struct KernelParam {
+    name: String,
+    class: ParamClass,
+    sized: Option<syn::Type>,
+}
+
+fn classify(ty: &syn::Type) -> (ParamClass, Option<syn::Type>) {
+    let pointee = |elem: &syn::Type| {
+        let fat = match elem {
+            syn::Type::Slice(_) | syn::Type::TraitObject(_) => true,
+            syn::Type::Path(path) => path.path.is_ident("str"),
+            _ => false,
+        };
+        if fat {
+            (ParamClass::Other, None)
+        } else {
+            (ParamClass::Pointer, Some(elem.clone()))
+        }
+    };
+    match ty {
+        syn::Type::Ptr(ptr) => pointee(&ptr.elem),
+        syn::Type::Reference(reference) => pointee(&reference.elem),
+        syn::Type::Paren(inner) => classify(&inner.elem),
+        syn::Type::Group(inner) => classify(&inner.elem),
+        syn::Type::Path(path) if path.qself.is_none() => {
+            let name = path.path.get_ident().map(ToString::to_string);
+            let class = match name.as_deref() {
+                Some(
+                    "u8" | "u16" | "u32" | "u64" | "usize" | "i8" | "i16" | "i32" | "i64" | "isize"
+                    | "bool",
+                ) => ParamClass::Integer,
+                Some("f32" | "f64") => ParamClass::Float,
+                _ => ParamClass::Other,
+            };
+            (class, Some(ty.clone()))
+        }
+        syn::Type::ImplTrait(_) | syn::Type::Infer(_) | syn::Type::Never(_) => {
+            (ParamClass::Other, None)
+        }
+        other => (ParamClass::Other, Some(other.clone())),
+    }
+}
+
+fn kernel_params(function: &ItemFn) -> Vec<KernelParam> {
+    function
+        .sig
+        .inputs
+        .iter()
+        .map(|input| match input {
+            syn::FnArg::Typed(typed) => {
+                let name = match &*typed.pat {
+                    syn::Pat::Ident(ident) => ident.ident.to_string(),
+                    _ => String::new(),
+                };
+                let (class, sized) = classify(&typed.ty);
+                KernelParam { name, class, sized }
+            }
+            // A kernel is a free function; `self` is refused by the compiler already.
+            syn::FnArg::Receiver(_) => KernelParam {
+                name: String::new(),
+                class: ParamClass::Other,
+                sized: None,
+            },
+        })
+        .collect()
+}
+
+/// One factor of a declared length, as `gpurun_abi::kernel::Factor` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Factor {
+    Constant(u32),
+    Param(u32),
+    Blocks,
+    Threads,
+}
+
+const LEN_SYNTAX: &str =
+    "expected a product (`*`) of integer parameters, integer literals, `blocks` and `threads`";
+
+fn parse_factors(expr: &Expr, params: &[KernelParam], out: &mut Vec<Factor>) -> syn::Result<()> {
+    match expr {
+        Expr::Binary(binary) if matches!(binary.op, syn::BinOp::Mul(_)) => {
+            parse_factors(&binary.left, params, out)?;
+            parse_factors(&binary.right, params, out)
+        }
+        Expr::Paren(paren) => parse_factors(&paren.expr, params, out),
+        Expr::Group(group) => parse_factors(&group.expr, params, out),
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(int), ..
+        }) => {
+            out.push(Factor::Constant(int.base10_parse()?));
+            Ok(())
+        }
+        Expr::Path(path) if path.qself.is_none() && path.path.get_ident().is_some() => {
+            let ident = path
+                .path
+                .get_ident()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let found = params.iter().position(|param| param.name == ident);
+            let factor = match (found, ident.as_str()) {
+                (Some(_), "blocks" | "threads") => {
+                    return Err(syn::Error::new(
+                        path.span(),
+                        format!("`{ident}` is both a parameter and the launch's `{ident}`: rename the parameter"),
+                    ))
+                }
+                (Some(index), _) => {
+                    if params[index].class != ParamClass::Integer {
+                        return Err(syn::Error::new(
+                            path.span(),
+                            format!("`{ident}` is not an integer parameter"),
+                        ));
+                    }
+                    Factor::Param(index as u32)
+                }
+                (None, "blocks") => Factor::Blocks,
+                (None, "threads") => Factor::Threads,
+                (None, _) => {
+                    return Err(syn::Error::new(
+                        path.span(),
+                        format!("the kernel has no parameter `{ident}`; {LEN_SYNTAX}"),
+                    ))
+                }
+            };
+            out.push(factor);
+            Ok(())
+        }
+        other => Err(syn::Error::new(other.span(), LEN_SYNTAX)),
+    }
+}
+
+/// Parses `#[gpurun::kernel]`'s arguments: nothing, or `len(PTR = LENGTH, ...)`. Returns the
+/// declared length of each parameter (empty: none).
+fn parse_kernel_args(args: TokenStream2, params: &[KernelParam]) -> syn::Result<Vec<Vec<Factor>>> {
+    let mut lengths = vec![Vec::new(); params.len()];
+    let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)?;
+    let mut seen_len = false;
+    for meta in metas {
+        let Meta::List(list) = &meta else {
+            return Err(syn::Error::new(
+                meta.span(),
+                "expected `len(pointer = length, ...)`",
+            ));
+        };
+        if !list.path.is_ident("len") {
+            return Err(syn::Error::new(
+                list.path.span(),
+                "unknown argument: expected `len(pointer = length, ...)`",
+            ));
+        }
+        if std::mem::replace(&mut seen_len, true) {
+            return Err(syn::Error::new(list.span(), "`len(...)` is given twice"));
+        }
+        let rules =
+            list.parse_args_with(Punctuated::<syn::MetaNameValue, Token![,]>::parse_terminated)?;
+        for rule in rules {
+            let name = rule
+                .path
+                .get_ident()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            let index = params
+                .iter()
+                .position(|param| !name.is_empty() && param.name == name)
+                .ok_or_else(|| {
+                    syn::Error::new(
+                        rule.path.span(),
+                        format!("the kernel has no parameter `{name}`"),
+                    )
+                })?;
+            if params[index].class != ParamClass::Pointer {
+                return Err(syn::Error::new(
+                    rule.path.span(),
+                    format!(
+                        "`{name}` is not a pointer: only pointers and references have a length"
+                    ),
+                ));
+            }
+            if !lengths[index].is_empty() {
+                return Err(syn::Error::new(
+                    rule.path.span(),
+                    format!("the length of `{name}` is given twice"),
+                ));
+            }
+            parse_factors(&rule.value, params, &mut lengths[index])?;
+            if lengths[index].len() > gpurun_abi::kernel::MAX_FACTORS {
+                return Err(syn::Error::new(rule.value.span(), "too many factors"));
+            }
+        }
+    }
+    Ok(lengths)
+}
+
+/// The `const` items that export the kernel descriptor `__gpurun_kdesc_NAME`.
+fn kernel_descriptor(
+    rt: &TokenStream2,
+    name: &syn::Ident,
+    params: &[KernelParam],
+    lengths: &[Vec<Factor>],
+) -> syn::Result<TokenStream2> {
+    if params.len() > gpurun_abi::kernel::MAX_PARAMS {
         return Err(syn::Error::new(
-            args.span(),
-            "#[gpurun::kernel] takes no arguments",
+            name.span(),
+            format!(
+                "a kernel has at most {} parameters",
+                gpurun_abi::kernel::MAX_PARAMS
+            ),
         ));
     }
+    let symbol = format_ident!("{}{}", symbols::KERNEL_DESC_PREFIX, name);
+    let entries = params.iter().zip(lengths).map(|(param, length)| {
+        let name = &param.name;
+        let kind = match param.class {
+            ParamClass::Integer => quote!(Integer),
+            ParamClass::Float => quote!(Float),
+            ParamClass::Pointer => quote!(Pointer),
+            ParamClass::Other => quote!(Other),
+        };
+        let size = match &param.sized {
+            Some(ty) => quote!(::core::mem::size_of::<#ty>() as u32),
+            None => quote!(0),
+        };
+        let factors = length.iter().map(|factor| match factor {
+            Factor::Constant(value) => quote!(#rt::export::KernelFactor::Constant(#value)),
+            Factor::Param(index) => quote!(#rt::export::KernelFactor::Param(#index)),
+            Factor::Blocks => quote!(#rt::export::KernelFactor::Blocks),
+            Factor::Threads => quote!(#rt::export::KernelFactor::Threads),
+        });
+        quote! {
+            #rt::export::KernelParam {
+                name: #name,
+                kind: #rt::export::KernelParamKind::#kind,
+                size: #size,
+                len: &[#(#factors),*],
+            }
+        }
+    });
+    Ok(quote! {
+        const _: () = {
+            const PARAMS: &[#rt::export::KernelParam<'static>] = &[#(#entries),*];
+            const LEN: usize = #rt::export::kernel_descriptor_len(PARAMS);
+            // Exported, hence kept (see the test descriptors).
+            #[unsafe(no_mangle)]
+            pub static #symbol: [u8; LEN] = #rt::export::kernel_descriptor::<LEN>(PARAMS);
+        };
+    })
+}
+
+fn expand_kernel(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
     let function: ItemFn = syn::parse2(item)?;
     check_plain_fn(&function, "a kernel")?;
     if let ReturnType::Type(_, ty) = &function.sig.output {
         return Err(syn::Error::new(ty.span(), "a kernel returns nothing"));
     }
+    let params = kernel_params(&function);
+    let lengths = parse_kernel_args(args, &params)?;
     let rt = runtime_path();
+    let descriptor = kernel_descriptor(&rt, &function.sig.ident, &params, &lengths)?;
     let ItemFn {
         attrs, sig, block, ..
     } = function;
@@ -341,6 +606,7 @@ fn expand_kernel(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStr
         #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
         #[unsafe(no_mangle)]
         pub static #marker: u8 = 0;
+        #descriptor
     })
 }
 
@@ -395,8 +661,62 @@ fn expand_main(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
 
 #[cfg(test)]
 mod tests {
-    use super::parse_shape;
+    use super::{kernel_params, parse_kernel_args, parse_shape, Factor, ParamClass};
+    use proc_macro2::TokenStream as TokenStream2;
     use quote::quote;
+
+    fn lengths(args: TokenStream2) -> Result<Vec<Vec<Factor>>, String> {
+        let function = syn::parse2(quote!(
+            unsafe fn k(a: f32, x: *const f32, y: &mut [u32; 4], n: usize, rows: u32, s: &[u8]) {}
+        ))
+        .unwrap();
+        let params = kernel_params(&function);
+        let classes: Vec<ParamClass> = params.iter().map(|p| p.class).collect();
+        assert!(
+            classes
+                == [
+                    ParamClass::Float,
+                    ParamClass::Pointer,
+                    ParamClass::Pointer,
+                    ParamClass::Integer,
+                    ParamClass::Integer,
+                    ParamClass::Other,
+                ]
+        );
+        parse_kernel_args(args, &params).map_err(|error| error.to_string())
+    }
+
+    #[::core::prelude::v1::test]
+    fn lengths_are_products_of_parameters_literals_and_the_shape() {
+        assert_eq!(lengths(quote!()).unwrap(), vec![Vec::new(); 6]);
+        let declared = lengths(quote!(len(x = n, y = 2 * (blocks * threads) * rows))).unwrap();
+        assert_eq!(declared[1], [Factor::Param(3)]);
+        assert_eq!(
+            declared[2],
+            [
+                Factor::Constant(2),
+                Factor::Blocks,
+                Factor::Threads,
+                Factor::Param(4)
+            ]
+        );
+        assert!(declared[0].is_empty() && declared[3].is_empty());
+    }
+
+    #[::core::prelude::v1::test]
+    fn bad_lengths_are_refused_with_the_reason() {
+        let error = |args| lengths(args).unwrap_err();
+        assert!(error(quote!(len(z = n))).contains("no parameter `z`"));
+        assert!(error(quote!(len(n = n))).contains("`n` is not a pointer"));
+        assert!(error(quote!(len(s = n))).contains("`s` is not a pointer"));
+        assert!(error(quote!(len(x = a))).contains("`a` is not an integer parameter"));
+        assert!(error(quote!(len(x = m))).contains("no parameter `m`"));
+        assert!(error(quote!(len(x = n + 1))).contains("expected a product"));
+        assert!(error(quote!(len(x = n, x = 1))).contains("given twice"));
+        assert!(error(quote!(len(x = n), len(y = n))).contains("given twice"));
+        assert!(error(quote!(threads = 4)).contains("expected `len("));
+        assert!(error(quote!(size(x = n))).contains("unknown argument"));
+    }
 
     #[::core::prelude::v1::test]
     fn block_sizes_above_1024_threads_are_refused() {

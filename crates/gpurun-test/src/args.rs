@@ -31,8 +31,8 @@ pub struct ForeignBuffer;
 pub enum Arg {
     /// A Rust scalar.
     Scalar(KernelArg),
-    /// A [`Buffer`]'s device address.
-    Buffer(KernelArg),
+    /// A [`Buffer`]: its device address and size in bytes.
+    Buffer { address: u64, bytes: usize },
     /// A [`KernelArg`] given as is.
     Raw(KernelArg),
 }
@@ -41,7 +41,8 @@ impl Arg {
     /// What the kernel receives.
     pub fn value(self) -> KernelArg {
         match self {
-            Arg::Scalar(value) | Arg::Buffer(value) | Arg::Raw(value) => value,
+            Arg::Scalar(value) | Arg::Raw(value) => value,
+            Arg::Buffer { address, .. } => KernelArg::U64(address),
         }
     }
 
@@ -56,7 +57,7 @@ impl Arg {
         };
         match self {
             Arg::Scalar(value) => scalar(value).to_string(),
-            Arg::Buffer(_) => "a buffer".to_string(),
+            Arg::Buffer { .. } => "a buffer".to_string(),
             Arg::Raw(value) => format!("{} (a raw KernelArg)", scalar(value)),
         }
     }
@@ -101,7 +102,10 @@ impl<T: DeviceCopy> IntoKernelArg for &Buffer<'_, T> {
         if self.owner() != gpu {
             return Err(ForeignBuffer);
         }
-        Ok(Arg::Buffer(KernelArg::U64(self.device_address())))
+        Ok(Arg::Buffer {
+            address: self.device_address(),
+            bytes: self.len() * std::mem::size_of::<T>(),
+        })
     }
 }
 

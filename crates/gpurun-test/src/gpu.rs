@@ -16,8 +16,8 @@ use gpurun_hal::{select, BackendKind, Device, LaunchEnd, LaunchShape, LoadOption
 use gpurun_image::{Image, ImageKind};
 
 use crate::args::{Arg, DeviceCopy, KernelArgs};
-use crate::signature::{self, Param};
-use crate::{DevicePanic, Error};
+use crate::signature::{self, ParamSpec};
+use crate::{BufferTooSmall, DevicePanic, Error};
 
 /// A launch shape: `Shape::blocks(n).threads(256)` (x only), or [`Shape::grid`] for three
 /// dimensions. Both default to 1.
@@ -152,8 +152,8 @@ pub struct Gpu {
     id: u64,
     image: PathBuf,
     kernels: Vec<String>,
-    /// Parameters of each kernel, where the image records them (PTX).
-    signatures: HashMap<String, Vec<Param>>,
+    /// Parameters of each kernel, where the image records them (kernel descriptors, PTX).
+    signatures: HashMap<String, Vec<ParamSpec>>,
     timeout: Duration,
     backend: BackendKind,
     /// The host image's file this `Gpu` holds in [`LOADED_HOST_FILES`].
@@ -202,10 +202,16 @@ impl Gpu {
             .iter()
             .map(|kernel| kernel.name.clone())
             .collect();
-        let signatures = match (image.kind(), std::str::from_utf8(image.bytes())) {
+        let mut signatures = match (image.kind(), std::str::from_utf8(image.bytes())) {
             (ImageKind::Ptx, Ok(text)) => signature::ptx_signatures(text),
             _ => HashMap::new(),
         };
+        // A kernel descriptor says more than PTX (names, lengths): it wins.
+        for kernel in image.kernels() {
+            if let Some(recorded) = kernel.signature() {
+                signatures.insert(kernel.name.clone(), signature::from_descriptor(recorded));
+            }
+        }
         // Opened before a host image claims its file, so a failure leaves nothing to undo.
         let device = select::backend(kind).open(0)?;
         let (image, holds_file, copy) = if kind == BackendKind::Host {
@@ -284,9 +290,11 @@ impl Gpu {
     /// Buffer`, in the order of the kernel's parameters) and waits for it. Its output is
     /// returned and also printed (captured by the test harness like the test's own).
     ///
-    /// Where the image records the kernel's signature (PTX), the number, width and kind of
-    /// the arguments are checked first ([`Error::Arguments`]); elsewhere they are the caller's
-    /// to get right.
+    /// Where the image records the kernel's signature (a `#[gpurun::kernel]`'s descriptor, on
+    /// every target; PTX), the number, width and kind of the arguments are checked first
+    /// ([`Error::Arguments`]), and every buffer passed for a pointer whose length the kernel
+    /// declares (`#[gpurun::kernel(len(x = n))]`) must hold that many elements for this launch
+    /// ([`Error::BufferTooSmall`]); elsewhere they are the caller's to get right.
     pub fn launch(
         &self,
         kernel: &str,
@@ -314,6 +322,16 @@ impl Gpu {
             signature::check(params, &args).map_err(|message| Error::Arguments {
                 kernel: kernel.to_string(),
                 message,
+            })?;
+            signature::check_lengths(params, &args, shape).map_err(|too_small| {
+                Error::BufferTooSmall(Box::new(BufferTooSmall {
+                    kernel: kernel.to_string(),
+                    param: too_small.param,
+                    needed: too_small.needed,
+                    actual: too_small.actual,
+                    element_size: too_small.element_size,
+                    rule: too_small.rule,
+                }))
             })?;
         }
         let args: Vec<KernelArg> = args.into_iter().map(Arg::value).collect();

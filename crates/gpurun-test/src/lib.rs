@@ -74,6 +74,9 @@ pub enum Error {
     /// The backend refused: no driver, no device, a load or launch failure, bad arguments.
     #[error("{0}")]
     Backend(#[from] gpurun_hal::BackendError),
+    /// The devices to run trials on cannot be listed (a bad `GPURUN_HOST_DEVICES`).
+    #[error("{0}")]
+    Devices(String),
     /// The image has no kernel of that name.
     #[error("no kernel named `{name}` in {}; its kernels: {available}", image.display())]
     NoKernel {
@@ -82,9 +85,13 @@ pub enum Error {
         available: String,
     },
     /// The arguments do not fit the kernel's signature (checked where the image records it:
-    /// PTX).
+    /// a `#[gpurun::kernel]`'s descriptor, PTX).
     #[error("wrong arguments for kernel `{kernel}`: {message}")]
     Arguments { kernel: String, message: String },
+    /// A buffer holds fewer elements than the kernel declares for this launch
+    /// (`#[gpurun::kernel(len(..))]`); nothing was launched.
+    #[error("{0}")]
+    BufferTooSmall(Box<BufferTooSmall>),
     /// A buffer passed to a launch was made by another [`Gpu`] (another loaded image).
     #[error("argument {index} of `{kernel}` is a buffer of another loaded image")]
     ForeignBuffer { kernel: String, index: usize },
@@ -123,6 +130,23 @@ pub struct DevicePanic {
     pub panicked_threads: u64,
     /// What the kernel printed.
     pub output: Output,
+}
+
+/// A buffer too small for a launch ([`Error::BufferTooSmall`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("buffer too small for kernel `{kernel}`: `{param}` needs {needed} elements of {element_size} bytes ({param} = {rule}), but the buffer holds {actual}")]
+pub struct BufferTooSmall {
+    pub kernel: String,
+    /// The pointer parameter, by name.
+    pub param: String,
+    /// Elements the declared length asks for, for this launch's arguments and shape.
+    pub needed: u128,
+    /// Elements (of the kernel's element type) the buffer holds.
+    pub actual: u64,
+    /// Bytes of one element, as the kernel sees it.
+    pub element_size: u32,
+    /// The declared length with the values it took: `n = 1000`, `blocks * threads = 4 * 64`.
+    pub rule: String,
 }
 
 /// A device crate, by the directory of its `Cargo.toml`.
@@ -185,6 +209,11 @@ impl DeviceCrate {
 
     /// The timeout in effect for `built` (see [`DeviceCrate::timeout`]).
     pub fn effective_timeout(&self, built: &BuiltImage) -> Result<Duration, Error> {
+        self.timeout_for(&built.package)
+    }
+
+    /// The timeout in effect for the device tests or kernels of `package`.
+    fn timeout_for(&self, package: &str) -> Result<Duration, Error> {
         if let Some(timeout) = self.timeout {
             return Ok(timeout);
         }
@@ -197,30 +226,53 @@ impl DeviceCrate {
                 path: self.dir.clone(),
                 message: format!("{error:#}"),
             })?;
-        Ok(timeouts
-            .get(&built.package)
-            .copied()
-            .unwrap_or(DEFAULT_TIMEOUT))
+        Ok(timeouts.get(package).copied().unwrap_or(DEFAULT_TIMEOUT))
     }
 
     /// Builds the crate's library image, once per process for each directory, target and
     /// profile (later calls return the first result, failures included).
     pub fn build(&self) -> Result<BuiltImage, Error> {
-        type Key = (PathBuf, Option<String>, bool);
-        static BUILDS: Mutex<Option<HashMap<Key, Result<BuiltImage, String>>>> = Mutex::new(None);
+        let images = self.build_cached(BuildMode::Lib)?;
+        images
+            .into_iter()
+            .find(|image| image.kind == TargetKind::Lib)
+            .map(|image| BuiltImage {
+                package: image.package,
+                path: image.path,
+                target: image.target,
+            })
+            .ok_or_else(|| Error::NoLibrary {
+                path: self.dir.clone(),
+            })
+    }
+
+    /// Builds every target `cargo gpurun test` would (see [`BuildMode`]), cached like
+    /// [`DeviceCrate::build`].
+    pub(crate) fn build_for_test(&self) -> Result<Vec<cargo_gpurun::build::BuiltImage>, Error> {
+        self.build_cached(BuildMode::Test)
+    }
+
+    fn build_cached(&self, mode: BuildMode) -> Result<Vec<cargo_gpurun::build::BuiltImage>, Error> {
+        type Key = (PathBuf, Option<String>, bool, BuildMode);
+        type Built = Result<Vec<cargo_gpurun::build::BuiltImage>, String>;
+        static BUILDS: Mutex<Option<HashMap<Key, Built>>> = Mutex::new(None);
         let dir = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
-        let key = (dir.clone(), self.target.clone(), self.release);
+        let key = (dir.clone(), self.target.clone(), self.release, mode);
         // Held through the build: concurrent tests of one process wait for the one build.
         let mut builds = BUILDS.lock().unwrap_or_else(PoisonError::into_inner);
         let builds = builds.get_or_insert_with(HashMap::new);
         let result = builds
             .entry(key)
-            .or_insert_with(|| self.build_now(&dir))
+            .or_insert_with(|| self.build_now(&dir, mode))
             .clone();
         result.map_err(|message| Error::Build { path: dir, message })
     }
 
-    fn build_now(&self, dir: &Path) -> Result<BuiltImage, String> {
+    fn build_now(
+        &self,
+        dir: &Path,
+        mode: BuildMode,
+    ) -> Result<Vec<cargo_gpurun::build::BuiltImage>, String> {
         let target = match &self.target {
             Some(target) => target.clone(),
             None => {
@@ -244,21 +296,11 @@ impl DeviceCrate {
             nvptx_linker,
             ..BuildOptions::default()
         };
-        let images = cargo_gpurun::build::build(&options).map_err(|error| error.to_string())?;
-        images
-            .into_iter()
-            .find(|image| image.kind == TargetKind::Lib)
-            .map(|image| BuiltImage {
-                package: image.package,
-                path: image.path,
-                target: image.target,
-            })
-            .ok_or_else(|| {
-                Error::NoLibrary {
-                    path: dir.to_path_buf(),
-                }
-                .to_string()
-            })
+        let built = match mode {
+            BuildMode::Lib => cargo_gpurun::build::build(&options),
+            BuildMode::Test => cargo_gpurun::build::build_for_test(&options),
+        };
+        built.map_err(|error| error.to_string())
     }
 
     /// Builds the crate (cached) and loads its image on the device in this process: device 0
@@ -267,6 +309,15 @@ impl DeviceCrate {
         let built = self.build()?;
         Gpu::open(&built.path, None, self.effective_timeout(&built)?)
     }
+}
+
+/// What a build makes: `Lib` as `cargo gpurun build` (the lib and bins), for [`Gpu`]s;
+/// `Test` as `cargo gpurun test` (also every `harness = false` tests/ target and the
+/// examples), for trials.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum BuildMode {
+    Lib,
+    Test,
 }
 
 /// cargo-gpurun's `gpurun-nvptx-link`, built with escargot from the cargo-gpurun sources this

@@ -1,15 +1,16 @@
 //! A device crate's `#[gpurun::test]`s as libtest-mimic trials, each run in a worker process
-//! through the runner, judged by the harness's rules.
+//! through the runner, judged by the harness's rules: every test suite `cargo gpurun test`
+//! would run, spread over every device present.
 
 use std::ffi::OsString;
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use gpurun_hal::{select, BackendKind};
 use gpurun_harness::outcome::{judge, panic_text, Verdict};
 use gpurun_harness::{Executor, TestCase};
-use gpurun_image::Image;
-use gpurun_runner::{WorkerExecutor, WorkerOptions};
+use gpurun_runner::{WorkerExecutor, WorkerOptions, WorkerSpec};
 use libtest_mimic::{Arguments, Failed, Trial};
 
 use crate::{DeviceCrate, Error};
@@ -45,41 +46,88 @@ impl DeviceCrate {
     /// The crate's device tests as trials, to run with `libtest_mimic::run` (alone or beside
     /// trials of your own). The process must handle [`WORKER_FLAG`] as
     /// [`DeviceCrate::libtest_mimic_main`] does, since the workers are this executable.
+    ///
+    /// The suites are those `cargo gpurun test` runs (`cargo_gpurun::cmd::suite::test_suites`):
+    /// the lib's tests, then every `harness = false` tests/ target's and every example's. A
+    /// trial is named by the test's path (`tests::adds`); when more than one suite has tests,
+    /// each trial also carries its suite's name (the package for the lib, else the target's)
+    /// as libtest-mimic's kind: `[integration] adds`, which filters, `--exact` and nextest
+    /// match as a whole. Each suite's trials run on every device the backend sees, each test
+    /// on the least busy one.
     pub fn trials(&self, arguments: &Arguments) -> Result<Vec<Trial>, Error> {
-        let built = self.build()?;
-        let image = Image::read(&built.path).map_err(|error| Error::Image {
-            path: built.path.clone(),
-            message: error.to_string(),
-        })?;
-        let tests = cargo_gpurun::cmd::suite::test_cases(&image);
-        let backend = select::kind_for_image(image.kind());
+        let suites = cargo_gpurun::cmd::suite::test_suites(self.build_for_test()?);
         let exe = std::env::current_exe().map_err(|error| Error::Image {
-            path: built.path.clone(),
+            path: self.dir.clone(),
             message: format!("cannot find this test executable to start workers: {error}"),
         })?;
         let concurrency = arguments.test_threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
         });
-        let spec = worker_options(backend).spec(exe, &[WORKER_FLAG], &built.path);
-        // Workers start on the first test run, so listing starts none.
-        let executor = Arc::new(WorkerExecutor::new(
-            vec![spec],
-            concurrency,
-            Some(self.effective_timeout(&built)?),
-        ));
         let nocapture = arguments.nocapture;
-        Ok(tests
-            .into_iter()
-            .map(|test| {
+        let mut with_tests = Vec::new();
+        for suite in suites {
+            let image = match &suite.image {
+                Ok(Some(image)) => image,
+                // A crate without the device runtime: no tests.
+                Ok(None) => continue,
+                Err(error) => {
+                    return Err(Error::Image {
+                        path: suite.built.path.clone(),
+                        message: format!("{error:#}"),
+                    })
+                }
+            };
+            let tests = cargo_gpurun::cmd::suite::test_cases(image);
+            if !tests.is_empty() {
+                let backend = select::kind_for_image(image.kind());
+                with_tests.push((suite, backend, tests));
+            }
+        }
+        let name_suites = with_tests.len() > 1;
+        let mut trials = Vec::new();
+        for (suite, backend, tests) in with_tests {
+            let built = &suite.built;
+            let specs = worker_specs(backend, &exe, &built.path)?;
+            // Workers start on the first test run, so listing starts none.
+            let executor = Arc::new(WorkerExecutor::new(
+                specs,
+                concurrency,
+                Some(self.timeout_for(&built.package)?),
+            ));
+            let kind = if name_suites {
+                suite.name.clone()
+            } else {
+                String::new()
+            };
+            trials.extend(tests.into_iter().map(|test| {
                 let ignored = test.ignored;
                 let executor = Arc::clone(&executor);
                 Trial::test(test.name.clone(), move || {
                     run_trial(&*executor, &test, nocapture)
                 })
+                .with_kind(kind.clone())
                 .with_ignored_flag(ignored)
-            })
-            .collect())
+            }));
+        }
+        Ok(trials)
     }
+}
+
+/// One worker spec per device the tests run on (`cargo gpurun test`'s choice): this executable,
+/// started with [`WORKER_FLAG`].
+fn worker_specs(backend: BackendKind, exe: &Path, image: &Path) -> Result<Vec<WorkerSpec>, Error> {
+    let devices = cargo_gpurun::cmd::suite::test_devices(None, backend)
+        .map_err(|error| Error::Devices(format!("{error:#}")))?;
+    Ok(devices
+        .into_iter()
+        .map(|device| {
+            WorkerOptions {
+                device,
+                ..worker_options(backend)
+            }
+            .spec(exe.to_path_buf(), &[WORKER_FLAG], image)
+        })
+        .collect())
 }
 
 fn worker_options(backend: BackendKind) -> WorkerOptions {
@@ -189,6 +237,35 @@ mod tests {
         );
         let message = failure(&run(CLEAN, ""), &expected);
         assert_eq!(message, "note: test did not panic as expected");
+    }
+
+    #[test]
+    fn trials_get_a_worker_on_every_device_present() {
+        // The only test of this binary that lists host devices, so setting the variable races
+        // with nothing.
+        let env = gpurun_hal::host::HOST_DEVICES_ENV;
+        let exe = Path::new("/test/exe");
+        let image = Path::new("/kernels.so");
+        let device_args = |specs: &[WorkerSpec]| -> Vec<String> {
+            specs
+                .iter()
+                .map(|spec| {
+                    let at = spec.args.iter().position(|arg| arg == "--device").unwrap();
+                    assert_eq!(spec.args[0], WORKER_FLAG);
+                    spec.args[at + 1].clone()
+                })
+                .collect()
+        };
+        std::env::set_var(env, "3");
+        let three = worker_specs(BackendKind::Host, exe, image);
+        std::env::set_var(env, "0");
+        let invalid = worker_specs(BackendKind::Host, exe, image);
+        std::env::remove_var(env);
+        let one = worker_specs(BackendKind::Host, exe, image);
+        assert_eq!(device_args(&three.unwrap()), ["0", "1", "2"]);
+        assert_eq!(device_args(&one.unwrap()), ["0"]);
+        let error = invalid.unwrap_err().to_string();
+        assert!(error.contains("GPURUN_HOST_DEVICES must be"), "{error}");
     }
 
     #[test]

@@ -183,8 +183,8 @@ fn arguments_a_ptx_kernel_does_not_take_are_refused_before_launch() {
     );
 }
 
-/// The signature check on a real PTX image: the host app's kernels built for nvptx (offline;
-/// the scripted backend "runs" them, completing at once).
+/// The signature and length checks on a real PTX image: the host app's kernels built for nvptx
+/// (offline; the scripted backend "runs" them, completing at once).
 #[test]
 fn real_ptx_signatures_are_checked() {
     let kernels = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/host-app/kernels");
@@ -218,15 +218,16 @@ fn real_ptx_signatures_are_checked() {
         .unwrap_err();
     assert_eq!(
         wrong_type.to_string(),
-        "wrong arguments for kernel `saxpy`: argument 0 is a 32-bit float in the kernel, but an \
-         f64 was passed"
+        "wrong arguments for kernel `saxpy`: argument 0 (`a`) is a 32-bit float in the kernel, but \
+         an f64 was passed"
     );
     let too_few = gpu
         .launch("saxpy", shape, (2.0f32, &x, &mut y))
         .unwrap_err();
     assert!(
         too_few.to_string().contains(
-            "it takes 4 argument(s) (a 32-bit float, a pointer, a pointer, a 64-bit integer), not 3"
+            "it takes 4 argument(s) (a: a 32-bit float, x: a pointer, y: a pointer, n: a 64-bit \
+             integer), not 3"
         ),
         "{too_few}"
     );
@@ -236,7 +237,18 @@ fn real_ptx_signatures_are_checked() {
     assert!(
         error
             .to_string()
-            .contains("argument 2 is a pointer in the kernel, but a u64 was passed"),
+            .contains("argument 2 (`out`) is a pointer in the kernel, but a u64 was passed"),
         "{error}"
+    );
+    // The kernel descriptor's declared lengths travel through the PTX too.
+    let too_small = gpu
+        .launch("saxpy", shape, (2.0f32, &x, &mut y, 3usize))
+        .unwrap_err();
+    assert!(
+        matches!(too_small, Error::BufferTooSmall(_))
+            && too_small
+                .to_string()
+                .contains("`x` needs 3 elements of 4 bytes (x = n = 3), but the buffer holds 2"),
+        "{too_small}"
     );
 }
