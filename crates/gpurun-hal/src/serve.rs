@@ -460,7 +460,10 @@ impl<'a> Loop<'a> {
                     // launch (HSA: its completion signal).
                     Pause::Wait(pause) => match self.rpc {
                         Some((rpc, _)) if rpc.has_doorbell() => {
-                            rpc.wait_for_request(pause);
+                            let launch = self.launch;
+                            rpc.wait_for_request_or(pause, || {
+                                launch.state() != LaunchState::Running
+                            });
                         }
                         _ => self.launch.pause(pause),
                     },

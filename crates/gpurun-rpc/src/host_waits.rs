@@ -47,6 +47,40 @@ pub(crate) const fn size(port_count: u32) -> usize {
     4 * (PORT_SLEEPERS + port_count as usize)
 }
 
+/// Wakes a server sleeping on a host waits block when something outside the protocol changed
+/// that the server's wait also watches (the host emulation: the kernel's last thread returned),
+/// so it sees the change at once instead of at its timeout. Costs no system call while the
+/// server is awake. The server must re-check that change after counting itself as a sleeper
+/// (as [`Server::wait_for_request_or`](crate::Server::wait_for_request_or) does).
+#[derive(Clone, Copy)]
+pub struct ServerWaker {
+    waits: HostWaits,
+}
+
+// SAFETY: the block is shared memory accessed only atomically; `ServerWaker::new`'s caller
+// keeps it alive for as long as any copy is used.
+unsafe impl Send for ServerWaker {}
+// SAFETY: as for `Send`: every access through it is atomic.
+unsafe impl Sync for ServerWaker {}
+
+impl ServerWaker {
+    /// `None` where the build cannot block (see [`Server::attach_host_waits`](crate::Server::attach_host_waits)).
+    ///
+    /// # Safety
+    /// `block` must be the host waits block the server was (or will be) attached to, and
+    /// outlive every use of the waker.
+    #[cfg(not(loom))]
+    pub unsafe fn new(block: *const u8) -> Option<ServerWaker> {
+        // SAFETY: forwarded; only the server words (below every port's) are used.
+        unsafe { HostWaits::new(block as *const AtomicU32) }.map(|waits| ServerWaker { waits })
+    }
+
+    /// Call after making the change visible (a release store or stronger).
+    pub fn wake(&self) {
+        self.waits.wake_server();
+    }
+}
+
 /// The host waits block of one allocation, as both sides see it.
 #[derive(Clone, Copy)]
 pub(crate) struct HostWaits {

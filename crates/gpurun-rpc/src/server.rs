@@ -203,11 +203,25 @@ impl Server {
     /// sent yet is nothing to do).
     #[cfg(all(feature = "std", not(loom)))]
     pub fn wait_for_request(&self, timeout: core::time::Duration) -> bool {
+        self.wait_for_request_or(timeout, || false)
+    }
+
+    /// [`Server::wait_for_request`] that also returns (true) once `changed()` holds: something
+    /// outside the protocol the caller watches, such as the kernel's end. With host waits it is
+    /// re-checked after the server counts itself as a sleeper, so a [`ServerWaker`] woken after
+    /// the change is never missed.
+    ///
+    /// [`ServerWaker`]: crate::host_waits::ServerWaker
+    #[cfg(all(feature = "std", not(loom)))]
+    pub fn wait_for_request_or(
+        &self,
+        timeout: core::time::Duration,
+        changed: impl Fn() -> bool,
+    ) -> bool {
         let started = std::time::Instant::now();
         let mut spins = 0u32;
         loop {
-            let ready = self.may_have_request();
-            if ready {
+            if self.may_have_request() || changed() {
                 return true;
             }
             let elapsed = started.elapsed();
@@ -217,7 +231,9 @@ impl Server {
             match self.waits {
                 Some(waits) if spins >= CHECKS_BEFORE_SLEEP => {
                     let token = waits.server_prepare();
-                    let idle = !self.may_have_request() && !self.cancelled.load(Ordering::Acquire);
+                    let idle = !self.may_have_request()
+                        && !changed()
+                        && !self.cancelled.load(Ordering::Acquire);
                     waits.server_sleep(token, idle, Some(timeout - elapsed));
                 }
                 _ => sync::host_backoff(&mut spins),

@@ -8,6 +8,7 @@
 mod common;
 
 use common::{pattern, EmulatedLane, Rng, Shared, WarpShared};
+use gpurun_rpc::host_waits::ServerWaker;
 use gpurun_rpc::layout::Doorbell;
 use gpurun_rpc::sync::AtomicU64;
 use gpurun_rpc::{opcode, Client, HostLane, Lanes, Layout, Server, ServerError};
@@ -23,6 +24,8 @@ const DEADLINE: Duration = Duration::from_secs(120);
 struct Bench {
     client: Client,
     server: Server,
+    /// Address of the host waits block (for a `ServerWaker`).
+    waits_block: usize,
 }
 
 fn install(layout: Layout) -> &'static mut Bench {
@@ -46,7 +49,11 @@ fn install(layout: Layout) -> &'static mut Bench {
         server.attach_host_waits(block.as_ptr() as *const u8);
     }
     assert!(server.has_host_waits());
-    Box::leak(Box::new(Bench { client, server }))
+    Box::leak(Box::new(Bench {
+        client,
+        server,
+        waits_block: block.as_ptr() as usize,
+    }))
 }
 
 /// Runs `scenario` on a detached thread; panics if it panics or is not done by the deadline.
@@ -256,5 +263,39 @@ fn cancel_wakes_a_server_waiting_for_a_packet() {
         assert_eq!(server.join().unwrap(), Err(ServerError::Cancelled));
         bench.server.resume();
         std::mem::forget(port);
+    });
+}
+
+/// A `ServerWaker` ends a server's sleep in `wait_for_request_or` once the condition it watches
+/// outside the protocol holds (the host emulation: the kernel's last thread returned), whether
+/// the change comes before the server counts itself as a sleeper or after.
+#[test]
+fn server_waker_ends_a_wait_for_an_outside_change() {
+    within_deadline("server waker", || {
+        let bench: &'static Bench = install(Layout::new(4, 1).unwrap());
+        // SAFETY: the block is the server's and leaked (lives for the rest of the process).
+        let waker = unsafe { ServerWaker::new(bench.waits_block as *const u8) }
+            .expect("host waits are supported on this platform");
+        for delay_us in [0u64, 10, 100, 1000, 20_000] {
+            let ended: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+            let waiter = std::thread::spawn(move || {
+                let started = Instant::now();
+                let ready = bench
+                    .server
+                    .wait_for_request_or(Duration::from_secs(3600), || {
+                        ended.load(Ordering::Acquire)
+                    });
+                (ready, started.elapsed())
+            });
+            std::thread::sleep(Duration::from_micros(delay_us));
+            ended.store(true, Ordering::Release);
+            waker.wake();
+            let (ready, waited) = waiter.join().unwrap();
+            assert!(ready, "after {delay_us} us");
+            assert!(
+                waited < Duration::from_secs(60),
+                "woke after {waited:?} (change after {delay_us} us)"
+            );
+        }
     });
 }

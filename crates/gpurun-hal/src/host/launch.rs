@@ -5,6 +5,7 @@
 //! and all threads of a group run one block together, so block barriers work.
 
 use crate::{BackendError, LaunchShape};
+use gpurun_rpc::host_waits::ServerWaker;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex, PoisonError};
 use std::thread::{JoinHandle, Thread};
@@ -87,6 +88,8 @@ struct GridRun {
     /// Pool threads still running this launch.
     running: AtomicUsize,
     done: AtomicBool,
+    /// Wakes the serve loop sleeping on the RPC server when the last thread returns.
+    waker: Option<ServerWaker>,
 }
 
 impl GridRun {
@@ -123,6 +126,9 @@ impl GridRun {
         }
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.done.store(true, Ordering::Release);
+            if let Some(waker) = &self.waker {
+                waker.wake();
+            }
         }
     }
 }
@@ -241,6 +247,7 @@ impl Grid {
         shape: LaunchShape,
         registers: Registers,
         lane_size: u32,
+        waker: Option<ServerWaker>,
     ) -> Result<Grid, BackendError> {
         // The shape was checked by `crate::module::check_shape`: at most 1024 threads a block.
         let deal = Deal::of(&shape);
@@ -257,6 +264,7 @@ impl Grid {
                 .collect(),
             running: AtomicUsize::new(threads),
             done: AtomicBool::new(false),
+            waker,
         });
         for (member, seat) in pool.seats[..threads].iter().enumerate() {
             let job = Job {
@@ -346,7 +354,7 @@ mod tests {
         };
         for _ in 0..3 {
             SEEN.lock().unwrap().clear();
-            let grid = Grid::start(&mut pool, entry, shape, Registers::default(), 1).unwrap();
+            let grid = Grid::start(&mut pool, entry, shape, Registers::default(), 1, None).unwrap();
             while grid.state() == LaunchState::Running {
                 std::thread::yield_now();
             }

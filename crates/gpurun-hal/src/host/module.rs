@@ -11,18 +11,23 @@ use crate::{BackendError, LaunchShape, LoadOptions, SharedAlloc};
 use gpurun_abi::host::EnterThread;
 use gpurun_abi::symbols;
 use gpurun_image::{Image, ImageKind};
+use gpurun_rpc::host_waits::ServerWaker;
 use std::collections::HashMap;
 
 /// Stack of each emulated thread unless the user asks for another size.
 const DEFAULT_STACK: usize = 1 << 20;
 
 pub(crate) struct HostPrimitives {
-    // Field order matters: the pool's threads end before the library they ran is unloaded
-    // last.
-    memory: HostMemory,
-    lane_size: u32,
+    // Field order matters: the pool's threads end (joined on drop) before the memory they may
+    // still touch is freed (the last thread of a launch wakes the server through the host
+    // waits block after the serve loop may already have seen it finish), and the library they
+    // ran is unloaded last.
     /// The emulated threads, reused by every launch of this module.
     pool: ThreadPool,
+    memory: HostMemory,
+    lane_size: u32,
+    /// Wakes the serve loop when a launch's last thread returns (set with the host waits block).
+    server_waker: Option<ServerWaker>,
     enter: EnterThread,
     globals: HashMap<String, u64>,
     library: libloading::Library,
@@ -68,9 +73,10 @@ impl HostPrimitives {
                 name: symbols::HOST_ENTER_THREAD.into(),
             })?;
         Ok(HostPrimitives {
+            pool: ThreadPool::new(options.stack_size.unwrap_or(DEFAULT_STACK)),
             memory: HostMemory::default(),
             lane_size,
-            pool: ThreadPool::new(options.stack_size.unwrap_or(DEFAULT_STACK)),
+            server_waker: None,
             enter,
             globals: image
                 .globals()
@@ -131,7 +137,12 @@ impl Primitives for HostPrimitives {
 
     fn host_waits(&mut self, size: usize) -> Result<Option<SharedAlloc>, BackendError> {
         // Every client is a host thread: both sides may sleep and wake each other.
-        self.memory.alloc_shared(size).map(Some)
+        let block = self.memory.alloc_shared(size)?;
+        // SAFETY: the block is the server's (install_rpc attaches it) and lives in `memory`,
+        // which is freed only after the pool's threads, the waker's users, are joined (field
+        // order).
+        self.server_waker = unsafe { ServerWaker::new(block.host) };
+        Ok(Some(block))
     }
 
     fn heap(&mut self) -> &mut dyn DeviceMemory {
@@ -156,7 +167,14 @@ impl Primitives for HostPrimitives {
             enter: self.enter,
             kernel: kernel_fn,
         };
-        let grid = Grid::start(&mut self.pool, entry, shape, registers, self.lane_size)?;
+        let grid = Grid::start(
+            &mut self.pool,
+            entry,
+            shape,
+            registers,
+            self.lane_size,
+            self.server_waker,
+        )?;
         Ok(Box::new(grid))
     }
 }

@@ -134,6 +134,16 @@ impl RpcServer {
         self.server.wait_for_request(timeout)
     }
 
+    /// [`RpcServer::wait_for_request`] that also returns once `changed()` holds (the launch
+    /// ended): see [`gpurun_rpc::Server::wait_for_request_or`].
+    pub fn wait_for_request_or(
+        &self,
+        timeout: std::time::Duration,
+        changed: impl Fn() -> bool,
+    ) -> bool {
+        self.server.wait_for_request_or(timeout, changed)
+    }
+
     /// Whether the device rings a doorbell this server reads ([`RpcServer::attach_doorbell`]).
     pub fn has_doorbell(&self) -> bool {
         self.server.open_requests().is_some()
