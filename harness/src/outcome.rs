@@ -65,22 +65,9 @@ pub enum ShouldPanic {
     Expected(String),
 }
 
-/// The first panic a device thread reported during a test.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PanicReport {
-    /// The formatted panic message.
-    pub message: String,
-    /// Source file of the panic location.
-    pub file: String,
-    /// Line of the panic location.
-    pub line: u32,
-    /// Column of the panic location.
-    pub column: u32,
-    /// Thread id within the block (x, y, z).
-    pub thread: [u32; 3],
-    /// Block id within the grid (x, y, z).
-    pub block: [u32; 3],
-}
+/// The first panic a device thread reported during a test (the one type the RPC server fills in
+/// too, so it lives in the ABI crate that both depend on).
+pub use gpurun_abi::report::PanicReport;
 
 /// How a test's launch ended, as the executor saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
