@@ -388,16 +388,8 @@ mod tests {
     #[test]
     fn no_device_is_an_error_per_test_not_a_panic() {
         let executor = WorkerExecutor::new(Vec::new(), 4, None);
-        let test = TestCase {
-            name: "t".into(),
-            kernel: "__gpurun_test_t".into(),
-            ignored: false,
-            ignore_reason: None,
-            should_panic: gpurun_harness::ShouldPanic::No,
-            threads: [1, 1, 1],
-            blocks: [1, 1, 1],
-            source_file: None,
-        };
+        let test = TestCase::new("t");
+        assert_eq!(test.kernel, "__gpurun_test_t");
         let run = executor.run(&test);
         assert!(
             matches!(&run.end, TestEnd::Infrastructure { error } if error.contains("no device")),
