@@ -7,6 +7,8 @@
 //! - `barrier()` is a release fence, `s_barrier`, an acquire fence;
 //! - the panic handler ends the wavefront with `s_endpgm`: no trap (which would kill the queue)
 //!   and no endless loop (which would hang the wavefront and its block's barriers).
+//! - so test cases read from an AMDGPU image say a panic ends a wavefront of their kernel's size
+//!   (the failure output names the threads that went with it); nvptx and host ones do not.
 //!
 //! Release builds (`-p big-block -p panics -p basic --release`), so the fences are inlined around
 //! the barrier as users' code gets them. basic has several tests that compile to nothing, whose
@@ -232,4 +234,55 @@ fn a_panic_ends_the_wavefront_without_trapping_or_looping() {
         "the handler branches after reporting: {:?}",
         &handler[last_call..]
     );
+}
+
+/// Since a panic ends its whole wavefront on AMD, the harness's test cases read from an AMDGPU
+/// image carry the wavefront size of each test's kernel (gfx90a: wave64, from the kernel
+/// descriptor), so a failure says which threads went with the panic; PTX and host images,
+/// where a panic ends only its thread, carry none.
+#[test]
+fn test_cases_carry_the_wavefront_a_panic_ends_only_on_amdgpu() {
+    if nightly().is_none() {
+        return;
+    }
+    let amdgpu = gpurun_image::Image::read(image("basic")).unwrap();
+    let tests = cargo_gpurun::cmd::suite::test_cases(&amdgpu);
+    assert!(!tests.is_empty());
+    for test in &tests {
+        assert_eq!(test.panic_ends_wavefront, Some(64), "{}", test.name);
+    }
+
+    let manifest = fixtures_manifest();
+    let output = gpurun(
+        &[
+            "build",
+            "--message-format",
+            "json",
+            "-p",
+            "basic",
+            "--target",
+            "nvptx",
+            "--target",
+            "host",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let others = built_image_paths(&output);
+    assert_eq!(others.len(), 2, "{others:?}");
+    for path in others {
+        let image = gpurun_image::Image::read(&path).unwrap();
+        let tests = cargo_gpurun::cmd::suite::test_cases(&image);
+        assert_eq!(tests.len(), amdgpu.tests().len(), "{}", path.display());
+        for test in &tests {
+            assert_eq!(
+                test.panic_ends_wavefront,
+                None,
+                "{} in {}",
+                test.name,
+                path.display()
+            );
+        }
+    }
 }

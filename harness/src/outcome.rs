@@ -22,6 +22,11 @@ pub struct TestCase {
     pub blocks: [u32; 3],
     /// Source file of the test, for annotations when no panic location is known.
     pub source_file: Option<String>,
+    /// `Some(lanes)`: where this test runs, a device panic ends the panicking thread's whole
+    /// wavefront of `lanes` threads, not the thread alone (AMD GPUs: the handler's `s_endpgm`
+    /// ends the wave), and [`panic_text`] says which threads went with it. `None`: a panic ends
+    /// only its thread (NVIDIA, the host emulation). Filled by whoever reads the image.
+    pub panic_ends_wavefront: Option<u32>,
 }
 
 impl TestCase {
@@ -42,6 +47,7 @@ impl TestCase {
             threads: [1, 1, 1],
             blocks: [1, 1, 1],
             source_file: None,
+            panic_ends_wavefront: None,
         }
     }
 
@@ -65,22 +71,9 @@ pub enum ShouldPanic {
     Expected(String),
 }
 
-/// The first panic a device thread reported during a test.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PanicReport {
-    /// The formatted panic message.
-    pub message: String,
-    /// Source file of the panic location.
-    pub file: String,
-    /// Line of the panic location.
-    pub line: u32,
-    /// Column of the panic location.
-    pub column: u32,
-    /// Thread id within the block (x, y, z).
-    pub thread: [u32; 3],
-    /// Block id within the grid (x, y, z).
-    pub block: [u32; 3],
-}
+/// The first panic a device thread reported during a test (the one type the RPC server fills in
+/// too, so it lives in the ABI crate that both depend on).
+pub use gpurun_abi::report::PanicReport;
 
 /// How a test's launch ended, as the executor saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -233,15 +226,79 @@ pub fn panic_text(test: &TestCase, end: &TestEnd) -> String {
                     test.total_threads()
                 ));
             }
+            if let Some(note) = test
+                .panic_ends_wavefront
+                .and_then(|lanes| wavefront_note(lanes, test.threads, Some(report)))
+            {
+                text.push_str(&note);
+            }
         }
-        None if panicked_threads > 0 => text.push_str(&format!(
-            "\nthread '{}' panicked on the device without a report: {panicked_threads} of {} device threads panicked\n",
-            test.name,
-            test.total_threads()
-        )),
+        None if panicked_threads > 0 => {
+            text.push_str(&format!(
+                "\nthread '{}' panicked on the device without a report: {panicked_threads} of {} device threads panicked\n",
+                test.name,
+                test.total_threads()
+            ));
+            if let Some(note) = test
+                .panic_ends_wavefront
+                .and_then(|lanes| wavefront_note(lanes, test.threads, None))
+            {
+                text.push_str(&note);
+            }
+        }
         None => {}
     }
     text
+}
+
+/// The `note:` line saying which threads a panic took with it where a panic ends the whole
+/// wavefront of `lanes` threads (see [`TestCase::panic_ends_wavefront`]), for blocks of
+/// `threads` and the reported panic. `None` when no other thread can have gone with it.
+/// Threads are numbered as the hardware packs them into wavefronts: x fastest, then y, then z.
+pub fn wavefront_note(
+    lanes: u32,
+    threads: [u32; 3],
+    report: Option<&PanicReport>,
+) -> Option<String> {
+    let block_threads = threads.iter().map(|&n| u64::from(n)).product::<u64>();
+    if lanes <= 1 || block_threads <= 1 {
+        return None;
+    }
+    let lanes = u64::from(lanes);
+    let lost = "their output after that point and their results are lost";
+    let lead = format!("note: on AMD GPUs a panic ends its whole wavefront of {lanes} threads");
+    let general = format!(
+        "{lead}: the other threads of each panicking thread's wavefront ended with it; {lost}\n"
+    );
+    let Some(report) = report else {
+        return Some(general);
+    };
+    let [tx, ty, tz] = report.thread.map(u64::from);
+    let [dx, dy, _] = threads.map(u64::from);
+    let linear = tx + ty * dx + tz * dx * dy;
+    if tx >= dx || ty >= dy || linear >= block_threads {
+        // Not a thread of this launch's blocks: the report's id cannot be placed.
+        return Some(general);
+    }
+    let first = linear - linear % lanes;
+    let last = (first + lanes).min(block_threads) - 1;
+    let [bx, by, bz] = report.block;
+    let block = format!("block ({bx},{by},{bz})");
+    let went = if first == 0 && last == block_threads - 1 {
+        format!("all {block_threads} threads of {block} ended with it")
+    } else {
+        let at = |index: u64| {
+            let (x, y, z) = (index % dx, index / dx % dy, index / (dx * dy));
+            format!("({x},{y},{z})")
+        };
+        format!(
+            "threads {} to {} of {block} (wavefront {}, thread indices {first}..={last}) ended with it",
+            at(first),
+            at(last),
+            first / lanes
+        )
+    };
+    Some(format!("{lead}: {went}; {lost}\n"))
 }
 
 /// `10s`, `1.5s`, `250ms`: short and exact enough for a timeout message.
@@ -370,6 +427,75 @@ mod tests {
             "boom\nnote: 4 of 256 device threads panicked; the first report is shown\n"
         ));
         assert_eq!(panic_text(&test, &CLEAN), "");
+    }
+
+    #[test]
+    fn panic_text_names_the_wavefront_a_panic_ended_where_the_test_says_so() {
+        let report = panic_report("boom", 12, [70, 0, 0], [2, 0, 0]);
+        let end = panicked_end(report.clone(), 1);
+        let nvidia = launched("tests::t", [256, 1, 1], [4, 1, 1]);
+        let amd = TestCase {
+            panic_ends_wavefront: Some(64),
+            ..nvidia.clone()
+        };
+        let plain = panic_text(&nvidia, &end);
+        assert!(!plain.contains("wavefront"), "{plain}");
+        assert_eq!(
+            panic_text(&amd, &end),
+            format!(
+                "{plain}note: on AMD GPUs a panic ends its whole wavefront of 64 threads: threads \
+                 (64,0,0) to (127,0,0) of block (2,0,0) (wavefront 1, thread indices 64..=127) \
+                 ended with it; their output after that point and their results are lost\n"
+            )
+        );
+
+        // 2-D blocks are packed x fastest; a partial last wavefront ends at the block's end.
+        let amd_2d = TestCase {
+            panic_ends_wavefront: Some(32),
+            ..launched("tests::t", [16, 5, 1], [1, 1, 1])
+        };
+        let text = panic_text(
+            &amd_2d,
+            &panicked_end(panic_report("boom", 12, [3, 4, 0], [0, 0, 0]), 1),
+        );
+        assert!(
+            text.contains("threads (0,4,0) to (15,4,0) of block (0,0,0) (wavefront 2, thread indices 64..=79)"),
+            "{text}"
+        );
+
+        // A block within one wavefront goes whole; a one-thread block loses nobody else.
+        let small = TestCase {
+            panic_ends_wavefront: Some(64),
+            ..launched("tests::t", [8, 2, 1], [1, 1, 1])
+        };
+        assert!(panic_text(&small, &end_at([1, 1, 0]))
+            .contains("all 16 threads of block (0,0,0) ended with it;"));
+        let single = TestCase {
+            panic_ends_wavefront: Some(64),
+            ..TestCase::new("tests::t")
+        };
+        assert!(!panic_text(&single, &end_at([0, 0, 0])).contains("note:"));
+
+        // No report, or an id outside the block: the rule without the threads.
+        let without_report = TestEnd::Completed {
+            first_panic: None,
+            panicked_threads: 3,
+        };
+        for end in [without_report, end_at([300, 0, 0])] {
+            assert!(
+                panic_text(&amd, &end).ends_with(
+                    "note: on AMD GPUs a panic ends its whole wavefront of 64 threads: the other \
+                     threads of each panicking thread's wavefront ended with it; their output \
+                     after that point and their results are lost\n"
+                ),
+                "{}",
+                panic_text(&amd, &end)
+            );
+        }
+    }
+
+    fn end_at(thread: [u32; 3]) -> TestEnd {
+        panicked_end(panic_report("boom", 12, thread, [0, 0, 0]), 1)
     }
 
     #[test]

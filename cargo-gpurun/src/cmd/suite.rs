@@ -113,12 +113,18 @@ fn mentions_runtime_symbols(path: &Path) -> std::io::Result<bool> {
         .any(|window| window == RUNTIME_SYMBOL_PREFIX))
 }
 
-/// The harness's view of an image's tests.
+/// The harness's view of an image's tests. On AMDGPU a device panic ends the panicking thread's
+/// whole wavefront (docs/abi.md), so each test carries its kernel's wavefront size, from the
+/// kernel descriptor, for the failure output to say which threads went with it.
 pub fn test_cases(image: &Image) -> Vec<TestCase> {
     image
         .tests()
         .iter()
         .map(|desc| TestCase {
+            panic_ends_wavefront: image
+                .kernel(&desc.kernel)
+                .and_then(|kernel| kernel.descriptor.as_ref())
+                .map(|descriptor| descriptor.wavefront_size()),
             name: desc.name.clone(),
             kernel: desc.kernel.clone(),
             ignored: desc.ignored,

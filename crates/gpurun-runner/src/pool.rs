@@ -233,7 +233,7 @@ impl WorkerExecutor {
                 Event::Panic(report) => {
                     collected.panicked_threads += 1;
                     if collected.first_panic.is_none() {
-                        collected.first_panic = Some(panic_report(report));
+                        collected.first_panic = Some(report);
                     }
                 }
                 Event::Ready { .. } | Event::StartFailed { .. } | Event::Done(_) => {}
@@ -291,18 +291,6 @@ fn final_end(end: RunEnd, collected: &mut Collected) -> TestEnd {
             first_panic: collected.first_panic.take(),
             panicked_threads: collected.panicked_threads,
         },
-    }
-}
-
-/// The harness's report of a panic the device sent (also used by `gpurun-test`).
-pub fn panic_report(report: gpurun_hal::server::PanicReport) -> PanicReport {
-    PanicReport {
-        message: report.message,
-        file: report.file,
-        line: report.line,
-        column: report.column,
-        thread: report.thread,
-        block: report.block,
     }
 }
 
@@ -400,16 +388,8 @@ mod tests {
     #[test]
     fn no_device_is_an_error_per_test_not_a_panic() {
         let executor = WorkerExecutor::new(Vec::new(), 4, None);
-        let test = TestCase {
-            name: "t".into(),
-            kernel: "__gpurun_test_t".into(),
-            ignored: false,
-            ignore_reason: None,
-            should_panic: gpurun_harness::ShouldPanic::No,
-            threads: [1, 1, 1],
-            blocks: [1, 1, 1],
-            source_file: None,
-        };
+        let test = TestCase::new("t");
+        assert_eq!(test.kernel, "__gpurun_test_t");
         let run = executor.run(&test);
         assert!(
             matches!(&run.end, TestEnd::Infrastructure { error } if error.contains("no device")),

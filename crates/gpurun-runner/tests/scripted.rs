@@ -74,6 +74,7 @@ impl Setup {
                 threads: desc.threads,
                 blocks: desc.blocks,
                 source_file: None,
+                panic_ends_wavefront: None,
             })
             .collect();
         Setup {

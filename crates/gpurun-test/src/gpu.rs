@@ -354,7 +354,7 @@ impl Gpu {
             LaunchEnd::Completed => match collect.first_panic {
                 Some(report) => Err(Error::Panicked(Box::new(DevicePanic {
                     kernel,
-                    report: gpurun_runner::pool::panic_report(report),
+                    report,
                     panicked_threads: collect.panicked_threads,
                     output: collect.output,
                 }))),

@@ -24,16 +24,8 @@ pub const MAX_PANIC_MESSAGE: usize = 16 << 10;
 /// Largest single device allocation honoured over RPC MALLOC.
 pub const MAX_MALLOC: u64 = 1 << 40;
 
-/// A panic reported by one device thread.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct PanicReport {
-    pub message: String,
-    pub file: String,
-    pub line: u32,
-    pub column: u32,
-    pub thread: [u32; 3],
-    pub block: [u32; 3],
-}
+/// A panic reported by one device thread; defined once in the ABI crate, shared with the harness.
+pub use gpurun_abi::report::PanicReport;
 
 /// Where the device's output and reports go (the worker forwards them to the harness).
 pub trait Sink {
