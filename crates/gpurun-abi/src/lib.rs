@@ -10,8 +10,8 @@
 //!
 //! Must not: export symbols (the device runtime links it into images and the worker links it
 //! into the host process; an exported symbol would appear in both), allocate outside the
-//! host-only `alloc` feature, or depend on any crate outside the optional `serde` feature (the
-//! worker protocol's derives). Everything else is `no_std` plain data and `const fn`s, usable by
+//! host-only `alloc` feature, or depend on any crate (the worker protocol serializes the panic
+//! report with serde's `remote` derive instead). Everything else is `no_std` plain data and `const fn`s, usable by
 //! the device runtime, the attribute macros' expansion, the image parser and the backends alike.
 #![no_std]
 

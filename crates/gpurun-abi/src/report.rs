@@ -7,7 +7,6 @@ use alloc::string::String;
 
 /// A panic reported by one device thread: its message, location, and which thread it was.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PanicReport {
     /// The formatted panic message.
     pub message: String,

@@ -140,6 +140,24 @@ fn invalid(message: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, message)
 }
 
+/// The JSON form of a [`PanicReport`]: serde's `remote` derive reads and writes the fields of
+/// the type itself, so gpurun-abi, its home, stays free of dependencies; the compiler checks
+/// this list against the type, so the two cannot drift apart.
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "PanicReport")]
+struct PanicReportJson {
+    message: String,
+    file: String,
+    line: u32,
+    column: u32,
+    thread: [u32; 3],
+    block: [u32; 3],
+}
+
+/// A panic frame's payload.
+#[derive(Serialize, Deserialize)]
+struct PanicFrame(#[serde(with = "PanicReportJson")] PanicReport);
+
 fn json<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(|e| invalid(e.to_string()))
 }
@@ -169,7 +187,9 @@ pub fn write_event(out: &mut impl Write, slot: Slot, event: &Event) -> io::Resul
         Event::Ready { device } => write_frame(out, TAG_READY, slot, device.as_bytes()),
         Event::Stdout(bytes) => write_frame(out, TAG_STDOUT, slot, bytes),
         Event::Stderr(bytes) => write_frame(out, TAG_STDERR, slot, bytes),
-        Event::Panic(report) => write_frame(out, TAG_PANIC, slot, &json(report)?),
+        Event::Panic(report) => {
+            write_frame(out, TAG_PANIC, slot, &json(&PanicFrame(report.clone()))?)
+        }
         Event::Done(end) => write_frame(out, TAG_DONE, slot, &json(end)?),
         Event::StartFailed { error } => write_frame(out, TAG_START_FAILED, slot, error.as_bytes()),
     }
@@ -263,7 +283,7 @@ pub fn read_event(input: &mut impl Read) -> io::Result<Option<(Slot, Event)>> {
             },
             TAG_STDOUT => Event::Stdout(payload),
             TAG_STDERR => Event::Stderr(payload),
-            TAG_PANIC => Event::Panic(from_json(&payload)?),
+            TAG_PANIC => Event::Panic(from_json::<PanicFrame>(&payload)?.0),
             TAG_DONE => Event::Done(from_json(&payload)?),
             TAG_START_FAILED => Event::StartFailed {
                 error: text(payload),
