@@ -3,7 +3,7 @@
 //! (tests/gpu.rs) and host-driven launches (tests/launch.rs), on the host emulation backend.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Output};
 
 use gpurun_tests::{describe, fixtures_dir, repo_root, text};
@@ -28,7 +28,7 @@ fn lib(name: &str) -> String {
 
 /// libtest-mimic's `test [KIND] NAME ... RESULT` line for `trial`, whose kind and name it pads
 /// to the widest.
-fn result_line<'a>(stdout: &'a str, trial: &str) -> Option<&'a str> {
+pub(crate) fn result_line<'a>(stdout: &'a str, trial: &str) -> Option<&'a str> {
     let start = format!("test {trial} ");
     stdout.lines().find(|line| {
         line.split_whitespace()
@@ -38,19 +38,25 @@ fn result_line<'a>(stdout: &'a str, trial: &str) -> Option<&'a str> {
     })
 }
 
-fn manifest() -> PathBuf {
-    fixtures_dir().join("host-app/Cargo.toml")
+/// `cargo SUBCOMMAND` on the host app.
+fn cargo(subcommand: &[&str], rest: &[&str]) -> Command {
+    host_crate_cargo(
+        &fixtures_dir().join("host-app/Cargo.toml"),
+        subcommand,
+        rest,
+    )
 }
 
-/// `cargo SUBCOMMAND` on the host app, on this workspace's target directory (its host
-/// dependencies are this workspace's crates, already built there), on the host emulation.
-fn cargo(subcommand: &[&str], rest: &[&str]) -> Command {
+/// `cargo SUBCOMMAND` on the host crate of `manifest`, on this workspace's target directory
+/// (its host dependencies are this workspace's crates, already built there), on the host
+/// emulation.
+pub(crate) fn host_crate_cargo(manifest: &Path, subcommand: &[&str], rest: &[&str]) -> Command {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     command
         .args(subcommand)
         .arg("--manifest-path")
-        .arg(manifest())
+        .arg(manifest)
         .arg("--target-dir")
         .arg(repo_root().join("target"))
         .args(rest)
@@ -62,7 +68,7 @@ fn cargo(subcommand: &[&str], rest: &[&str]) -> Command {
     command
 }
 
-fn output_of(mut command: Command) -> Output {
+pub(crate) fn output_of(mut command: Command) -> Output {
     command
         .output()
         .unwrap_or_else(|e| panic!("running {command:?} failed: {e}"))

@@ -11,4 +11,5 @@ mod host_io;
 mod images;
 mod loader;
 mod runner;
+mod saxpy_example;
 mod setup;

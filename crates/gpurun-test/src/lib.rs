@@ -217,16 +217,30 @@ impl DeviceCrate {
         if let Some(timeout) = self.timeout {
             return Ok(timeout);
         }
-        let options = BuildOptions {
-            manifest_path: Some(self.dir.join("Cargo.toml")),
-            ..BuildOptions::default()
-        };
-        let timeouts =
-            cargo_gpurun::cmd::test::metadata_timeouts(&options).map_err(|error| Error::Build {
-                path: self.dir.clone(),
-                message: format!("{error:#}"),
-            })?;
-        Ok(timeouts.get(package).copied().unwrap_or(DEFAULT_TIMEOUT))
+        // `cargo metadata` costs tens of milliseconds, many times a `load()` of a cached build:
+        // read once per process for each directory, as the build is (failures included).
+        type Timeouts = Result<HashMap<String, Duration>, String>;
+        static TIMEOUTS: Mutex<Option<HashMap<PathBuf, Timeouts>>> = Mutex::new(None);
+        let dir = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
+        let mut cache = TIMEOUTS.lock().unwrap_or_else(PoisonError::into_inner);
+        let timeouts = cache
+            .get_or_insert_with(HashMap::new)
+            .entry(dir.clone())
+            .or_insert_with(|| {
+                let options = BuildOptions {
+                    manifest_path: Some(dir.join("Cargo.toml")),
+                    ..BuildOptions::default()
+                };
+                cargo_gpurun::cmd::test::metadata_timeouts(&options)
+                    .map_err(|error| format!("{error:#}"))
+            });
+        match timeouts {
+            Ok(timeouts) => Ok(timeouts.get(package).copied().unwrap_or(DEFAULT_TIMEOUT)),
+            Err(message) => Err(Error::Build {
+                path: dir,
+                message: message.clone(),
+            }),
+        }
     }
 
     /// Builds the crate's library image, once per process for each directory, target and
@@ -338,4 +352,39 @@ fn nvptx_linker() -> Result<PathBuf, String> {
         .run()
         .map_err(|error| format!("cannot build the nvptx linker: {error}"))?;
     Ok(run.path().to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A later `load()` must not pay for `cargo metadata` again: the timeouts are read once per
+    /// process and directory, so an edit after the first read is not seen.
+    #[test]
+    fn timeouts_are_read_once_per_process() {
+        let dir = std::env::temp_dir().join(format!("gpurun-test-timeouts-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("src")).unwrap();
+        std::fs::write(dir.join("src/lib.rs"), "").unwrap();
+        let manifest = |secs: u32| {
+            format!(
+                "[package]\nname = \"timed\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
+                 [package.metadata.gpurun]\ntest-timeout = {secs}\n\n[workspace]\n"
+            )
+        };
+        std::fs::write(dir.join("Cargo.toml"), manifest(3)).unwrap();
+        let device_crate = DeviceCrate::new(&dir);
+        let first = device_crate.timeout_for("timed");
+        std::fs::write(dir.join("Cargo.toml"), manifest(5)).unwrap();
+        let later = device_crate.timeout_for("timed");
+        let other = device_crate.timeout_for("another-package");
+        let explicit = device_crate
+            .clone()
+            .timeout(Duration::from_secs(1))
+            .timeout_for("timed");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(first.unwrap(), Duration::from_secs(3));
+        assert_eq!(later.unwrap(), Duration::from_secs(3));
+        assert_eq!(other.unwrap(), DEFAULT_TIMEOUT);
+        assert_eq!(explicit.unwrap(), Duration::from_secs(1));
+    }
 }
