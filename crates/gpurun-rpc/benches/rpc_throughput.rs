@@ -6,8 +6,11 @@
 //!
 //! RPC rows: N client threads (1, 2, 4) against one server thread. "round trip" = open +
 //! `send_and_recv` of one packet (TEST_INCREMENT) + close; "send_n" = open + `send_n` of 64 KiB +
-//! close (fire and forget), the server `recv_n`-ing into a fixed buffer. The ratio columns divide
-//! the baseline's rate by the RPC rate (how many times slower the RPC is).
+//! close (fire and forget), the server `recv_n`-ing into a fixed buffer; "server send_n" (the
+//! other direction) = open (TEST_INTERFACE, a bench-only sequence) + an empty `send` + `recv_n` of
+//! the 64 KiB the server `send_n`s + close. The ratio columns divide the baseline's rate by the
+//! RPC rate (how many times slower the RPC is); for the bulk rows they compare packet handoffs
+//! (one per 64-byte packet) with the baselines' round trips.
 //!
 //! `cargo bench -p gpurun-rpc` prints a Markdown table. `GPURUN_RPC_BENCH_MS` sets the time per
 //! measurement (default 400 ms).
@@ -124,6 +127,7 @@ fn channel_ping_pong(duration: Duration) -> f64 {
 
 fn serve(mut server: Server, stop: &AtomicBool) {
     let mut sink = vec![0u8; PAYLOAD];
+    let source = vec![0xa5u8; PAYLOAD];
     let mut resume = 0;
     let mut idle = 0;
     while !stop.load(Ordering::Relaxed) {
@@ -139,13 +143,28 @@ fn serve(mut server: Server, stop: &AtomicBool) {
                 let mut target = Some(&mut sink[..]);
                 port.recv_n(|_, _| target.take()).unwrap();
             }
+            opcode::TEST_INTERFACE => {
+                port.recv(|_, _| {}).unwrap();
+                port.send_n(|_| &source[..]).unwrap();
+            }
             other => panic!("opcode {other:#x}"),
         }
     }
 }
 
-/// (operations per second) for `clients` threads doing `op` against one server.
-fn rpc(clients: u32, streaming: bool, duration: Duration) -> f64 {
+/// What each client call of a bench row does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// One packet there and back (TEST_INCREMENT).
+    RoundTrip,
+    /// Client `send_n` of [`PAYLOAD`] bytes, fire and forget.
+    SendN,
+    /// An empty request, then client `recv_n` of the [`PAYLOAD`] bytes the server `send_n`s.
+    RecvN,
+}
+
+/// (operations per second) for `clients` threads doing `call` against one server.
+fn rpc(clients: u32, call: Call, duration: Duration) -> f64 {
     let mut shared = Shared::new(Layout::new(clients.max(1) * 2, 1).unwrap());
     let (client, server) = shared.endpoints();
     let stop = AtomicBool::new(false);
@@ -159,17 +178,32 @@ fn rpc(clients: u32, streaming: bool, duration: Duration) -> f64 {
                 let (client, done, data) = (&client, &done, &data);
                 scope.spawn(move || {
                     let lane = HostLane::SINGLE;
+                    let mut back = vec![0u8; PAYLOAD];
                     let mut count = 0u64;
                     while started.elapsed() < duration {
                         for i in 0..64u64 {
-                            if streaming {
-                                let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
-                                port.send_n(data);
-                            } else {
-                                let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
-                                let mut reply = 0;
-                                port.send_and_recv(|b, _| b.data[0] = i, |b, _| reply = b.data[0]);
-                                assert_eq!(reply, i + 1);
+                            match call {
+                                Call::SendN => {
+                                    let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+                                    port.send_n(data);
+                                }
+                                Call::RecvN => {
+                                    let mut port =
+                                        client.open(&lane, opcode::TEST_INTERFACE).unwrap();
+                                    port.send(|_, _| {});
+                                    let len = port.recv_n(&mut back);
+                                    assert_eq!(len, PAYLOAD as u64);
+                                }
+                                Call::RoundTrip => {
+                                    let mut port =
+                                        client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+                                    let mut reply = 0;
+                                    port.send_and_recv(
+                                        |b, _| b.data[0] = i,
+                                        |b, _| reply = b.data[0],
+                                    );
+                                    assert_eq!(reply, i + 1);
+                                }
                             }
                             count += 1;
                         }
@@ -216,7 +250,7 @@ fn main() {
         raw / channel
     );
     for clients in [1, 2, 4] {
-        let trips = rpc(clients, false, duration);
+        let trips = rpc(clients, Call::RoundTrip, duration);
         println!(
             "| RPC round trip (send_and_recv) | {clients} | {trips:.0} | {:.1} | {:.2} | {:.2} |",
             mb(trips, 64.0),
@@ -224,13 +258,32 @@ fn main() {
             channel / trips
         );
     }
-    for clients in [1, 2, 4] {
-        let sends = rpc(clients, true, duration);
-        // One 64 KiB send_n is 1025 packet handoffs; compare per-packet rates with the baselines.
-        let packets = sends * PAYLOAD.div_ceil(64) as f64;
-        println!("| RPC send_n 64 KiB (fire and forget) | {clients} | {sends:.0} | {:.1} | {:.2} | {:.2} |", mb(sends, PAYLOAD as f64), raw / packets, channel / packets);
+    // One 64 KiB send_n is 1025 packet handoffs (1026 with the request of "server send_n");
+    // the ratios compare per-packet rates with the baselines' round trips.
+    let mut bulk_single = Vec::new();
+    for (call, name, extra) in [
+        (Call::SendN, "RPC send_n 64 KiB (fire and forget)", 0),
+        (Call::RecvN, "RPC server send_n 64 KiB (client recv_n)", 1),
+    ] {
+        for clients in [1, 2, 4] {
+            let messages = rpc(clients, call, duration);
+            let packets = messages * (PAYLOAD.div_ceil(64) + extra) as f64;
+            println!(
+                "| {name} | {clients} | {messages:.0} | {:.1} | {:.2} | {:.2} |",
+                mb(messages, PAYLOAD as f64),
+                raw / packets,
+                channel / packets
+            );
+            if clients == 1 {
+                bulk_single.push((name, packets));
+            }
+        }
     }
-    println!(
-        "\nsend_n ratios compare packet handoffs per second (1025 packets per 64 KiB message)."
-    );
+    println!();
+    for (name, packets) in bulk_single {
+        println!(
+            "{name}, 1 client: {packets:.0} packets/s = {:.3} of the raw ping-pong's round trips/s",
+            packets / raw
+        );
+    }
 }

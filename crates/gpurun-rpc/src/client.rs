@@ -470,13 +470,34 @@ impl<L: Lanes> Port<'_, L> {
         });
         let mut offset = FIRST_PACKET_PAYLOAD;
         while self.lanes.ballot(self.lane_mask, offset < data.len()) != 0 {
-            self.send(|buffer, _| {
-                if let Some(rest) = data.get(offset..) {
-                    copy_into(buffer.as_bytes_mut(), rest);
-                }
-            });
+            self.send(|buffer, _| store_chunk(buffer.as_bytes_mut(), data, offset));
             offset += 64;
         }
+    }
+
+    /// A `recv` that another `recv` will follow: this lane's slot is copied out and the packet
+    /// handed back at once, so the server writes the next one while we store this copy (the next
+    /// `recv` would otherwise flip first and only then wait). Only for a `recv` followed by a
+    /// `recv`: after the last one of a sequence the packet must stay with us.
+    #[inline(always)]
+    fn recv_handing_back(&mut self, use_reply: impl FnOnce(&Buffer)) {
+        if self.receive {
+            self.invert_outbox();
+            self.owns_buffer = false;
+        }
+        let inbox = if self.owns_buffer {
+            self.out
+        } else {
+            self.load_inbox()
+        };
+        self.wait_for_ownership(inbox);
+        // SAFETY: the packet is ours until the flip below; the copy is read before it (the flip
+        // starts with a release fence).
+        let reply = unsafe { ptr::read(self.my_slot()) };
+        self.invert_outbox();
+        self.owns_buffer = false;
+        self.receive = false;
+        use_reply(&reply);
     }
 
     /// Receives a byte string sent with `send_n` into `dst`, returning its full length. Bytes past
@@ -492,22 +513,56 @@ impl<L: Lanes> Port<'_, L> {
             );
         });
         let mut offset = FIRST_PACKET_PAYLOAD as u64;
-        while self.lanes.ballot(self.lane_mask, offset < size) != 0 {
-            self.recv(|buffer, _| {
+        let mut more = self.lanes.ballot(self.lane_mask, offset < size) != 0;
+        while more {
+            // Whether any lane has a packet after this one: then this one is handed back early.
+            let more_after = self
+                .lanes
+                .ballot(self.lane_mask, offset < size.saturating_sub(64))
+                != 0;
+            let mut use_reply = |buffer: &Buffer| {
                 if offset < size {
-                    let chunk = buffer
-                        .as_bytes()
-                        .get(..clamp(size - offset, 64))
-                        .unwrap_or(&[]);
-                    if let Some(rest) = dst.get_mut(clamp(offset, dst.len())..) {
-                        copy_into(rest, chunk);
-                    }
+                    load_chunk(dst, offset, size - offset, buffer.as_bytes());
                 }
-            });
+            };
+            if more_after {
+                self.recv_handing_back(&mut use_reply);
+            } else {
+                self.recv(|buffer, _| use_reply(buffer));
+            }
             offset += 64;
+            more = more_after;
         }
         size
     }
+}
+
+/// Fills a packet with `data[offset..]`: 64 bytes at once when that many remain (one fixed-size
+/// copy instead of a byte loop), else what is left. Nothing here can panic.
+#[inline(always)]
+fn store_chunk(packet: &mut [u8; 64], data: &[u8], offset: usize) {
+    if let Some(rest) = data.get(offset..) {
+        match rest.first_chunk::<64>() {
+            Some(full) => *packet = *full,
+            None => copy_into(packet, rest),
+        }
+    }
+}
+
+/// Stores the first `min(remaining, 64)` bytes of `packet` at `dst[offset..]`, dropping what does
+/// not fit: a fixed-size copy for a whole packet that fits, else the byte loop. Cannot panic.
+#[inline(always)]
+fn load_chunk(dst: &mut [u8], offset: u64, remaining: u64, packet: &[u8; 64]) {
+    let Some(rest) = dst.get_mut(clamp(offset, dst.len())..) else {
+        return;
+    };
+    if remaining >= 64 {
+        if let Some(full) = rest.first_chunk_mut::<64>() {
+            *full = *packet;
+            return;
+        }
+    }
+    copy_into(rest, packet.get(..clamp(remaining, 64)).unwrap_or(&[]));
 }
 
 /// Copies as many bytes as fit (`min` of both lengths). Written without slicing so that the

@@ -471,10 +471,34 @@ impl<'a> ServerPort<'a> {
 
     #[inline(always)]
     fn read_slot(&self, lane: u32) -> Buffer {
-        // SAFETY: the slot is inside the allocation (see `slot`) and aligned; the device may race
-        // on it only if it breaks the protocol, so the read is volatile: one copy of plain words
-        // that callbacks then see, never a reference into shared memory.
-        unsafe { ptr::read_volatile(self.slot(lane)) }
+        let slot = self.slot(lane);
+        let mut copy = Buffer::default();
+        for (index, word) in copy.data.iter_mut().enumerate() {
+            // SAFETY: the slot is inside the allocation (see `slot`) and aligned, `index` is
+            // below 8; the device may race on it only if it breaks the protocol, so the reads
+            // are volatile (one 8-byte load each): a copy of plain words that callbacks then
+            // see, never a reference into shared memory.
+            *word = unsafe { ptr::read_volatile(ptr::addr_of!((*slot).data[index])) };
+        }
+        copy
+    }
+
+    /// Overwrites a lane's whole slot with `words` (volatile, one 8-byte store each), without
+    /// reading it first: for packets whose every word we replace.
+    #[inline(always)]
+    fn write_slot(&self, lane: u32, words: &[u8; 64]) {
+        let slot = self.slot(lane);
+        for (index, word) in words.chunks_exact(8).enumerate() {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(word);
+            // SAFETY: as in `read_slot`; we own the packet while writing it, `index` is below 8.
+            unsafe {
+                ptr::write_volatile(
+                    ptr::addr_of_mut!((*slot).data[index]),
+                    u64::from_ne_bytes(bytes),
+                )
+            }
+        }
     }
 
     /// Writes back the words of `buffer` that differ from `before` (what the slot held): the
@@ -529,15 +553,32 @@ impl<'a> ServerPort<'a> {
 
     #[inline]
     fn invert_outbox(&mut self) {
+        self.invert_outbox_without_wake();
+        self.wake_client();
+    }
+
+    /// The flip alone; the caller must call [`ServerPort::wake_client`] after it (it may do
+    /// other work first: the wake only has to follow the store).
+    #[inline(always)]
+    fn invert_outbox_without_wake(&mut self) {
         let next = self.out ^ 1;
         sync::release_fence();
-        // SAFETY: `index < port_count`: inside the server outbox array.
-        let mailbox = unsafe { &*self.server.outbox.add(self.index as usize) };
-        sync::store_mailbox(mailbox, next);
-        if let Some(waits) = self.server.waits {
-            waits.wake_port(self.index, mailbox);
-        }
+        sync::store_mailbox(self.outbox_word(), next);
         self.out = next;
+    }
+
+    /// With host waits: wakes a client sleeping on this port's mailbox after a flip.
+    #[inline(always)]
+    fn wake_client(&self) {
+        if let Some(waits) = self.server.waits {
+            waits.wake_port(self.index, self.outbox_word());
+        }
+    }
+
+    #[inline(always)]
+    fn outbox_word(&self) -> &AtomicU32 {
+        // SAFETY: `index < port_count`: inside the server outbox array.
+        unsafe { &*self.server.outbox.add(self.index as usize) }
     }
 
     #[inline]
@@ -610,11 +651,16 @@ impl<'a> ServerPort<'a> {
         for lane in self.lanes() {
             copies[lane as usize].write(self.read_slot(lane));
         }
-        self.hand_over();
+        self.invert_outbox_without_wake();
+        self.owns_buffer = false;
+        self.receive = false;
         for lane in self.lanes() {
             // SAFETY: the loop above wrote the copy of every lane of this same mask.
             use_packet(unsafe { copies[lane as usize].assume_init_ref() }, lane);
         }
+        // The wake's fence waits for the flip to reach the client; after the copies, that wait
+        // overlaps with them.
+        self.wake_client();
         Ok(())
     }
 
@@ -646,13 +692,23 @@ impl<'a> ServerPort<'a> {
         })?;
         let mut offset = FIRST_PACKET_PAYLOAD;
         while offset < longest {
-            self.send(|buffer, lane| {
-                let bytes = slices[lane as usize];
-                if offset < bytes.len() {
-                    let chunk = &bytes[offset..bytes.len().min(offset + 64)];
-                    buffer.as_bytes_mut()[..chunk.len()].copy_from_slice(chunk);
+            self.acquire()?;
+            for lane in self.lanes() {
+                let rest = slices[lane as usize].get(offset..).unwrap_or(&[]);
+                match rest.first_chunk::<64>() {
+                    // A whole packet: written at once, the slot's old words never read.
+                    Some(full) => self.write_slot(lane, full),
+                    // A lane's last bytes (or none): as `send`, the words after them stay.
+                    None if !rest.is_empty() => {
+                        let before = self.read_slot(lane);
+                        let mut buffer = before;
+                        buffer.as_bytes_mut()[..rest.len()].copy_from_slice(rest);
+                        self.write_slot_changes(lane, &before, &buffer);
+                    }
+                    None => {}
                 }
-            })?;
+            }
+            self.hand_over();
             offset += 64;
         }
         Ok(())
