@@ -163,6 +163,17 @@ pub struct Global {
 }
 
 impl Global {
+    /// The whole initial contents of a descriptor global no longer than `max_len` bytes, or
+    /// why not (for the caller's `BadDescriptor`).
+    fn descriptor_bytes(&self, max_len: usize) -> Result<Vec<u8>, String> {
+        let len = usize::try_from(self.size)
+            .ok()
+            .filter(|len| *len <= max_len)
+            .ok_or_else(|| format!("{} bytes is longer than any descriptor", self.size))?;
+        self.read_at(0, len)
+            .ok_or_else(|| "its contents are not stored in the image".to_owned())
+    }
+
     /// `len` bytes at `offset` of the initial contents, if statically known and in range.
     pub fn read_at(&self, offset: u64, len: usize) -> Option<Vec<u8>> {
         let end = offset.checked_add(len as u64)?;
@@ -515,18 +526,7 @@ impl Image {
                 return Err(bad(format!("its kernel `{kernel}` is not in the image")));
             }
             let max_len = DESCRIPTOR_HEADER_LEN + 3 * usize::from(u16::MAX);
-            let len = usize::try_from(global.size)
-                .ok()
-                .filter(|len| *len <= max_len)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "{} bytes is longer than any descriptor",
-                        global.size
-                    ))
-                })?;
-            let bytes = global
-                .read_at(0, len)
-                .ok_or_else(|| bad("its contents are not stored in the image".to_owned()))?;
+            let bytes = global.descriptor_bytes(max_len).map_err(bad)?;
             tests.push(decode_descriptor(&global.name, &kernel, &bytes)?);
         }
         tests.sort_by(|a, b| a.name.cmp(&b.name));
@@ -562,18 +562,7 @@ impl Image {
                     * (gpurun_abi::kernel::PARAM_HEADER_LEN
                         + usize::from(u16::MAX)
                         + gpurun_abi::kernel::FACTOR_LEN * gpurun_abi::kernel::MAX_FACTORS);
-            let len = usize::try_from(global.size)
-                .ok()
-                .filter(|len| *len <= max_len)
-                .ok_or_else(|| {
-                    bad(format!(
-                        "{} bytes is longer than any descriptor",
-                        global.size
-                    ))
-                })?;
-            let bytes = global
-                .read_at(0, len)
-                .ok_or_else(|| bad("its contents are not stored in the image".to_owned()))?;
+            let bytes = global.descriptor_bytes(max_len).map_err(bad)?;
             found.push((index, decode_kernel_descriptor(&global.name, &bytes)?));
         }
         for (index, signature) in found {
