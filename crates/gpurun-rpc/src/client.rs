@@ -431,10 +431,11 @@ impl<L: Lanes> Port<'_, L> {
         self.receive = false;
     }
 
-    /// Waits for the server's reply and reads this lane's slot with `use_reply(slot, lane_id)`.
-    pub fn recv(&mut self, use_reply: impl FnOnce(&Buffer, u32)) {
+    /// The first half of every receive: hands a packet received before back (two receives in
+    /// a row), then waits until the server's reply is ours.
+    #[inline(always)]
+    fn wait_for_reply(&mut self) {
         if self.receive {
-            // Two receives in a row: hand the previous packet back first.
             self.invert_outbox();
             self.owns_buffer = false;
         }
@@ -444,6 +445,11 @@ impl<L: Lanes> Port<'_, L> {
             self.load_inbox()
         };
         self.wait_for_ownership(inbox);
+    }
+
+    /// Waits for the server's reply and reads this lane's slot with `use_reply(slot, lane_id)`.
+    pub fn recv(&mut self, use_reply: impl FnOnce(&Buffer, u32)) {
+        self.wait_for_reply();
         // SAFETY: the packet is ours until we flip the outbox again.
         use_reply(unsafe { &*self.my_slot() }, self.lanes.lane_id());
         self.receive = true;
@@ -481,16 +487,7 @@ impl<L: Lanes> Port<'_, L> {
     /// `recv`: after the last one of a sequence the packet must stay with us.
     #[inline(always)]
     fn recv_handing_back(&mut self, use_reply: impl FnOnce(&Buffer)) {
-        if self.receive {
-            self.invert_outbox();
-            self.owns_buffer = false;
-        }
-        let inbox = if self.owns_buffer {
-            self.out
-        } else {
-            self.load_inbox()
-        };
-        self.wait_for_ownership(inbox);
+        self.wait_for_reply();
         // SAFETY: the packet is ours until the flip below; the copy is read before it (the flip
         // starts with a release fence).
         let reply = unsafe { ptr::read(self.my_slot()) };
