@@ -16,8 +16,12 @@ use cargo_gpurun::build::validate;
 use cargo_gpurun::toolchain;
 use common::{available, built_image_paths, fixtures_manifest, gpurun, nightly};
 
-/// Architectures assembled with ptxas 12.x and with 13.x.
-const PTXAS_12_ARCHES: &[&str] = &["sm_70", "sm_80", "sm_90"];
+/// The architecture `cargo gpurun build` assembles each image for by default, with the ptxas
+/// it finds (12.x here): the build's own `<stem>.cubin` is that check, so the test does not
+/// assemble it a second time (a ptxas failure or crash fails the build).
+const BUILD_ARCH: &str = cargo_gpurun::build::arch::DEFAULT_NVPTX_ARCH;
+/// Architectures assembled with ptxas 12.x (besides [`BUILD_ARCH`]) and with 13.x.
+const PTXAS_12_ARCHES: &[&str] = &["sm_80", "sm_90"];
 const PTXAS_13_ARCHES: &[&str] = &["sm_90", "sm_100"];
 
 /// Overrides where ptxas 13.x is.
@@ -35,9 +39,9 @@ fn ptxas_13() -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
-/// The PTX of every fixture, built (debug, the default sm_70) as `cargo gpurun build
-/// --workspace` builds it, which also assembles each for sm_70 with the ptxas it finds. Built
-/// once for both tests.
+/// The PTX of every fixture, built (debug, the default [`BUILD_ARCH`]) as `cargo gpurun build
+/// --workspace` builds it, which also assembles each for that arch with the ptxas it finds.
+/// Built once for both tests.
 fn fixture_ptx() -> Vec<PathBuf> {
     static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
     BUILT.get_or_init(build_fixture_ptx).clone()
@@ -60,6 +64,15 @@ fn build_fixture_ptx() -> Vec<PathBuf> {
     paths.sort();
     assert!(paths.len() >= 10, "too few fixture images: {paths:?}");
     paths
+}
+
+/// Whether the build left a cubin of `ptx` (for [`BUILD_ARCH`]) at least as new as the PTX.
+fn built_cubin_is_current(ptx: &Path) -> bool {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|meta| meta.modified());
+    match (modified(&ptx.with_extension("cubin")), modified(ptx)) {
+        (Ok(cubin), Ok(ptx)) => cubin >= ptx,
+        _ => false,
+    }
 }
 
 /// Assembles `ptx` for each arch; returns one line per failure.
@@ -96,6 +109,12 @@ fn every_fixture_assembles_for_every_architecture_with_both_ptxas_generations() 
         let mut failures = Vec::new();
         for ptx in part {
             if let Some(ptxas) = &ptxas_12 {
+                if !built_cubin_is_current(ptx) {
+                    failures.push(format!(
+                        "{}: no {BUILD_ARCH} cubin from the build newer than the PTX",
+                        ptx.display()
+                    ));
+                }
                 failures.extend(assemble_all(ptxas, "12", ptx, PTXAS_12_ARCHES));
             }
             if let Some(ptxas) = &ptxas_13 {
