@@ -113,6 +113,15 @@ fn mentions_runtime_symbols(path: &Path) -> std::io::Result<bool> {
         .any(|window| window == RUNTIME_SYMBOL_PREFIX))
 }
 
+/// How many threads a device panic in `kernel` ends with it: its wavefront size on AMDGPU (from
+/// the kernel descriptor; docs/abi.md), `None` where a panic ends only its thread.
+pub fn panic_ends_wavefront(image: &Image, kernel: &str) -> Option<u32> {
+    image
+        .kernel(kernel)
+        .and_then(|kernel| kernel.descriptor.as_ref())
+        .map(|descriptor| descriptor.wavefront_size())
+}
+
 /// The harness's view of an image's tests. On AMDGPU a device panic ends the panicking thread's
 /// whole wavefront (docs/abi.md), so each test carries its kernel's wavefront size, from the
 /// kernel descriptor, for the failure output to say which threads went with it.
@@ -121,10 +130,7 @@ pub fn test_cases(image: &Image) -> Vec<TestCase> {
         .tests()
         .iter()
         .map(|desc| TestCase {
-            panic_ends_wavefront: image
-                .kernel(&desc.kernel)
-                .and_then(|kernel| kernel.descriptor.as_ref())
-                .map(|descriptor| descriptor.wavefront_size()),
+            panic_ends_wavefront: panic_ends_wavefront(image, &desc.kernel),
             name: desc.name.clone(),
             kernel: desc.kernel.clone(),
             ignored: desc.ignored,

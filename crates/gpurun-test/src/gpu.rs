@@ -154,6 +154,8 @@ pub struct Gpu {
     kernels: Vec<String>,
     /// Parameters of each kernel, where the image records them (kernel descriptors, PTX).
     signatures: HashMap<String, Vec<ParamSpec>>,
+    /// Kernels whose panics end a whole wavefront (AMDGPU), with its size.
+    panic_wavefronts: HashMap<String, u32>,
     timeout: Duration,
     backend: BackendKind,
     /// The host image's file this `Gpu` holds in [`LOADED_HOST_FILES`].
@@ -212,6 +214,14 @@ impl Gpu {
                 signatures.insert(kernel.name.clone(), signature::from_descriptor(recorded));
             }
         }
+        let panic_wavefronts = image
+            .kernels()
+            .iter()
+            .filter_map(|kernel| {
+                cargo_gpurun::cmd::suite::panic_ends_wavefront(&image, &kernel.name)
+                    .map(|lanes| (kernel.name.clone(), lanes))
+            })
+            .collect();
         // Opened before a host image claims its file, so a failure leaves nothing to undo.
         let device = select::backend(kind).open(0)?;
         let (image, holds_file, copy) = if kind == BackendKind::Host {
@@ -245,6 +255,7 @@ impl Gpu {
             image: path.to_path_buf(),
             kernels,
             signatures,
+            panic_wavefronts,
             timeout,
             backend: kind,
             holds_file,
@@ -353,6 +364,9 @@ impl Gpu {
         match end {
             LaunchEnd::Completed => match collect.first_panic {
                 Some(report) => Err(Error::Panicked(Box::new(DevicePanic {
+                    wavefront_note: self.panic_wavefronts.get(&kernel).and_then(|&lanes| {
+                        gpurun_harness::outcome::wavefront_note(lanes, shape.threads, Some(&report))
+                    }),
                     kernel,
                     report,
                     panicked_threads: collect.panicked_threads,

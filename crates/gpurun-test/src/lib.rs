@@ -118,16 +118,20 @@ pub enum Error {
 
 /// A panic on the device during a host-driven launch ([`Error::Panicked`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("kernel `{kernel}` panicked at {file}:{line}:{column} (block {block:?}, thread {thread:?}{others}): {message}",
+#[error("kernel `{kernel}` panicked at {file}:{line}:{column} (block {block:?}, thread {thread:?}{others}): {message}{note}",
     file = report.file, line = report.line, column = report.column, block = report.block,
     thread = report.thread, message = report.message,
-    others = if *panicked_threads > 1 { format!(", one of {panicked_threads} threads that panicked") } else { String::new() })]
+    others = if *panicked_threads > 1 { format!(", one of {panicked_threads} threads that panicked") } else { String::new() },
+    note = wavefront_note.as_ref().map(|note| format!("\n{note}")).unwrap_or_default())]
 pub struct DevicePanic {
     pub kernel: String,
     /// The first panic reported: message, location, thread and block.
     pub report: gpurun_harness::PanicReport,
     /// How many device threads panicked.
     pub panicked_threads: u64,
+    /// On AMD GPUs a panic ends its whole wavefront: which threads went with it (the same
+    /// `note:` line `cargo gpurun test` prints). `None` where a panic ends only its thread.
+    pub wavefront_note: Option<String>,
     /// What the kernel printed.
     pub output: Output,
 }
@@ -357,6 +361,37 @@ fn nvptx_linker() -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A host-driven launch's panic error ends with the wavefront note where the image's
+    /// kernel has one (AMDGPU), and says nothing more elsewhere.
+    #[test]
+    fn a_device_panic_shows_the_wavefront_note_when_there_is_one() {
+        let report = gpurun_harness::PanicReport {
+            message: "bad input".into(),
+            file: "src/lib.rs".into(),
+            line: 7,
+            column: 5,
+            thread: [70, 0, 0],
+            block: [2, 0, 0],
+        };
+        let panic = |wavefront_note| DevicePanic {
+            kernel: "divide".into(),
+            report: report.clone(),
+            panicked_threads: 1,
+            wavefront_note,
+            output: Output::default(),
+        };
+        let plain = panic(None).to_string();
+        assert_eq!(
+            plain,
+            "kernel `divide` panicked at src/lib.rs:7:5 (block [2, 0, 0], thread [70, 0, 0]): bad input"
+        );
+        let note = gpurun_harness::outcome::wavefront_note(64, [256, 1, 1], Some(&report));
+        let note = note.expect("a 256-thread block has several wavefronts");
+        let on_amd = panic(Some(note.clone())).to_string();
+        assert_eq!(on_amd, format!("{plain}\n{note}"));
+        assert!(note.contains("(64,0,0) to (127,0,0)"), "{note}");
+    }
 
     /// A later `load()` must not pay for `cargo metadata` again: the timeouts are read once per
     /// process and directory, so an edit after the first read is not seen.
