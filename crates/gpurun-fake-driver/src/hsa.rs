@@ -1,0 +1,1324 @@
+//! A fake `libhsa-runtime64.so.1`: every function hsa-sys resolves (its `FUNCTION_SIGNATURES`;
+//! [`signatures_match`] makes the compiler check each one against hsa-sys's table), recording
+//! each call. The backend loads it through `$GPURUN_HSA_LIB`.
+//!
+//! The system: one CPU agent (a kernarg and a fine-grained pool) and one `gfx90a` GPU agent
+//! (wave64, kernel dispatch, a coarse-grained pool), HSA 1.1, timestamps at 1 GHz. Pool memory
+//! is host memory (zeroed, 4 KiB aligned), so async copies really copy (and decrement their
+//! signal at once). A code object is "loaded" by copying its `PT_LOAD` segments into one
+//! block; its symbols are its dynamic symbols (kernels are their `NAME.kd` descriptors, whose
+//! segment sizes are read from the descriptor bytes).
+//!
+//! Queues are real AQL rings in host memory. Storing to a queue's doorbell "processes" the
+//! packet in the slot it names: the log line shows the header and fields the packet processor
+//! would see at that moment (a header still 0 means it was written after the doorbell); the
+//! packet's completion signal then stays at its value for [`RUNNING_POLLS_ENV`] loads or waits
+//! and is decremented after (the kernel "ran"; nothing is executed).
+//!
+//! `hsa_shut_down` that drops the last reference records what is still alive
+//! (`leaked blocks=.. signals=.. queues=.. executables=.. readers=..`); freeing or destroying
+//! something unknown answers an error status, so a double free shows in the log.
+//!
+//! Set by the test (all optional):
+//! - [`FAIL_ENV`]: `hsa_executable_load_agent_code_object=HSA_STATUS_ERROR_INVALID_CODE_OBJECT,...`:
+//!   those functions answer that status and do nothing else.
+//! - [`RUNNING_POLLS_ENV`]: how many loads or waits of a completion signal a dispatched kernel
+//!   runs for (0).
+
+// The exported functions are the HSA runtime API: its documentation is their contract.
+#![allow(clippy::missing_safety_doc)]
+
+use crate::record::{hex, record};
+use hsa_sys::*;
+use object::{Object, ObjectSegment, ObjectSymbol};
+use std::alloc::Layout;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+
+pub const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
+pub const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
+
+const CPU_AGENT: u64 = 0xa100;
+const GPU_AGENT: u64 = 0xa200;
+const ISA: u64 = 0xa300;
+const KERNARG_POOL: u64 = 0xb100;
+const FINE_POOL: u64 = 0xb200;
+const COARSE_POOL: u64 = 0xb300;
+const ISA_NAME: &str = "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-";
+const POOL_SIZE: usize = 1 << 30;
+const QUEUE_MAX_SIZE: u32 = 1 << 17;
+/// Kernel-descriptor offsets (AMDGPU code object v3+; gpurun-image decodes the same).
+const KD_GROUP_SEGMENT: usize = 0;
+const KD_PRIVATE_SEGMENT: usize = 4;
+const KD_KERNARG_SIZE: usize = 8;
+const KD_CODE_PROPERTIES: usize = 56;
+const USES_DYNAMIC_STACK: u16 = 1 << 11;
+
+/// The status called `name` (the header's spelling); an unknown name is recorded and reads as
+/// `HSA_STATUS_ERROR`, so a mistyped test setting shows in the log.
+fn status_named(name: &str) -> hsa_status_t {
+    CONSTANTS
+        .iter()
+        .find(|(constant, ty, _)| *ty == "hsa_status_t" && *constant == name)
+        .map(|(_, _, value)| *value as hsa_status_t)
+        .unwrap_or_else(|| {
+            record(&format!("fake runtime: unknown status `{name}`"));
+            HSA_STATUS_ERROR
+        })
+}
+
+fn status_text(status: hsa_status_t) -> String {
+    status_name(status).map_or_else(|| format!("{status:#x}"), str::to_owned)
+}
+
+/// The failure [`FAIL_ENV`] chooses for `function`, if any.
+fn chosen_failure(function: &str) -> Option<hsa_status_t> {
+    let setting = std::env::var(FAIL_ENV).ok()?;
+    setting.split(',').find_map(|entry| {
+        let (name, status) = entry.trim().split_once('=')?;
+        (name == function).then(|| status_named(status))
+    })
+}
+
+fn running_polls() -> u64 {
+    std::env::var(RUNNING_POLLS_ENV)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Memory handed out by a pool, or holding a loaded code object.
+struct Block {
+    len: usize,
+    layout: Layout,
+    /// `kernarg`, `fine`, `coarse` or `executable`.
+    kind: &'static str,
+}
+
+struct Symbol {
+    address: u64,
+    size: u64,
+    kernel: bool,
+}
+
+#[derive(Default)]
+struct Executable {
+    /// The loaded image's block, once a code object is loaded.
+    base: Option<u64>,
+    symbols: HashMap<String, Symbol>,
+    frozen: bool,
+}
+
+struct Signal {
+    value: i64,
+    /// Loads or waits left before a dispatched kernel's completion signal is decremented.
+    running: Option<u64>,
+}
+
+struct Queue {
+    ring: u64,
+    size: u32,
+    doorbell: u64,
+    write_index: u64,
+    read_index: u64,
+}
+
+#[derive(Default)]
+struct State {
+    references: u32,
+    next_handle: u64,
+    blocks: BTreeMap<u64, Block>,
+    readers: HashMap<u64, Vec<u8>>,
+    executables: HashMap<u64, Executable>,
+    /// Symbol handle → (executable, name).
+    symbols: HashMap<u64, (u64, String)>,
+    signals: HashMap<u64, Signal>,
+    /// Queue descriptor address → queue.
+    queues: HashMap<u64, Queue>,
+}
+
+impl State {
+    fn handle(&mut self) -> u64 {
+        self.next_handle += 1;
+        0x20_0000 + self.next_handle * 0x100
+    }
+
+    fn allocate(&mut self, len: usize, kind: &'static str) -> Option<u64> {
+        let layout = Layout::from_size_align(len.max(1), 4096).ok()?;
+        // SAFETY: the layout has a non-zero size.
+        let pointer = unsafe { std::alloc::alloc_zeroed(layout) };
+        if pointer.is_null() {
+            return None;
+        }
+        let address = pointer as u64;
+        self.blocks.insert(address, Block { len, layout, kind });
+        Some(address)
+    }
+
+    /// Frees the block starting at `address`; false if there is none.
+    fn release(&mut self, address: u64) -> bool {
+        match self.blocks.remove(&address) {
+            Some(block) => {
+                // SAFETY: allocated by `allocate` with this layout, removed from the table so
+                // freed once.
+                unsafe { std::alloc::dealloc(address as *mut u8, block.layout) };
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// How the log names `len` bytes at `address`: a loaded symbol, else `kind+offset`; `None`
+    /// when they are not inside one block.
+    fn locate(&self, address: u64, len: usize) -> Option<String> {
+        let (&start, block) = self.blocks.range(..=address).next_back()?;
+        let offset = address - start;
+        if offset.checked_add(len as u64)? > block.len as u64 {
+            return None;
+        }
+        let symbol = self
+            .executables
+            .values()
+            .flat_map(|executable| &executable.symbols)
+            .find(|(_, symbol)| symbol.address == address);
+        Some(match symbol {
+            Some((name, _)) => name.clone(),
+            None => format!("{}+{offset}", block.kind),
+        })
+    }
+
+    fn new_signal(&mut self, value: i64) -> u64 {
+        let handle = self.handle();
+        self.signals.insert(
+            handle,
+            Signal {
+                value,
+                running: None,
+            },
+        );
+        handle
+    }
+
+    /// A load or wait of `signal`: one poll less for a running kernel; the value after.
+    fn poll(&mut self, signal: u64) -> i64 {
+        let Some(signal) = self.signals.get_mut(&signal) else {
+            return i64::MIN;
+        };
+        match signal.running {
+            Some(0) => {
+                signal.running = None;
+                signal.value -= 1;
+            }
+            Some(left) => signal.running = Some(left - 1),
+            None => {}
+        }
+        signal.value
+    }
+
+    /// What the packet processor does when the doorbell of `queue` says `index`: reads the
+    /// packet's header (0: not published yet, the packet is ignored) and starts the kernel.
+    fn ring(&mut self, queue: u64, index: i64) -> String {
+        let Some(queue) = self.queues.get_mut(&queue) else {
+            return "doorbell of no queue".into();
+        };
+        let slot = (index as u64) & u64::from(queue.size - 1);
+        let packet = queue.ring + slot * 64;
+        // SAFETY: `slot` < size, so the 64 bytes lie inside the ring this runtime allocated;
+        // the header word is read atomically, as the packet processor does.
+        let (header, bytes) = unsafe {
+            let header = AtomicU32::from_ptr(packet as *mut u32).load(Ordering::Acquire);
+            let mut bytes = [0u8; 64];
+            std::ptr::copy_nonoverlapping(packet as *const u8, bytes.as_mut_ptr(), 64);
+            (header, bytes)
+        };
+        if header & 0xffff == 0 {
+            return format!("index={index} header=0x0 (no packet published)");
+        }
+        queue.read_index = queue.read_index.max(index as u64 + 1);
+        let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+        let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
+        let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+        let kernel_object = u64_at(32);
+        let kernarg = u64_at(40);
+        let completion = u64_at(56);
+        let kernel = self
+            .locate(kernel_object, 64)
+            .unwrap_or_else(|| format!("{kernel_object:#x}"));
+        // The kernel arguments as the kernel would read them: the segment its descriptor sizes.
+        let kernarg_len = self
+            .blocks
+            .range(..=kernarg)
+            .next_back()
+            .map_or(0, |(&start, block)| block.len.saturating_sub((kernarg - start) as usize));
+        // SAFETY: `kernarg_len` bytes from `kernarg` lie inside a live block.
+        let kernarg_bytes =
+            unsafe { std::slice::from_raw_parts(kernarg as *const u8, kernarg_len) };
+        let polls = running_polls();
+        let started = match self.signals.get_mut(&completion) {
+            Some(signal) => {
+                signal.running = Some(polls);
+                "started"
+            }
+            None => "unknown completion signal",
+        };
+        format!(
+            "index={index} header={:#06x} setup={} workgroup={}x{}x{} grid={}x{}x{} private={} \
+             group={} kernel={kernel} completion={completion:#x} kernarg={} {started}",
+            header & 0xffff,
+            header >> 16,
+            u16_at(4),
+            u16_at(6),
+            u16_at(8),
+            u32_at(12),
+            u32_at(16),
+            u32_at(20),
+            u32_at(24),
+            u32_at(28),
+            hex(kernarg_bytes),
+        )
+    }
+
+    fn leaks(&self) -> String {
+        format!(
+            "leaked blocks={} signals={} queues={} executables={} readers={}",
+            self.blocks.len(),
+            self.signals.len(),
+            self.queues.len(),
+            self.executables.len(),
+            self.readers.len()
+        )
+    }
+}
+
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(|| Mutex::new(State::default()));
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs one runtime function: the chosen failure, else `body`; records `function details ->
+/// status`. `body` may add to the details.
+fn call(
+    function: &str,
+    details: String,
+    body: impl FnOnce(&mut String) -> hsa_status_t,
+) -> hsa_status_t {
+    let mut details = details;
+    let status = chosen_failure(function).unwrap_or_else(|| body(&mut details));
+    record(&format!("{function} {details} -> {}", status_text(status)));
+    status
+}
+
+/// Records a function that returns no status.
+fn record_plain(function: &str, details: String) {
+    record(&format!("{function} {details} -> void"));
+}
+
+/// Writes `value` through the caller's untyped out-pointer.
+///
+/// # Safety
+/// `out` must be valid for a `T` (the attribute's documented type).
+unsafe fn put<T>(out: *mut c_void, value: T) -> hsa_status_t {
+    if out.is_null() {
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: per the caller.
+    unsafe { out.cast::<T>().write_unaligned(value) };
+    HSA_STATUS_SUCCESS
+}
+
+/// Writes `text` as a `char[64]` attribute.
+///
+/// # Safety
+/// `out` must be valid for 64 bytes.
+unsafe fn put_name(out: *mut c_void, text: &str) -> hsa_status_t {
+    let mut bytes = [0u8; 64];
+    bytes[..text.len().min(63)].copy_from_slice(&text.as_bytes()[..text.len().min(63)]);
+    // SAFETY: per the caller.
+    unsafe { put(out, bytes) }
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_init() -> hsa_status_t {
+    call("hsa_init", String::new(), |details| {
+        let mut state = state();
+        state.references += 1;
+        *details = format!("references={}", state.references);
+        HSA_STATUS_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_shut_down() -> hsa_status_t {
+    call("hsa_shut_down", String::new(), |details| {
+        let mut state = state();
+        if state.references == 0 {
+            return HSA_STATUS_ERROR_NOT_INITIALIZED;
+        }
+        state.references -= 1;
+        *details = format!("references={}", state.references);
+        if state.references == 0 {
+            *details = format!("{details} {}", state.leaks());
+        }
+        HSA_STATUS_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_status_string(
+    status: hsa_status_t,
+    status_string: *mut *const c_char,
+) -> hsa_status_t {
+    // Not recorded: the backend asks it only to describe a failure already in the log.
+    let text: &'static CStr = match status {
+        HSA_STATUS_ERROR_INVALID_CODE_OBJECT => c"HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid.",
+        HSA_STATUS_SUCCESS => c"HSA_STATUS_SUCCESS: The function has been executed successfully.",
+        _ => c"Failure chosen by the fake HSA runtime.",
+    };
+    if status_string.is_null() {
+        return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+    }
+    // SAFETY: a valid out-pointer per the API; the string is static.
+    unsafe { status_string.write(text.as_ptr()) };
+    HSA_STATUS_SUCCESS
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_system_get_info(
+    attribute: hsa_system_info_t,
+    value: *mut c_void,
+) -> hsa_status_t {
+    call("hsa_system_get_info", format!("attribute={attribute}"), |_| {
+        // SAFETY: each attribute's documented type.
+        unsafe {
+            match attribute {
+                HSA_SYSTEM_INFO_VERSION_MAJOR | HSA_SYSTEM_INFO_VERSION_MINOR => put(value, 1u16),
+                HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY => put(value, 1_000_000_000u64),
+                _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+            }
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_register_system_event_handler(
+    callback: hsa_amd_system_event_callback_t,
+    _data: *mut c_void,
+) -> hsa_status_t {
+    call(
+        "hsa_amd_register_system_event_handler",
+        format!("handler={}", callback.is_some()),
+        |_| HSA_STATUS_SUCCESS,
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_iterate_agents(
+    callback: hsa_agent_callback_t,
+    data: *mut c_void,
+) -> hsa_status_t {
+    call("hsa_iterate_agents", String::new(), |_| {
+        let Some(callback) = callback else {
+            return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+        };
+        for agent in [CPU_AGENT, GPU_AGENT] {
+            // SAFETY: the caller's callback with its own data, as the API calls it.
+            let status = unsafe { callback(hsa_agent_t { handle: agent }, data) };
+            if status != HSA_STATUS_SUCCESS {
+                return status;
+            }
+        }
+        HSA_STATUS_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_agent_get_info(
+    agent: hsa_agent_t,
+    attribute: hsa_agent_info_t,
+    value: *mut c_void,
+) -> hsa_status_t {
+    let gpu = agent.handle == GPU_AGENT;
+    call(
+        "hsa_agent_get_info",
+        format!("agent={:#x} attribute={attribute:#x}", agent.handle),
+        |_| {
+            if !gpu && agent.handle != CPU_AGENT {
+                return HSA_STATUS_ERROR_INVALID_AGENT;
+            }
+            // SAFETY: each attribute's documented type.
+            unsafe {
+                match (attribute, gpu) {
+                    (HSA_AGENT_INFO_DEVICE, true) => put(value, HSA_DEVICE_TYPE_GPU),
+                    (HSA_AGENT_INFO_DEVICE, false) => put(value, HSA_DEVICE_TYPE_CPU),
+                    (HSA_AGENT_INFO_FEATURE, true) => put(value, HSA_AGENT_FEATURE_KERNEL_DISPATCH),
+                    (HSA_AGENT_INFO_FEATURE, false) => put(value, 0u32),
+                    (HSA_AGENT_INFO_WAVEFRONT_SIZE, true) => put(value, 64u32),
+                    (HSA_AGENT_INFO_NAME, true) => put_name(value, "gfx90a"),
+                    (HSA_AGENT_INFO_NAME, false) => put_name(value, "Fake CPU"),
+                    (HSA_AMD_AGENT_INFO_PRODUCT_NAME, true) => put_name(value, "Fake Instinct"),
+                    (HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, true) => put(value, 2u32),
+                    (HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU, true) => put(value, 4u32),
+                    (HSA_AGENT_INFO_QUEUE_MIN_SIZE, true) => put(value, 64u32),
+                    (HSA_AGENT_INFO_QUEUE_MAX_SIZE, true) => put(value, QUEUE_MAX_SIZE),
+                    (HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY, true) => put(value, 100_000_000u64),
+                    _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+                }
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_agent_iterate_isas(
+    agent: hsa_agent_t,
+    callback: hsa_isa_callback_t,
+    data: *mut c_void,
+) -> hsa_status_t {
+    call(
+        "hsa_agent_iterate_isas",
+        format!("agent={:#x}", agent.handle),
+        |_| match callback {
+            // SAFETY: the caller's callback with its own data.
+            Some(callback) if agent.handle == GPU_AGENT => unsafe {
+                callback(hsa_isa_t { handle: ISA }, data)
+            },
+            _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_isa_get_info_alt(
+    isa: hsa_isa_t,
+    attribute: hsa_isa_info_t,
+    value: *mut c_void,
+) -> hsa_status_t {
+    call(
+        "hsa_isa_get_info_alt",
+        format!("attribute={attribute}"),
+        |_| {
+            if isa.handle != ISA || value.is_null() {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            match attribute {
+                // SAFETY: NAME_LENGTH is a uint32_t.
+                HSA_ISA_INFO_NAME_LENGTH => unsafe { put(value, ISA_NAME.len() as u32) },
+                HSA_ISA_INFO_NAME => {
+                    // SAFETY: NAME writes NAME_LENGTH bytes, which the caller sized.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            ISA_NAME.as_ptr(),
+                            value.cast::<u8>(),
+                            ISA_NAME.len(),
+                        )
+                    };
+                    HSA_STATUS_SUCCESS
+                }
+                _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
+    agent: hsa_agent_t,
+    callback: hsa_amd_memory_pool_callback_t,
+    data: *mut c_void,
+) -> hsa_status_t {
+    call(
+        "hsa_amd_agent_iterate_memory_pools",
+        format!("agent={:#x}", agent.handle),
+        |_| {
+            let pools: &[u64] = match agent.handle {
+                CPU_AGENT => &[KERNARG_POOL, FINE_POOL],
+                GPU_AGENT => &[COARSE_POOL],
+                _ => return HSA_STATUS_ERROR_INVALID_AGENT,
+            };
+            let Some(callback) = callback else {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            };
+            for &pool in pools {
+                // SAFETY: the caller's callback with its own data.
+                let status = unsafe { callback(hsa_amd_memory_pool_t { handle: pool }, data) };
+                if status != HSA_STATUS_SUCCESS {
+                    return status;
+                }
+            }
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+fn pool_kind(pool: u64) -> Option<&'static str> {
+    match pool {
+        KERNARG_POOL => Some("kernarg"),
+        FINE_POOL => Some("fine"),
+        COARSE_POOL => Some("coarse"),
+        _ => None,
+    }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_memory_pool_get_info(
+    memory_pool: hsa_amd_memory_pool_t,
+    attribute: hsa_amd_memory_pool_info_t,
+    value: *mut c_void,
+) -> hsa_status_t {
+    let kind = pool_kind(memory_pool.handle);
+    call(
+        "hsa_amd_memory_pool_get_info",
+        format!("pool={} attribute={attribute}", kind.unwrap_or("?")),
+        |_| {
+            let Some(kind) = kind else {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            };
+            let flags = match kind {
+                "kernarg" => {
+                    HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_KERNARG_INIT
+                        | HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED
+                }
+                "fine" => HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
+                _ => HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
+            };
+            // SAFETY: each attribute's documented type.
+            unsafe {
+                match attribute {
+                    HSA_AMD_MEMORY_POOL_INFO_SEGMENT => put(value, HSA_AMD_SEGMENT_GLOBAL),
+                    HSA_AMD_MEMORY_POOL_INFO_GLOBAL_FLAGS => put(value, flags),
+                    HSA_AMD_MEMORY_POOL_INFO_SIZE => put(value, POOL_SIZE),
+                    HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED => put(value, true),
+                    HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_GRANULE
+                    | HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALIGNMENT => put(value, 4096usize),
+                    _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+                }
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_memory_pool_allocate(
+    memory_pool: hsa_amd_memory_pool_t,
+    size: usize,
+    flags: u32,
+    ptr: *mut *mut c_void,
+) -> hsa_status_t {
+    let kind = pool_kind(memory_pool.handle);
+    call(
+        "hsa_amd_memory_pool_allocate",
+        format!("pool={} bytes={size} flags={flags}", kind.unwrap_or("?")),
+        |details| {
+            let Some(kind) = kind else {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            };
+            if ptr.is_null() || size == 0 || size > POOL_SIZE {
+                return HSA_STATUS_ERROR_INVALID_ALLOCATION;
+            }
+            let Some(address) = state().allocate(size, kind) else {
+                return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+            };
+            details.push_str(&format!(" ptr={address:#x}"));
+            // SAFETY: a valid out-pointer per the API.
+            unsafe { ptr.write(address as *mut c_void) };
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_memory_pool_free(ptr: *mut c_void) -> hsa_status_t {
+    call("hsa_amd_memory_pool_free", format!("ptr={ptr:#x?}"), |_| {
+        let mut state = state();
+        let is_pool_memory = state
+            .blocks
+            .get(&(ptr as u64))
+            .is_some_and(|block| block.kind != "executable");
+        if is_pool_memory && state.release(ptr as u64) {
+            HSA_STATUS_SUCCESS
+        } else {
+            HSA_STATUS_ERROR_INVALID_ALLOCATION
+        }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_agents_allow_access(
+    num_agents: u32,
+    agents: *const hsa_agent_t,
+    _flags: *const u32,
+    ptr: *const c_void,
+) -> hsa_status_t {
+    let first = if agents.is_null() || num_agents == 0 {
+        0
+    } else {
+        // SAFETY: `num_agents` > 0 agents per the API.
+        unsafe { (*agents).handle }
+    };
+    call(
+        "hsa_amd_agents_allow_access",
+        format!("agents={num_agents} first={first:#x} ptr={ptr:#x?}"),
+        |_| match state().blocks.contains_key(&(ptr as u64)) {
+            true => HSA_STATUS_SUCCESS,
+            false => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_memory_async_copy(
+    dst: *mut c_void,
+    _dst_agent: hsa_agent_t,
+    src: *const c_void,
+    _src_agent: hsa_agent_t,
+    size: usize,
+    num_dep_signals: u32,
+    _dep_signals: *const hsa_signal_t,
+    completion_signal: hsa_signal_t,
+) -> hsa_status_t {
+    call(
+        "hsa_amd_memory_async_copy",
+        format!("bytes={size} deps={num_dep_signals}"),
+        |details| {
+            let mut state = state();
+            let (Some(to), Some(from)) = (
+                state.locate(dst as u64, size),
+                state.locate(src as u64, size),
+            ) else {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            };
+            if !state.signals.contains_key(&completion_signal.handle) {
+                return HSA_STATUS_ERROR_INVALID_SIGNAL;
+            }
+            // SAFETY: both ranges lie inside live blocks (checked above); distinct blocks
+            // or the same bytes, copied as memmove would.
+            let bytes = unsafe {
+                std::ptr::copy(src.cast::<u8>(), dst.cast::<u8>(), size);
+                std::slice::from_raw_parts(dst.cast::<u8>(), size.min(64))
+            };
+            details.push_str(&format!(" dst={to} src={from} data={}", hex(bytes)));
+            if let Some(signal) = state.signals.get_mut(&completion_signal.handle) {
+                signal.value -= 1;
+            }
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_memory_fill(ptr: *mut c_void, value: u32, count: usize) -> hsa_status_t {
+    call(
+        "hsa_amd_memory_fill",
+        format!("value={value:#x} count={count}"),
+        |_| {
+            if state().locate(ptr as u64, count.saturating_mul(4)).is_none() {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            // SAFETY: `count` words inside a live block (checked above).
+            let words = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u32>(), count) };
+            words.fill(value);
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_memory_lock(
+    host_ptr: *mut c_void,
+    size: usize,
+    _agents: *mut hsa_agent_t,
+    num_agent: c_int,
+    agent_ptr: *mut *mut c_void,
+) -> hsa_status_t {
+    call(
+        "hsa_amd_memory_lock",
+        format!("bytes={size} agents={num_agent}"),
+        |_| {
+            if agent_ptr.is_null() {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            // SAFETY: a valid out-pointer; host memory is its own device address here.
+            unsafe { agent_ptr.write(host_ptr) };
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_memory_unlock(host_ptr: *mut c_void) -> hsa_status_t {
+    call("hsa_amd_memory_unlock", format!("ptr={host_ptr:#x?}"), |_| {
+        HSA_STATUS_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_signal_create(
+    initial_value: hsa_signal_value_t,
+    num_consumers: u32,
+    _consumers: *const hsa_agent_t,
+    signal: *mut hsa_signal_t,
+) -> hsa_status_t {
+    call(
+        "hsa_signal_create",
+        format!("initial={initial_value} consumers={num_consumers}"),
+        |details| {
+            if signal.is_null() {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            let handle = state().new_signal(initial_value);
+            details.push_str(&format!(" signal={handle:#x}"));
+            // SAFETY: a valid out-pointer per the API.
+            unsafe { signal.write(hsa_signal_t { handle }) };
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_signal_destroy(signal: hsa_signal_t) -> hsa_status_t {
+    call(
+        "hsa_signal_destroy",
+        format!("signal={:#x}", signal.handle),
+        |_| match state().signals.remove(&signal.handle) {
+            Some(_) => HSA_STATUS_SUCCESS,
+            None => HSA_STATUS_ERROR_INVALID_SIGNAL,
+        },
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_signal_load_relaxed(signal: hsa_signal_t) -> hsa_signal_value_t {
+    let value = state().poll(signal.handle);
+    record_plain(
+        "hsa_signal_load_relaxed",
+        format!("signal={:#x} value={value}", signal.handle),
+    );
+    value
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_signal_load_scacquire(signal: hsa_signal_t) -> hsa_signal_value_t {
+    let value = state().poll(signal.handle);
+    record_plain(
+        "hsa_signal_load_scacquire",
+        format!("signal={:#x} value={value}", signal.handle),
+    );
+    value
+}
+
+/// A store: to a queue's doorbell, it processes the packet the value names.
+fn store(function: &str, signal: hsa_signal_t, value: hsa_signal_value_t) {
+    let mut state = state();
+    let doorbell_of = state
+        .queues
+        .iter()
+        .find(|(_, queue)| queue.doorbell == signal.handle)
+        .map(|(&queue, _)| queue);
+    let mut details = format!("signal={:#x} value={value}", signal.handle);
+    if let Some(queue) = doorbell_of {
+        details = format!("doorbell {}", state.ring(queue, value));
+    }
+    if let Some(stored) = state.signals.get_mut(&signal.handle) {
+        stored.value = value;
+    }
+    drop(state);
+    record_plain(function, details);
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_signal_store_relaxed(signal: hsa_signal_t, value: hsa_signal_value_t) {
+    store("hsa_signal_store_relaxed", signal, value);
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_signal_store_screlease(signal: hsa_signal_t, value: hsa_signal_value_t) {
+    store("hsa_signal_store_screlease", signal, value);
+}
+
+/// Returns at once with the value after one poll: the API allows a wait to end early, and the
+/// fake's kernels advance only when polled.
+#[no_mangle]
+pub extern "C" fn hsa_signal_wait_scacquire(
+    signal: hsa_signal_t,
+    condition: hsa_signal_condition_t,
+    compare_value: hsa_signal_value_t,
+    _timeout_hint: u64,
+    wait_state_hint: hsa_wait_state_t,
+) -> hsa_signal_value_t {
+    let value = state().poll(signal.handle);
+    record_plain(
+        "hsa_signal_wait_scacquire",
+        format!(
+            "signal={:#x} condition={condition} compare={compare_value} state={wait_state_hint} \
+             value={value}",
+            signal.handle
+        ),
+    );
+    value
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_queue_create(
+    agent: hsa_agent_t,
+    size: u32,
+    type_: hsa_queue_type32_t,
+    _callback: hsa_queue_callback_t,
+    _data: *mut c_void,
+    private_segment_size: u32,
+    group_segment_size: u32,
+    queue: *mut *mut hsa_queue_t,
+) -> hsa_status_t {
+    call(
+        "hsa_queue_create",
+        format!(
+            "agent={:#x} size={size} type={type_} private={private_segment_size:#x} \
+             group={group_segment_size:#x}",
+            agent.handle
+        ),
+        |details| {
+            if agent.handle != GPU_AGENT {
+                return HSA_STATUS_ERROR_INVALID_AGENT;
+            }
+            if queue.is_null() || !size.is_power_of_two() || size > QUEUE_MAX_SIZE {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            let mut state = state();
+            let Some(ring) = state.allocate(size as usize * 64, "queue-ring") else {
+                return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+            };
+            let doorbell = state.new_signal(0);
+            let descriptor = Box::into_raw(Box::new(hsa_queue_t {
+                type_,
+                features: 1,
+                base_address: ring as *mut c_void,
+                doorbell_signal: hsa_signal_t { handle: doorbell },
+                size,
+                reserved1: 0,
+                id: state.handle(),
+            }));
+            state.queues.insert(
+                descriptor as u64,
+                Queue {
+                    ring,
+                    size,
+                    doorbell,
+                    write_index: 0,
+                    read_index: 0,
+                },
+            );
+            details.push_str(&format!(" queue={:#x}", descriptor as u64));
+            // SAFETY: a valid out-pointer per the API.
+            unsafe { queue.write(descriptor) };
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t {
+    call("hsa_queue_destroy", format!("queue={queue:#x?}"), |_| {
+        let mut state = state();
+        let Some(removed) = state.queues.remove(&(queue as u64)) else {
+            return HSA_STATUS_ERROR_INVALID_QUEUE;
+        };
+        state.release(removed.ring);
+        state.signals.remove(&removed.doorbell);
+        // SAFETY: made by Box::into_raw in hsa_queue_create, removed from the table so freed
+        // once.
+        drop(unsafe { Box::from_raw(queue) });
+        HSA_STATUS_SUCCESS
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_queue_load_read_index_scacquire(queue: *const hsa_queue_t) -> u64 {
+    let index = state()
+        .queues
+        .get(&(queue as u64))
+        .map_or(u64::MAX, |queue| queue.read_index);
+    record_plain(
+        "hsa_queue_load_read_index_scacquire",
+        format!("queue={queue:#x?} index={index}"),
+    );
+    index
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_queue_add_write_index_relaxed(
+    queue: *const hsa_queue_t,
+    value: u64,
+) -> u64 {
+    let old = match state().queues.get_mut(&(queue as u64)) {
+        Some(queue) => {
+            let old = queue.write_index;
+            queue.write_index += value;
+            old
+        }
+        None => u64::MAX,
+    };
+    record_plain(
+        "hsa_queue_add_write_index_relaxed",
+        format!("queue={queue:#x?} add={value} index={old}"),
+    );
+    old
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_code_object_reader_create_from_memory(
+    code_object: *const c_void,
+    size: usize,
+    code_object_reader: *mut hsa_code_object_reader_t,
+) -> hsa_status_t {
+    call(
+        "hsa_code_object_reader_create_from_memory",
+        format!("bytes={size}"),
+        |details| {
+            if code_object.is_null() || code_object_reader.is_null() || size == 0 {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            // SAFETY: `size` readable bytes per the API.
+            let bytes = unsafe { std::slice::from_raw_parts(code_object.cast::<u8>(), size) };
+            let mut state = state();
+            let handle = state.handle();
+            state.readers.insert(handle, bytes.to_vec());
+            details.push_str(&format!(" reader={handle:#x}"));
+            // SAFETY: a valid out-pointer per the API.
+            unsafe { code_object_reader.write(hsa_code_object_reader_t { handle }) };
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_code_object_reader_destroy(
+    code_object_reader: hsa_code_object_reader_t,
+) -> hsa_status_t {
+    call(
+        "hsa_code_object_reader_destroy",
+        format!("reader={:#x}", code_object_reader.handle),
+        |_| match state().readers.remove(&code_object_reader.handle) {
+            Some(_) => HSA_STATUS_SUCCESS,
+            None => HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER,
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_create_alt(
+    profile: hsa_profile_t,
+    default_float_rounding_mode: hsa_default_float_rounding_mode_t,
+    _options: *const c_char,
+    executable: *mut hsa_executable_t,
+) -> hsa_status_t {
+    call(
+        "hsa_executable_create_alt",
+        format!("profile={profile} rounding={default_float_rounding_mode}"),
+        |details| {
+            if executable.is_null() {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            let mut state = state();
+            let handle = state.handle();
+            state.executables.insert(handle, Executable::default());
+            details.push_str(&format!(" executable={handle:#x}"));
+            // SAFETY: a valid out-pointer per the API.
+            unsafe { executable.write(hsa_executable_t { handle }) };
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+/// The loaded image (its `PT_LOAD` segments copied at `base`) and its dynamic symbols.
+fn load_code_object(
+    state: &mut State,
+    bytes: &[u8],
+) -> Result<(u64, HashMap<String, Symbol>), hsa_status_t> {
+    let file = object::File::parse(bytes).map_err(|_| HSA_STATUS_ERROR_INVALID_CODE_OBJECT)?;
+    let end = file
+        .segments()
+        .map(|segment| segment.address() + segment.size())
+        .max()
+        .ok_or(HSA_STATUS_ERROR_INVALID_CODE_OBJECT)?;
+    let len = usize::try_from(end).map_err(|_| HSA_STATUS_ERROR_INVALID_CODE_OBJECT)?;
+    let base = state
+        .allocate(len, "executable")
+        .ok_or(HSA_STATUS_ERROR_OUT_OF_RESOURCES)?;
+    for segment in file.segments() {
+        let data = segment
+            .data()
+            .map_err(|_| HSA_STATUS_ERROR_INVALID_CODE_OBJECT)?;
+        // SAFETY: the segment lies inside the block (sized to the highest segment end).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                (base + segment.address()) as *mut u8,
+                data.len().min(segment.size() as usize),
+            )
+        };
+    }
+    let symbols = file
+        .dynamic_symbols()
+        .filter(|symbol| symbol.is_definition())
+        .filter_map(|symbol| {
+            let name = symbol.name().ok()?.to_owned();
+            Some((
+                name.clone(),
+                Symbol {
+                    address: base + symbol.address(),
+                    size: symbol.size(),
+                    kernel: name.ends_with(".kd"),
+                },
+            ))
+        })
+        .collect();
+    Ok((base, symbols))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_load_agent_code_object(
+    executable: hsa_executable_t,
+    agent: hsa_agent_t,
+    code_object_reader: hsa_code_object_reader_t,
+    _options: *const c_char,
+    _loaded_code_object: *mut hsa_loaded_code_object_t,
+) -> hsa_status_t {
+    call(
+        "hsa_executable_load_agent_code_object",
+        format!(
+            "executable={:#x} agent={:#x} reader={:#x}",
+            executable.handle, agent.handle, code_object_reader.handle
+        ),
+        |details| {
+            if agent.handle != GPU_AGENT {
+                return HSA_STATUS_ERROR_INVALID_AGENT;
+            }
+            let mut state = state();
+            let Some(bytes) = state.readers.get(&code_object_reader.handle).cloned() else {
+                return HSA_STATUS_ERROR_INVALID_CODE_OBJECT_READER;
+            };
+            match state.executables.get(&executable.handle) {
+                None => return HSA_STATUS_ERROR_INVALID_EXECUTABLE,
+                Some(loaded) if loaded.frozen => return HSA_STATUS_ERROR_FROZEN_EXECUTABLE,
+                Some(loaded) if loaded.base.is_some() => return HSA_STATUS_ERROR,
+                Some(_) => {}
+            }
+            let (base, symbols) = match load_code_object(&mut state, &bytes) {
+                Ok(loaded) => loaded,
+                Err(status) => return status,
+            };
+            details.push_str(&format!(" symbols={}", symbols.len()));
+            if let Some(loaded) = state.executables.get_mut(&executable.handle) {
+                loaded.base = Some(base);
+                loaded.symbols = symbols;
+            }
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_freeze(
+    executable: hsa_executable_t,
+    _options: *const c_char,
+) -> hsa_status_t {
+    call(
+        "hsa_executable_freeze",
+        format!("executable={:#x}", executable.handle),
+        |_| match state().executables.get_mut(&executable.handle) {
+            Some(loaded) if loaded.frozen => HSA_STATUS_ERROR_FROZEN_EXECUTABLE,
+            Some(loaded) => {
+                loaded.frozen = true;
+                HSA_STATUS_SUCCESS
+            }
+            None => HSA_STATUS_ERROR_INVALID_EXECUTABLE,
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_validate(
+    executable: hsa_executable_t,
+    result: *mut u32,
+) -> hsa_status_t {
+    call(
+        "hsa_executable_validate",
+        format!("executable={:#x}", executable.handle),
+        |_| {
+            if !state().executables.contains_key(&executable.handle) {
+                return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+            }
+            // SAFETY: a valid out-pointer per the API (u32 at worst unaligned-safe write).
+            unsafe { put(result.cast(), 0u32) }
+        },
+    )
+}
+
+#[no_mangle]
+pub extern "C" fn hsa_executable_destroy(executable: hsa_executable_t) -> hsa_status_t {
+    call(
+        "hsa_executable_destroy",
+        format!("executable={:#x}", executable.handle),
+        |_| {
+            let mut state = state();
+            let Some(removed) = state.executables.remove(&executable.handle) else {
+                return HSA_STATUS_ERROR_INVALID_EXECUTABLE;
+            };
+            if let Some(base) = removed.base {
+                state.release(base);
+            }
+            state
+                .symbols
+                .retain(|_, (owner, _)| *owner != executable.handle);
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_get_symbol_by_name(
+    executable: hsa_executable_t,
+    symbol_name: *const c_char,
+    _agent: *const hsa_agent_t,
+    symbol: *mut hsa_executable_symbol_t,
+) -> hsa_status_t {
+    let name = if symbol_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: a NUL-terminated name per the API.
+        unsafe { CStr::from_ptr(symbol_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    call(
+        "hsa_executable_get_symbol_by_name",
+        format!("executable={:#x} name={name}", executable.handle),
+        |_| {
+            let mut state = state();
+            let found = state
+                .executables
+                .get(&executable.handle)
+                .map(|loaded| loaded.symbols.contains_key(&name));
+            match found {
+                None => HSA_STATUS_ERROR_INVALID_EXECUTABLE,
+                Some(false) => HSA_STATUS_ERROR_INVALID_SYMBOL_NAME,
+                Some(true) if symbol.is_null() => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+                Some(true) => {
+                    let handle = state.handle();
+                    state
+                        .symbols
+                        .insert(handle, (executable.handle, name.clone()));
+                    // SAFETY: a valid out-pointer per the API.
+                    unsafe { symbol.write(hsa_executable_symbol_t { handle }) };
+                    HSA_STATUS_SUCCESS
+                }
+            }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_executable_symbol_get_info(
+    executable_symbol: hsa_executable_symbol_t,
+    attribute: hsa_executable_symbol_info_t,
+    value: *mut c_void,
+) -> hsa_status_t {
+    let state = state();
+    let found = state
+        .symbols
+        .get(&executable_symbol.handle)
+        .and_then(|(executable, name)| {
+            let symbol = state.executables.get(executable)?.symbols.get(name)?;
+            Some((name.clone(), symbol))
+        });
+    let details = format!(
+        "symbol={} attribute={attribute}",
+        found.as_ref().map_or("?", |(name, _)| name.as_str())
+    );
+    let status = call("hsa_executable_symbol_get_info", details, |_| {
+        let Some((_, symbol)) = found else {
+            return HSA_STATUS_ERROR_INVALID_EXECUTABLE_SYMBOL;
+        };
+        let descriptor_u32 = |at: usize| -> u32 {
+            // SAFETY: a kernel symbol is its 64-byte descriptor inside the loaded block.
+            unsafe { ((symbol.address as usize + at) as *const u32).read_unaligned() }
+        };
+        // SAFETY: each attribute's documented type.
+        unsafe {
+            match (attribute, symbol.kernel) {
+                (HSA_EXECUTABLE_SYMBOL_INFO_TYPE, true) => put(value, HSA_SYMBOL_KIND_KERNEL),
+                (HSA_EXECUTABLE_SYMBOL_INFO_TYPE, false) => put(value, HSA_SYMBOL_KIND_VARIABLE),
+                (HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_ADDRESS, false) => put(value, symbol.address),
+                (HSA_EXECUTABLE_SYMBOL_INFO_VARIABLE_SIZE, false) => {
+                    put(value, u32::try_from(symbol.size).unwrap_or(u32::MAX))
+                }
+                (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_OBJECT, true) => put(value, symbol.address),
+                (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_SIZE, true) => {
+                    put(value, descriptor_u32(KD_KERNARG_SIZE))
+                }
+                (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_KERNARG_SEGMENT_ALIGNMENT, true) => {
+                    put(value, 16u32)
+                }
+                (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_GROUP_SEGMENT_SIZE, true) => {
+                    put(value, descriptor_u32(KD_GROUP_SEGMENT))
+                }
+                (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_PRIVATE_SEGMENT_SIZE, true) => {
+                    put(value, descriptor_u32(KD_PRIVATE_SEGMENT))
+                }
+                (HSA_EXECUTABLE_SYMBOL_INFO_KERNEL_DYNAMIC_CALLSTACK, true) => {
+                    let properties = descriptor_u32(KD_CODE_PROPERTIES) as u16;
+                    put(value, properties & USES_DYNAMIC_STACK != 0)
+                }
+                _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+            }
+        }
+    });
+    drop(state);
+    status
+}
+
+/// Never called: assigning each export to hsa-sys's table makes the compiler check that the
+/// fake has exactly the C types the backend calls through, for every function it resolves.
+#[allow(dead_code)]
+fn signatures_match(lib: &mut HsaLib) {
+    lib.hsa_init = hsa_init;
+    lib.hsa_shut_down = hsa_shut_down;
+    lib.hsa_status_string = hsa_status_string;
+    lib.hsa_system_get_info = hsa_system_get_info;
+    lib.hsa_iterate_agents = hsa_iterate_agents;
+    lib.hsa_agent_get_info = hsa_agent_get_info;
+    lib.hsa_agent_iterate_isas = hsa_agent_iterate_isas;
+    lib.hsa_isa_get_info_alt = hsa_isa_get_info_alt;
+    lib.hsa_signal_create = hsa_signal_create;
+    lib.hsa_signal_destroy = hsa_signal_destroy;
+    lib.hsa_signal_load_relaxed = hsa_signal_load_relaxed;
+    lib.hsa_signal_load_scacquire = hsa_signal_load_scacquire;
+    lib.hsa_signal_store_relaxed = hsa_signal_store_relaxed;
+    lib.hsa_signal_store_screlease = hsa_signal_store_screlease;
+    lib.hsa_signal_wait_scacquire = hsa_signal_wait_scacquire;
+    lib.hsa_queue_create = hsa_queue_create;
+    lib.hsa_queue_destroy = hsa_queue_destroy;
+    lib.hsa_queue_load_read_index_scacquire = hsa_queue_load_read_index_scacquire;
+    lib.hsa_queue_add_write_index_relaxed = hsa_queue_add_write_index_relaxed;
+    lib.hsa_code_object_reader_create_from_memory = hsa_code_object_reader_create_from_memory;
+    lib.hsa_code_object_reader_destroy = hsa_code_object_reader_destroy;
+    lib.hsa_executable_create_alt = hsa_executable_create_alt;
+    lib.hsa_executable_load_agent_code_object = hsa_executable_load_agent_code_object;
+    lib.hsa_executable_freeze = hsa_executable_freeze;
+    lib.hsa_executable_validate = hsa_executable_validate;
+    lib.hsa_executable_destroy = hsa_executable_destroy;
+    lib.hsa_executable_get_symbol_by_name = hsa_executable_get_symbol_by_name;
+    lib.hsa_executable_symbol_get_info = hsa_executable_symbol_get_info;
+    lib.hsa_amd_agent_iterate_memory_pools = hsa_amd_agent_iterate_memory_pools;
+    lib.hsa_amd_memory_pool_get_info = hsa_amd_memory_pool_get_info;
+    lib.hsa_amd_memory_pool_allocate = hsa_amd_memory_pool_allocate;
+    lib.hsa_amd_memory_pool_free = hsa_amd_memory_pool_free;
+    lib.hsa_amd_agents_allow_access = hsa_amd_agents_allow_access;
+    lib.hsa_amd_memory_async_copy = hsa_amd_memory_async_copy;
+    lib.hsa_amd_memory_fill = hsa_amd_memory_fill;
+    lib.hsa_amd_memory_lock = hsa_amd_memory_lock;
+    lib.hsa_amd_memory_unlock = hsa_amd_memory_unlock;
+    lib.hsa_amd_register_system_event_handler = hsa_amd_register_system_event_handler;
+}
