@@ -251,7 +251,9 @@ impl State {
             .blocks
             .range(..=kernarg)
             .next_back()
-            .map_or(0, |(&start, block)| block.len.saturating_sub((kernarg - start) as usize));
+            .map_or(0, |(&start, block)| {
+                block.len.saturating_sub((kernarg - start) as usize)
+            });
         // SAFETY: `kernarg_len` bytes from `kernarg` lie inside a live block.
         let kernarg_bytes =
             unsafe { std::slice::from_raw_parts(kernarg as *const u8, kernarg_len) };
@@ -373,7 +375,9 @@ pub unsafe extern "C" fn hsa_status_string(
 ) -> hsa_status_t {
     // Not recorded: the backend asks it only to describe a failure already in the log.
     let text: &'static CStr = match status {
-        HSA_STATUS_ERROR_INVALID_CODE_OBJECT => c"HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid.",
+        HSA_STATUS_ERROR_INVALID_CODE_OBJECT => {
+            c"HSA_STATUS_ERROR_INVALID_CODE_OBJECT: The code object is invalid."
+        }
         HSA_STATUS_SUCCESS => c"HSA_STATUS_SUCCESS: The function has been executed successfully.",
         _ => c"Failure chosen by the fake HSA runtime.",
     };
@@ -390,16 +394,22 @@ pub unsafe extern "C" fn hsa_system_get_info(
     attribute: hsa_system_info_t,
     value: *mut c_void,
 ) -> hsa_status_t {
-    call("hsa_system_get_info", format!("attribute={attribute}"), |_| {
-        // SAFETY: each attribute's documented type.
-        unsafe {
-            match attribute {
-                HSA_SYSTEM_INFO_VERSION_MAJOR | HSA_SYSTEM_INFO_VERSION_MINOR => put(value, 1u16),
-                HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY => put(value, 1_000_000_000u64),
-                _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+    call(
+        "hsa_system_get_info",
+        format!("attribute={attribute}"),
+        |_| {
+            // SAFETY: each attribute's documented type.
+            unsafe {
+                match attribute {
+                    HSA_SYSTEM_INFO_VERSION_MAJOR | HSA_SYSTEM_INFO_VERSION_MINOR => {
+                        put(value, 1u16)
+                    }
+                    HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY => put(value, 1_000_000_000u64),
+                    _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+                }
             }
-        }
-    })
+        },
+    )
 }
 
 #[no_mangle]
@@ -534,7 +544,9 @@ pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
         format!("agent={:#x}", agent.handle),
         |_| {
             let pools: &[u64] = match agent.handle {
-                CPU_AGENT => &[KERNARG_POOL, FINE_POOL],
+                // ROCr's order: the system fine-grained pool before the kernarg pool (which is
+                // fine-grained too).
+                CPU_AGENT => &[FINE_POOL, KERNARG_POOL],
                 GPU_AGENT => &[COARSE_POOL],
                 _ => return HSA_STATUS_ERROR_INVALID_AGENT,
             };
@@ -631,18 +643,22 @@ pub unsafe extern "C" fn hsa_amd_memory_pool_allocate(
 
 #[no_mangle]
 pub unsafe extern "C" fn hsa_amd_memory_pool_free(ptr: *mut c_void) -> hsa_status_t {
-    call("hsa_amd_memory_pool_free", format!("ptr={ptr:#x?}"), |_| {
-        let mut state = state();
-        let is_pool_memory = state
-            .blocks
-            .get(&(ptr as u64))
-            .is_some_and(|block| block.kind != "executable");
-        if is_pool_memory && state.release(ptr as u64) {
-            HSA_STATUS_SUCCESS
-        } else {
-            HSA_STATUS_ERROR_INVALID_ALLOCATION
-        }
-    })
+    call(
+        "hsa_amd_memory_pool_free",
+        format!("ptr={:#x}", ptr as u64),
+        |_| {
+            let mut state = state();
+            let is_pool_memory = state
+                .blocks
+                .get(&(ptr as u64))
+                .is_some_and(|block| block.kind != "executable");
+            if is_pool_memory && state.release(ptr as u64) {
+                HSA_STATUS_SUCCESS
+            } else {
+                HSA_STATUS_ERROR_INVALID_ALLOCATION
+            }
+        },
+    )
 }
 
 #[no_mangle]
@@ -660,7 +676,7 @@ pub unsafe extern "C" fn hsa_amd_agents_allow_access(
     };
     call(
         "hsa_amd_agents_allow_access",
-        format!("agents={num_agents} first={first:#x} ptr={ptr:#x?}"),
+        format!("agents={num_agents} first={first:#x} ptr={:#x}", ptr as u64),
         |_| match state().blocks.contains_key(&(ptr as u64)) {
             true => HSA_STATUS_SUCCESS,
             false => HSA_STATUS_ERROR_INVALID_ARGUMENT,
@@ -709,12 +725,19 @@ pub unsafe extern "C" fn hsa_amd_memory_async_copy(
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn hsa_amd_memory_fill(ptr: *mut c_void, value: u32, count: usize) -> hsa_status_t {
+pub unsafe extern "C" fn hsa_amd_memory_fill(
+    ptr: *mut c_void,
+    value: u32,
+    count: usize,
+) -> hsa_status_t {
     call(
         "hsa_amd_memory_fill",
         format!("value={value:#x} count={count}"),
         |_| {
-            if state().locate(ptr as u64, count.saturating_mul(4)).is_none() {
+            if state()
+                .locate(ptr as u64, count.saturating_mul(4))
+                .is_none()
+            {
                 return HSA_STATUS_ERROR_INVALID_ARGUMENT;
             }
             // SAFETY: `count` words inside a live block (checked above).
@@ -749,9 +772,11 @@ pub unsafe extern "C" fn hsa_amd_memory_lock(
 
 #[no_mangle]
 pub unsafe extern "C" fn hsa_amd_memory_unlock(host_ptr: *mut c_void) -> hsa_status_t {
-    call("hsa_amd_memory_unlock", format!("ptr={host_ptr:#x?}"), |_| {
-        HSA_STATUS_SUCCESS
-    })
+    call(
+        "hsa_amd_memory_unlock",
+        format!("ptr={:#x}", host_ptr as u64),
+        |_| HSA_STATUS_SUCCESS,
+    )
 }
 
 #[no_mangle]
@@ -919,18 +944,22 @@ pub unsafe extern "C" fn hsa_queue_create(
 
 #[no_mangle]
 pub unsafe extern "C" fn hsa_queue_destroy(queue: *mut hsa_queue_t) -> hsa_status_t {
-    call("hsa_queue_destroy", format!("queue={queue:#x?}"), |_| {
-        let mut state = state();
-        let Some(removed) = state.queues.remove(&(queue as u64)) else {
-            return HSA_STATUS_ERROR_INVALID_QUEUE;
-        };
-        state.release(removed.ring);
-        state.signals.remove(&removed.doorbell);
-        // SAFETY: made by Box::into_raw in hsa_queue_create, removed from the table so freed
-        // once.
-        drop(unsafe { Box::from_raw(queue) });
-        HSA_STATUS_SUCCESS
-    })
+    call(
+        "hsa_queue_destroy",
+        format!("queue={:#x}", queue as u64),
+        |_| {
+            let mut state = state();
+            let Some(removed) = state.queues.remove(&(queue as u64)) else {
+                return HSA_STATUS_ERROR_INVALID_QUEUE;
+            };
+            state.release(removed.ring);
+            state.signals.remove(&removed.doorbell);
+            // SAFETY: made by Box::into_raw in hsa_queue_create, removed from the table so freed
+            // once.
+            drop(unsafe { Box::from_raw(queue) });
+            HSA_STATUS_SUCCESS
+        },
+    )
 }
 
 #[no_mangle]
@@ -941,7 +970,7 @@ pub unsafe extern "C" fn hsa_queue_load_read_index_scacquire(queue: *const hsa_q
         .map_or(u64::MAX, |queue| queue.read_index);
     record_plain(
         "hsa_queue_load_read_index_scacquire",
-        format!("queue={queue:#x?} index={index}"),
+        format!("queue={:#x} index={index}", queue as u64),
     );
     index
 }
@@ -961,7 +990,7 @@ pub unsafe extern "C" fn hsa_queue_add_write_index_relaxed(
     };
     record_plain(
         "hsa_queue_add_write_index_relaxed",
-        format!("queue={queue:#x?} add={value} index={old}"),
+        format!("queue={:#x} add={value} index={old}", queue as u64),
     );
     old
 }

@@ -9,6 +9,9 @@
 
 #![cfg(target_os = "linux")]
 
+mod common;
+
+use common::{cargo_build, fake_driver_library};
 use gpurun_hal::args::KernelArg;
 use gpurun_hal::cuda::{CudaBackend, DEFAULT_STACK_SIZE};
 use gpurun_hal::server::Collect;
@@ -56,48 +59,19 @@ const SHAPE: LaunchShape = LaunchShape {
     blocks: [2, 1, 1],
 };
 
-/// The JSON messages of `cargo build -p PACKAGE TARGET...` in this workspace, with the cargo
-/// running the tests; panics with cargo's output if the build fails.
-fn cargo_build(package: &str, target: &[&str]) -> Vec<serde_json::Value> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let output = Command::new(cargo)
-        .args(["build", "--locked", "--message-format=json", "-p", package])
-        .args(target)
-        .arg("--manifest-path")
-        .arg(root.join("Cargo.toml"))
-        .output()
-        .expect("cargo runs");
-    assert!(
-        output.status.success(),
-        "building {package} failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .collect()
-}
-
 /// The fake driver, built once per test process and linked as `libcuda.so` into a directory
 /// of its own.
 fn fake_driver_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let library = cargo_build("gpurun-fake-driver", &["--lib"])
-            .into_iter()
-            .filter(|message| message["target"]["name"] == "gpurun_fake_driver")
-            .flat_map(|message| message["filenames"].as_array().cloned().unwrap_or_default())
-            .filter_map(|name| name.as_str().map(PathBuf::from))
-            .find(|path| path.extension().is_some_and(|ext| ext == "so"))
-            .expect("cargo names the fake driver's shared library");
+        let library = fake_driver_library();
         // A link, not a copy: the library is large with debug info. Replaced atomically, so
         // test processes running side by side never see it missing.
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-driver");
         std::fs::create_dir_all(&dir).unwrap();
         let staging = dir.join(format!("libcuda.so.{}", std::process::id()));
         let _ = std::fs::remove_file(&staging);
-        std::os::unix::fs::symlink(&library, &staging).unwrap();
+        std::os::unix::fs::symlink(library, &staging).unwrap();
         std::fs::rename(&staging, dir.join("libcuda.so")).unwrap();
         dir
     })

@@ -1,0 +1,44 @@
+//! What the fake-driver tests share: building this workspace's packages with the cargo that
+//! runs the tests, and the fake driver library (crates/gpurun-fake-driver) they load.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The JSON messages of `cargo build -p PACKAGE TARGET...` in this workspace, with the cargo
+/// running the tests; panics with cargo's output if the build fails.
+pub fn cargo_build(package: &str, target: &[&str]) -> Vec<serde_json::Value> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let output = Command::new(cargo)
+        .args(["build", "--locked", "--message-format=json", "-p", package])
+        .args(target)
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .output()
+        .expect("cargo runs");
+    assert!(
+        output.status.success(),
+        "building {package} failed:\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .collect()
+}
+
+/// The fake driver's shared library (both the CUDA driver and the HSA runtime), built once per
+/// test process.
+pub fn fake_driver_library() -> &'static Path {
+    static LIBRARY: OnceLock<PathBuf> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        cargo_build("gpurun-fake-driver", &["--lib"])
+            .into_iter()
+            .filter(|message| message["target"]["name"] == "gpurun_fake_driver")
+            .flat_map(|message| message["filenames"].as_array().cloned().unwrap_or_default())
+            .filter_map(|name| name.as_str().map(PathBuf::from))
+            .find(|path| path.extension().is_some_and(|ext| ext == "so"))
+            .expect("cargo names the fake driver's shared library")
+    })
+}
