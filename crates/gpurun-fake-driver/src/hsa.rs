@@ -20,8 +20,9 @@
 //! something unknown answers an error status, so a double free shows in the log.
 //!
 //! Set by the test (all optional):
-//! - [`FAIL_ENV`]: `hsa_executable_load_agent_code_object=HSA_STATUS_ERROR_INVALID_CODE_OBJECT,...`:
-//!   those functions answer that status and do nothing else.
+//! - [`FAIL_ENV`]: `FUNCTION=STATUS,...` (say
+//!   `hsa_executable_load_agent_code_object=HSA_STATUS_ERROR_INVALID_CODE_OBJECT`): those
+//!   functions answer that status and do nothing else.
 //! - [`RUNNING_POLLS_ENV`]: how many loads or waits of a completion signal a dispatched kernel
 //!   runs for (0).
 
