@@ -13,7 +13,10 @@
 //! (one per 64-byte packet) with the baselines' round trips.
 //!
 //! `cargo bench -p gpurun-rpc` prints a Markdown table. `GPURUN_RPC_BENCH_MS` sets the time per
-//! measurement (default 400 ms).
+//! measurement (default 400 ms); `GPURUN_RPC_BENCH_ONLY=text` runs only the RPC rows whose name
+//! contains `text` (e.g. `send_n`), with one client (the baselines always run);
+//! `GPURUN_RPC_BENCH_PORTS=n` sets the port count (default twice the clients; the packet array
+//! starts 64-byte aligned only when it is a multiple of 8).
 //!
 //! On a small shared VM the rows swing several-fold with the load of other processes; to compare
 //! two builds, run their bench binaries alternately several times (e.g. under `chrt -r 1`, so the
@@ -165,7 +168,11 @@ enum Call {
 
 /// (operations per second) for `clients` threads doing `call` against one server.
 fn rpc(clients: u32, call: Call, duration: Duration) -> f64 {
-    let mut shared = Shared::new(Layout::new(clients.max(1) * 2, 1).unwrap());
+    let ports = std::env::var("GPURUN_RPC_BENCH_PORTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(clients.max(1) * 2);
+    let mut shared = Shared::new(Layout::new(ports, 1).unwrap());
     let (client, server) = shared.endpoints();
     let stop = AtomicBool::new(false);
     let done = AtomicU64::new(0);
@@ -228,6 +235,9 @@ fn main() {
     } else {
         measure_time()
     };
+    let only = std::env::var("GPURUN_RPC_BENCH_ONLY").ok();
+    let selected = |name: &str| only.as_deref().is_none_or(|text| name.contains(text));
+    let client_counts: &[u32] = if only.is_some() { &[1] } else { &[1, 2, 4] };
     let raw = raw_ping_pong(duration);
     let channel = channel_ping_pong(duration);
     // A ping-pong moves one 64-byte packet per round trip, i.e. 64 bytes each way.
@@ -249,7 +259,10 @@ fn main() {
         mb(channel, 64.0),
         raw / channel
     );
-    for clients in [1, 2, 4] {
+    for &clients in client_counts {
+        if !selected("RPC round trip") {
+            break;
+        }
         let trips = rpc(clients, Call::RoundTrip, duration);
         println!(
             "| RPC round trip (send_and_recv) | {clients} | {trips:.0} | {:.1} | {:.2} | {:.2} |",
@@ -265,7 +278,10 @@ fn main() {
         (Call::SendN, "RPC send_n 64 KiB (fire and forget)", 0),
         (Call::RecvN, "RPC server send_n 64 KiB (client recv_n)", 1),
     ] {
-        for clients in [1, 2, 4] {
+        if !selected(name) {
+            continue;
+        }
+        for &clients in client_counts {
             let messages = rpc(clients, call, duration);
             let packets = messages * (PAYLOAD.div_ceil(64) + extra) as f64;
             println!(

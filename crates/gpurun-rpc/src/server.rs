@@ -516,12 +516,15 @@ impl<'a> ServerPort<'a> {
         }
     }
 
-    #[inline]
+    /// This port's inbox bit alone: the wait loops poll it, and the outbox word (ours, never
+    /// changed by the client) need not be re-read with it.
+    #[inline(always)]
     fn load_inbox(&self) -> u32 {
-        self.server.mailboxes(self.index).0
+        // SAFETY: `index < port_count`: inside the server inbox array.
+        sync::load_mailbox(unsafe { &*self.server.inbox.add(self.index as usize) }) & 1
     }
 
-    #[inline]
+    #[inline(always)]
     fn wait_for_ownership(&self, mut inbox: u32) -> Result<(), ServerError> {
         // The server owns the packet when the mailboxes differ.
         let mut spins = 0;
@@ -581,7 +584,7 @@ impl<'a> ServerPort<'a> {
         unsafe { &*self.server.outbox.add(self.index as usize) }
     }
 
-    #[inline]
+    #[inline(always)]
     fn acquire(&mut self) -> Result<(), ServerError> {
         let inbox = if self.owns_buffer {
             self.out ^ 1
