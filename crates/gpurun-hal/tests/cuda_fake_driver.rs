@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{cargo_build, fake_driver_library};
+use common::{cargo_build, fake_driver_library, first, positions, read_calls, Call};
 use gpurun_hal::args::KernelArg;
 use gpurun_hal::cuda::{CudaBackend, DEFAULT_STACK_SIZE};
 use gpurun_hal::server::Collect;
@@ -77,20 +77,6 @@ fn fake_driver_dir() -> &'static Path {
     })
 }
 
-/// One recorded driver call.
-#[derive(Debug, Clone)]
-struct Call {
-    function: String,
-    details: String,
-    status: String,
-}
-
-impl Call {
-    fn is(&self, function: &str, details: &str) -> bool {
-        self.function == function && self.details.contains(details)
-    }
-}
-
 /// Runs `scenario` in a child process against the fake driver, with `settings` in its
 /// environment; returns the driver calls it made, in order.
 fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
@@ -129,44 +115,13 @@ fn with_fake_driver<'c>(command: &'c mut Command, log: &Path) -> &'c mut Command
 
 /// The calls recorded in `log`, in order (the file is removed).
 fn read_log(log: &Path) -> Vec<Call> {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let _ = std::fs::remove_file(log);
-    let calls: Vec<Call> = text
-        .lines()
-        .map(|line| {
-            // `<pid> <function> <details> -> <status>`
-            let (_pid, rest) = line.split_once(' ').unwrap_or(("", line));
-            let (call, status) = rest.rsplit_once(" -> ").unwrap_or((rest, ""));
-            let (function, details) = call.split_once(' ').unwrap_or((call, ""));
-            Call {
-                function: function.into(),
-                details: details.into(),
-                status: status.into(),
-            }
-        })
-        .collect();
+    let calls = read_calls(log);
     assert!(
         calls.first().is_some_and(|call| call.function == "cuInit"),
         "{}: the driver was not used or cuInit was not first: {calls:#?}",
         log.display()
     );
     calls
-}
-
-/// Positions of the calls to `function` whose details contain `details`.
-fn positions(calls: &[Call], function: &str, details: &str) -> Vec<usize> {
-    calls
-        .iter()
-        .enumerate()
-        .filter(|(_, call)| call.is(function, details))
-        .map(|(at, _)| at)
-        .collect()
-}
-
-fn first(calls: &[Call], function: &str, details: &str) -> usize {
-    *positions(calls, function, details)
-        .first()
-        .unwrap_or_else(|| panic!("no {function} {details} in {calls:#?}"))
 }
 
 fn the_image() -> Image {

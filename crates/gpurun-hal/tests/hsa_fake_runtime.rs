@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::fake_driver_library;
+use common::{fake_driver_library, first, positions, read_calls, Call};
 use gpurun_hal::hsa::HsaBackend;
 use gpurun_hal::server::Collect;
 use gpurun_hal::{Backend, BackendError, LaunchEnd, LaunchShape, LoadOptions};
@@ -75,14 +75,6 @@ fn code_object() -> Vec<u8> {
     bytes
 }
 
-/// One recorded runtime call.
-#[derive(Debug, Clone)]
-struct Call {
-    function: String,
-    details: String,
-    status: String,
-}
-
 /// Runs `scenario` in a child process against the fake runtime, with `settings` in its
 /// environment; returns the runtime calls it made, in order.
 fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
@@ -106,22 +98,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         "{scenario}: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let _ = std::fs::remove_file(&log);
-    let calls: Vec<Call> = text
-        .lines()
-        .map(|line| {
-            // `<pid> <function> <details> -> <status>`
-            let (_pid, rest) = line.split_once(' ').unwrap_or(("", line));
-            let (call, status) = rest.rsplit_once(" -> ").unwrap_or((rest, ""));
-            let (function, details) = call.split_once(' ').unwrap_or((call, ""));
-            Call {
-                function: function.into(),
-                details: details.into(),
-                status: status.into(),
-            }
-        })
-        .collect();
+    let calls = read_calls(&log);
     assert!(
         calls
             .first()
@@ -129,22 +106,6 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         "{scenario}: the runtime was not used or hsa_init was not first: {calls:#?}"
     );
     calls
-}
-
-/// Positions of the calls to `function` whose details contain `details`.
-fn positions(calls: &[Call], function: &str, details: &str) -> Vec<usize> {
-    calls
-        .iter()
-        .enumerate()
-        .filter(|(_, call)| call.function == function && call.details.contains(details))
-        .map(|(at, _)| at)
-        .collect()
-}
-
-fn first(calls: &[Call], function: &str, details: &str) -> usize {
-    *positions(calls, function, details)
-        .first()
-        .unwrap_or_else(|| panic!("no {function} {details} in {calls:#?}"))
 }
 
 fn last(calls: &[Call], function: &str, details: &str) -> usize {

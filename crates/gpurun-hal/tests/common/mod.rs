@@ -42,3 +42,54 @@ pub fn fake_driver_library() -> &'static Path {
             .expect("cargo names the fake driver's shared library")
     })
 }
+
+/// One call the fake driver recorded.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub function: String,
+    pub details: String,
+    pub status: String,
+}
+
+impl Call {
+    /// Whether this is a call to `function` whose details contain `details`.
+    pub fn is(&self, function: &str, details: &str) -> bool {
+        self.function == function && self.details.contains(details)
+    }
+}
+
+/// The calls recorded in `log` (lines `<pid> <function> <details> -> <status>`), in order; the
+/// file is removed.
+pub fn read_calls(log: &Path) -> Vec<Call> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let _ = std::fs::remove_file(log);
+    text.lines()
+        .map(|line| {
+            let (_pid, rest) = line.split_once(' ').unwrap_or(("", line));
+            let (call, status) = rest.rsplit_once(" -> ").unwrap_or((rest, ""));
+            let (function, details) = call.split_once(' ').unwrap_or((call, ""));
+            Call {
+                function: function.into(),
+                details: details.into(),
+                status: status.into(),
+            }
+        })
+        .collect()
+}
+
+/// Positions of the calls to `function` whose details contain `details`.
+pub fn positions(calls: &[Call], function: &str, details: &str) -> Vec<usize> {
+    calls
+        .iter()
+        .enumerate()
+        .filter(|(_, call)| call.is(function, details))
+        .map(|(at, _)| at)
+        .collect()
+}
+
+/// The position of the first such call; panics with every call if there is none.
+pub fn first(calls: &[Call], function: &str, details: &str) -> usize {
+    *positions(calls, function, details)
+        .first()
+        .unwrap_or_else(|| panic!("no {function} {details} in {calls:#?}"))
+}
