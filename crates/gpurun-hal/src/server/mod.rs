@@ -98,7 +98,7 @@ impl RpcServer {
 
     /// Uses the doorbell counter the host wrote into the allocation's record
     /// ([`Layout::write_doorbell`]): [`RpcServer::poll`] then skips its scan while no request is
-    /// open, and [`RpcServer::wait_for_request`] sleeps on the counter.
+    /// open, and [`RpcServer::wait_for_request_or`] sleeps on the counter.
     ///
     /// # Safety
     /// As [`Server::attach_doorbell`]: a live, aligned u64 only accessed atomically, outliving
@@ -119,15 +119,9 @@ impl RpcServer {
         unsafe { self.server.attach_host_waits(block) }
     }
 
-    /// Blocks (spin, yield, then sleeps of up to 1.6 ms) until a request may be pending,
-    /// [`RpcServer::cancel`] is called or `timeout` passes; returns whether to poll now. With a
-    /// doorbell it watches one counter, without one it scans the mailboxes.
-    pub fn wait_for_request(&self, timeout: std::time::Duration) -> bool {
-        self.server.wait_for_request(timeout)
-    }
-
-    /// [`RpcServer::wait_for_request`] that also returns once `changed()` holds (the launch
-    /// ended): see [`gpurun_rpc::Server::wait_for_request_or`].
+    /// Blocks (spin, yield, then sleeps) until a request may be pending, `changed()` holds (the
+    /// launch ended), [`RpcServer::cancel`] is called or `timeout` passes; returns whether to
+    /// poll now. See [`gpurun_rpc::Server::wait_for_request_or`].
     pub fn wait_for_request_or(
         &self,
         timeout: std::time::Duration,
