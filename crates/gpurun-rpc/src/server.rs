@@ -462,6 +462,24 @@ impl<'a> ServerPort<'a> {
         LaneBits(self.lane_mask)
     }
 
+    /// Calls `f` with each lane of the mask, lowest first. With one lane per port (CPU clients)
+    /// `f` gets the constant 0 behind a branch on the mask: the slot's address then does not
+    /// wait for the header load that brought the mask, so the packet's cache line is fetched
+    /// together with the header's instead of after it (one cross-core transfer less on the
+    /// first packet of every request).
+    #[inline(always)]
+    fn each_lane(&self, mut f: impl FnMut(u32)) {
+        if self.server.lane_size == 1 {
+            if self.lane_mask != 0 {
+                f(0);
+            }
+        } else {
+            for lane in self.lanes() {
+                f(lane);
+            }
+        }
+    }
+
     #[inline]
     fn slot(&self, lane: u32) -> *mut Buffer {
         let slot = self.index as usize * self.server.lane_size as usize + lane as usize;
@@ -600,12 +618,12 @@ impl<'a> ServerPort<'a> {
     #[inline]
     pub fn send(&mut self, mut fill: impl FnMut(&mut Buffer, u32)) -> Result<(), ServerError> {
         self.acquire()?;
-        for lane in self.lanes() {
+        self.each_lane(|lane| {
             let before = self.read_slot(lane);
             let mut buffer = before;
             fill(&mut buffer, lane);
             self.write_slot_changes(lane, &before, &buffer);
-        }
+        });
         self.hand_over();
         Ok(())
     }
@@ -632,9 +650,7 @@ impl<'a> ServerPort<'a> {
     pub fn recv(&mut self, mut use_packet: impl FnMut(&Buffer, u32)) -> Result<(), ServerError> {
         self.hand_back_received();
         self.acquire()?;
-        for lane in self.lanes() {
-            use_packet(&self.read_slot(lane), lane);
-        }
+        self.each_lane(|lane| use_packet(&self.read_slot(lane), lane));
         self.receive = true;
         self.owns_buffer = true;
         Ok(())
