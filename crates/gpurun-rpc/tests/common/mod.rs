@@ -1,4 +1,4 @@
-//! Helpers shared by the integration tests and the benchmark: a zeroed, 64-byte aligned shared
+//! Helpers shared by the integration tests and the benchmark: a zeroed, page-aligned shared
 //! allocation, a deterministic random generator, and an emulated warp (several OS threads
 //! acting as the lanes of one warp).
 #![allow(dead_code)]
@@ -10,21 +10,24 @@ use gpurun_rpc::{opcode, Client, HostLane, Lanes, Layout, Server};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Barrier;
 
-#[repr(C, align(64))]
+/// Page-aligned, so that where the heap puts the allocation does not change which cache sets
+/// and pages the shared words share from run to run (benchmarks vary by tens of percent
+/// otherwise).
+#[repr(C, align(4096))]
 #[derive(Clone, Copy)]
-struct Block([u8; 64]);
+struct Page([u8; 4096]);
 
 /// A zeroed shared allocation for one layout, with a client and a server over it.
 pub struct Shared {
-    memory: Box<[Block]>,
+    memory: Box<[Page]>,
     pub layout: Layout,
 }
 
 impl Shared {
     pub fn new(layout: Layout) -> Shared {
-        let blocks = layout.allocation_size().div_ceil(64);
+        let pages = layout.allocation_size().div_ceil(4096);
         let mut shared = Shared {
-            memory: vec![Block([0xa5; 64]); blocks].into_boxed_slice(),
+            memory: vec![Page([0xa5; 4096]); pages].into_boxed_slice(),
             layout,
         };
         // SAFETY: the allocation is at least `allocation_size` bytes and not shared yet.
@@ -37,7 +40,7 @@ impl Shared {
     }
 
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        let len = self.memory.len() * 64;
+        let len = self.memory.len() * 4096;
         // SAFETY: the blocks are plain bytes, contiguous, `len` long.
         unsafe { std::slice::from_raw_parts_mut(self.base(), len) }
     }
