@@ -222,6 +222,26 @@ fn bare_handoffs(ports: u32, duration: Duration) -> f64 {
     messages as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Empty scans per second: `next_request_exclusive` over `ports` ports of which none has a
+/// request (what a server with one busy port pays between two of its requests).
+fn idle_scans(ports: u32, duration: Duration) -> f64 {
+    let mut shared = Shared::new(Layout::new(ports, 1).unwrap());
+    let (_client, mut server) = shared.endpoints();
+    let mut scans = 0u64;
+    let started = Instant::now();
+    while started.elapsed() < duration {
+        for start in 0..256 {
+            black_box(
+                server
+                    .next_request_exclusive(black_box(start % ports))
+                    .is_some(),
+            );
+        }
+        scans += 256;
+    }
+    scans as f64 / started.elapsed().as_secs_f64()
+}
+
 fn serve(mut server: Server, stop: &AtomicBool) {
     let mut sink = vec![0u8; PAYLOAD];
     let source = vec![0xa5u8; PAYLOAD];
@@ -387,12 +407,14 @@ fn main() {
         }
     }
     let (mut raw_rates, mut bare_rates, mut channel_rates) = (Vec::new(), Vec::new(), Vec::new());
+    let mut scan_rates = Vec::new();
     for round in 0..rounds {
         let raw = raw_ping_pong(slice);
         let bare = bare_handoffs(ports, slice);
         raw_rates.push(raw);
         bare_rates.push(bare);
         channel_rates.push(channel_ping_pong(slice));
+        scan_rates.push(idle_scans(ports, slice));
         let count = rows.len();
         for step in 0..count {
             let row = &mut rows[(step + round) % count];
@@ -443,6 +465,11 @@ fn main() {
                 .map(|(c, r)| c / r)
                 .collect::<Vec<_>>()
         )
+    );
+    let scans = median(&scan_rates);
+    println!(
+        "| server scan of {ports} idle ports ({:.0} ns each) | - | {scans:.0} | | | |",
+        1e9 / scans
     );
     for row in &rows {
         let rate = median(&row.rates);

@@ -339,23 +339,46 @@ impl Server {
             .or_else(|| this.scan(0, start, false))
     }
 
+    /// The first port in `start..end` whose mailboxes differ (the server owns it), by an
+    /// unlocked look. Eight ports per branch: a server with one busy port looks at every other
+    /// port between two of its requests, and eight independent loads with one test take less
+    /// time than a test per port (`cargo bench -p gpurun-rpc`, the idle-scan row).
+    #[inline]
+    fn first_pending(&self, start: u32, end: u32) -> Option<u32> {
+        let mut index = start;
+        while index + 8 <= end {
+            let mut differ = 0u32;
+            for offset in 0..8 {
+                let (inbox, outbox) = self.mailboxes(index + offset);
+                differ |= (inbox ^ outbox) << offset;
+            }
+            if differ != 0 {
+                return Some(index + differ.trailing_zeros());
+            }
+            index += 8;
+        }
+        (index..end).find(|&index| {
+            let (inbox, outbox) = self.mailboxes(index);
+            inbox != outbox
+        })
+    }
+
     #[inline]
     fn scan(&self, start: u32, end: u32, lock: bool) -> Option<ServerPort<'_>> {
-        for index in start..end {
-            // Cheap unlocked look first: the server owns a port when the mailboxes differ.
-            let (inbox, outbox) = self.mailboxes(index);
-            if inbox == outbox {
+        let mut from = start;
+        while let Some(index) = self.first_pending(from, end) {
+            from = index + 1;
+            if lock && !self.try_lock(index) {
                 continue;
             }
-            if lock {
-                if !self.try_lock(index) {
-                    continue;
-                }
-                let (inbox, outbox) = self.mailboxes(index);
-                if inbox == outbox {
+            // Looked at again (under the lock when locking): another host thread may have
+            // served the port since the unlocked look.
+            let (inbox, outbox) = self.mailboxes(index);
+            if inbox == outbox {
+                if lock {
                     self.unlock(index);
-                    continue;
                 }
+                continue;
             }
             sync::acquire_fence();
             // SAFETY: `index < port_count`; the header is plain data that the device may change

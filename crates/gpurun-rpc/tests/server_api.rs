@@ -1,6 +1,7 @@
 //! Server details that LLVM's behaviour and our speed depend on: replies are filled in place
-//! (not cleared), `next_request` goes round the whole port range, and the exclusive variant
-//! serves the same conversations without the host-private locks.
+//! (not cleared), `next_request` goes round the whole port range, the scans find the first
+//! pending port wherever it sits, and the exclusive variant serves the same conversations
+//! without the host-private locks.
 
 mod common;
 
@@ -65,4 +66,64 @@ fn next_request_wraps_around_and_exclusive_serves_without_locks() {
     assert_eq!(seen, 2);
     assert!(server.next_request_exclusive(0).is_none());
     assert!(!server.has_pending());
+}
+
+/// The scans look at eight ports per test: a pending port is found wherever it sits in a block
+/// of eight or in the tail after the last whole block, and the first one after `start` wins.
+#[test]
+fn scans_find_the_first_pending_port_at_any_position() {
+    const PORTS: u32 = 37;
+    let layout = Layout::new(PORTS, 1).unwrap();
+    let mut shared = Shared::new(layout);
+    let (_client, mut server) = shared.endpoints();
+    let pending_sets: [&[u32]; 9] = [
+        &[],
+        &[0],
+        &[7],
+        &[8],
+        &[15, 16],
+        &[36],
+        &[3, 20, 36],
+        &[31, 32, 33],
+        &[
+            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+        ],
+    ];
+    for pending in pending_sets {
+        for start in 0..PORTS {
+            let expected_from_start = (start..PORTS).find(|p| pending.contains(p));
+            let expected_cyclic =
+                expected_from_start.or_else(|| (0..start).find(|p| pending.contains(p)));
+            for query in 0..3 {
+                // Only the client's outbox words (the server's inbox) say a port is pending;
+                // dropping a found port flips the server's outbox, so set both every time.
+                let bytes = shared.bytes_mut();
+                for port in 0..PORTS {
+                    let at = layout.client_outbox_offset() + 4 * port as usize;
+                    let word: u32 = pending.contains(&port).into();
+                    bytes[at..at + 4].copy_from_slice(&word.to_ne_bytes());
+                    let at = layout.client_inbox_offset() + 4 * port as usize;
+                    bytes[at..at + 4].copy_from_slice(&0u32.to_ne_bytes());
+                }
+                let (found, expected) = match query {
+                    0 => (
+                        server.try_open(start).map(|p| p.index()),
+                        expected_from_start,
+                    ),
+                    1 => (
+                        server.next_request(start).map(|p| p.index()),
+                        expected_cyclic,
+                    ),
+                    _ => (
+                        server.next_request_exclusive(start).map(|p| p.index()),
+                        expected_cyclic,
+                    ),
+                };
+                assert_eq!(
+                    found, expected,
+                    "pending {pending:?}, start {start}, query {query}"
+                );
+            }
+        }
+    }
 }
