@@ -2,12 +2,12 @@
 //! with the same RPC protocol, opcodes and exit codes as a GPU.
 //!
 //! Internals: the worker `dlopen`s the image once. Each launch runs every device thread on an OS
-//! thread of the module's pool ([`launch`]; threads are kept between launches), after telling
-//! the image who the thread is through `__gpurun_host_enter_thread`; the calling thread meanwhile serves RPC over a zeroed buffer
-//! whose client object was copied into the image's `__llvm_rpc_client`. Each emulated thread
-//! talks over RPC alone, in its own lane slot (lane size 1, 32 or 64), so the server's
-//! multi-lane paths run with partial masks. A crash in device code kills the worker process,
-//! never the harness.
+//! thread of the module's pool (`launch`; threads are kept between launches), after telling
+//! the image who the thread is through `__gpurun_host_enter_thread`; the calling thread
+//! meanwhile serves RPC over a zeroed buffer whose client object was copied into the image's
+//! `__llvm_rpc_client`. Each emulated thread talks over RPC alone, in its own lane slot (lane
+//! size 1, 32 or 64), so the server's multi-lane paths run with partial masks. A crash in
+//! device code kills the worker process, never the harness.
 
 mod launch;
 pub(crate) mod memory;

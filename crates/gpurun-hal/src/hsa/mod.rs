@@ -4,7 +4,8 @@
 //! - One initialised runtime is shared by everything open in the process (`hsa_init` once,
 //!   `hsa_shut_down` when the last user goes), with a system event handler that records GPU
 //!   memory faults instead of letting ROCr abort the process; the launch that faulted ends with
-//!   [`LaunchEnd::Faulted`] and a queue error callback catches the other device errors.
+//!   [`LaunchEnd::Faulted`](crate::LaunchEnd::Faulted) and a queue error callback catches the
+//!   other device errors.
 //! - A device is a GPU agent with kernel dispatch plus the first CPU agent. Host memory the GPU
 //!   reads (kernel arguments, RPC buffer, argv/envp) comes from the CPU's kernarg and
 //!   fine-grained pools; device `malloc` over RPC from the GPU's coarse-grained pool.
