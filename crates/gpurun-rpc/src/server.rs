@@ -37,6 +37,7 @@ use crate::layout::{Buffer, Header, FIRST_PACKET_PAYLOAD};
 use crate::sync::{self, AtomicBool, AtomicU32, AtomicU64};
 use core::fmt;
 use core::ptr;
+use core::sync::atomic::AtomicU32 as HintWord;
 use core::sync::atomic::Ordering;
 
 /// Why a server port operation stopped.
@@ -74,6 +75,91 @@ pub struct Server {
     /// Sleep and wake instead of polling: every client is a host thread (see
     /// [`Server::attach_host_waits`]).
     waits: Option<HostWaits>,
+    /// Which ports [`Server::next_request`] reads.
+    hints: ScanHints,
+}
+
+/// How much of the port range [`Server::next_request`] reads. Hints only: any values keep every
+/// scan correct; they decide how many mailbox words a call reads and how soon a request above
+/// the usual range is seen.
+///
+/// Clients take the lowest free port, so requests stay on a few low ports, while a server with
+/// 1024 ports (gpurun-hal's default) would read all 2048 mailbox words between two requests of
+/// one busy client (~260 ns here, most of a host round trip). So a call reads the ports below
+/// `busy_ports` (one past the highest port that had a request), and the whole range after
+/// [`IDLE_CALLS_BEFORE_FULL_SCAN`] calls in a row found nothing (an idle server, or a request
+/// above the range) and once every [`FULL_SCAN_PERIOD`] requests served (a request above the
+/// range while the low ports stay busy waits for at most that many). Every [`SHRINK_PERIOD`]
+/// requests the range shrinks to the ports served meanwhile. Plain core atomics, not modelled
+/// by loom: racy updates only change how much is read.
+struct ScanHints {
+    busy_ports: HintWord,
+    idle_calls: HintWord,
+    served: HintWord,
+    full_scan_due: HintWord,
+    highest_served: HintWord,
+}
+
+/// See [`ScanHints`].
+const IDLE_CALLS_BEFORE_FULL_SCAN: u32 = 128;
+/// See [`ScanHints`].
+const FULL_SCAN_PERIOD: u32 = 64;
+/// See [`ScanHints`].
+const SHRINK_PERIOD: u32 = 1024;
+
+impl ScanHints {
+    /// Whole-range scans until the first shrink: a new server behaves as one without hints.
+    const fn new(port_count: u32) -> ScanHints {
+        ScanHints {
+            busy_ports: HintWord::new(port_count),
+            idle_calls: HintWord::new(0),
+            served: HintWord::new(0),
+            full_scan_due: HintWord::new(0),
+            highest_served: HintWord::new(0),
+        }
+    }
+
+    /// The end of the range this call scans (`port_count` for a whole-range scan).
+    #[inline]
+    fn scan_end(&self, port_count: u32) -> u32 {
+        if self.idle_calls.load(Ordering::Relaxed) >= IDLE_CALLS_BEFORE_FULL_SCAN {
+            return port_count;
+        }
+        if self.full_scan_due.load(Ordering::Relaxed) != 0 {
+            self.full_scan_due.store(0, Ordering::Relaxed);
+            return port_count;
+        }
+        self.busy_ports.load(Ordering::Relaxed).clamp(1, port_count)
+    }
+
+    /// Records what a scan found: `Some(index)` of the port served, or `None`.
+    #[inline]
+    fn record(&self, found: Option<u32>) {
+        let Some(index) = found else {
+            let idle = self.idle_calls.load(Ordering::Relaxed);
+            self.idle_calls
+                .store(idle.saturating_add(1), Ordering::Relaxed);
+            return;
+        };
+        self.idle_calls.store(0, Ordering::Relaxed);
+        let next = index + 1;
+        if next > self.busy_ports.load(Ordering::Relaxed) {
+            self.busy_ports.store(next, Ordering::Relaxed);
+        }
+        if next > self.highest_served.load(Ordering::Relaxed) {
+            self.highest_served.store(next, Ordering::Relaxed);
+        }
+        let served = self.served.load(Ordering::Relaxed).wrapping_add(1);
+        self.served.store(served, Ordering::Relaxed);
+        if served.is_multiple_of(FULL_SCAN_PERIOD) {
+            self.full_scan_due.store(1, Ordering::Relaxed);
+        }
+        if served.is_multiple_of(SHRINK_PERIOD) {
+            let highest = self.highest_served.load(Ordering::Relaxed);
+            self.highest_served.store(0, Ordering::Relaxed);
+            self.busy_ports.store(highest.max(1), Ordering::Relaxed);
+        }
+    }
 }
 
 // SAFETY: the pointers are fixed at construction; the memory they address is accessed with
@@ -106,6 +192,7 @@ impl Server {
                 cancelled: AtomicBool::new(false),
                 doorbell: ptr::null(),
                 waits: None,
+                hints: ScanHints::new(layout.port_count()),
             }
         }
     }
@@ -134,6 +221,7 @@ impl Server {
             cancelled: AtomicBool::new(false),
             doorbell: ptr::null(),
             waits: None,
+            hints: ScanHints::new(port_count),
         }
     }
 
@@ -317,15 +405,16 @@ impl Server {
         self.scan(start, self.port_count, true)
     }
 
-    /// The next port with a pending request in one full circle: `start..port_count`, then
-    /// `0..start`. Resuming at `port.index() + 1` keeps the service fair, and a request on a
+    /// The next port with a pending request in one circle from `start`: `start..end`, then
+    /// `0..start`, where `end` is usually one past the highest port that has had requests and
+    /// sometimes the port count (see [`ScanHints`]: a request on a port above the usual range
+    /// waits for at most [`FULL_SCAN_PERIOD`] requests served, or [`IDLE_CALLS_BEFORE_FULL_SCAN`]
+    /// calls when nothing else is pending). Resuming at `port.index() + 1` keeps the service fair, and a request on a
     /// port below `start` is found in the same call instead of after an idle round (with one
     /// busy port, [`Server::try_open`] from `index + 1` finds nothing every other call).
     #[inline]
     pub fn next_request(&self, start: u32) -> Option<ServerPort<'_>> {
-        let start = start.min(self.port_count);
-        self.scan(start, self.port_count, true)
-            .or_else(|| self.scan(0, start, true))
+        self.next_request_in_range(start, true)
     }
 
     /// [`Server::next_request`] for a server only this thread uses (`&mut`): no other host
@@ -333,10 +422,18 @@ impl Server {
     /// read-modify-writes per request).
     #[inline]
     pub fn next_request_exclusive(&mut self, start: u32) -> Option<ServerPort<'_>> {
-        let start = start.min(self.port_count);
-        let this = &*self;
-        this.scan(start, this.port_count, false)
-            .or_else(|| this.scan(0, start, false))
+        self.next_request_in_range(start, false)
+    }
+
+    #[inline]
+    fn next_request_in_range(&self, start: u32, lock: bool) -> Option<ServerPort<'_>> {
+        let end = self.hints.scan_end(self.port_count);
+        let start = start.min(end);
+        let found = self
+            .scan(start, end, lock)
+            .or_else(|| self.scan(0, start, lock));
+        self.hints.record(found.as_ref().map(ServerPort::index));
+        found
     }
 
     /// The first port in `start..end` whose mailboxes differ (the server owns it), by an

@@ -127,3 +127,64 @@ fn scans_find_the_first_pending_port_at_any_position() {
         }
     }
 }
+
+/// Makes `port` pending (the client's outbox differs from the server's) or idle.
+fn set_pending(shared: &mut Shared, port: u32, pending: bool) {
+    let layout = shared.layout;
+    let bytes = shared.bytes_mut();
+    let server_outbox = layout.client_inbox_offset() + 4 * port as usize;
+    let word = u32::from_ne_bytes(bytes[server_outbox..server_outbox + 4].try_into().unwrap());
+    let client_outbox = layout.client_outbox_offset() + 4 * port as usize;
+    bytes[client_outbox..client_outbox + 4]
+        .copy_from_slice(&(word ^ u32::from(pending)).to_ne_bytes());
+}
+
+/// After a long run of requests on port 0 only, the scans read only the low ports, yet a
+/// request on a high port is still served within the bounds the server documents: 128 calls
+/// that found nothing on an otherwise idle server, 64 requests served while port 0 stays busy
+/// on every call.
+#[test]
+fn a_request_above_the_busy_ports_is_still_served() {
+    let mut shared = Shared::new(Layout::new(1024, 1).unwrap());
+    let (_client, mut server) = shared.endpoints();
+    let mut serve_once = |start: u32| {
+        // Dropping the found port hands the packet back: the port is idle again.
+        server
+            .next_request_exclusive(start)
+            .map(|port| port.index())
+    };
+    for _ in 0..3000 {
+        set_pending(&mut shared, 0, true);
+        assert_eq!(serve_once(1), Some(0));
+    }
+
+    // Idle low ports: the high request is found once a few calls found nothing.
+    set_pending(&mut shared, 700, true);
+    (1..=129)
+        .find(|_| serve_once(1).is_some())
+        .expect("port 700 served within 129 calls");
+    assert_eq!(serve_once(0), None, "port 700 was served once");
+
+    // Port 0 busy on every call: the high request still gets its turn.
+    for _ in 0..3000 {
+        set_pending(&mut shared, 0, true);
+        assert_eq!(serve_once(1), Some(0));
+    }
+    set_pending(&mut shared, 900, true);
+    let mut served_900 = None;
+    for call in 1..=65 {
+        set_pending(&mut shared, 0, true);
+        match serve_once(1) {
+            Some(900) => {
+                served_900 = Some(call);
+                break;
+            }
+            Some(0) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(
+        served_900.is_some(),
+        "port 900 waited more than 64 requests"
+    );
+}
