@@ -8,6 +8,10 @@
 //!   faster (each packet waits for the receiver to hand the last one back);
 //! - channel ping-pong: the same round trip over two `crossbeam-channel` rendezvous channels.
 //!
+//! Two rows without a second thread: an idle scan (`next_request_exclusive` over ports none of
+//! which has a request) and a round trip with client and server taking turns on one thread (the
+//! instructions of a round trip, no waiting).
+//!
 //! RPC rows: N client threads (1, 2, 4) against one server thread. "round trip" = open +
 //! `send_and_recv` of one packet (TEST_INCREMENT) + close; "send_n" = open + `send_n` of 64 KiB +
 //! close (fire and forget), the server `recv_n`-ing into a fixed buffer; "server send_n" (the
@@ -242,6 +246,32 @@ fn idle_scans(ports: u32, duration: Duration) -> f64 {
     scans as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Round trips per second with client and server on one thread, taking turns (a request is
+/// complete before the server looks): the instructions of a round trip without any waiting.
+fn one_thread_round_trips(ports: u32, duration: Duration) -> f64 {
+    let mut shared = Shared::new(Layout::new(ports, 1).unwrap());
+    let (client, mut server) = shared.endpoints();
+    let lane = HostLane::SINGLE;
+    let mut resume = 0;
+    let mut trips = 0u64;
+    let started = Instant::now();
+    while started.elapsed() < duration {
+        for i in 0..1024u64 {
+            let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+            port.send(|b, _| b.data[0] = i);
+            let mut served = server.next_request_exclusive(resume).unwrap();
+            resume = served.index() + 1;
+            serve_increment(&mut served);
+            drop(served);
+            let mut reply = 0;
+            port.recv(|b, _| reply = b.data[0]);
+            assert_eq!(reply, i + 1);
+        }
+        trips += 1024;
+    }
+    trips as f64 / started.elapsed().as_secs_f64()
+}
+
 fn serve(mut server: Server, stop: &AtomicBool) {
     let mut sink = vec![0u8; PAYLOAD];
     let source = vec![0xa5u8; PAYLOAD];
@@ -407,7 +437,7 @@ fn main() {
         }
     }
     let (mut raw_rates, mut bare_rates, mut channel_rates) = (Vec::new(), Vec::new(), Vec::new());
-    let mut scan_rates = Vec::new();
+    let (mut scan_rates, mut one_thread_rates) = (Vec::new(), Vec::new());
     for round in 0..rounds {
         let raw = raw_ping_pong(slice);
         let bare = bare_handoffs(ports, slice);
@@ -415,6 +445,7 @@ fn main() {
         bare_rates.push(bare);
         channel_rates.push(channel_ping_pong(slice));
         scan_rates.push(idle_scans(ports, slice));
+        one_thread_rates.push(one_thread_round_trips(ports, slice));
         let count = rows.len();
         for step in 0..count {
             let row = &mut rows[(step + round) % count];
@@ -470,6 +501,11 @@ fn main() {
     println!(
         "| server scan of {ports} idle ports ({:.0} ns each) | - | {scans:.0} | | | |",
         1e9 / scans
+    );
+    let one_thread = median(&one_thread_rates);
+    println!(
+        "| RPC round trip on one thread ({:.1} ns each: instructions, no waiting) | - | {one_thread:.0} | | | |",
+        1e9 / one_thread
     );
     for row in &rows {
         let rate = median(&row.rates);

@@ -189,6 +189,11 @@ impl Client {
 
     /// Opens a port for the calling warp with `opcode` (the same on every lane), spinning until
     /// one is free. Returns `None` only if the loader never filled in this client (no ports).
+    // Without the hint the host build called it and got the `Port` back through memory
+    // (written field by field, read back in 16-byte moves): store-forwarding stalls that, with
+    // `send`/`recv` also not inlined, doubled a round trip's instructions (bench row "RPC round
+    // trip on one thread"). LLVM's client is `inline` as well.
+    #[inline]
     pub fn open<'a, L: Lanes>(&'a self, lanes: &'a L, opcode: u32) -> Option<Port<'a, L>> {
         let view = self.view();
         if view.port_count == 0 || view.port_count > MAX_PORT_COUNT {
@@ -417,6 +422,7 @@ impl<L: Lanes> Port<'_, L> {
     }
 
     /// Fills this lane's 64-byte slot with `fill(slot, lane_id)` and hands the packet over.
+    #[inline]
     pub fn send(&mut self, fill: impl FnOnce(&mut Buffer, u32)) {
         let inbox = if self.owns_buffer {
             self.out
@@ -448,6 +454,7 @@ impl<L: Lanes> Port<'_, L> {
     }
 
     /// Waits for the server's reply and reads this lane's slot with `use_reply(slot, lane_id)`.
+    #[inline]
     pub fn recv(&mut self, use_reply: impl FnOnce(&Buffer, u32)) {
         self.wait_for_reply();
         // SAFETY: the packet is ours until we flip the outbox again.
@@ -457,6 +464,7 @@ impl<L: Lanes> Port<'_, L> {
     }
 
     /// `send(fill)` then `recv(use_reply)`.
+    #[inline]
     pub fn send_and_recv(
         &mut self,
         fill: impl FnOnce(&mut Buffer, u32),
