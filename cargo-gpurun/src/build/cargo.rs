@@ -457,6 +457,7 @@ impl CargoBuild<'_> {
             cubin,
             kind,
             kernels,
+            gpurun_metadata: package.gpurun_metadata.clone(),
         })
     }
 }

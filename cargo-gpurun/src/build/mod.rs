@@ -116,6 +116,10 @@ pub struct BuiltImage {
     pub source: PathBuf,
     /// Kernels found in the image by the offline validation (empty for host images).
     pub kernels: Vec<String>,
+    /// The package's `[package.metadata.gpurun]` table, if any, from the build's own `cargo
+    /// metadata` (so settings like `test-timeout` need no second one). Not in the JSON output.
+    #[serde(skip)]
+    pub gpurun_metadata: Option<serde_json::Value>,
 }
 
 /// Why a build failed. Each message is one line.

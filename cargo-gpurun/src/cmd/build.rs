@@ -64,6 +64,7 @@ mod tests {
             kind: TargetKind::Lib,
             source: PathBuf::from("src/lib.rs"),
             kernels: vec!["_start".to_owned()],
+            gpurun_metadata: None,
         }
     }
 

@@ -1,14 +1,12 @@
 //! `cargo gpurun test`: build the device crates, then run every image's `#[gpurun::test]`s
 //! through the harness, one worker process per concurrent test.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use gpurun_hal::select::{self, BackendChoice};
 use gpurun_hal::BackendKind;
@@ -34,35 +32,24 @@ pub struct TestArgs {
     pub harness_args: Vec<OsString>,
 }
 
-/// `test-timeout` from each device crate's `[package.metadata.gpurun]`, by package name.
-/// Public for `gpurun-test`, whose trials honour it too.
-pub fn metadata_timeouts(build: &BuildOptions) -> anyhow::Result<HashMap<String, Duration>> {
-    let mut command = cargo_metadata::MetadataCommand::new();
-    command.no_deps();
-    if let Some(path) = &build.manifest_path {
-        command.manifest_path(path);
+/// `test-timeout` from the image's package's `[package.metadata.gpurun]`, if set. Public for
+/// `gpurun-test`, whose trials and launches honour it too.
+pub fn test_timeout(image: &BuiltImage) -> anyhow::Result<Option<Duration>> {
+    let Some(value) = image
+        .gpurun_metadata
+        .as_ref()
+        .and_then(|table| table.get("test-timeout"))
+    else {
+        return Ok(None);
+    };
+    match value.as_f64() {
+        Some(secs) if secs.is_finite() && secs > 0.0 => Ok(Some(Duration::from_secs_f64(secs))),
+        _ => anyhow::bail!(
+            "`[package.metadata.gpurun] test-timeout` of `{}` must be a positive number of \
+             seconds, not {value}",
+            image.package
+        ),
     }
-    let metadata = command
-        .exec()
-        .context("failed to read the workspace metadata")?;
-    let mut timeouts = HashMap::new();
-    for package in metadata.packages {
-        let value = &package.metadata["gpurun"]["test-timeout"];
-        if value.is_null() {
-            continue;
-        }
-        match value.as_f64() {
-            Some(secs) if secs.is_finite() && secs > 0.0 => {
-                timeouts.insert(package.name.to_string(), Duration::from_secs_f64(secs));
-            }
-            _ => anyhow::bail!(
-                "`[package.metadata.gpurun] test-timeout` of `{}` must be a positive number of \
-                 seconds, not {value}",
-                package.name
-            ),
-        }
-    }
-    Ok(timeouts)
 }
 
 /// With no `--target`, build for the GPU that is present, else for the host emulation (and say
@@ -104,7 +91,6 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         Ok(parsed) => parsed,
         Err(error) => error.exit(),
     };
-    let timeouts = metadata_timeouts(&build_options)?;
     let cwd = std::env::current_dir().unwrap_or_default();
     let mut worst = exit_code::SUCCESS;
     for suite in suite::test_suites(images) {
@@ -124,7 +110,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         eprintln!("{:>12} {}", "Running", suite_header(built, &cwd));
         let timeout = harness_args
             .test_timeout
-            .or_else(|| timeouts.get(&built.package).copied())
+            .or(test_timeout(built)?)
             .unwrap_or(DEFAULT_TEST_TIMEOUT);
         let executor = test_executor(&args.device, kind, &built.path, &harness_args, timeout)?;
         harness_args.suite_name = Some(suite.name.clone());

@@ -213,36 +213,34 @@ impl DeviceCrate {
 
     /// The timeout in effect for `built` (see [`DeviceCrate::timeout`]).
     pub fn effective_timeout(&self, built: &BuiltImage) -> Result<Duration, Error> {
-        self.timeout_for(&built.package)
-    }
-
-    /// The timeout in effect for the device tests or kernels of `package`.
-    fn timeout_for(&self, package: &str) -> Result<Duration, Error> {
         if let Some(timeout) = self.timeout {
             return Ok(timeout);
         }
-        // `cargo metadata` costs tens of milliseconds, many times a `load()` of a cached build:
-        // read once per process for each directory, as the build is (failures included).
-        type Timeouts = Result<HashMap<String, Duration>, String>;
-        static TIMEOUTS: Mutex<Option<HashMap<PathBuf, Timeouts>>> = Mutex::new(None);
-        let dir = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
-        let mut cache = TIMEOUTS.lock().unwrap_or_else(PoisonError::into_inner);
-        let timeouts = cache
-            .get_or_insert_with(HashMap::new)
-            .entry(dir.clone())
-            .or_insert_with(|| {
-                let options = BuildOptions {
-                    manifest_path: Some(dir.join("Cargo.toml")),
-                    ..BuildOptions::default()
-                };
-                cargo_gpurun::cmd::test::metadata_timeouts(&options)
-                    .map_err(|error| format!("{error:#}"))
-            });
-        match timeouts {
-            Ok(timeouts) => Ok(timeouts.get(package).copied().unwrap_or(DEFAULT_TIMEOUT)),
-            Err(message) => Err(Error::Build {
-                path: dir,
-                message: message.clone(),
+        // The cached build's own image carries the package's metadata: no `cargo metadata` here.
+        let images = self.build_cached(BuildMode::Lib)?;
+        let image = images
+            .iter()
+            .find(|image| image.package == built.package && image.path == built.path);
+        self.timeout_for(image)
+    }
+
+    /// The timeout for the tests or kernels of `image`: ours if set, else its package's
+    /// `test-timeout` (as `cargo gpurun test` reads it), else [`DEFAULT_TIMEOUT`].
+    fn timeout_for(
+        &self,
+        image: Option<&cargo_gpurun::build::BuiltImage>,
+    ) -> Result<Duration, Error> {
+        if let Some(timeout) = self.timeout {
+            return Ok(timeout);
+        }
+        let Some(image) = image else {
+            return Ok(DEFAULT_TIMEOUT);
+        };
+        match cargo_gpurun::cmd::test::test_timeout(image) {
+            Ok(timeout) => Ok(timeout.unwrap_or(DEFAULT_TIMEOUT)),
+            Err(error) => Err(Error::Build {
+                path: self.dir.clone(),
+                message: format!("{error:#}"),
             }),
         }
     }
@@ -393,33 +391,63 @@ mod tests {
         assert!(note.contains("(64,0,0) to (127,0,0)"), "{note}");
     }
 
-    /// A later `load()` must not pay for `cargo metadata` again: the timeouts are read once per
-    /// process and directory, so an edit after the first read is not seen.
+    /// The timeout comes from the image the build made (its package's metadata, read by the
+    /// build's one `cargo metadata`); an explicit one wins; a bad value is a build error.
     #[test]
-    fn timeouts_are_read_once_per_process() {
-        let dir = std::env::temp_dir().join(format!("gpurun-test-timeouts-{}", std::process::id()));
-        std::fs::create_dir_all(dir.join("src")).unwrap();
-        std::fs::write(dir.join("src/lib.rs"), "").unwrap();
-        let manifest = |secs: u32| {
-            format!(
-                "[package]\nname = \"timed\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n\
-                 [package.metadata.gpurun]\ntest-timeout = {secs}\n\n[workspace]\n"
-            )
+    fn timeouts_come_from_the_built_image() {
+        let image = |metadata: Option<serde_json::Value>| cargo_gpurun::build::BuiltImage {
+            package: "timed".to_owned(),
+            name: "timed".to_owned(),
+            target: DeviceTarget::Host,
+            arch: None,
+            path: PathBuf::from("libtimed.so"),
+            cubin: None,
+            kind: TargetKind::Lib,
+            source: PathBuf::from("src/lib.rs"),
+            kernels: Vec::new(),
+            gpurun_metadata: metadata,
         };
-        std::fs::write(dir.join("Cargo.toml"), manifest(3)).unwrap();
-        let device_crate = DeviceCrate::new(&dir);
-        let first = device_crate.timeout_for("timed");
-        std::fs::write(dir.join("Cargo.toml"), manifest(5)).unwrap();
-        let later = device_crate.timeout_for("timed");
-        let other = device_crate.timeout_for("another-package");
-        let explicit = device_crate
-            .clone()
-            .timeout(Duration::from_secs(1))
-            .timeout_for("timed");
-        let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(first.unwrap(), Duration::from_secs(3));
-        assert_eq!(later.unwrap(), Duration::from_secs(3));
-        assert_eq!(other.unwrap(), DEFAULT_TIMEOUT);
-        assert_eq!(explicit.unwrap(), Duration::from_secs(1));
+        let device_crate = DeviceCrate::new("timed");
+        let three = image(Some(serde_json::json!({ "test-timeout": 3 })));
+        assert_eq!(
+            device_crate.timeout_for(Some(&three)).unwrap(),
+            Duration::from_secs(3)
+        );
+        let half = image(Some(serde_json::json!({ "test-timeout": 0.5 })));
+        assert_eq!(
+            device_crate.timeout_for(Some(&half)).unwrap(),
+            Duration::from_millis(500)
+        );
+        for unset in [
+            image(None),
+            image(Some(serde_json::json!({ "arch": "sm_80" }))),
+        ] {
+            assert_eq!(
+                device_crate.timeout_for(Some(&unset)).unwrap(),
+                DEFAULT_TIMEOUT
+            );
+        }
+        assert_eq!(device_crate.timeout_for(None).unwrap(), DEFAULT_TIMEOUT);
+        let explicit = device_crate.clone().timeout(Duration::from_secs(1));
+        assert_eq!(
+            explicit.timeout_for(Some(&three)).unwrap(),
+            Duration::from_secs(1)
+        );
+        for bad in [
+            serde_json::json!(0),
+            serde_json::json!(-2),
+            serde_json::json!("ten"),
+        ] {
+            let error = device_crate
+                .timeout_for(Some(&image(Some(
+                    serde_json::json!({ "test-timeout": bad }),
+                ))))
+                .unwrap_err();
+            let message = error.to_string();
+            assert!(
+                message.contains("must be a positive number of seconds"),
+                "{message}"
+            );
+        }
     }
 }

@@ -92,7 +92,7 @@ impl DeviceCrate {
             let executor = Arc::new(WorkerExecutor::new(
                 specs,
                 concurrency,
-                Some(self.timeout_for(&built.package)?),
+                Some(self.timeout_for(Some(built))?),
             ));
             let kind = if name_suites {
                 suite.name.clone()
