@@ -51,7 +51,7 @@ pub(crate) const fn size(port_count: u32) -> usize {
 /// that the server's wait also watches (the host emulation: the kernel's last thread returned),
 /// so it sees the change at once instead of at its timeout. Costs no system call while the
 /// server is awake. The server must re-check that change after counting itself as a sleeper
-/// (as [`Server::wait_for_request_or`](crate::Server::wait_for_request_or) does).
+/// (as `Server::wait_for_request_or` does).
 #[derive(Clone, Copy)]
 pub struct ServerWaker {
     waits: HostWaits,

@@ -6,7 +6,7 @@
 //! warp-wide instructions (or, for emulated warps on host threads, a barrier).
 //!
 //! Implementations: [`HostLane`] (one host thread, alone in its "warp"), `arch::nvptx::Warp`
-//! and `arch::amdgpu::Wave` (re-exported here as [`Warp`] on those targets).
+//! and `arch::amdgpu::Wave` (re-exported here as `Warp` on those targets).
 
 use crate::layout::LayoutError;
 

@@ -78,7 +78,7 @@ pub struct Header {
 /// posts `event_id` to `mailbox` and raises the device interrupt where the target can); the
 /// server subtracts one when it closes the port. So the counter is the number of requests the
 /// server has not finished, and a host thread can sleep while it is zero
-/// ([`crate::Server::wait_for_request`]). [`Layout::write_doorbell`] installs one.
+/// (`Server::wait_for_request`). [`Layout::write_doorbell`] installs one.
 #[repr(C, align(64))]
 #[derive(Clone, Copy, Default, Debug)]
 pub struct Doorbell {

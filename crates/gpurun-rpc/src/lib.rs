@@ -38,7 +38,7 @@
 //! when a kernel dies mid-conversation. The doorbell is optional: zero means the server scans
 //! the mailboxes; with [`Layout::write_doorbell`] and [`Server::attach_doorbell`] every client
 //! open counts a request and the server can sleep while none is open
-//! ([`Server::wait_for_request`]).
+//! (`Server::wait_for_request`, with the `std` feature).
 //!
 //! Device: `#[no_mangle] static __llvm_rpc_client: Client = Client::uninit();`, then
 //! `__llvm_rpc_client.open(&lanes::Warp, opcode)` (or a [`HostLane`] in the host emulation, where

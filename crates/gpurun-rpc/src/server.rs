@@ -407,11 +407,12 @@ impl Server {
 
     /// The next port with a pending request in one circle from `start`: `start..end`, then
     /// `0..start`, where `end` is usually one past the highest port that has had requests and
-    /// sometimes the port count (see [`ScanHints`]: a request on a port above the usual range
-    /// waits for at most [`FULL_SCAN_PERIOD`] requests served, or [`IDLE_CALLS_BEFORE_FULL_SCAN`]
-    /// calls when nothing else is pending). Resuming at `port.index() + 1` keeps the service fair, and a request on a
-    /// port below `start` is found in the same call instead of after an idle round (with one
-    /// busy port, [`Server::try_open`] from `index + 1` finds nothing every other call).
+    /// sometimes the port count (the server's scan hints: a request on a port above the usual
+    /// range waits for at most 64 requests served, or 128 calls when nothing else is
+    /// pending). Resuming at
+    /// `port.index() + 1` keeps the service fair, and a request on a port below `start` is
+    /// found in the same call instead of after an idle round (with one busy port,
+    /// [`Server::try_open`] from `index + 1` finds nothing every other call).
     #[inline]
     pub fn next_request(&self, start: u32) -> Option<ServerPort<'_>> {
         self.next_request_in_range(start, true)
