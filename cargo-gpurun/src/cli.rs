@@ -29,7 +29,7 @@ pub struct App {
 pub enum Command {
     /// Build device crates for nvptx, amdgcn or the host and print where each image landed.
     Build(BuildArgs),
-    /// Build device crates and run their #[gpurun::test] tests, with libtest's output.
+    /// Build device crates and run their `#[gpurun::test]` tests, with libtest's output.
     Test(crate::cmd::test::TestArgs),
     /// Load a GPU image and run its `_start` (llvm-gpu-loader compatible); also target.runner.
     Run(crate::cmd::run::RunArgs),

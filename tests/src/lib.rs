@@ -47,7 +47,7 @@ fn build_binary(package: &str, name: &str, release: bool) -> PathBuf {
 const RELEASE: bool = !cfg!(debug_assertions);
 
 /// Path of binary `name` of the `cargo-gpurun` package (built for the current target; release
-/// under the benchmarks, see [`RELEASE`]).
+/// under the benchmarks, see `RELEASE`).
 pub fn gpurun_package_binary(name: &str) -> PathBuf {
     build_binary("cargo-gpurun", name, RELEASE)
 }

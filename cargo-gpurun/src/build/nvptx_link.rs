@@ -349,7 +349,7 @@ fn bound_test_kernels_in(path: &Path) -> Result<(), LinkError> {
 }
 
 /// Gives each `#[gpurun::test]` kernel a `.maxntid` of the threads its descriptor declares
-/// ([`block_bound`]), so
+/// (`block_bound`), so
 /// that ptxas (and the driver's JIT) allocate registers for that block size: without a bound
 /// they may use up to 255 registers a thread, and a 1024-thread block then cannot launch
 /// (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`). `None` when the PTX has no tests or every test kernel

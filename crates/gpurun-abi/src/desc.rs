@@ -5,7 +5,7 @@
 //! threads x/y/z and blocks x/y/z as `u32`s, the lengths of the module path, the expected panic
 //! text and the ignore reason as `u16`s, a zero `u16`, then the three strings.
 //!
-//! [`write`] is the only encoder (a `const fn`: the attribute macros build descriptors at
+//! [`write()`] is the only encoder (a `const fn`: the attribute macros build descriptors at
 //! compile time through it, host tools at run time) and [`decode`] the only decoder. Decoding
 //! trusts nothing: lengths are checked against the buffer, strings must be UTF-8, reserved bits
 //! and fields must be zero so that a future layout is not misread as this one.

@@ -8,7 +8,7 @@
 //! zero bytes; then per parameter: kind byte, factor count byte, name length `u16`, size `u32`,
 //! the name, then each factor of its length as a tag byte, three zero bytes and a `u32`.
 //!
-//! [`write`] is the only encoder (a `const fn`: the attribute macro builds descriptors at compile
+//! [`write()`] is the only encoder (a `const fn`: the attribute macro builds descriptors at compile
 //! time through it) and [`decode`] the only decoder. Decoding trusts nothing: every length is
 //! checked against the buffer, names must be UTF-8, reserved bytes zero, a length only on a
 //! pointer and its factors may name only integer parameters.

@@ -1,5 +1,5 @@
 //! A fake `libhsa-runtime64.so.1`: every function hsa-sys resolves (its `FUNCTION_SIGNATURES`;
-//! [`signatures_match`] makes the compiler check each one against hsa-sys's table), recording
+//! `signatures_match` makes the compiler check each one against hsa-sys's table), recording
 //! each call. The backend loads it through `$GPURUN_HSA_LIB`.
 //!
 //! The system: one CPU agent (a kernarg and a fine-grained pool) and one `gfx90a` GPU agent
