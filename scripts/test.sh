@@ -11,6 +11,8 @@ cargo fmt --all --check
 git ls-files -z 'fixtures/*.rs' 'examples/*.rs' ':!fixtures/many-tests/*' |
     xargs -0 rustfmt --edition 2021 --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Broken or private intra-doc links are warnings rustdoc alone reports.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
