@@ -168,6 +168,27 @@ fn fake_runtime_child() {
             assert_eq!(end, LaunchEnd::Completed);
             drop(module);
         }
+        "timeout" => {
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let deadline = Duration::from_millis(300);
+            let started = std::time::Instant::now();
+            let end = module
+                .launch(KERNEL, SHAPE, &[], Some(deadline), &mut sink)
+                .unwrap();
+            assert!(matches!(end, LaunchEnd::TimedOut(_)), "{end:?}");
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the deadline was not kept"
+            );
+            let again = module
+                .launch(KERNEL, SHAPE, &[], LIMIT, &mut sink)
+                .expect_err("a module whose kernel may still run refuses the next launch");
+            assert!(
+                again.to_string().contains("ran past its 300ms timeout"),
+                "{again}"
+            );
+            drop(module);
+        }
         "load_fails" => {
             let error = device
                 .load(&image, &LoadOptions::default())
@@ -381,4 +402,47 @@ fn failed_load_releases_everything_once() {
         1
     );
     clean_teardown(&calls);
+}
+
+/// A kernel that outlives its deadline: the launch ends as timed out within it, the module
+/// refuses the next launch, and nothing the kernel may still touch is released (its queue,
+/// completion signal, kernel arguments, RPC buffer and code stay alive); the runtime is not
+/// shut down under it.
+#[test]
+fn timed_out_kernel_keeps_its_memory() {
+    let calls = run("timeout", &[(RUNNING_POLLS_ENV, "1000000000000")]);
+    let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
+    assert_eq!(
+        positions(&calls, "hsa_signal_store_screlease", "doorbell ").len(),
+        1,
+        "the refused second launch dispatched nothing"
+    );
+    let completion = last(&calls, "hsa_signal_create", "initial=1");
+    let completion_handle = calls[completion]
+        .details
+        .split("signal=")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    // The kernel was watched until the deadline...
+    let watched = positions(&calls, "hsa_signal_load_scacquire", &completion_handle);
+    assert!(
+        watched.last().is_some_and(|&at| at > doorbell),
+        "{calls:#?}"
+    );
+    // ...and nothing it may still touch was released, nor the runtime shut down under it.
+    for release in [
+        "hsa_queue_destroy",
+        "hsa_executable_destroy",
+        "hsa_amd_memory_pool_free",
+        "hsa_signal_destroy",
+        "hsa_shut_down",
+    ] {
+        let after: Vec<&Call> = positions(&calls, release, "")
+            .into_iter()
+            .filter(|&at| at > doorbell)
+            .map(|at| &calls[at])
+            .collect();
+        assert!(after.is_empty(), "{release} after the dispatch: {after:#?}");
+    }
 }

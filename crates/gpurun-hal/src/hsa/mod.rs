@@ -15,7 +15,9 @@
 //! - A launch writes explicit then code object v5 implicit arguments, publishes an AQL dispatch
 //!   packet (barrier bit, system-scope fences) with a release store of its header, rings the
 //!   doorbell and waits on a completion signal while serving RPC. A fault, a queue error or the
-//!   deadline leaves the module marked broken and its memory leaked, never freed under a kernel.
+//!   deadline leaves the module marked broken and its memory leaked, never freed under a kernel;
+//!   the leaked module keeps its reference to the runtime, so `hsa_shut_down` never runs under
+//!   it either.
 //!
 //! Status: nothing here has run on an AMD GPU (none is available to the project).
 //! Checked offline: hsa-sys's types, constants and function types against Debian's ROCm 5.2

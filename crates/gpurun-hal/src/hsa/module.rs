@@ -10,7 +10,7 @@ use super::memory::{copy_and_wait, PoolBuffer, Signal};
 use super::packet::{
     dispatch_header, dispatch_packet, header_word, kernarg_block, with_stack_size, KernelFacts,
 };
-use super::runtime::fault_count;
+use super::runtime::{fault_count, Runtime};
 use crate::args::{pack_c_struct, KernelArg};
 use crate::module::{Primitives, Started};
 use crate::server::DeviceMemory;
@@ -172,6 +172,10 @@ pub(crate) struct Resources {
     pub heap: DeviceHeap,
     shared: Vec<PoolBuffer>,
     executable: Executable,
+    /// Last: the runtime stays initialised while any of the above exists. A module leaked
+    /// after a fault or timeout keeps this reference too, so `hsa_shut_down` never runs under
+    /// a kernel that may still use the queue and memory (process exit cleans up instead).
+    _runtime: Arc<Runtime>,
 }
 
 /// Loads `code_object` on the device: read, create, load, freeze and validate the executable;
@@ -198,6 +202,7 @@ pub(crate) fn load<'d>(
             heap,
             shared: Vec::new(),
             executable,
+            _runtime: Arc::clone(&device.runtime),
         },
         kernels: HashMap::new(),
         lane_size,
