@@ -25,6 +25,9 @@
 //!   functions answer that status and do nothing else.
 //! - [`RUNNING_POLLS_ENV`]: how many loads or waits of a completion signal a dispatched kernel
 //!   runs for (0).
+//! - [`FAULT_ENV`]: an address (hex): the first load or wait of a running kernel's completion
+//!   signal first calls the registered system event handler with a GPU memory fault at that
+//!   address (page not present), once per process, as ROCr reports a kernel's bad access.
 
 // The exported functions are the HSA runtime API: its documentation is their contract.
 #![allow(clippy::missing_safety_doc)]
@@ -40,6 +43,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 
 pub const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 pub const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
+pub const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
 
 const CPU_AGENT: u64 = 0xa100;
 const GPU_AGENT: u64 = 0xa200;
@@ -81,6 +85,12 @@ fn chosen_failure(function: &str) -> Option<hsa_status_t> {
         let (name, status) = entry.trim().split_once('=')?;
         (name == function).then(|| status_named(status))
     })
+}
+
+/// The address [`FAULT_ENV`] asks a memory fault for, if any.
+fn fault_address() -> Option<u64> {
+    let value = std::env::var(FAULT_ENV).ok()?;
+    u64::from_str_radix(value.trim().trim_start_matches("0x"), 16).ok()
 }
 
 fn running_polls() -> u64 {
@@ -138,6 +148,10 @@ struct State {
     signals: HashMap<u64, Signal>,
     /// Queue descriptor address → queue.
     queues: HashMap<u64, Queue>,
+    /// The system event handler and its data pointer, once registered.
+    event_handler: Option<(hsa_amd_system_event_callback_t, usize)>,
+    /// The [`FAULT_ENV`] fault was reported.
+    fault_sent: bool,
 }
 
 impl State {
@@ -200,6 +214,22 @@ impl State {
             },
         );
         handle
+    }
+
+    /// The memory fault [`FAULT_ENV`] asks for, the first time a running kernel's completion
+    /// signal is polled: the handler to call (outside the state lock) and the address.
+    fn fault_to_report(
+        &mut self,
+        signal: u64,
+    ) -> Option<(hsa_amd_system_event_callback_t, usize, u64)> {
+        let running = self.signals.get(&signal)?.running.is_some();
+        if !running || self.fault_sent {
+            return None;
+        }
+        let address = fault_address()?;
+        let (handler, data) = self.event_handler?;
+        self.fault_sent = true;
+        Some((handler, data, address))
     }
 
     /// A load or wait of `signal`: one poll less for a running kernel; the value after.
@@ -416,12 +446,15 @@ pub unsafe extern "C" fn hsa_system_get_info(
 #[no_mangle]
 pub unsafe extern "C" fn hsa_amd_register_system_event_handler(
     callback: hsa_amd_system_event_callback_t,
-    _data: *mut c_void,
+    data: *mut c_void,
 ) -> hsa_status_t {
     call(
         "hsa_amd_register_system_event_handler",
         format!("handler={}", callback.is_some()),
-        |_| HSA_STATUS_SUCCESS,
+        |_| {
+            state().event_handler = Some((callback, data as usize));
+            HSA_STATUS_SUCCESS
+        },
     )
 }
 
@@ -827,12 +860,40 @@ pub extern "C" fn hsa_signal_load_relaxed(signal: hsa_signal_t) -> hsa_signal_va
 
 #[no_mangle]
 pub extern "C" fn hsa_signal_load_scacquire(signal: hsa_signal_t) -> hsa_signal_value_t {
+    report_fault_if_asked(signal.handle);
     let value = state().poll(signal.handle);
     record_plain(
         "hsa_signal_load_scacquire",
         format!("signal={:#x} value={value}", signal.handle),
     );
     value
+}
+
+/// Calls the system event handler with the [`FAULT_ENV`] fault when `signal` is a running
+/// kernel's completion signal polled for the first time since; the state lock is not held
+/// during the call (the handler may call the runtime).
+fn report_fault_if_asked(signal: u64) {
+    let Some((handler, data, address)) = state().fault_to_report(signal) else {
+        return;
+    };
+    let event = hsa_amd_event_t {
+        event_type: HSA_AMD_GPU_MEMORY_FAULT_EVENT,
+        memory_fault: hsa_amd_gpu_memory_fault_info_t {
+            agent: hsa_agent_t { handle: GPU_AGENT },
+            virtual_address: address,
+            fault_reason_mask: HSA_AMD_MEMORY_FAULT_PAGE_NOT_PRESENT,
+        },
+    };
+    let status = match handler {
+        // SAFETY: the handler was registered for system events; the event lives for the call,
+        // and `data` is the pointer it was registered with.
+        Some(handler) => unsafe { handler(&event, data as *mut c_void) },
+        None => HSA_STATUS_ERROR,
+    };
+    record(&format!(
+        "fake runtime: memory fault event address={address:#x} -> {}",
+        status_text(status)
+    ));
 }
 
 /// A store: to a queue's doorbell, it processes the packet the value names.
@@ -874,6 +935,7 @@ pub extern "C" fn hsa_signal_wait_scacquire(
     _timeout_hint: u64,
     wait_state_hint: hsa_wait_state_t,
 ) -> hsa_signal_value_t {
+    report_fault_if_asked(signal.handle);
     let value = state().poll(signal.handle);
     record_plain(
         "hsa_signal_wait_scacquire",

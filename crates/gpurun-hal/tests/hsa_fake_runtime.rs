@@ -29,6 +29,7 @@ const SCENARIO_ENV: &str = "GPURUN_FAKE_HSA_SCENARIO";
 const LOG_ENV: &str = "GPURUN_FAKE_DRIVER_LOG";
 const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
+const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -89,6 +90,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         .env(SCENARIO_ENV, scenario)
         .env_remove(FAIL_ENV)
         .env_remove(RUNNING_POLLS_ENV)
+        .env_remove(FAULT_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -187,6 +189,23 @@ fn fake_runtime_child() {
                 again.to_string().contains("ran past its 300ms timeout"),
                 "{again}"
             );
+            drop(module);
+        }
+        "fault" => {
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let end = module.launch(KERNEL, SHAPE, &[], LIMIT, &mut sink).unwrap();
+            match &end {
+                LaunchEnd::Faulted(text) => assert!(
+                    text.contains("GPU memory access fault at address 0xdead000")
+                        && text.contains("page not present"),
+                    "{text}"
+                ),
+                other => panic!("expected a fault, got {other:?}"),
+            }
+            let again = module
+                .launch(KERNEL, SHAPE, &[], LIMIT, &mut sink)
+                .expect_err("a faulted module refuses the next launch");
+            assert!(again.to_string().contains("0xdead000"), "{again}");
             drop(module);
         }
         "load_fails" => {
@@ -404,6 +423,32 @@ fn failed_load_releases_everything_once() {
     clean_teardown(&calls);
 }
 
+/// Nothing a kernel that may still run can touch is released after its (single) dispatch, and
+/// the runtime is not shut down under it.
+#[track_caller]
+fn nothing_released_after_the_dispatch(calls: &[Call]) {
+    let doorbell = first(calls, "hsa_signal_store_screlease", "doorbell ");
+    assert_eq!(
+        positions(calls, "hsa_signal_store_screlease", "doorbell ").len(),
+        1,
+        "the refused second launch dispatched nothing"
+    );
+    for release in [
+        "hsa_queue_destroy",
+        "hsa_executable_destroy",
+        "hsa_amd_memory_pool_free",
+        "hsa_signal_destroy",
+        "hsa_shut_down",
+    ] {
+        let after: Vec<&Call> = positions(calls, release, "")
+            .into_iter()
+            .filter(|&at| at > doorbell)
+            .map(|at| &calls[at])
+            .collect();
+        assert!(after.is_empty(), "{release} after the dispatch: {after:#?}");
+    }
+}
+
 /// A kernel that outlives its deadline: the launch ends as timed out within it, the module
 /// refuses the next launch, and nothing the kernel may still touch is released (its queue,
 /// completion signal, kernel arguments, RPC buffer and code stay alive); the runtime is not
@@ -412,11 +457,6 @@ fn failed_load_releases_everything_once() {
 fn timed_out_kernel_keeps_its_memory() {
     let calls = run("timeout", &[(RUNNING_POLLS_ENV, "1000000000000")]);
     let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
-    assert_eq!(
-        positions(&calls, "hsa_signal_store_screlease", "doorbell ").len(),
-        1,
-        "the refused second launch dispatched nothing"
-    );
     let completion = last(&calls, "hsa_signal_create", "initial=1");
     let completion_handle = calls[completion]
         .details
@@ -424,25 +464,39 @@ fn timed_out_kernel_keeps_its_memory() {
         .nth(1)
         .unwrap()
         .to_owned();
-    // The kernel was watched until the deadline...
+    // The kernel was watched until the deadline.
     let watched = positions(&calls, "hsa_signal_load_scacquire", &completion_handle);
     assert!(
         watched.last().is_some_and(|&at| at > doorbell),
         "{calls:#?}"
     );
-    // ...and nothing it may still touch was released, nor the runtime shut down under it.
-    for release in [
-        "hsa_queue_destroy",
-        "hsa_executable_destroy",
-        "hsa_amd_memory_pool_free",
-        "hsa_signal_destroy",
-        "hsa_shut_down",
-    ] {
-        let after: Vec<&Call> = positions(&calls, release, "")
-            .into_iter()
-            .filter(|&at| at > doorbell)
-            .map(|at| &calls[at])
-            .collect();
-        assert!(after.is_empty(), "{release} after the dispatch: {after:#?}");
-    }
+    nothing_released_after_the_dispatch(&calls);
+}
+
+/// A memory fault reported by the runtime's event handler while the kernel runs: the launch
+/// ends as faulted with the address and reason, the module refuses the next launch naming
+/// the fault, and nothing is released under the (possibly still running) kernel.
+#[test]
+fn faulted_kernel_ends_the_launch_and_keeps_its_memory() {
+    let calls = run(
+        "fault",
+        &[
+            (RUNNING_POLLS_ENV, "1000000000000"),
+            (FAULT_ENV, "0xdead000"),
+        ],
+    );
+    let handler = first(
+        &calls,
+        "hsa_amd_register_system_event_handler",
+        "handler=true",
+    );
+    let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
+    let fault = first(&calls, "fake", "memory fault event address=0xdead000");
+    before(&calls, handler, doorbell);
+    before(&calls, doorbell, fault);
+    assert_eq!(
+        calls[fault].status, "HSA_STATUS_SUCCESS",
+        "the handler claims the fault"
+    );
+    nothing_released_after_the_dispatch(&calls);
 }
