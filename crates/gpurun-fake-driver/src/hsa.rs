@@ -28,6 +28,9 @@
 //! - [`FAULT_ENV`]: an address (hex): the first load or wait of a running kernel's completion
 //!   signal first calls the registered system event handler with a GPU memory fault at that
 //!   address (page not present), once per process, as ROCr reports a kernel's bad access.
+//! - [`QUEUE_ERROR_ENV`]: a status name (say `HSA_STATUS_ERROR_EXCEPTION`): the first load or
+//!   wait of a running kernel's completion signal first calls the error callback of the queue
+//!   that dispatched it with that status, once per process, as ROCr reports a queue error.
 
 // The exported functions are the HSA runtime API: its documentation is their contract.
 #![allow(clippy::missing_safety_doc)]
@@ -44,6 +47,7 @@ use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
 pub const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 pub const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
 pub const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
+pub const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
 
 const CPU_AGENT: u64 = 0xa100;
 const GPU_AGENT: u64 = 0xa200;
@@ -134,6 +138,8 @@ struct Queue {
     doorbell: u64,
     write_index: u64,
     read_index: u64,
+    /// The error callback and its data pointer given at creation.
+    callback: (hsa_queue_callback_t, usize),
 }
 
 #[derive(Default)]
@@ -152,6 +158,10 @@ struct State {
     event_handler: Option<(hsa_amd_system_event_callback_t, usize)>,
     /// The [`FAULT_ENV`] fault was reported.
     fault_sent: bool,
+    /// Completion signal of a started kernel → the queue descriptor that dispatched it.
+    dispatched_by: HashMap<u64, u64>,
+    /// The [`QUEUE_ERROR_ENV`] error was reported.
+    queue_error_sent: bool,
 }
 
 impl State {
@@ -232,6 +242,24 @@ impl State {
         Some((handler, data, address))
     }
 
+    /// The queue error [`QUEUE_ERROR_ENV`] asks for, the first time a running kernel's
+    /// completion signal is polled: the callback to call (outside the state lock), its data,
+    /// the status and the queue.
+    fn queue_error_to_report(
+        &mut self,
+        signal: u64,
+    ) -> Option<(hsa_queue_callback_t, usize, hsa_status_t, u64)> {
+        let running = self.signals.get(&signal)?.running.is_some();
+        if !running || self.queue_error_sent {
+            return None;
+        }
+        let status = status_named(std::env::var(QUEUE_ERROR_ENV).ok()?.trim());
+        let queue = *self.dispatched_by.get(&signal)?;
+        let (callback, data) = self.queues.get(&queue)?.callback;
+        self.queue_error_sent = true;
+        Some((callback, data, status, queue))
+    }
+
     /// A load or wait of `signal`: one poll less for a running kernel; the value after.
     fn poll(&mut self, signal: u64) -> i64 {
         let Some(signal) = self.signals.get_mut(&signal) else {
@@ -251,6 +279,7 @@ impl State {
     /// What the packet processor does when the doorbell of `queue` says `index`: reads the
     /// packet's header (0: not published yet, the packet is ignored) and starts the kernel.
     fn ring(&mut self, queue: u64, index: i64) -> String {
+        let queue_address = queue;
         let Some(queue) = self.queues.get_mut(&queue) else {
             return "doorbell of no queue".into();
         };
@@ -292,6 +321,7 @@ impl State {
         let started = match self.signals.get_mut(&completion) {
             Some(signal) => {
                 signal.running = Some(polls);
+                self.dispatched_by.insert(completion, queue_address);
                 "started"
             }
             None => "unknown completion signal",
@@ -861,6 +891,7 @@ pub extern "C" fn hsa_signal_load_relaxed(signal: hsa_signal_t) -> hsa_signal_va
 #[no_mangle]
 pub extern "C" fn hsa_signal_load_scacquire(signal: hsa_signal_t) -> hsa_signal_value_t {
     report_fault_if_asked(signal.handle);
+    report_queue_error_if_asked(signal.handle);
     let value = state().poll(signal.handle);
     record_plain(
         "hsa_signal_load_scacquire",
@@ -894,6 +925,23 @@ fn report_fault_if_asked(signal: u64) {
         "fake runtime: memory fault event address={address:#x} -> {}",
         status_text(status)
     ));
+}
+
+/// Calls the error callback of the queue that started the kernel `signal` completes, with the
+/// [`QUEUE_ERROR_ENV`] status, the first time it is polled; outside the state lock.
+fn report_queue_error_if_asked(signal: u64) {
+    let Some((callback, data, status, queue)) = state().queue_error_to_report(signal) else {
+        return;
+    };
+    record(&format!(
+        "fake runtime: queue error queue={queue:#x} status={} -> void",
+        status_text(status)
+    ));
+    if let Some(callback) = callback {
+        // SAFETY: the callback was given for this queue, whose descriptor is still alive (it
+        // is destroyed only through `hsa_queue_destroy`); `data` is the pointer given with it.
+        unsafe { callback(status, queue as *mut hsa_queue_t, data as *mut c_void) };
+    }
 }
 
 /// A store: to a queue's doorbell, it processes the packet the value names.
@@ -936,6 +984,7 @@ pub extern "C" fn hsa_signal_wait_scacquire(
     wait_state_hint: hsa_wait_state_t,
 ) -> hsa_signal_value_t {
     report_fault_if_asked(signal.handle);
+    report_queue_error_if_asked(signal.handle);
     let value = state().poll(signal.handle);
     record_plain(
         "hsa_signal_wait_scacquire",
@@ -953,8 +1002,8 @@ pub unsafe extern "C" fn hsa_queue_create(
     agent: hsa_agent_t,
     size: u32,
     type_: hsa_queue_type32_t,
-    _callback: hsa_queue_callback_t,
-    _data: *mut c_void,
+    callback: hsa_queue_callback_t,
+    data: *mut c_void,
     private_segment_size: u32,
     group_segment_size: u32,
     queue: *mut *mut hsa_queue_t,
@@ -995,6 +1044,7 @@ pub unsafe extern "C" fn hsa_queue_create(
                     doorbell,
                     write_index: 0,
                     read_index: 0,
+                    callback: (callback, data as usize),
                 },
             );
             details.push_str(&format!(" queue={:#x}", descriptor as u64));

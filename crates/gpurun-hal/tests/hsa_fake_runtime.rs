@@ -30,6 +30,7 @@ const LOG_ENV: &str = "GPURUN_FAKE_DRIVER_LOG";
 const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
 const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
+const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -91,6 +92,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         .env_remove(FAIL_ENV)
         .env_remove(RUNNING_POLLS_ENV)
         .env_remove(FAULT_ENV)
+        .env_remove(QUEUE_ERROR_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -191,21 +193,22 @@ fn fake_runtime_child() {
             );
             drop(module);
         }
-        "fault" => {
+        "fault" | "queue_error" => {
+            let expected = if scenario == "fault" {
+                "GPU memory access fault at address 0xdead000 (page not present"
+            } else {
+                "the GPU queue failed with HSA_STATUS_ERROR_EXCEPTION"
+            };
             let mut module = device.load(&image, &LoadOptions::default()).unwrap();
             let end = module.launch(KERNEL, SHAPE, &[], LIMIT, &mut sink).unwrap();
             match &end {
-                LaunchEnd::Faulted(text) => assert!(
-                    text.contains("GPU memory access fault at address 0xdead000")
-                        && text.contains("page not present"),
-                    "{text}"
-                ),
+                LaunchEnd::Faulted(text) => assert!(text.contains(expected), "{text}"),
                 other => panic!("expected a fault, got {other:?}"),
             }
             let again = module
                 .launch(KERNEL, SHAPE, &[], LIMIT, &mut sink)
                 .expect_err("a faulted module refuses the next launch");
-            assert!(again.to_string().contains("0xdead000"), "{again}");
+            assert!(again.to_string().contains(expected), "{again}");
             drop(module);
         }
         "load_fails" => {
@@ -498,5 +501,34 @@ fn faulted_kernel_ends_the_launch_and_keeps_its_memory() {
         calls[fault].status, "HSA_STATUS_SUCCESS",
         "the handler claims the fault"
     );
+    nothing_released_after_the_dispatch(&calls);
+}
+
+/// A queue error reported through the queue's callback while the kernel runs: the launch ends
+/// as faulted naming the status, the module refuses the next launch, and nothing is released
+/// under the kernel.
+#[test]
+fn queue_error_ends_the_launch_and_keeps_its_memory() {
+    let calls = run(
+        "queue_error",
+        &[
+            (RUNNING_POLLS_ENV, "1000000000000"),
+            (QUEUE_ERROR_ENV, "HSA_STATUS_ERROR_EXCEPTION"),
+        ],
+    );
+    let queue = first(&calls, "hsa_queue_create", "agent=0xa200");
+    let queue_handle = calls[queue]
+        .details
+        .split("queue=")
+        .nth(1)
+        .unwrap()
+        .to_owned();
+    let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
+    let error = first(
+        &calls,
+        "fake",
+        &format!("queue error queue={queue_handle} status=HSA_STATUS_ERROR_EXCEPTION"),
+    );
+    before(&calls, doorbell, error);
     nothing_released_after_the_dispatch(&calls);
 }
