@@ -880,7 +880,7 @@ pub extern "C" fn hsa_signal_destroy(signal: hsa_signal_t) -> hsa_status_t {
 
 #[no_mangle]
 pub extern "C" fn hsa_signal_load_relaxed(signal: hsa_signal_t) -> hsa_signal_value_t {
-    let value = state().poll(signal.handle);
+    let value = poll_signal(signal.handle);
     record_plain(
         "hsa_signal_load_relaxed",
         format!("signal={:#x} value={value}", signal.handle),
@@ -890,14 +890,20 @@ pub extern "C" fn hsa_signal_load_relaxed(signal: hsa_signal_t) -> hsa_signal_va
 
 #[no_mangle]
 pub extern "C" fn hsa_signal_load_scacquire(signal: hsa_signal_t) -> hsa_signal_value_t {
-    report_fault_if_asked(signal.handle);
-    report_queue_error_if_asked(signal.handle);
-    let value = state().poll(signal.handle);
+    let value = poll_signal(signal.handle);
     record_plain(
         "hsa_signal_load_scacquire",
         format!("signal={:#x} value={value}", signal.handle),
     );
     value
+}
+
+/// A load or wait of `signal` by the backend: first what [`FAULT_ENV`] and [`QUEUE_ERROR_ENV`]
+/// ask for (on the first poll of a running kernel's completion signal), then the poll.
+fn poll_signal(signal: u64) -> i64 {
+    report_fault_if_asked(signal);
+    report_queue_error_if_asked(signal);
+    state().poll(signal)
 }
 
 /// Calls the system event handler with the [`FAULT_ENV`] fault when `signal` is a running
@@ -983,9 +989,7 @@ pub extern "C" fn hsa_signal_wait_scacquire(
     _timeout_hint: u64,
     wait_state_hint: hsa_wait_state_t,
 ) -> hsa_signal_value_t {
-    report_fault_if_asked(signal.handle);
-    report_queue_error_if_asked(signal.handle);
-    let value = state().poll(signal.handle);
+    let value = poll_signal(signal.handle);
     record_plain(
         "hsa_signal_wait_scacquire",
         format!(
