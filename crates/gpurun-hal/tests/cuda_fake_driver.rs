@@ -289,8 +289,7 @@ fn stack_is_set_once_before_modules_load() {
     assert!(params.ends_with("2a00000000000000"), "{launch:?}");
 
     // The kernel is not done until its stream says so; the second launch comes after that.
-    let launch_stream = launch.details.split("stream=").nth(1).unwrap_or_default();
-    let launch_stream = launch_stream.split(' ').next().unwrap_or_default();
+    let launch_stream = launch.value("stream").unwrap_or_default();
     let queries: Vec<usize> = positions(&calls, "cuStreamQuery", launch_stream)
         .into_iter()
         .filter(|&at| launches[0] < at && at < launches[1])
@@ -379,13 +378,7 @@ fn memory_pools_allocate_on_the_memory_stream() {
     let calls = run("memory_pools", &[(MEMORY_POOLS_ENV, "1")]);
     let alloc = first(&calls, "cuMemAllocAsync", "bytes=4");
     let launch = first(&calls, "cuLaunchKernel", "");
-    let stream_of = |call: &Call| {
-        call.details
-            .split("stream=")
-            .nth(1)
-            .and_then(|rest| rest.split(' ').next())
-            .map(str::to_owned)
-    };
+    let stream_of = |call: &Call| call.value("stream").map(str::to_owned);
     let (alloc_stream, launch_stream) = (stream_of(&calls[alloc]), stream_of(&calls[launch]));
     assert!(alloc_stream.is_some() && alloc_stream != launch_stream);
     assert!(positions(&calls, "cuMemAlloc", "").is_empty());

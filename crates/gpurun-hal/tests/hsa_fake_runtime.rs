@@ -326,12 +326,7 @@ fn launch_calls_come_in_order() {
     let completion = last(&calls, "hsa_signal_create", "initial=1");
     before(&calls, kernarg, completion);
     before(&calls, completion, slot);
-    let completion_handle = calls[completion]
-        .details
-        .split("signal=")
-        .nth(1)
-        .unwrap()
-        .to_owned();
+    let completion_handle = calls[completion].value("signal").unwrap().to_owned();
 
     // When the doorbell rings the packet is whole: its header (barrier, kernel dispatch,
     // system-scope fences) and the fields.
@@ -377,12 +372,7 @@ fn launch_calls_come_in_order() {
         "hsa_signal_destroy",
         &format!("signal={completion_handle}"),
     );
-    let kernarg_ptr = calls[kernarg]
-        .details
-        .split("ptr=")
-        .nth(1)
-        .unwrap()
-        .to_owned();
+    let kernarg_ptr = calls[kernarg].value("ptr").unwrap().to_owned();
     let kernarg_freed = first(
         &calls,
         "hsa_amd_memory_pool_free",
@@ -461,12 +451,7 @@ fn timed_out_kernel_keeps_its_memory() {
     let calls = run("timeout", &[(RUNNING_POLLS_ENV, "1000000000000")]);
     let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
     let completion = last(&calls, "hsa_signal_create", "initial=1");
-    let completion_handle = calls[completion]
-        .details
-        .split("signal=")
-        .nth(1)
-        .unwrap()
-        .to_owned();
+    let completion_handle = calls[completion].value("signal").unwrap().to_owned();
     // The kernel was watched until the deadline.
     let watched = positions(&calls, "hsa_signal_load_scacquire", &completion_handle);
     assert!(
@@ -517,12 +502,7 @@ fn queue_error_ends_the_launch_and_keeps_its_memory() {
         ],
     );
     let queue = first(&calls, "hsa_queue_create", "agent=0xa200");
-    let queue_handle = calls[queue]
-        .details
-        .split("queue=")
-        .nth(1)
-        .unwrap()
-        .to_owned();
+    let queue_handle = calls[queue].value("queue").unwrap().to_owned();
     let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
     let error = first(
         &calls,

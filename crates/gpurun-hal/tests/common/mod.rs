@@ -56,6 +56,12 @@ impl Call {
     pub fn is(&self, function: &str, details: &str) -> bool {
         self.function == function && self.details.contains(details)
     }
+
+    /// The value of `key=` in the details: the text after it up to the next space.
+    pub fn value(&self, key: &str) -> Option<&str> {
+        let rest = self.details.split(&format!("{key}=")).nth(1)?;
+        rest.split(' ').next()
+    }
 }
 
 /// The calls recorded in `log` (lines `<pid> <function> <details> -> <status>`), in order; the
