@@ -6,8 +6,7 @@
 //! a machine with an NVIDIA GPU the same tests check that the device code ran.
 
 use gpurun_tests::{
-    assert_contains, binary, describe, gpurun_package_binary, json_lines, repo_root, text,
-    HOST_BUILD_JSON,
+    assert_contains, binary, describe, json_lines, package_binary, repo_root, text, HOST_BUILD_JSON,
 };
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -51,7 +50,7 @@ fn toolchain() -> String {
 /// The `gpurun-nvptx-link` binary of this checkout, built once per test process.
 fn linker_binary() -> &'static Path {
     static LINKER: OnceLock<PathBuf> = OnceLock::new();
-    LINKER.get_or_init(|| gpurun_package_binary("gpurun-nvptx-link"))
+    LINKER.get_or_init(|| package_binary("gpurun-build", "gpurun-nvptx-link"))
 }
 
 /// Whether the nightly with rust-src and llvm-tools is here; without it the tests say why and,

@@ -29,7 +29,7 @@ fn cargo_test_runs_the_device_test_and_the_host_driven_launch() {
         &["test"],
         &["--no-fail-fast"],
     );
-    // The kernel crate builds in the fixtures' target directory, where `gpurun-device` and its
+    // The kernel crate builds in the fixtures' target directory, where the `gpurun` crate and its
     // dependencies are already built for the host emulation.
     command.env("CARGO_TARGET_DIR", fixtures_dir().join("target"));
     let output = output_of(command);

@@ -46,16 +46,16 @@ fn build_binary(package: &str, name: &str, release: bool) -> PathBuf {
 /// The end-to-end tests (debug) use debug builds, which build faster.
 const RELEASE: bool = !cfg!(debug_assertions);
 
-/// Path of binary `name` of the `cargo-gpurun` package (built for the current target; release
-/// under the benchmarks, see `RELEASE`).
-pub fn gpurun_package_binary(name: &str) -> PathBuf {
-    build_binary("cargo-gpurun", name, RELEASE)
+/// Path of binary `name` of `package` (built for the current target; release under the
+/// benchmarks, see `RELEASE`).
+pub fn package_binary(package: &str, name: &str) -> PathBuf {
+    build_binary(package, name, RELEASE)
 }
 
 /// Path of the `cargo-gpurun` binary, built once per test process.
 pub fn binary() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| gpurun_package_binary("cargo-gpurun"))
+    BINARY.get_or_init(|| package_binary("cargo-gpurun", "cargo-gpurun"))
 }
 
 /// `cargo gpurun ARGS` in the fixtures workspace.

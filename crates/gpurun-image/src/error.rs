@@ -104,7 +104,7 @@ pub enum ImageError {
         supported: u32,
     },
     /// A host emulation image without a readable `__gpurun_host_abi_version`.
-    #[error("host emulation image without a readable `__gpurun_host_abi_version` ({reason}); rebuild it with gpurun-device")]
+    #[error("host emulation image without a readable `__gpurun_host_abi_version` ({reason}); rebuild it with the gpurun crate")]
     MissingHostAbiVersion {
         /// What is missing or unreadable.
         reason: String,

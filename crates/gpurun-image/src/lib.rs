@@ -298,7 +298,7 @@ impl Kernel {
 
     /// The parameters a `#[gpurun::kernel]` recorded in its descriptor (`__gpurun_kdesc_NAME`):
     /// names, kinds, sizes and declared buffer lengths. `None` for other kernels (tests, entry
-    /// kernels, kernels of images built without `gpurun-device`).
+    /// kernels, kernels of images built without the `gpurun` crate).
     pub fn signature(&self) -> Option<&KernelSignature> {
         self.signature.as_ref()
     }

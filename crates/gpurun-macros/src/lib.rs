@@ -1,9 +1,9 @@
 //! Attributes for device crates: `#[gpurun::test]`, `#[gpurun::kernel]` and `#[gpurun::main]`.
 //!
 //! The macros only parse and validate; the code they emit calls hidden macros and functions of
-//! `gpurun-device` (its `export` module), which know the right kernel ABI for each target and
+//! `gpurun` (its `export` module), which know the right kernel ABI for each target and
 //! the descriptor layout of `docs/abi.md`. They find that crate under whatever name the user's
-//! `Cargo.toml` gives it (`gpurun = { package = "gpurun-device" }` is the documented spelling).
+//! `Cargo.toml` gives it (plain `gpurun` is the documented spelling).
 //!
 //! Owns: the attributes' syntax and their checks. Must not: spell the device ABI itself (the
 //! flags, symbol prefixes and descriptor format come from `gpurun-abi`) or know the host.
@@ -57,13 +57,13 @@ pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
 
 fn runtime_path() -> TokenStream2 {
     use proc_macro_crate::{crate_name, FoundCrate};
-    match crate_name("gpurun-device") {
+    match crate_name("gpurun") {
         Ok(FoundCrate::Itself) => quote!(crate),
         Ok(FoundCrate::Name(name)) => {
             let ident = format_ident!("{}", name);
             quote!(::#ident)
         }
-        Err(_) => quote!(::gpurun_device),
+        Err(_) => quote!(::gpurun),
     }
 }
 
@@ -297,7 +297,7 @@ fn expand_test(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
         const _: () = {
             const PATH: &str = ::core::concat!(::core::module_path!(), "::", #name_text);
             const LEN: usize = #rt::export::descriptor_len(PATH, #expected, #reason);
-            // Exported, hence kept; `#[used]` would break amdgcn builds (see gpurun-device).
+            // Exported, hence kept; `#[used]` would break amdgcn builds (see the `gpurun` crate).
             #[unsafe(no_mangle)]
             pub static #descriptor: [u8; LEN] = #rt::export::descriptor::<LEN>(
                 PATH, #expected, #reason, #flags, [#tx, #ty, #tz], [#bx, #by, #bz],

@@ -1,5 +1,5 @@
 //! The client side of each request our device runtime makes, written once: the device runtime
-//! (`gpurun-device`) and the host's scripted backend (which plays a device in tests) both call
+//! (the `gpurun` crate) and the host's scripted backend (which plays a device in tests) both call
 //! these, so the sequences cannot drift from each other or from the server's handlers. The
 //! sequences are those of [`crate::opcode`]. Nothing here panics (the panic handler uses it).
 

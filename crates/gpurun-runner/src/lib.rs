@@ -19,6 +19,6 @@ pub mod protocol;
 mod spec;
 
 pub use parent::{breakage_of, describe_exit, Breakage, StartError, Worker, WorkerEnd, WorkerSpec};
-pub use pool::WorkerExecutor;
+pub use pool::{test_devices, WorkerExecutor};
 pub use protocol::{Command, Event, RunEnd, Slot};
 pub use spec::WorkerOptions;

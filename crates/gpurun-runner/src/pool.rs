@@ -14,10 +14,26 @@
 
 use crate::parent::{breakage_of, Breakage, Worker, WorkerEnd, WorkerSpec};
 use crate::protocol::{Command, Event, RunEnd};
+use gpurun_hal::{select, BackendError, BackendKind};
 use gpurun_harness::{Executor, PanicReport, TestCase, TestEnd, TestRun};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+/// The devices tests run on: `device` when given, else every device the backend sees; device
+/// 0 when it sees none or has no driver (every test then fails with the reason, libtest-style,
+/// in the worker). A setting that makes no sense (`GPURUN_HOST_DEVICES=0`) is an error.
+pub fn test_devices(device: Option<usize>, kind: BackendKind) -> Result<Vec<usize>, BackendError> {
+    Ok(match device {
+        Some(ordinal) => vec![ordinal],
+        None => match select::backend(kind).devices() {
+            Ok(devices) if !devices.is_empty() => devices.iter().map(|d| d.ordinal).collect(),
+            // A setting that makes no sense is the user's to fix before anything runs.
+            Err(error @ BackendError::InvalidArgument(_)) => return Err(error),
+            _ => vec![0],
+        },
+    })
+}
 
 /// How long a worker may take to open the device and load the image (in every slot).
 const START_TIMEOUT: Duration = Duration::from_secs(120);

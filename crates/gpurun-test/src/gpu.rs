@@ -218,7 +218,7 @@ impl Gpu {
             .kernels()
             .iter()
             .filter_map(|kernel| {
-                cargo_gpurun::cmd::suite::panic_ends_wavefront(&image, &kernel.name)
+                gpurun_build::suite::panic_ends_wavefront(&image, &kernel.name)
                     .map(|lanes| (kernel.name.clone(), lanes))
             })
             .collect();

@@ -31,7 +31,7 @@
 //!   ```
 //!
 //! The device crate is built through the same pipeline as `cargo gpurun build`
-//! (`cargo_gpurun::build`), which runs the nightly cargo as a subprocess, so the caller stays
+//! (`gpurun_build`), which runs the nightly cargo as a subprocess, so the caller stays
 //! on stable: for the GPU present (CUDA, then HSA), else for the host emulation, once per
 //! process. `GPURUN_BACKEND=host|cuda|hsa` or [`DeviceCrate::target`] pick one explicitly.
 //!
@@ -49,7 +49,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use cargo_gpurun::build::{BuildOptions, DeviceTarget, TargetKind};
+use gpurun_build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
 
 pub use args::{Arg, DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
@@ -176,7 +176,7 @@ pub struct BuiltImage {
 
 /// How long a kernel or device test may run unless [`DeviceCrate::timeout`] says otherwise: as
 /// `cargo gpurun test`.
-pub const DEFAULT_TIMEOUT: Duration = cargo_gpurun::cmd::suite::DEFAULT_TEST_TIMEOUT;
+pub const DEFAULT_TIMEOUT: Duration = gpurun_build::suite::DEFAULT_TEST_TIMEOUT;
 
 impl DeviceCrate {
     /// The device crate in `dir`. A relative path is taken from the current directory, which
@@ -226,17 +226,14 @@ impl DeviceCrate {
 
     /// The timeout for the tests or kernels of `image`: ours if set, else its package's
     /// `test-timeout` (as `cargo gpurun test` reads it), else [`DEFAULT_TIMEOUT`].
-    fn timeout_for(
-        &self,
-        image: Option<&cargo_gpurun::build::BuiltImage>,
-    ) -> Result<Duration, Error> {
+    fn timeout_for(&self, image: Option<&gpurun_build::BuiltImage>) -> Result<Duration, Error> {
         if let Some(timeout) = self.timeout {
             return Ok(timeout);
         }
         let Some(image) = image else {
             return Ok(DEFAULT_TIMEOUT);
         };
-        match cargo_gpurun::cmd::test::test_timeout(image) {
+        match gpurun_build::suite::test_timeout(image) {
             Ok(timeout) => Ok(timeout.unwrap_or(DEFAULT_TIMEOUT)),
             Err(error) => Err(Error::Build {
                 path: self.dir.clone(),
@@ -264,13 +261,13 @@ impl DeviceCrate {
 
     /// Builds every target `cargo gpurun test` would (see [`BuildMode`]), cached like
     /// [`DeviceCrate::build`].
-    pub(crate) fn build_for_test(&self) -> Result<Vec<cargo_gpurun::build::BuiltImage>, Error> {
+    pub(crate) fn build_for_test(&self) -> Result<Vec<gpurun_build::BuiltImage>, Error> {
         self.build_cached(BuildMode::Test)
     }
 
-    fn build_cached(&self, mode: BuildMode) -> Result<Vec<cargo_gpurun::build::BuiltImage>, Error> {
+    fn build_cached(&self, mode: BuildMode) -> Result<Vec<gpurun_build::BuiltImage>, Error> {
         type Key = (PathBuf, Option<String>, bool, BuildMode);
-        type Built = Result<Vec<cargo_gpurun::build::BuiltImage>, String>;
+        type Built = Result<Vec<gpurun_build::BuiltImage>, String>;
         static BUILDS: Mutex<Option<HashMap<Key, Built>>> = Mutex::new(None);
         let dir = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
         let key = (dir.clone(), self.target.clone(), self.release, mode);
@@ -288,7 +285,7 @@ impl DeviceCrate {
         &self,
         dir: &Path,
         mode: BuildMode,
-    ) -> Result<Vec<cargo_gpurun::build::BuiltImage>, String> {
+    ) -> Result<Vec<gpurun_build::BuiltImage>, String> {
         let target = match &self.target {
             Some(target) => target.clone(),
             None => {
@@ -297,7 +294,7 @@ impl DeviceCrate {
                     Ok(name) => name.parse::<BackendChoice>()?,
                     Err(_) => BackendChoice::Auto,
                 };
-                cargo_gpurun::cmd::test::auto_target(choice).to_string()
+                gpurun_build::suite::auto_target(choice).to_string()
             }
         };
         let nvptx_linker = match target.as_str() {
@@ -313,8 +310,8 @@ impl DeviceCrate {
             ..BuildOptions::default()
         };
         let built = match mode {
-            BuildMode::Lib => cargo_gpurun::build::build(&options),
-            BuildMode::Test => cargo_gpurun::build::build_for_test(&options),
+            BuildMode::Lib => gpurun_build::build(&options),
+            BuildMode::Test => gpurun_build::build_for_test(&options),
         };
         built.map_err(|error| error.to_string())
     }
@@ -336,21 +333,21 @@ enum BuildMode {
     Test,
 }
 
-/// cargo-gpurun's `gpurun-nvptx-link`, built with escargot from the cargo-gpurun sources this
+/// gpurun-build's `gpurun-nvptx-link`, built with escargot from the gpurun-build sources this
 /// crate was built with. rustc runs the nvptx linker as an executable; `cargo gpurun` uses
 /// itself, but a test binary cannot be one.
 fn nvptx_linker() -> Result<PathBuf, String> {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cargo-gpurun/Cargo.toml");
+    let manifest = Path::new(gpurun_build::MANIFEST_DIR).join("Cargo.toml");
     if !manifest.is_file() {
         return Err(format!(
-            "cannot build the nvptx linker: cargo-gpurun's sources are not at {}",
+            "cannot build the nvptx linker: gpurun-build's sources are not at {}",
             manifest.display()
         ));
     }
     let run = escargot::CargoBuild::new()
         .manifest_path(&manifest)
-        .package("cargo-gpurun")
-        .bin(cargo_gpurun::build::NVPTX_LINKER_NAME)
+        .package("gpurun-build")
+        .bin(gpurun_build::NVPTX_LINKER_NAME)
         .run()
         .map_err(|error| format!("cannot build the nvptx linker: {error}"))?;
     Ok(run.path().to_path_buf())
@@ -395,7 +392,7 @@ mod tests {
     /// build's one `cargo metadata`); an explicit one wins; a bad value is a build error.
     #[test]
     fn timeouts_come_from_the_built_image() {
-        let image = |metadata: Option<serde_json::Value>| cargo_gpurun::build::BuiltImage {
+        let image = |metadata: Option<serde_json::Value>| gpurun_build::BuiltImage {
             package: "timed".to_owned(),
             name: "timed".to_owned(),
             target: DeviceTarget::Host,

@@ -47,7 +47,7 @@ impl DeviceCrate {
     /// trials of your own). The process must handle [`WORKER_FLAG`] as
     /// [`DeviceCrate::libtest_mimic_main`] does, since the workers are this executable.
     ///
-    /// The suites are those `cargo gpurun test` runs (`cargo_gpurun::cmd::suite::test_suites`):
+    /// The suites are those `cargo gpurun test` runs (`gpurun_build::suite::test_suites`):
     /// the lib's tests, then every `harness = false` tests/ target's and every example's. A
     /// trial is named by the test's path (`tests::adds`); when more than one suite has tests,
     /// each trial also carries its suite's name (the package for the lib, else the target's)
@@ -55,7 +55,7 @@ impl DeviceCrate {
     /// match as a whole. Each suite's trials run on every device the backend sees, each test
     /// on the least busy one.
     pub fn trials(&self, arguments: &Arguments) -> Result<Vec<Trial>, Error> {
-        let suites = cargo_gpurun::cmd::suite::test_suites(self.build_for_test()?);
+        let suites = gpurun_build::suite::test_suites(self.build_for_test()?);
         let exe = std::env::current_exe().map_err(|error| Error::Image {
             path: self.dir.clone(),
             message: format!("cannot find this test executable to start workers: {error}"),
@@ -77,7 +77,7 @@ impl DeviceCrate {
                     })
                 }
             };
-            let tests = cargo_gpurun::cmd::suite::test_cases(image);
+            let tests = gpurun_build::suite::test_cases(image);
             if !tests.is_empty() {
                 let backend = select::kind_for_image(image.kind());
                 with_tests.push((suite, backend, tests));
@@ -116,7 +116,7 @@ impl DeviceCrate {
 /// One worker spec per device the tests run on (`cargo gpurun test`'s choice): this executable,
 /// started with [`WORKER_FLAG`].
 fn worker_specs(backend: BackendKind, exe: &Path, image: &Path) -> Result<Vec<WorkerSpec>, Error> {
-    let devices = cargo_gpurun::cmd::suite::test_devices(None, backend)
+    let devices = gpurun_runner::test_devices(None, backend)
         .map_err(|error| Error::Devices(format!("{error:#}")))?;
     Ok(devices
         .into_iter()

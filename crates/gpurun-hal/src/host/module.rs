@@ -64,7 +64,7 @@ impl HostPrimitives {
         })?;
         let mut name = symbols::HOST_ENTER_THREAD.as_bytes().to_vec();
         name.push(0);
-        // SAFETY: the symbol has this signature in every image made with gpurun-device
+        // SAFETY: the symbol has this signature in every image made with the gpurun crate
         // (host ABI version checked by gpurun-image).
         let enter = unsafe { library.get::<EnterThread>(&name) }
             .map(|symbol| *symbol)

@@ -13,7 +13,7 @@ pub struct ImageSpec {
     pub tests: Vec<TestDesc>,
     /// Plain kernels (no test descriptor), e.g. `_start`.
     pub kernels: Vec<String>,
-    /// Whether the image has the RPC client global (every image of gpurun-device does).
+    /// Whether the image has the RPC client global (every image of the gpurun crate does).
     pub rpc_client: bool,
     /// Whether the image has the AMD launch-shape global.
     pub launch_shape: bool,

@@ -1,0 +1,191 @@
+//! `cargo gpurun run IMAGE [ARGS...]`: loader mode, compatible with LLVM's `llvm-gpu-loader`,
+//! and the `target.runner` entry point. An image that carries `#[gpurun::test]` tests and no
+//! `_start` runs as a test binary (libtest's command line), so one runner line serves both
+//! `cargo run` and `cargo test`.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use gpurun_image::Image;
+use gpurun_runner::{Command, Event, RunEnd, Worker, WorkerEnd, WorkerOptions};
+
+use gpurun_build::suite::{test_cases, DEFAULT_TEST_TIMEOUT};
+
+use super::device::{backend_for, options, start_failure, DeviceArgs};
+use super::test::test_executor;
+use super::worker::worker_spec;
+use crate::exit_code;
+
+/// `cargo gpurun run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Threads per block in x.
+    #[arg(long = "threads-x", visible_alias = "threads", default_value_t = 1)]
+    pub threads_x: u32,
+    /// Threads per block in y.
+    #[arg(long, default_value_t = 1)]
+    pub threads_y: u32,
+    /// Threads per block in z.
+    #[arg(long, default_value_t = 1)]
+    pub threads_z: u32,
+    /// Blocks in x.
+    #[arg(long = "blocks-x", visible_alias = "blocks", default_value_t = 1)]
+    pub blocks_x: u32,
+    /// Blocks in y.
+    #[arg(long, default_value_t = 1)]
+    pub blocks_y: u32,
+    /// Blocks in z.
+    #[arg(long, default_value_t = 1)]
+    pub blocks_z: u32,
+    /// Launch these argument-less kernels, in order, instead of `_begin`/`_start`/`_end`.
+    #[arg(long = "kernel", value_name = "NAME")]
+    pub kernels: Vec<String>,
+    /// Print each kernel's registers and local/shared memory before it runs.
+    #[arg(long)]
+    pub print_resource_usage: bool,
+    /// Let the device program's `system()` run host commands (refused by default).
+    #[arg(long)]
+    pub allow_system: bool,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+    /// Stop the program after SECS seconds (exit status 124).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// The GPU image: `.ptx`, `.cubin`, AMDGPU code object, or host `.so`.
+    pub image: PathBuf,
+    /// Arguments for the device program (or libtest arguments for a test image).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<OsString>,
+}
+
+pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let image = Image::read(&args.image)
+        .with_context(|| format!("failed to load image `{}`", args.image.display()))?;
+    let kind = backend_for(args.device.backend, &image)?;
+    let options = options(&args.device, kind);
+    if args.kernels.is_empty() && image.kernel("_start").is_none() && !image.tests().is_empty() {
+        return run_test_image(args, &image, &options);
+    }
+    if args.kernels.is_empty() {
+        image
+            .require_entry("_start")
+            .with_context(|| format!("cannot run `{}`", args.image.display()))?;
+    }
+    for kernel in &args.kernels {
+        if image.kernel(kernel).is_none() {
+            bail!("no kernel named `{kernel}` in `{}`", args.image.display());
+        }
+    }
+    let options = WorkerOptions {
+        allow_system: args.allow_system,
+        // The device reads our stdin: the worker reopens it through /proc (its own stdin is
+        // its command pipe).
+        stdin: Some(format!("/proc/{}/fd/0", std::process::id()).into()),
+        ..options
+    };
+    let spec = worker_spec(&options, &args.image)?;
+    let worker = Worker::spawn(&spec, Duration::from_secs(120))
+        .map_err(|error| start_failure(kind, &image, error.to_string()))?;
+    let mut argv: Vec<Vec<u8>> = vec![args.image.as_os_str().as_encoded_bytes().to_vec()];
+    argv.extend(args.args.iter().map(|arg| arg.as_encoded_bytes().to_vec()));
+    let command = Command::RunMain {
+        argv,
+        envp: gpurun_hal::args::environment_strings(),
+        threads: [args.threads_x, args.threads_y, args.threads_z],
+        blocks: [args.blocks_x, args.blocks_y, args.blocks_z],
+        kernels: args.kernels.clone(),
+        print_resource_usage: args.print_resource_usage,
+    };
+    let timeout = match args.timeout {
+        Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
+        Some(secs) => bail!("--timeout must be a positive number of seconds, not {secs}"),
+        None => None,
+    };
+    let mut panicked = false;
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    let end = worker.run(0, &command, timeout, &mut |event| match event {
+        Event::Stdout(bytes) => {
+            let mut out = stdout.lock();
+            let _ = out.write_all(&bytes);
+            let _ = out.flush();
+        }
+        Event::Stderr(bytes) => {
+            let mut err = stderr.lock();
+            let _ = err.write_all(&bytes);
+            let _ = err.flush();
+        }
+        Event::Panic(report) => {
+            panicked = true;
+            let [tx, ty, tz] = report.thread;
+            let [bx, by, bz] = report.block;
+            eprintln!(
+                "device thread ({tx},{ty},{tz}) of block ({bx},{by},{bz}) panicked at {}:{}:{}:\n{}",
+                report.file, report.line, report.column, report.message
+            );
+        }
+        Event::Ready { .. } | Event::StartFailed { .. } | Event::Done(_) => {}
+    });
+    let _ = std::io::stdout().flush();
+    match end {
+        WorkerEnd::Done(RunEnd::Completed { status }) => {
+            if panicked && status == 0 {
+                Ok(exit_code::code(exit_code::PANICKED))
+            } else {
+                Ok(exit_code::code(status))
+            }
+        }
+        WorkerEnd::Done(RunEnd::Exited { code }) => Ok(exit_code::code(code)),
+        WorkerEnd::Done(RunEnd::Aborted) => {
+            eprintln!("error: the device program aborted");
+            let _ = std::io::stderr().flush();
+            // Exit as a host abort would: killed by SIGABRT.
+            std::process::abort()
+        }
+        WorkerEnd::Done(RunEnd::Faulted { error }) => bail!("device fault: {error}"),
+        WorkerEnd::Done(RunEnd::Failed { error }) => bail!("{error}"),
+        WorkerEnd::Done(RunEnd::TimedOut { .. }) | WorkerEnd::TimedOut(_) => {
+            let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
+            eprintln!("error: the device program timed out after {secs}s");
+            Ok(exit_code::code(exit_code::TIMED_OUT))
+        }
+        WorkerEnd::Died(how) => bail!("the device program crashed: {how}"),
+    }
+}
+
+/// Runs a test image under libtest's command line (`target.runner` for test targets).
+fn run_test_image(
+    args: &RunArgs,
+    image: &Image,
+    options: &WorkerOptions,
+) -> anyhow::Result<ExitCode> {
+    let mut argv: Vec<OsString> = vec![args.image.clone().into_os_string()];
+    argv.extend(args.args.iter().cloned());
+    let harness_args = match gpurun_harness::HarnessArgs::parse_args(argv) {
+        Ok(parsed) => parsed,
+        Err(error) => error.exit(),
+    };
+    let timeout = harness_args
+        .test_timeout
+        .or(args
+            .timeout
+            .filter(|t| t.is_finite() && *t > 0.0)
+            .map(Duration::from_secs_f64))
+        .unwrap_or(DEFAULT_TEST_TIMEOUT);
+    let executor = test_executor(
+        &args.device,
+        options.backend,
+        &args.image,
+        &harness_args,
+        timeout,
+    )?;
+    let tests = test_cases(image);
+    let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
+    Ok(exit_code::code(code))
+}

@@ -1,0 +1,206 @@
+//! Every fixture's PTX assembles, at ptxas's default optimization level, for every architecture
+//! we claim, with both ptxas generations: 12.x (PyPI `nvidia-cuda-nvcc-cu12`) for sm_70, sm_80 and
+//! sm_90, and 13.x (PyPI `nvidia-cuda-nvcc`, which drops sm_70) for sm_90 and sm_100. A crash
+//! (ptxas 12.9 and 13.x segfaulted for sm_90 on every image with the panic path) fails like an
+//! error. Also: the 1024-thread test kernel fits 1024 threads (`ptxas -v` register count).
+//!
+//! `scripts/setup.sh` installs ptxas 13.x into `~/.local/share/gpurun/cuda-nvcc-13`
+//! (`GPURUN_PTXAS_13` overrides). A missing ptxas is reported as not run, and fails under CI=true.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{available, built_image_paths, fixtures_manifest, gpurun, nightly};
+use gpurun_build::toolchain;
+use gpurun_build::validate;
+
+/// The architecture `cargo gpurun build` assembles each image for by default, with the ptxas
+/// it finds (12.x here): the build's own `<stem>.cubin` is that check, so the test does not
+/// assemble it a second time (a ptxas failure or crash fails the build).
+const BUILD_ARCH: &str = gpurun_build::arch::DEFAULT_NVPTX_ARCH;
+/// Architectures assembled with ptxas 12.x (besides [`BUILD_ARCH`]) and with 13.x.
+const PTXAS_12_ARCHES: &[&str] = &["sm_80", "sm_90"];
+const PTXAS_13_ARCHES: &[&str] = &["sm_90", "sm_100"];
+
+/// Overrides where ptxas 13.x is.
+const PTXAS_13_ENV: &str = "GPURUN_PTXAS_13";
+
+/// Registers an SM has for one block (every architecture from sm_70 to sm_100).
+const REGISTERS_PER_BLOCK: u32 = 65536;
+
+fn ptxas_13() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(PTXAS_13_ENV).filter(|path| !path.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let home = std::env::var_os("HOME")?;
+    let path = Path::new(&home).join(".local/share/gpurun/cuda-nvcc-13/nvidia/cu13/bin/ptxas");
+    path.is_file().then_some(path)
+}
+
+/// The PTX of every fixture, built (debug, the default [`BUILD_ARCH`]) as `cargo gpurun build
+/// --workspace` builds it, which also assembles each for that arch with the ptxas it finds.
+/// Built once for both tests.
+fn fixture_ptx() -> Vec<PathBuf> {
+    static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_fixture_ptx).clone()
+}
+
+fn build_fixture_ptx() -> Vec<PathBuf> {
+    let manifest = fixtures_manifest();
+    let output = gpurun(
+        &[
+            "build",
+            "--workspace",
+            "--message-format",
+            "json",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let mut paths = built_image_paths(&output);
+    paths.sort();
+    assert!(paths.len() >= 10, "too few fixture images: {paths:?}");
+    paths
+}
+
+/// Whether the build left a cubin of `ptx` (for [`BUILD_ARCH`]) at least as new as the PTX.
+fn built_cubin_is_current(ptx: &Path) -> bool {
+    let modified = |path: &Path| std::fs::metadata(path).and_then(|meta| meta.modified());
+    match (modified(&ptx.with_extension("cubin")), modified(ptx)) {
+        (Ok(cubin), Ok(ptx)) => cubin >= ptx,
+        _ => false,
+    }
+}
+
+/// Assembles `ptx` for each arch; returns one line per failure.
+fn assemble_all(ptxas: &Path, generation: &str, ptx: &Path, arches: &[&str]) -> Vec<String> {
+    let mut failures = Vec::new();
+    for arch in arches {
+        let cubin = ptx.with_extension(format!("{arch}.ptxas{generation}.cubin"));
+        match validate::assemble_ptx(ptxas, ptx, arch, &cubin) {
+            Ok(()) => {
+                let _ = std::fs::remove_file(&cubin);
+            }
+            Err(err) => failures.push(format!("{} ptxas {generation}: {err}", ptx.display())),
+        }
+    }
+    failures
+}
+
+#[test]
+fn every_fixture_assembles_for_every_architecture_with_both_ptxas_generations() {
+    if nightly().is_none() {
+        return;
+    }
+    let ptxas_12 = toolchain::find_ptxas();
+    let ptxas_13 = ptxas_13();
+    let have_12 = available("ptxas 12.x", ptxas_12.is_some());
+    let have_13 = available("ptxas 13.x", ptxas_13.is_some());
+    if !have_12 && !have_13 {
+        return;
+    }
+    let images = fixture_ptx();
+    // Two workers: ptxas is single-threaded and CI has two cores.
+    let (first, second) = images.split_at(images.len() / 2);
+    let check = |part: &[PathBuf]| {
+        let mut failures = Vec::new();
+        for ptx in part {
+            if let Some(ptxas) = &ptxas_12 {
+                if !built_cubin_is_current(ptx) {
+                    failures.push(format!(
+                        "{}: no {BUILD_ARCH} cubin from the build newer than the PTX",
+                        ptx.display()
+                    ));
+                }
+                failures.extend(assemble_all(ptxas, "12", ptx, PTXAS_12_ARCHES));
+            }
+            if let Some(ptxas) = &ptxas_13 {
+                failures.extend(assemble_all(ptxas, "13", ptx, PTXAS_13_ARCHES));
+            }
+        }
+        failures
+    };
+    let failures: Vec<String> = std::thread::scope(|scope| {
+        let other = scope.spawn(|| check(second));
+        let mut failures = check(first);
+        failures.extend(other.join().expect("ptxas worker"));
+        failures
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// `ptxas -v` for `arch`: the registers each entry uses.
+fn registers_per_entry(ptxas: &Path, ptx: &Path, arch: &str) -> Vec<(String, u32)> {
+    let cubin = ptx.with_extension(format!("{arch}.v.cubin"));
+    let output = Command::new(ptxas)
+        .arg("-v")
+        .arg(format!("-arch={arch}"))
+        .arg(ptx)
+        .arg("-o")
+        .arg(&cubin)
+        .output()
+        .expect("run ptxas");
+    let _ = std::fs::remove_file(&cubin);
+    let log = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "ptxas -v failed:\n{log}");
+    let mut entries = Vec::new();
+    let mut current: Option<String> = None;
+    for line in log.lines() {
+        if let Some(rest) = line.split("Compiling entry function '").nth(1) {
+            current = rest.split('\'').next().map(str::to_owned);
+        } else if let Some(rest) = line.split("Used ").nth(1) {
+            let registers = rest.split_whitespace().next().and_then(|n| n.parse().ok());
+            if let (Some(name), Some(registers)) = (current.take(), registers) {
+                entries.push((name, registers));
+            }
+        }
+    }
+    entries
+}
+
+#[test]
+fn a_1024_thread_test_kernel_fits_1024_threads() {
+    if nightly().is_none() {
+        return;
+    }
+    let Some(ptxas) = toolchain::find_ptxas() else {
+        available("ptxas 12.x", false);
+        return;
+    };
+    let ptx = fixture_ptx()
+        .into_iter()
+        .find(|path| path.file_name().is_some_and(|name| name == "big_block.ptx"))
+        .expect("fixtures/big-block was built");
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    assert!(
+        text.contains(".maxntid 1024, 1, 1"),
+        "no .maxntid in {}",
+        ptx.display()
+    );
+    let mut checked = 0;
+    for (arch, ptxas) in [
+        ("sm_70", Some(ptxas.clone())),
+        ("sm_90", Some(ptxas)),
+        ("sm_100", ptxas_13()),
+    ] {
+        let Some(ptxas) = ptxas else {
+            available("ptxas 13.x", false);
+            continue;
+        };
+        let entries = registers_per_entry(&ptxas, &ptx, arch);
+        let (name, registers) = entries
+            .iter()
+            .find(|(name, _)| name.starts_with("__gpurun_test_block_of_1024_threads_"))
+            .unwrap_or_else(|| panic!("no register count for the test kernel: {entries:?}"));
+        assert!(
+            registers * 1024 <= REGISTERS_PER_BLOCK,
+            "{name} uses {registers} registers a thread for {arch}: 1024 threads need at most {}",
+            REGISTERS_PER_BLOCK / 1024
+        );
+        checked += 1;
+    }
+    assert!(checked >= 2);
+}

@@ -1,0 +1,221 @@
+//! What a build means for running tests, shared by `cargo gpurun test` and by `gpurun-test`'s
+//! trials: which built targets are test suites and their names, loading a suite's image
+//! (telling a plain kernel crate, a suite of no tests, from a broken image of a crate with
+//! tests), the backend and the default target, and the test-timeout rule.
+
+use std::path::Path;
+use std::time::Duration;
+
+use gpurun_hal::select::{self, BackendChoice};
+use gpurun_hal::BackendKind;
+use gpurun_harness::{ShouldPanic, TestCase};
+use gpurun_image::{Image, ImageError};
+
+use crate::{BuiltImage, DeviceTarget, TargetKind};
+
+/// Every symbol the device runtime and `#[gpurun::test]` put in an image starts with this.
+const RUNTIME_SYMBOL_PREFIX: &[u8] = gpurun_abi::symbols::RUNTIME_PREFIX.as_bytes();
+
+/// Reads `built`'s image. `None` for an image the loader cannot read that names no `__gpurun_`
+/// symbol at all: a kernel crate without the device runtime (like `fixtures/bare-kernel`),
+/// which cannot hold a `#[gpurun::test]`, so its suite has 0 tests, as cargo's has for a lib
+/// without tests. An unreadable image that may hold tests is an error.
+pub fn load(built: &BuiltImage) -> Result<Option<Image>, LoadError> {
+    let error = match Image::read(&built.path) {
+        Ok(image) => return Ok(Some(image)),
+        Err(error) => error,
+    };
+    let unreadable = |source| LoadError {
+        path: built.path.clone(),
+        source,
+    };
+    match mentions_runtime_symbols(&built.path) {
+        Ok(false) => Ok(None),
+        // Unreadable as bytes too: the image's own error says so.
+        Ok(true) | Err(_) => Err(unreadable(error)),
+    }
+}
+
+/// An image of a suite that may hold tests and cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("failed to load image `{}`: {source}", path.display())]
+pub struct LoadError {
+    pub path: std::path::PathBuf,
+    #[source]
+    pub source: ImageError,
+}
+
+/// One test suite of a build, as `cargo gpurun test` runs it.
+pub struct Suite {
+    pub built: BuiltImage,
+    /// The suite's name, as libtest's harness gets it: the package for the lib, else the
+    /// target's name.
+    pub name: String,
+    /// Its image ([`load`]): `None` for a crate without the device runtime (a suite of 0
+    /// tests), an error for an image that cannot be read.
+    pub image: Result<Option<Image>, LoadError>,
+}
+
+/// The test suites of `images` (from `build::build_for_test`), in cargo's order: per device
+/// target (in build order), per package, the lib, then bins, tests/ and examples, each in name
+/// order. A program is a suite only if it has tests; every other target is one even when empty
+/// ("running 0 tests"), as with cargo.
+pub fn test_suites(mut images: Vec<BuiltImage>) -> Vec<Suite> {
+    sort_in_cargo_test_order(&mut images);
+    images
+        .into_iter()
+        .filter_map(|built| {
+            let image = load(&built);
+            let no_tests = match &image {
+                Ok(Some(image)) => image.tests().is_empty(),
+                Ok(None) => true,
+                Err(_) => false,
+            };
+            if built.kind == TargetKind::Bin && no_tests {
+                return None;
+            }
+            let name = match built.kind {
+                TargetKind::Lib => built.package.clone(),
+                TargetKind::Bin | TargetKind::Test | TargetKind::Example => built.name.clone(),
+            };
+            Some(Suite { built, name, image })
+        })
+        .collect()
+}
+
+fn sort_in_cargo_test_order(images: &mut [BuiltImage]) {
+    let mut targets: Vec<DeviceTarget> = Vec::new();
+    for image in images.iter() {
+        if !targets.contains(&image.target) {
+            targets.push(image.target);
+        }
+    }
+    let target_rank = |target: DeviceTarget| targets.iter().position(|t| *t == target);
+    images.sort_by(|a, b| {
+        (target_rank(a.target), &a.package, a.kind, &a.name).cmp(&(
+            target_rank(b.target),
+            &b.package,
+            b.kind,
+            &b.name,
+        ))
+    });
+}
+
+/// The backend that runs images built for `target`.
+pub fn backend_for_target(target: DeviceTarget) -> BackendKind {
+    match target {
+        DeviceTarget::Nvptx => BackendKind::Cuda,
+        DeviceTarget::Amdgcn => BackendKind::Hsa,
+        DeviceTarget::Host => BackendKind::Host,
+    }
+}
+
+/// Whether the file contains a `__gpurun_` name anywhere (ELF string tables and PTX text alike
+/// hold the names of the symbols they define).
+fn mentions_runtime_symbols(path: &Path) -> std::io::Result<bool> {
+    let bytes = std::fs::read(path)?;
+    Ok(bytes
+        .windows(RUNTIME_SYMBOL_PREFIX.len())
+        .any(|window| window == RUNTIME_SYMBOL_PREFIX))
+}
+
+/// How many threads a device panic in `kernel` ends with it: its wavefront size on AMDGPU (from
+/// the kernel descriptor; docs/abi.md), `None` where a panic ends only its thread.
+pub fn panic_ends_wavefront(image: &Image, kernel: &str) -> Option<u32> {
+    image
+        .kernel(kernel)
+        .and_then(|kernel| kernel.descriptor.as_ref())
+        .map(|descriptor| descriptor.wavefront_size())
+}
+
+/// The harness's view of an image's tests. On AMDGPU a device panic ends the panicking thread's
+/// whole wavefront (docs/abi.md), so each test carries its kernel's wavefront size, from the
+/// kernel descriptor, for the failure output to say which threads went with it.
+pub fn test_cases(image: &Image) -> Vec<TestCase> {
+    image
+        .tests()
+        .iter()
+        .map(|desc| TestCase {
+            panic_ends_wavefront: panic_ends_wavefront(image, &desc.kernel),
+            name: desc.name.clone(),
+            kernel: desc.kernel.clone(),
+            ignored: desc.ignored,
+            ignore_reason: desc.ignore_reason.clone(),
+            should_panic: match &desc.should_panic {
+                gpurun_image::ShouldPanic::No => ShouldPanic::No,
+                gpurun_image::ShouldPanic::Yes => ShouldPanic::Yes,
+                gpurun_image::ShouldPanic::Expected(text) => ShouldPanic::Expected(text.clone()),
+            },
+            threads: desc.threads,
+            blocks: desc.blocks,
+            source_file: None,
+        })
+        .collect()
+}
+
+/// A test that runs longer than this fails, unless `--test-timeout` or
+/// `[package.metadata.gpurun] test-timeout = SECS` says otherwise. Generous: a debug build of a
+/// big grid under emulation is slow, but a hang must still end.
+pub const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `test-timeout` from the image's package's `[package.metadata.gpurun]`, if set: `cargo
+/// gpurun test` and `gpurun-test`'s trials and launches honour it.
+pub fn test_timeout(image: &BuiltImage) -> Result<Option<Duration>, crate::BuildError> {
+    let Some(value) = image
+        .gpurun_metadata
+        .as_ref()
+        .and_then(|table| table.get("test-timeout"))
+    else {
+        return Ok(None);
+    };
+    match value.as_f64() {
+        Some(secs) if secs.is_finite() && secs > 0.0 => Ok(Some(Duration::from_secs_f64(secs))),
+        _ => Err(crate::BuildError::BadMetadata {
+            package: image.package.clone(),
+            detail: format!("`test-timeout` must be a positive number of seconds, not {value}"),
+        }),
+    }
+}
+
+/// With no `--target`, build for the GPU that is present, else for the host emulation (and say
+/// so in one line on stderr).
+pub fn auto_target(choice: BackendChoice) -> &'static str {
+    match choice {
+        BackendChoice::Only(BackendKind::Cuda) => return "nvptx",
+        BackendChoice::Only(BackendKind::Hsa) => return "amdgcn",
+        BackendChoice::Only(BackendKind::Host | BackendKind::Scripted) => return "host",
+        BackendChoice::Auto => {}
+    }
+    let mut reasons = Vec::new();
+    for (kind, target) in [(BackendKind::Cuda, "nvptx"), (BackendKind::Hsa, "amdgcn")] {
+        match select::backend(kind).devices() {
+            Ok(devices) if !devices.is_empty() => return target,
+            Ok(_) => reasons.push(format!("{kind}: no devices")),
+            Err(error) => reasons.push(format!("{kind}: {error}")),
+        }
+    }
+    eprintln!(
+        "note: no GPU found ({}); running tests on the host emulation backend",
+        reasons.join("; ")
+    );
+    "host"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_symbols_are_found_in_any_format() {
+        let dir = std::env::temp_dir().join(format!("gpurun-suite-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let with = dir.join("with.ptx");
+        let without = dir.join("without.so");
+        std::fs::write(&with, b".visible .entry __gpurun_test_adds()").unwrap();
+        std::fs::write(&without, b"\x7fELF\0\0_start\0__gpurun").unwrap();
+        assert!(mentions_runtime_symbols(&with).unwrap());
+        assert!(!mentions_runtime_symbols(&without).unwrap());
+        assert!(mentions_runtime_symbols(&dir.join("missing")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
