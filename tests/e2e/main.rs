@@ -10,6 +10,6 @@ mod host_app;
 mod host_io;
 mod images;
 mod loader;
-mod runner;
+mod plain_cargo;
 mod saxpy_example;
 mod setup;

@@ -15,16 +15,16 @@
 //! Concurrency comes from loading the image several times, one module per thread, each with its
 //! own stream/queue and RPC buffer.
 
-pub mod args;
 pub mod cuda;
 mod error;
+pub mod handlers;
 pub mod host;
 pub mod hsa;
+pub mod kernel_args;
+pub mod launch_loop;
 pub mod module;
 pub mod scripted;
 pub mod select;
-pub mod serve;
-pub mod server;
 mod shape;
 
 pub use error::BackendError;
@@ -184,9 +184,9 @@ pub trait Module {
         &mut self,
         kernel: &str,
         shape: LaunchShape,
-        args: &[args::KernelArg],
+        args: &[kernel_args::KernelArg],
         timeout: Option<Duration>,
-        sink: &mut dyn server::Sink,
+        sink: &mut dyn handlers::Sink,
     ) -> Result<LaunchEnd, BackendError>;
 
     /// Allocates `size` zeroed bytes of memory both sides can read and write; returns the

@@ -1,11 +1,11 @@
-//! The one [`Module`] every backend's loaded image becomes: [`HalModule`] over the backend's
+//! The one [`Module`] every backend's loaded image becomes: [`LoadedModule`] over the backend's
 //! [`Primitives`]. What is decided here is decided once for every backend: what loading sets up
 //! (the clock frequency, the RPC buffer and client), the checks before a launch, the AMD launch
-//! shape, the launch-and-serve loop ([`crate::serve`]) and what a broken module refuses.
+//! shape, the launch-and-serve loop ([`crate::launch_loop`]) and what a broken module refuses.
 
-use crate::args::KernelArg;
-use crate::serve::{self, Launch, WaitLimits};
-use crate::server::{DeviceMemory, RpcServer, Sink};
+use crate::handlers::{DeviceMemory, RpcHandlers, Sink};
+use crate::kernel_args::KernelArg;
+use crate::launch_loop::{self, Launch, WaitLimits};
 use crate::{
     BackendError, Device, DeviceInfo, LaunchEnd, LaunchShape, LoadOptions, Module, ResourceUsage,
     SharedAlloc,
@@ -89,7 +89,7 @@ pub trait Primitives {
     }
 
     /// The module is broken and a kernel may still run: the primitives will never be dropped
-    /// (see [`HalModule`]'s `Drop`); anything else that must not be released goes here.
+    /// (see [`LoadedModule`]'s `Drop`); anything else that must not be released goes here.
     fn abandon(&mut self) {}
 }
 
@@ -135,13 +135,13 @@ impl<L: LoadPrimitives> Device for OpenedDevice<L> {
         options: &LoadOptions,
     ) -> Result<Box<dyn Module + '_>, BackendError> {
         let primitives = self.loader.primitives(image, options)?;
-        Ok(Box::new(HalModule::new(primitives, image, options)?))
+        Ok(Box::new(LoadedModule::new(primitives, image, options)?))
     }
 }
 
 /// A loaded image on one device.
-pub struct HalModule<P: Primitives> {
-    rpc: Option<RpcServer>,
+pub struct LoadedModule<P: Primitives> {
+    rpc: Option<RpcHandlers>,
     /// Blocks from [`Module::alloc_device`]: `(address, size)`. Reads must stay inside one.
     device_blocks: Vec<(u64, usize)>,
     /// The image has the AMD launch-shape global (looked up once, at load).
@@ -158,7 +158,7 @@ pub struct HalModule<P: Primitives> {
     broken: Option<String>,
 }
 
-impl<P: Primitives> Drop for HalModule<P> {
+impl<P: Primitives> Drop for LoadedModule<P> {
     fn drop(&mut self) {
         // The server first: it reads memory the primitives own.
         self.rpc = None;
@@ -173,7 +173,7 @@ impl<P: Primitives> Drop for HalModule<P> {
     }
 }
 
-impl<P: Primitives> HalModule<P> {
+impl<P: Primitives> LoadedModule<P> {
     /// Finishes loading `image`, which the backend has loaded into `primitives`: fills in the
     /// clock frequency and, when the image talks RPC, lays out the RPC buffer and writes the
     /// client into `__llvm_rpc_client`.
@@ -181,7 +181,7 @@ impl<P: Primitives> HalModule<P> {
         mut primitives: P,
         image: &Image,
         options: &LoadOptions,
-    ) -> Result<HalModule<P>, BackendError> {
+    ) -> Result<LoadedModule<P>, BackendError> {
         if let Some(hz) = primitives.clock_frequency() {
             if primitives
                 .global_size(symbols::CLOCK_FREQ)
@@ -209,7 +209,7 @@ impl<P: Primitives> HalModule<P> {
             .iter()
             .filter_map(|kernel| Some((kernel.name.clone(), u64::from(kernel.max_threads()?))))
             .collect();
-        Ok(HalModule {
+        Ok(LoadedModule {
             rpc,
             device_blocks: Vec::new(),
             has_launch_shape,
@@ -259,7 +259,7 @@ fn install_rpc<P: Primitives>(
     primitives: &mut P,
     client_size: u64,
     requested_ports: u32,
-) -> Result<RpcServer, BackendError> {
+) -> Result<RpcHandlers, BackendError> {
     let ports = primitives.rpc_ports(requested_ports);
     let layout = Layout::for_client_symbol_size(client_size, ports, primitives.rpc_lane_size())
         .map_err(|error| {
@@ -295,8 +295,8 @@ fn install_rpc<P: Primitives>(
     let client = layout.client_image(buffer.device);
     primitives.write_global(symbols::RPC_CLIENT, client.as_bytes())?;
     // SAFETY: zeroed, 64-aligned, `allocation_size()` long, owned by the module's primitives,
-    // which are dropped after the server (field order of `HalModule`).
-    let mut server = unsafe { RpcServer::new(&layout, buffer.host) };
+    // which are dropped after the server (field order of `LoadedModule`).
+    let mut server = unsafe { RpcHandlers::new(&layout, buffer.host) };
     if let Some(counter) = counter {
         // SAFETY: 8 zeroed, 8-aligned bytes (host-visible blocks are 64-aligned) that the device
         // updates only atomically and that outlive the server, as the buffer does.
@@ -326,7 +326,7 @@ pub fn check_shape(shape: &LaunchShape) -> Result<(), BackendError> {
     Ok(())
 }
 
-impl<P: Primitives> Module for HalModule<P> {
+impl<P: Primitives> Module for LoadedModule<P> {
     fn launch(
         &mut self,
         kernel: &str,
@@ -376,7 +376,7 @@ impl<P: Primitives> Module for HalModule<P> {
             }
         };
         let primitives = &mut *self.primitives;
-        let finish = serve::serve_launch(
+        let finish = launch_loop::serve_launch(
             &*launch,
             self.rpc.as_ref(),
             primitives.heap(),

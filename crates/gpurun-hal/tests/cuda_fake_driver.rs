@@ -12,9 +12,9 @@
 mod common;
 
 use common::{cargo_build, fake_driver_library, first, positions, read_calls, Call};
-use gpurun_hal::args::KernelArg;
 use gpurun_hal::cuda::{CudaBackend, DEFAULT_STACK_SIZE};
-use gpurun_hal::server::Collect;
+use gpurun_hal::handlers::Collect;
+use gpurun_hal::kernel_args::KernelArg;
 use gpurun_hal::{Backend, BackendError, LaunchEnd, LaunchShape, LoadOptions};
 use gpurun_image::Image;
 use std::path::{Path, PathBuf};

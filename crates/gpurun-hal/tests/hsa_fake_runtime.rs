@@ -14,8 +14,8 @@
 mod common;
 
 use common::{fake_driver_library, first, positions, read_calls, Call};
+use gpurun_hal::handlers::Collect;
 use gpurun_hal::hsa::HsaBackend;
-use gpurun_hal::server::Collect;
 use gpurun_hal::{Backend, BackendError, LaunchEnd, LaunchShape, LoadOptions};
 use gpurun_image::Image;
 use object::{Object, ObjectSection};

@@ -1,9 +1,9 @@
 //! LLVM libc's GPU opcodes against our server: each test drives the message sequence LLVM
 //! libc's device code uses (written from `libc/src/stdio/gpu/*.cpp`, `vfprintf_utils.h`,
 //! `file.h` and `OSUtil/gpu/exit.cpp`) through our client on a host thread, while the test
-//! thread runs [`RpcServer::poll`], and checks the host-side effect and the reply.
+//! thread runs [`RpcHandlers::poll`], and checks the host-side effect and the reply.
 
-use gpurun_hal::server::{DeviceMemory, PanicReport, RpcServer, Served, ServerConfig, Sink};
+use gpurun_hal::handlers::{DeviceMemory, HostAccess, PanicReport, RpcHandlers, Served, Sink};
 use gpurun_hal::LaunchEnd;
 use gpurun_rpc::client::Port;
 use gpurun_rpc::{opcode, Client, HostLane, Layout};
@@ -85,10 +85,10 @@ struct Outcome<R> {
     end: Option<LaunchEnd>,
 }
 
-/// Runs `device` on a client thread against an `RpcServer` polled here, until the thread ends
+/// Runs `device` on a client thread against an `RpcHandlers` polled here, until the thread ends
 /// and a drain finds nothing left.
 fn run_with<R: Send>(
-    config: ServerConfig,
+    config: HostAccess,
     sink: Collect,
     device: impl FnOnce(&Client) -> R + Send,
 ) -> Outcome<R> {
@@ -98,7 +98,7 @@ fn run_with<R: Send>(
     // SAFETY: `base` is a zeroed, 64-aligned allocation of the layout's size that outlives both
     // endpoints (dropped at the end of this function).
     let (client, mut server) =
-        unsafe { (Client::new(&layout, base), RpcServer::new(&layout, base)) };
+        unsafe { (Client::new(&layout, base), RpcHandlers::new(&layout, base)) };
     server.configure(config);
     let mut sink = sink;
     let mut memory = Memory::default();
@@ -130,7 +130,7 @@ fn run_with<R: Send>(
 }
 
 fn run<R: Send>(device: impl FnOnce(&Client) -> R + Send) -> Outcome<R> {
-    run_with(ServerConfig::default(), Collect::default(), device)
+    run_with(HostAccess::default(), Collect::default(), device)
 }
 
 const LANE: HostLane = HostLane::SINGLE;
@@ -319,7 +319,7 @@ fn write_short(limit: usize, code: u32, data: &[u8]) -> Outcome<u64> {
         short_writes: Some(limit),
         ..Collect::default()
     };
-    run_with(ServerConfig::default(), sink, |client| {
+    run_with(HostAccess::default(), sink, |client| {
         write(client, code, 0, data)
     })
 }
@@ -476,9 +476,9 @@ fn standard_streams_by_tag() {
     let dir = scratch("stdin");
     let input = dir.join("stdin.txt");
     std::fs::write(&input, b"alpha\nbeta\n").unwrap();
-    let config = ServerConfig {
+    let config = HostAccess {
         stdin: Some(input.clone()),
-        ..ServerConfig::default()
+        ..HostAccess::default()
     };
     let out = run_with(config, Collect::default(), |client| {
         (
@@ -541,9 +541,9 @@ fn system_is_refused_unless_allowed() {
     assert!(!marker.exists());
     assert!(String::from_utf8_lossy(&out.sink.stderr).contains("--allow-system"));
 
-    let config = ServerConfig {
+    let config = HostAccess {
         allow_system: true,
-        ..ServerConfig::default()
+        ..HostAccess::default()
     };
     let out = run_with(config, Collect::default(), |client| {
         (
@@ -758,7 +758,7 @@ fn malloc_then_free_on_port_0_is_served_by_one_drain() {
     let layout = shared.layout;
     let base = shared.base();
     // SAFETY: as in `run_with`.
-    let (client, server) = unsafe { (Client::new(&layout, base), RpcServer::new(&layout, base)) };
+    let (client, server) = unsafe { (Client::new(&layout, base), RpcHandlers::new(&layout, base)) };
     let (mut sink, mut memory) = (Collect::default(), Memory::default());
     let stage = AtomicU32::new(0);
     std::thread::scope(|scope| {
@@ -810,11 +810,11 @@ struct RawWarp {
 
 impl RawWarp {
     /// A server over `shared` and port 0's client side as a raw warp (nothing sent yet).
-    fn with_server(shared: &mut Shared) -> (RpcServer, RawWarp) {
+    fn with_server(shared: &mut Shared) -> (RpcHandlers, RawWarp) {
         let layout = shared.layout;
         let base = shared.base();
         // SAFETY: as in `run_with` (callers drop the server before `shared`).
-        let server = unsafe { RpcServer::new(&layout, base) };
+        let server = unsafe { RpcHandlers::new(&layout, base) };
         let warp = RawWarp {
             base,
             layout,

@@ -1,7 +1,7 @@
 //! Which tests run: libtest's filters (several, any may match), `--skip`, `--exact`,
 //! `--ignored`/`--include-ignored`, `--exclude-should-panic`, then `--partition`.
 
-use crate::args::{HarnessArgs, Partition, PartitionKind, RunIgnored};
+use crate::command_line::{HarnessArgs, Partition, PartitionKind, RunIgnored};
 use crate::outcome::{ShouldPanic, TestCase};
 
 /// The tests left after filtering, in libtest's order (sorted by name).

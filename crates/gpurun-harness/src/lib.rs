@@ -21,17 +21,19 @@
 //! exit codes. Must not: know backends, workers or images: tests come in as [`TestCase`]s and
 //! run through an [`Executor`].
 
-pub mod args;
+pub mod command_line;
 pub mod exit_code;
 pub mod filter;
 pub mod outcome;
 mod report;
-pub mod runner;
+pub mod schedule;
 #[doc(hidden)]
 pub mod testing;
 
-pub use args::{ColorChoice, Format, HarnessArgs, Partition, PartitionKind};
+pub use command_line::{ColorChoice, Format, HarnessArgs, Partition, PartitionKind};
 pub use exit_code::ExitCode;
 pub use outcome::{Executor, PanicReport, ShouldPanic, TestCase, TestEnd, TestRun};
 pub use report::junit::JunitError;
-pub use runner::{run, run_to_exit_code, run_with_output, test_threads, Conclusion, HarnessError};
+pub use schedule::{
+    run, run_to_exit_code, run_with_output, test_threads, Conclusion, HarnessError,
+};

@@ -1,7 +1,8 @@
 //! The runner: everything about running device code that happens outside the driver.
 //!
-//! Owns: the worker protocol, both ends ([`protocol`]; the worker side in [`child`], the parent
-//! side in [`parent`]); a worker's command line, both ends ([`WorkerOptions`]); spawning workers;
+//! Owns: the worker protocol, both ends ([`protocol`]; the worker process in [`worker`], the
+//! parent's handle on it in [`handle`]); a worker's command line, both ends ([`WorkerOptions`]);
+//! spawning workers;
 //! the per-device pool of workers and their slots, crash attribution and re-runs ([`pool`]);
 //! and the mapping of a launch's end to a run's end (worker side) and to a test's end (parent
 //! side), each done once.
@@ -12,13 +13,15 @@
 //! never opens a device: a fault that poisons a context (CUDA) or aborts a process (ROCr) only
 //! costs a worker.
 
-pub mod child;
-pub mod parent;
+pub mod handle;
+mod options;
 pub mod pool;
 pub mod protocol;
-mod spec;
+pub mod worker;
 
-pub use parent::{breakage_of, describe_exit, Breakage, StartError, Worker, WorkerEnd, WorkerSpec};
+pub use handle::{
+    breakage_of, describe_exit, Breakage, StartError, WorkerEnd, WorkerHandle, WorkerSpec,
+};
+pub use options::WorkerOptions;
 pub use pool::{test_devices, WorkerExecutor};
 pub use protocol::{Command, Event, RunEnd, Slot};
-pub use spec::WorkerOptions;

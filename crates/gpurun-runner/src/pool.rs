@@ -1,4 +1,4 @@
-//! Runs tests in worker processes: the harness's [`Executor`] on top of [`crate::parent`].
+//! Runs tests in worker processes: the harness's [`Executor`] on top of [`crate::handle`].
 //!
 //! One worker per device in use (all visible devices unless `--device` names one), each with
 //! enough slots that the harness's `--test-threads N` tests run at once: on a GPU every slot is
@@ -12,7 +12,7 @@
 //!   context reports it), so each test that was in flight runs again alone in a fresh worker,
 //!   where it either passes or shows the fault as its own.
 
-use crate::parent::{breakage_of, Breakage, Worker, WorkerEnd, WorkerSpec};
+use crate::handle::{breakage_of, Breakage, WorkerEnd, WorkerHandle, WorkerSpec};
 use crate::protocol::{Command, Event, RunEnd};
 use gpurun_hal::{select, BackendError, BackendKind};
 use gpurun_harness::{Executor, PanicReport, TestCase, TestEnd, TestRun};
@@ -47,7 +47,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// A worker shared by the tests running in its slots.
 struct Pooled {
-    worker: Worker,
+    worker: WorkerHandle,
     state: Mutex<PooledState>,
 }
 
@@ -199,7 +199,8 @@ impl WorkerExecutor {
             slots,
             ..spec.clone()
         };
-        let worker = Worker::spawn(&spec, START_TIMEOUT).map_err(|error| error.to_string())?;
+        let worker =
+            WorkerHandle::spawn(&spec, START_TIMEOUT).map_err(|error| error.to_string())?;
         let slots = worker.slots();
         Ok(Arc::new(Pooled {
             worker,

@@ -4,7 +4,7 @@
 //! per slot at a time, each slot on its own stream/queue with its own copy of the module, so
 //! the slot number keeps the output of concurrent tests apart.
 
-use gpurun_hal::server::PanicReport;
+use gpurun_hal::handlers::PanicReport;
 use gpurun_hal::LaunchShape;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};

@@ -5,7 +5,9 @@
 use gpurun_hal::scripted::{test, ImageSpec, Script, Step, SCRIPT_ENV};
 use gpurun_hal::BackendKind;
 use gpurun_harness::{Executor, ShouldPanic, TestCase, TestEnd, TestRun};
-use gpurun_runner::{Command, Event, RunEnd, Worker, WorkerEnd, WorkerExecutor, WorkerOptions};
+use gpurun_runner::{
+    Command, Event, RunEnd, WorkerEnd, WorkerExecutor, WorkerHandle, WorkerOptions,
+};
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -16,7 +18,7 @@ use std::time::Duration;
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|arg| arg == "--worker") {
-        let status = gpurun_runner::child::main(&args[2..]);
+        let status = gpurun_runner::worker::main(&args[2..]);
         return ExitCode::from(u8::try_from(status).unwrap_or(1));
     }
     let trials = vec![
@@ -288,7 +290,7 @@ fn program() -> Result<(), Failed> {
             vec![Step::Print("from main\n".into()), Step::Exit(7)],
         )],
     );
-    let worker = Worker::spawn(&setup.spec(), Duration::from_secs(30))?;
+    let worker = WorkerHandle::spawn(&setup.spec(), Duration::from_secs(30))?;
     let mut stdout = Vec::new();
     let command = Command::RunTest {
         kernel: setup.tests[0].kernel.clone(),

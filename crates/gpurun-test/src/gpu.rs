@@ -10,12 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use gpurun_hal::args::KernelArg;
-use gpurun_hal::server::{PanicReport, Sink};
+use gpurun_hal::handlers::{PanicReport, Sink};
+use gpurun_hal::kernel_args::KernelArg;
 use gpurun_hal::{select, BackendKind, Device, LaunchEnd, LaunchShape, LoadOptions, Module};
 use gpurun_image::{Image, ImageKind};
 
-use crate::args::{Arg, DeviceCopy, KernelArgs};
+use crate::launch_args::{Arg, DeviceCopy, KernelArgs};
 use crate::signature::{self, ParamSpec};
 use crate::{BufferTooSmall, DevicePanic, Error};
 

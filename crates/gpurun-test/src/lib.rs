@@ -39,8 +39,8 @@
 //! duplicate the runner (trials run through `gpurun_runner::WorkerExecutor`, verdicts come from
 //! `gpurun_harness::outcome::judge`) or the build pipeline.
 
-mod args;
 mod gpu;
+mod launch_args;
 mod signature;
 mod trials;
 
@@ -52,10 +52,10 @@ use std::time::Duration;
 use gpurun_build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
 
-pub use args::{Arg, DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
 pub use gpu::{Buffer, Gpu, Output, Shape};
-pub use gpurun_hal::args::KernelArg;
+pub use gpurun_hal::kernel_args::KernelArg;
 pub use gpurun_hal::BackendKind;
+pub use launch_args::{Arg, DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
 pub use trials::WORKER_FLAG;
 
 /// What can go wrong when building, loading or launching. Each message is one line, except

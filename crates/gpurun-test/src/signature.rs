@@ -9,11 +9,11 @@
 
 use std::collections::HashMap;
 
-use gpurun_hal::args::KernelArg;
+use gpurun_hal::kernel_args::KernelArg;
 use gpurun_image::{Factor, KernelSignature, ParamKind};
 
-use crate::args::Arg;
 use crate::gpu::Shape;
+use crate::launch_args::Arg;
 
 /// One declared parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

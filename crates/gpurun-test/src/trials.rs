@@ -30,7 +30,7 @@ impl DeviceCrate {
     pub fn libtest_mimic_main(&self) -> ExitCode {
         let argv: Vec<OsString> = std::env::args_os().collect();
         if argv.get(1).is_some_and(|arg| arg == WORKER_FLAG) {
-            let status = gpurun_runner::child::main(&argv[2..]);
+            let status = gpurun_runner::worker::main(&argv[2..]);
             return ExitCode::from(u8::try_from(status).unwrap_or(1));
         }
         let arguments = Arguments::from_args();

@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Args;
 use gpurun_image::Image;
-use gpurun_runner::{Command, Event, RunEnd, Worker, WorkerEnd, WorkerOptions};
+use gpurun_runner::{Command, Event, RunEnd, WorkerEnd, WorkerHandle, WorkerOptions};
 
 use gpurun_build::suite::{test_cases, DEFAULT_TEST_TIMEOUT};
 
@@ -90,13 +90,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         ..options
     };
     let spec = worker_spec(&options, &args.image)?;
-    let worker = Worker::spawn(&spec, Duration::from_secs(120))
+    let worker = WorkerHandle::spawn(&spec, Duration::from_secs(120))
         .map_err(|error| start_failure(kind, &image, error.to_string()))?;
     let mut argv: Vec<Vec<u8>> = vec![args.image.as_os_str().as_encoded_bytes().to_vec()];
     argv.extend(args.args.iter().map(|arg| arg.as_encoded_bytes().to_vec()));
     let command = Command::RunMain {
         argv,
-        envp: gpurun_hal::args::environment_strings(),
+        envp: gpurun_hal::kernel_args::environment_strings(),
         threads: [args.threads_x, args.threads_y, args.threads_z],
         blocks: [args.blocks_x, args.blocks_y, args.blocks_z],
         kernels: args.kernels.clone(),

@@ -1,4 +1,4 @@
-//! `cargo gpurun __worker`: the process that owns one device (see `gpurun_runner::child`). Its
+//! `cargo gpurun __worker`: the process that owns one device (see `gpurun_runner::worker`). Its
 //! command line belongs to the runner, which writes and reads it.
 
 use std::ffi::OsString;
@@ -23,6 +23,6 @@ pub fn worker_spec(options: &WorkerOptions, image: &Path) -> anyhow::Result<Work
 }
 
 pub fn run(args: &WorkerArgs) -> anyhow::Result<ExitCode> {
-    let status = gpurun_runner::child::main(&args.args);
+    let status = gpurun_runner::worker::main(&args.args);
     Ok(ExitCode::from(u8::try_from(status).unwrap_or(1)))
 }

@@ -1,10 +1,10 @@
 //! One kernel launch: `cuLaunchKernel` with the packed argument block on the module's
 //! non-blocking stream; its state is the stream's (`cuStreamQuery`). The shared loop
-//! (`crate::serve`) does the rest.
+//! (`crate::launch_loop`) does the rest.
 
 use super::driver::{calls, DriverError};
-use crate::args::KernelArg;
-use crate::serve::{Launch, LaunchState};
+use crate::kernel_args::KernelArg;
+use crate::launch_loop::{Launch, LaunchState};
 use crate::LaunchShape;
 use cudarc::driver::sys::{self, CUfunction, CUresult, CUstream};
 use std::sync::{Mutex, PoisonError};
@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 /// alignment, as `sizeof` would be) in 8-byte-aligned storage. Returns the storage and the
 /// struct's size.
 pub fn param_buffer(args: &[KernelArg]) -> (Vec<u64>, usize) {
-    let packed = crate::args::pack_c_struct(args);
+    let packed = crate::kernel_args::pack_c_struct(args);
     let align = if args.iter().any(|arg| arg.size() == 8) {
         8
     } else {
@@ -175,7 +175,7 @@ mod tests {
 
     #[test]
     fn parameter_buffer_is_the_c_struct_in_aligned_words() {
-        let args = crate::args::start_args(2, 0x1122_3344_5566_7788, 0x99, 0xabc);
+        let args = crate::kernel_args::start_args(2, 0x1122_3344_5566_7788, 0x99, 0xabc);
         let (words, size) = param_buffer(&args);
         assert_eq!(size, 32);
         assert_eq!(words.as_ptr() as usize % 8, 0);

@@ -142,7 +142,7 @@ impl DeviceHeap {
     }
 }
 
-impl crate::server::DeviceMemory for DeviceHeap {
+impl crate::handlers::DeviceMemory for DeviceHeap {
     fn malloc(&mut self, size: u64) -> u64 {
         self.alloc(size).unwrap_or(0)
     }

@@ -17,9 +17,9 @@
 //!   wait behind the running kernel. Without memory pools, frees wait until the launch has
 //!   ended (`cuMemFree` synchronizes with the context). With `CUDA_LAUNCH_BLOCKING=1` the
 //!   launch call itself moves to a helper thread.
-//! - This backend only supplies primitives (`module::CudaPrimitives`: load, globals, pinned
+//! - This backend only supplies primitives (`primitives::CudaPrimitives`: load, globals, pinned
 //!   memory, start a launch, its state from `cuStreamQuery`); serving RPC, deadlines and how a
-//!   launch ends are the shared loop's (`crate::serve`). A sticky error (illegal address, trap,
+//!   launch ends are the shared loop's (`crate::launch_loop`). A sticky error (illegal address, trap,
 //!   ...) is a fault; after a fault or a timeout dropping the module leaks instead of waiting on
 //!   a kernel that may never end, and the worker process is replaced.
 //! - `CUDA_VISIBLE_DEVICES` is applied by the driver itself: ordinals are those it leaves.
@@ -29,12 +29,12 @@ mod driver;
 pub mod image;
 mod launch;
 mod memory;
-mod module;
+mod primitives;
 
 pub use device::{driver_version_text, sm_arch, sm_number, CudaDevice, DEFAULT_STACK_SIZE};
 pub use driver::NO_DRIVER;
 pub use image::{choose_image, ImageChoice};
-pub use module::{CudaPrimitives, ImageFacts};
+pub use primitives::{CudaPrimitives, ImageFacts};
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
@@ -65,7 +65,7 @@ impl LoadPrimitives for CudaDevice {
     type Primitives<'a> = CudaPrimitives<'a>;
 
     fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
-        module::load(self, &image_facts(image)?, opts.stack_size)
+        primitives::load(self, &image_facts(image)?, opts.stack_size)
     }
 }
 
@@ -97,8 +97,8 @@ fn image_facts(image: &Image) -> Result<ImageFacts<'_>, BackendError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::args::KernelArg;
-    use crate::server::Collect;
+    use crate::handlers::Collect;
+    use crate::kernel_args::KernelArg;
     use crate::{LaunchEnd, LaunchShape};
     use std::time::Duration;
 

@@ -152,7 +152,7 @@ struct PoolShared {
 
 /// The emulated threads of one loaded module, kept between launches. Dropping it ends and joins
 /// the idle threads; a pool whose threads may still run a kernel (a timed-out launch) must be
-/// leaked instead, as `HalModule` does with a broken module.
+/// leaked instead, as `LoadedModule` does with a broken module.
 pub(crate) struct ThreadPool {
     stack_size: usize,
     shared: Arc<PoolShared>,
@@ -278,13 +278,13 @@ impl Grid {
     }
 }
 
-impl crate::serve::Launch for Grid {
-    fn state(&self) -> crate::serve::LaunchState {
+impl crate::launch_loop::Launch for Grid {
+    fn state(&self) -> crate::launch_loop::LaunchState {
         // A crash of an emulated thread ends the worker process: there is no fault state.
         if self.run.done.load(Ordering::Acquire) {
-            crate::serve::LaunchState::Done
+            crate::launch_loop::LaunchState::Done
         } else {
-            crate::serve::LaunchState::Running
+            crate::launch_loop::LaunchState::Running
         }
     }
 
@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn every_thread_of_every_block_runs_once_and_the_pool_is_reused() {
-        use crate::serve::{Launch, LaunchState};
+        use crate::launch_loop::{Launch, LaunchState};
         let mut pool = ThreadPool::new(1 << 16);
         let entry = Entry {
             enter: record_enter,

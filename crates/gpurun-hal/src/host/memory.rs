@@ -1,6 +1,6 @@
 //! Host memory standing in for device memory: RPC MALLOC/FREE and shared allocations.
 
-use crate::server::DeviceMemory;
+use crate::handlers::DeviceMemory;
 use std::alloc::Layout;
 use std::collections::HashMap;
 

@@ -11,7 +11,7 @@
 
 mod launch;
 pub(crate) mod memory;
-mod module;
+mod primitives;
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
@@ -74,9 +74,9 @@ impl Backend for HostBackend {
 struct HostLoader;
 
 impl LoadPrimitives for HostLoader {
-    type Primitives<'a> = module::HostPrimitives;
+    type Primitives<'a> = primitives::HostPrimitives;
 
     fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
-        module::HostPrimitives::load(image, opts)
+        primitives::HostPrimitives::load(image, opts)
     }
 }

@@ -1,14 +1,14 @@
 //! One kernel launch: kernel arguments in the kernarg pool, an AQL dispatch packet published with
 //! a release store of its header, the doorbell; its state is the completion signal's, a memory
-//! fault the event handler recorded, or the queue's error. The shared loop (`crate::serve`)
+//! fault the event handler recorded, or the queue's error. The shared loop (`crate::launch_loop`)
 //! does the rest, waiting on the completion signal while the device is quiet.
 
 use super::driver::status_string;
 use super::driver::{calls, runtime_message};
 use super::memory::{PoolBuffer, Signal};
-use super::module::{HsaPrimitives, QueueState};
+use super::primitives::{HsaPrimitives, QueueState};
 use super::runtime::{fault_count, fault_text};
-use crate::serve::{Launch, LaunchState};
+use crate::launch_loop::{Launch, LaunchState};
 use crate::BackendError;
 use hsa_sys::*;
 use std::sync::atomic::{AtomicU32, Ordering};

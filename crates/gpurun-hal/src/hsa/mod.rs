@@ -33,13 +33,13 @@ mod device;
 mod driver;
 mod launch;
 mod memory;
-mod module;
 pub mod packet;
+mod primitives;
 mod runtime;
 
 pub use device::arch_from_isa_name;
 pub use driver::HsaError;
-pub use module::{kernel_descriptor_name, HsaPrimitives};
+pub use primitives::{kernel_descriptor_name, HsaPrimitives};
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
@@ -123,7 +123,7 @@ impl LoadPrimitives for HsaDevice {
     fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
         check_image_kind(image)?;
         let lane_size = rpc_lane_size(image, self.opened.gpu.wavefront_size);
-        module::load(&self.opened, image.bytes(), lane_size, opts)
+        primitives::load(&self.opened, image.bytes(), lane_size, opts)
     }
 }
 

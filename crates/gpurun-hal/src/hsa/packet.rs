@@ -365,8 +365,9 @@ mod tests {
     #[test]
     fn start_arguments_then_implicit_block() {
         // _start(argc, argv, envp, ret): 32 explicit bytes, implicit args at 32.
-        let explicit =
-            crate::args::pack_c_struct(&crate::args::start_args(2, 0x1000, 0x2000, 0x3000));
+        let explicit = crate::kernel_args::pack_c_struct(&crate::kernel_args::start_args(
+            2, 0x1000, 0x2000, 0x3000,
+        ));
         assert_eq!(explicit.len(), 32);
         let block = kernarg_block(&explicit, &shape([32, 1, 1], [4, 2, 1]), 288).unwrap();
         assert_eq!(block.len(), 32 + 256);

@@ -157,7 +157,7 @@ fn rpc_layout_fits_the_samples_client_symbol() {
 
 #[test]
 fn entry_kernel_arguments_fit_the_code_objects_descriptors() {
-    use crate::args::{begin_args, pack_c_struct, start_args};
+    use crate::kernel_args::{begin_args, pack_c_struct, start_args};
     let image = sample("sample-gfx90a.elf");
     let descriptor = |name: &str| {
         image

@@ -1,7 +1,7 @@
 //! One scripted launch: a thread that plays the kernel's steps against the RPC client.
 
 use super::Step;
-use crate::serve::{Launch, LaunchState};
+use crate::launch_loop::{Launch, LaunchState};
 use crate::BackendError;
 use gpurun_rpc::opcode::{self, PanicLocation};
 use gpurun_rpc::{calls, Client, HostLane};

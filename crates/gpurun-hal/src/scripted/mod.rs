@@ -9,7 +9,7 @@
 
 mod image;
 mod launch;
-mod module;
+mod primitives;
 
 pub use image::{test, ImageSpec};
 
@@ -172,10 +172,10 @@ struct ScriptedLoader {
 }
 
 impl LoadPrimitives for ScriptedLoader {
-    type Primitives<'a> = module::ScriptedPrimitives;
+    type Primitives<'a> = primitives::ScriptedPrimitives;
 
     fn primitives<'a>(&'a mut self, image: &Image, _: &LoadOptions) -> Loaded<'a, Self> {
-        Ok(module::ScriptedPrimitives::new(
+        Ok(primitives::ScriptedPrimitives::new(
             Arc::clone(&self.script),
             image,
         ))

@@ -2,7 +2,7 @@
 //! exit/abort precedence, deadlines, dead conversations, and what a broken module refuses.
 
 use super::*;
-use crate::server::Collect;
+use crate::handlers::Collect;
 use crate::{LaunchEnd, LaunchShape};
 use std::time::{Duration, Instant};
 
@@ -172,7 +172,7 @@ fn threads_still_running_after_an_exit_get_the_grace_period() {
         sink.stdout, b"late\n",
         "output in the grace period is served"
     );
-    assert!(started.elapsed() >= crate::serve::EXIT_GRACE);
+    assert!(started.elapsed() >= crate::launch_loop::EXIT_GRACE);
     assert!(!reusable);
 }
 

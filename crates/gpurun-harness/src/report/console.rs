@@ -5,7 +5,7 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
-use crate::args::Format;
+use crate::command_line::Format;
 use crate::outcome::{ShouldPanic, TestCase};
 use crate::report::{Reported, ResultKind};
 

@@ -4,9 +4,9 @@ use super::launch::{
     Entry, Grid, KernelFn, Registers, ThreadPool, FLOAT_REGISTERS, INTEGER_REGISTERS,
 };
 use super::memory::HostMemory;
-use crate::args::{KernelArg, Register};
+use crate::handlers::DeviceMemory;
+use crate::kernel_args::{KernelArg, Register};
 use crate::module::{Primitives, Started};
-use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, LoadOptions, SharedAlloc};
 use gpurun_abi::host::EnterThread;
 use gpurun_abi::symbols;

@@ -1,7 +1,7 @@
 //! A worker's command line, both ends: the parent builds it ([`WorkerOptions::spec`]) and the
 //! worker reads it ([`WorkerOptions::parse`]), so the two cannot disagree.
 
-use crate::parent::WorkerSpec;
+use crate::handle::WorkerSpec;
 use gpurun_hal::{BackendKind, LoadOptions};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -112,8 +112,8 @@ impl WorkerOptions {
     }
 
     /// What the worker's RPC servers may do for the device.
-    pub fn server_config(&self) -> gpurun_hal::server::ServerConfig {
-        gpurun_hal::server::ServerConfig {
+    pub fn host_access(&self) -> gpurun_hal::handlers::HostAccess {
+        gpurun_hal::handlers::HostAccess {
             allow_system: self.allow_system,
             stdin: self.stdin.clone(),
         }

@@ -1,8 +1,8 @@
 //! The harness side of a worker: spawn it, send commands to its slots, collect each slot's
 //! events with a deadline, and name what happened when it dies.
 
-use crate::child::SLOTS_ENV;
 use crate::protocol::{self, Command, Event, RunEnd, MAX_SLOTS};
+use crate::worker::SLOTS_ENV;
 use std::io::{self, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command as Process, ExitStatus, Stdio};
@@ -53,7 +53,7 @@ pub enum Breakage {
 
 /// A running worker process with the image loaded in each of its slots. Shared by the threads
 /// that run tests in its slots; each slot is used by one thread at a time.
-pub struct Worker {
+pub struct WorkerHandle {
     child: Mutex<Child>,
     status: OnceLock<Option<ExitStatus>>,
     stdin: Mutex<ChildStdin>,
@@ -150,9 +150,9 @@ fn worker_command(spec: &WorkerSpec, slot_count: usize) -> Process {
     command
 }
 
-impl Worker {
+impl WorkerHandle {
     /// Starts a worker and waits until every slot has opened the device and loaded the image.
-    pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<Worker, StartError> {
+    pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<WorkerHandle, StartError> {
         let slot_count = spec.slots.clamp(1, MAX_SLOTS);
         let mut child = worker_command(spec, slot_count)
             .stdin(Stdio::piped())
@@ -173,7 +173,7 @@ impl Worker {
         let (senders, receivers): (Vec<_>, Vec<_>) =
             (0..slot_count).map(|_| mpsc::channel()).unzip();
         let breakage = Arc::new(OnceLock::new());
-        let mut worker = Worker {
+        let mut worker = WorkerHandle {
             child: Mutex::new(child),
             status: OnceLock::new(),
             stdin: Mutex::new(stdin),
@@ -331,7 +331,7 @@ impl Worker {
     }
 }
 
-impl Drop for Worker {
+impl Drop for WorkerHandle {
     fn drop(&mut self) {
         let child = self.child.get_mut().unwrap_or_else(PoisonError::into_inner);
         let _ = child.kill();

@@ -9,9 +9,9 @@ use super::image::{
 };
 use super::launch::{param_buffer, CudaLaunch, RawLaunch};
 use super::memory::{DeviceHeap, PinnedHost};
-use crate::args::KernelArg;
+use crate::handlers::DeviceMemory;
+use crate::kernel_args::KernelArg;
 use crate::module::{Primitives, Started};
-use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, ResourceUsage, SharedAlloc};
 use cudarc::driver::sys::{CUfunction, CUmodule, CUresult, CUstream};
 use std::collections::HashMap;

@@ -94,7 +94,7 @@ pub(crate) fn rename(server: &Server, port: &mut ServerPort<'_>) -> Result<Serve
 }
 
 /// SYSTEM: C→ send_n(command); ←S `data[0]` = the wait status, as `system` returns it. Only
-/// with [`super::ServerConfig::allow_system`]; otherwise -1 and a note on the device's stderr.
+/// with [`super::HostAccess::allow_system`]; otherwise -1 and a note on the device's stderr.
 /// The command runs under `/bin/sh -c` with an empty stdin and its output captured and passed
 /// to the sink (the worker's own stdout carries its protocol, so the command must not inherit
 /// it).

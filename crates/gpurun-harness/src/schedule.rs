@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::args::{ColorChoice, Format, HarnessArgs};
+use crate::command_line::{ColorChoice, Format, HarnessArgs};
 use crate::exit_code::ExitCode;
 use crate::filter::select;
 use crate::outcome::{judge, panic_text, Executor, TestCase, TestEnd, TestRun, Verdict};

@@ -6,9 +6,9 @@
 //! their output never mixes, because every frame names its slot.
 
 use crate::protocol::{self, Command, Event, FrameBuffer, RunEnd, Slot, MAX_SLOTS};
-use gpurun_hal::server::{PanicReport, Sink};
+use gpurun_hal::handlers::{PanicReport, Sink};
 use gpurun_hal::{
-    args, select, BackendError, BackendKind, LaunchEnd, LaunchShape, LoadOptions, Module,
+    kernel_args, select, BackendError, BackendKind, LaunchEnd, LaunchShape, LoadOptions, Module,
 };
 use gpurun_image::Image;
 use std::io::{self, Write};
@@ -271,12 +271,12 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
         }
     };
     // The first and only setting in this process: no server exists before the slots start.
-    let _ = gpurun_hal::server::set_process_config(options.server_config());
+    let _ = gpurun_hal::handlers::set_host_access(options.host_access());
     let slots = std::env::var(SLOTS_ENV)
         .ok()
         .and_then(|text| text.parse().ok())
         .unwrap_or(1);
-    serve(
+    run(
         options.backend,
         options.device,
         &image,
@@ -287,7 +287,7 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
 
 /// Runs a worker with `slots` concurrent slots until its parent closes stdin. Returns the
 /// process exit status.
-pub fn serve(
+pub fn run(
     backend: BackendKind,
     ordinal: usize,
     image_path: &Path,
@@ -564,15 +564,15 @@ fn try_run_main(
         }
         return Ok(RunEnd::Completed { status: 0 });
     }
-    let argv_size = args::pack_strings(&run.argv, 0).len();
-    let envp_size = args::pack_strings(&run.envp, 0).len();
+    let argv_size = kernel_args::pack_strings(&run.argv, 0).len();
+    let envp_size = kernel_args::pack_strings(&run.envp, 0).len();
     let argv_mem = module.alloc_shared(argv_size)?;
     let envp_mem = module.alloc_shared(envp_size)?;
     // The result word lives in device memory, as in LLVM's loaders: the threads' atomic ORs stay
     // on the device instead of crossing PCIe (which needs PCIe atomics).
     let ret_address = module.alloc_device(4)?;
-    let argv_block = args::pack_strings(&run.argv, argv_mem.device);
-    let envp_block = args::pack_strings(&run.envp, envp_mem.device);
+    let argv_block = kernel_args::pack_strings(&run.argv, argv_mem.device);
+    let envp_block = kernel_args::pack_strings(&run.envp, envp_mem.device);
     // SAFETY: each allocation is at least as large as the block written into it and owned by
     // the module, which outlives this function.
     unsafe {
@@ -580,7 +580,7 @@ fn try_run_main(
         std::ptr::copy_nonoverlapping(envp_block.as_ptr(), envp_mem.host, envp_block.len());
     }
     let argc = i32::try_from(run.argv.len()).unwrap_or(i32::MAX);
-    let begin = args::begin_args(argc, argv_mem.device, envp_mem.device);
+    let begin = kernel_args::begin_args(argc, argv_mem.device, envp_mem.device);
     let end = module.launch("_begin", LaunchShape::SINGLE, &begin, None, sink);
     match end {
         Ok(LaunchEnd::Completed) | Err(BackendError::MissingSymbol { .. }) => {}
@@ -588,7 +588,7 @@ fn try_run_main(
         Err(error) => return Err(error),
     }
     report_usage(module, "_start", sink);
-    let start = args::start_args(argc, argv_mem.device, envp_mem.device, ret_address);
+    let start = kernel_args::start_args(argc, argv_mem.device, envp_mem.device, ret_address);
     let end = module.launch("_start", run.shape, &start, None, sink)?;
     if end != LaunchEnd::Completed {
         return Ok(from_launch(end, 0));

@@ -1,5 +1,5 @@
 //! cargo-gpurun as cargo's `target.runner` (and `gpurun-nvptx-link` as its linker) for nvptx:
-//! plain `cargo +nightly test/run` and `cargo nextest` in `examples/runner-nvptx`, with the
+//! plain `cargo +nightly test/run` and `cargo nextest` in `examples/plain-cargo-nvptx`, with the
 //! runner and linker pointed at the binaries of this checkout through cargo's environment
 //! variables (the example's `.cargo/config.toml` names the installed ones). Without a GPU the
 //! tests are listed from the real PTX, and running one fails with the missing-driver message; on
@@ -21,7 +21,7 @@ const LIB_TESTS: [&str; 2] = [
     "tests::triangle_matches_the_closed_form_on_every_thread",
     "tests::triangle_numbers",
 ];
-/// Every `#[gpurun::test]` of `examples/runner-nvptx/tests/device.rs`, and the ignored one.
+/// Every `#[gpurun::test]` of `examples/plain-cargo-nvptx/tests/device.rs`, and the ignored one.
 const DEVICE_TESTS: [&str; 5] = [
     "adds",
     "allocates",
@@ -35,7 +35,7 @@ const IGNORED_TESTS: [&str; 1] = ["nested::ignored"];
 const NO_DRIVER: &str = "no NVIDIA driver found";
 
 fn example_dir() -> PathBuf {
-    repo_root().join("examples/runner-nvptx")
+    repo_root().join("examples/plain-cargo-nvptx")
 }
 
 /// The toolchain the example builds with: `GPURUN_TOOLCHAIN`, else `nightly` (as `cargo gpurun
@@ -314,18 +314,20 @@ fn the_host_route_of_the_missing_gpu_hint_runs_the_program_bin() {
 }
 
 /// The tests `cargo nextest list --message-format oneline` prints, one `BINARY-ID NAME` line
-/// each: `runner-nvptx` is the library's unit tests, `runner-nvptx::device` the test target.
+/// each: `plain-cargo-nvptx` is the library's unit tests, `plain-cargo-nvptx::device` the test target.
 fn nextest_list(stdout: &[u8]) -> BTreeSet<String> {
     text(stdout).lines().map(str::to_owned).collect()
 }
 
 /// The `BINARY-ID NAME` lines nextest should list, with or without the ignored test.
 fn nextest_expected(with_ignored: bool) -> BTreeSet<String> {
-    let lib = LIB_TESTS.iter().map(|name| format!("runner-nvptx {name}"));
+    let lib = LIB_TESTS
+        .iter()
+        .map(|name| format!("plain-cargo-nvptx {name}"));
     let device = DEVICE_TESTS
         .iter()
         .filter(|name| with_ignored || !IGNORED_TESTS.contains(name))
-        .map(|name| format!("runner-nvptx::device {name}"));
+        .map(|name| format!("plain-cargo-nvptx::device {name}"));
     lib.chain(device).collect()
 }
 

@@ -1,6 +1,6 @@
 //! Kernel arguments from Rust values: scalars as themselves, buffers as device pointers.
 
-use gpurun_hal::args::KernelArg;
+use gpurun_hal::kernel_args::KernelArg;
 
 use crate::gpu::Buffer;
 

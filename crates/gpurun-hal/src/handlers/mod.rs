@@ -8,7 +8,7 @@ mod printf;
 mod stdio;
 mod testing;
 
-pub use stdio::{process_config, set_process_config, ServerConfig};
+pub use stdio::{host_access, set_host_access, HostAccess};
 
 use crate::{BackendError, LaunchEnd};
 use gpurun_rpc::layout::Layout;
@@ -57,7 +57,7 @@ pub trait DeviceMemory {
     fn free(&mut self, address: u64);
 }
 
-/// What one [`RpcServer::poll`] did.
+/// What one [`RpcHandlers::poll`] did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Served {
     /// No port had work.
@@ -69,36 +69,36 @@ pub enum Served {
 }
 
 /// Our server over one shared allocation.
-pub struct RpcServer {
+pub struct RpcHandlers {
     server: Server,
     /// Where the next scan starts: just after the last port served, for fairness.
     resume_at: AtomicU32,
-    /// Host files the device opened, its stdin, and what it may do (see [`ServerConfig`]).
+    /// Host files the device opened, its stdin, and what it may do (see [`HostAccess`]).
     host: Mutex<stdio::HostState>,
 }
 
-impl RpcServer {
+impl RpcHandlers {
     /// # Safety
     /// `base` must point to `layout.allocation_size()` zeroed bytes, aligned to 64, shared with
     /// the device's client for as long as this server exists.
-    pub unsafe fn new(layout: &Layout, base: *mut u8) -> RpcServer {
-        RpcServer {
+    pub unsafe fn new(layout: &Layout, base: *mut u8) -> RpcHandlers {
+        RpcHandlers {
             // SAFETY: forwarded from the caller.
             server: unsafe { Server::new(layout, base) },
             resume_at: AtomicU32::new(0),
-            host: Mutex::new(stdio::HostState::new(process_config())),
+            host: Mutex::new(stdio::HostState::new(host_access())),
         }
     }
 
-    /// Replaces the configuration taken from [`process_config`] at construction.
-    pub fn configure(&mut self, config: ServerConfig) {
+    /// Replaces the configuration taken from [`host_access`] at construction.
+    pub fn configure(&mut self, config: HostAccess) {
         *self.host.get_mut().unwrap_or_else(PoisonError::into_inner) =
             stdio::HostState::new(config);
     }
 
     /// Uses the doorbell counter the host wrote into the allocation's record
-    /// ([`Layout::write_doorbell`]): [`RpcServer::poll`] then skips its scan while no request is
-    /// open, and [`RpcServer::wait_for_request_or`] sleeps on the counter.
+    /// ([`Layout::write_doorbell`]): [`RpcHandlers::poll`] then skips its scan while no request is
+    /// open, and [`RpcHandlers::wait_for_request_or`] sleeps on the counter.
     ///
     /// # Safety
     /// As [`Server::attach_doorbell`]: a live, aligned u64 only accessed atomically, outliving
@@ -120,7 +120,7 @@ impl RpcServer {
     }
 
     /// Blocks (spin, yield, then sleeps) until a request may be pending, `changed()` holds (the
-    /// launch ended), [`RpcServer::cancel`] is called or `timeout` passes; returns whether to
+    /// launch ended), [`RpcHandlers::cancel`] is called or `timeout` passes; returns whether to
     /// poll now. See [`gpurun_rpc::Server::wait_for_request_or`].
     pub fn wait_for_request_or(
         &self,
@@ -130,13 +130,13 @@ impl RpcServer {
         self.server.wait_for_request_or(timeout, changed)
     }
 
-    /// Whether the device rings a doorbell this server reads ([`RpcServer::attach_doorbell`]).
+    /// Whether the device rings a doorbell this server reads ([`RpcHandlers::attach_doorbell`]).
     pub fn has_doorbell(&self) -> bool {
         self.server.open_requests().is_some()
     }
 
     /// Handles at most one pending request. One thread serves; others may only
-    /// [`RpcServer::cancel`], hence `&self`.
+    /// [`RpcHandlers::cancel`], hence `&self`.
     pub fn poll(
         &self,
         sink: &mut dyn Sink,
@@ -195,7 +195,7 @@ impl RpcServer {
         self.server.cancel();
     }
 
-    /// Lets waits block again after [`RpcServer::cancel`].
+    /// Lets waits block again after [`RpcHandlers::cancel`].
     pub fn resume(&self) {
         self.server.resume();
     }

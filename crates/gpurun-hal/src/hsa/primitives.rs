@@ -11,9 +11,9 @@ use super::packet::{
     dispatch_header, dispatch_packet, header_word, kernarg_block, with_stack_size, KernelFacts,
 };
 use super::runtime::{fault_count, Runtime};
-use crate::args::{pack_c_struct, KernelArg};
+use crate::handlers::DeviceMemory;
+use crate::kernel_args::{pack_c_struct, KernelArg};
 use crate::module::{Primitives, Started};
-use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
 use hsa_sys::*;
 use std::collections::HashMap;

@@ -14,8 +14,8 @@
 //!   long message and stops sending cannot hang the worker).
 //! - A broken RPC conversation (unknown opcode, absurd size) is an error and breaks the module.
 
-use crate::server::RpcServer;
-use crate::server::{DeviceMemory, Served, Sink};
+use crate::handlers::RpcHandlers;
+use crate::handlers::{DeviceMemory, Served, Sink};
 use crate::{BackendError, LaunchEnd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -227,7 +227,7 @@ impl Watch {
 struct Watched<'a> {
     watch: &'a Watch,
     launch: &'a dyn Launch,
-    rpc: &'a RpcServer,
+    rpc: &'a RpcHandlers,
     timeout: Option<Duration>,
 }
 
@@ -363,7 +363,7 @@ impl Drop for Registration {
 /// `memory` for its allocations and `sink` for its output.
 pub fn serve_launch(
     launch: &dyn Launch,
-    rpc: Option<&RpcServer>,
+    rpc: Option<&RpcHandlers>,
     memory: &mut dyn DeviceMemory,
     sink: &mut dyn Sink,
     limits: WaitLimits,
@@ -398,7 +398,7 @@ pub fn serve_launch(
 
 struct Loop<'a> {
     launch: &'a dyn Launch,
-    rpc: Option<(&'a RpcServer, Option<&'a Watch>)>,
+    rpc: Option<(&'a RpcHandlers, Option<&'a Watch>)>,
     deadlines: Deadlines,
     /// The first exit or abort the device asked for.
     ended: Option<LaunchEnd>,
@@ -407,7 +407,7 @@ struct Loop<'a> {
 impl<'a> Loop<'a> {
     fn new(
         launch: &'a dyn Launch,
-        rpc: Option<(&'a RpcServer, Option<&'a Watch>)>,
+        rpc: Option<(&'a RpcHandlers, Option<&'a Watch>)>,
         limits: WaitLimits,
     ) -> Loop<'a> {
         Loop {

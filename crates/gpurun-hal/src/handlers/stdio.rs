@@ -7,7 +7,7 @@
 //! at `fopen` ([`HostState::open`]): an index into a table of host `FILE*`s plus a generation, so
 //! a forged, stale or closed handle finds nothing and gets an error reply, never a dereference.
 //! stdout and stderr go to the [`Sink`] (the worker forwards them); stdin is the file the
-//! [`ServerConfig`] names, or empty: the worker's own stdin carries its commands.
+//! [`HostAccess`] names, or empty: the worker's own stdin carries its commands.
 
 use super::{recv_lanes, Fail, Served, Sink, MAX_WRITE};
 use gpurun_rpc::opcode;
@@ -22,7 +22,7 @@ pub const MAX_READ: u64 = 64 << 20;
 
 /// What a device may do on the host beyond printing.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ServerConfig {
+pub struct HostAccess {
     /// Let the device's `system()` run host commands (`cargo gpurun run --allow-system`). Off by
     /// default: a device image should not run host commands unasked; refused calls return -1.
     pub allow_system: bool,
@@ -30,17 +30,17 @@ pub struct ServerConfig {
     pub stdin: Option<PathBuf>,
 }
 
-static PROCESS_CONFIG: OnceLock<ServerConfig> = OnceLock::new();
+static PROCESS_CONFIG: OnceLock<HostAccess> = OnceLock::new();
 
-/// Sets the configuration every [`super::RpcServer`] created afterwards in this process starts
+/// Sets the configuration every [`super::RpcHandlers`] created afterwards in this process starts
 /// with (the worker sets it once from its command line). Fails if already set.
-pub fn set_process_config(config: ServerConfig) -> Result<(), ServerConfig> {
+pub fn set_host_access(config: HostAccess) -> Result<(), HostAccess> {
     PROCESS_CONFIG.set(config)
 }
 
-/// The configuration set by [`set_process_config`], or the default (nothing allowed, empty
+/// The configuration set by [`set_host_access`], or the default (nothing allowed, empty
 /// stdin).
-pub fn process_config() -> ServerConfig {
+pub fn host_access() -> HostAccess {
     PROCESS_CONFIG.get().cloned().unwrap_or_default()
 }
 
@@ -61,7 +61,7 @@ struct OpenFile {
 
 /// The host side of the device's files.
 pub(crate) struct HostState {
-    pub(crate) config: ServerConfig,
+    pub(crate) config: HostAccess,
     files: Vec<Option<OpenFile>>,
     next_generation: u32,
     /// Opened on first use; `None` inside when it could not be opened.
@@ -78,7 +78,7 @@ const TAG_STDOUT: u64 = 2;
 const TAG_STDERR: u64 = 3;
 
 impl HostState {
-    pub(crate) fn new(config: ServerConfig) -> HostState {
+    pub(crate) fn new(config: HostAccess) -> HostState {
         HostState {
             config,
             files: Vec::new(),

@@ -7,7 +7,7 @@
 #[gpurun::main]
 fn main() {
     let [thread, _, _] = gpurun::thread_idx();
-    let triangle = runner_nvptx::triangle(thread);
+    let triangle = plain_cargo_nvptx::triangle(thread);
     gpurun::println!("hello from GPU thread {thread} (triangle number {triangle})");
     if thread == 0 {
         for (index, arg) in gpurun::args().enumerate() {

@@ -3,10 +3,10 @@
 
 use super::launch::ScriptedLaunch;
 use super::Script;
-use crate::args::KernelArg;
+use crate::handlers::DeviceMemory;
 use crate::host::memory::HostMemory;
+use crate::kernel_args::KernelArg;
 use crate::module::{Primitives, Started};
-use crate::server::DeviceMemory;
 use crate::{BackendError, LaunchShape, SharedAlloc};
 use gpurun_abi::symbols;
 use gpurun_image::Image;
