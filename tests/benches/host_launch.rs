@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use gpurun_test::{DeviceCrate, Shape};
+use gpurun_test::{DeviceCrate, LaunchShape};
 use gpurun_tests::{fixtures_dir, median_time, ms, ratio};
 
 /// Started as `host_launch --first-load`: one `load()` in a fresh process, as a test's first.
@@ -48,7 +48,7 @@ fn main() {
             let started = Instant::now();
             gpu.launch(
                 "saxpy",
-                Shape::blocks(1).threads(threads),
+                LaunchShape::blocks(1).threads(threads),
                 (1.0f32, &x, &mut y, 0usize),
             )
             .expect("launch");

@@ -236,17 +236,17 @@ fn a_panic_ends_the_wavefront_without_trapping_or_looping() {
     );
 }
 
-/// Since a panic ends its whole wavefront on AMD, the harness's test cases read from an AMDGPU
+/// Since a panic ends its whole wavefront on AMD, the tests read from an AMDGPU
 /// image carry the wavefront size of each test's kernel (gfx90a: wave64, from the kernel
 /// descriptor), so a failure says which threads went with the panic; PTX and host images,
 /// where a panic ends only its thread, carry none.
 #[test]
-fn test_cases_carry_the_wavefront_a_panic_ends_only_on_amdgpu() {
+fn tests_carry_the_wavefront_a_panic_ends_only_on_amdgpu() {
     if nightly().is_none() {
         return;
     }
     let amdgpu = gpurun_image::Image::read(image("basic")).unwrap();
-    let tests = gpurun_build::suite::test_cases(&amdgpu);
+    let tests = amdgpu.tests().to_vec();
     assert!(!tests.is_empty());
     for test in &tests {
         assert_eq!(test.panic_ends_wavefront, Some(64), "{}", test.name);
@@ -273,7 +273,7 @@ fn test_cases_carry_the_wavefront_a_panic_ends_only_on_amdgpu() {
     assert_eq!(others.len(), 2, "{others:?}");
     for path in others {
         let image = gpurun_image::Image::read(&path).unwrap();
-        let tests = gpurun_build::suite::test_cases(&image);
+        let tests = image.tests().to_vec();
         assert_eq!(tests.len(), amdgpu.tests().len(), "{}", path.display());
         for test in &tests {
             assert_eq!(

@@ -283,6 +283,108 @@ pub fn libtest_name(path: &str) -> Option<&str> {
     well_formed.then_some(rest)
 }
 
+/// One test as the host knows it: the one description from the image to the reporter. The image
+/// reader fills it from the descriptor and the kernel; the harness filters, runs, judges and
+/// reports by it.
+#[cfg(feature = "alloc")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TestDesc {
+    /// The libtest name, e.g. `tests::adds` ([`libtest_name`] of the path).
+    pub name: String,
+    /// `module_path!()::NAME` as stored in the descriptor (crate name first).
+    pub full_path: String,
+    /// The kernel that runs the test (`__gpurun_test_ID`).
+    pub kernel: String,
+    /// `#[ignore]` was given.
+    pub ignored: bool,
+    /// The reason of `#[ignore = "..."]`.
+    pub ignore_reason: Option<String>,
+    /// `#[should_panic]`, with or without `expected`.
+    pub should_panic: ShouldPanic,
+    /// The launch every run of the test uses.
+    pub shape: crate::launch::LaunchShape,
+    /// `Some(lanes)`: a device panic ends the panicking thread's whole wavefront of `lanes`
+    /// threads (AMD GPUs, whose panic handler ends the wave with `s_endpgm`; the image reader
+    /// takes the width from the kernel descriptor), so the failure output says which threads
+    /// went with it. `None`: a panic ends only its thread (NVIDIA, the host emulation).
+    pub panic_ends_wavefront: Option<u32>,
+    /// The test's source file, where known (images do not record it), for annotations when no
+    /// panic location is known.
+    pub source_file: Option<String>,
+}
+
+#[cfg(feature = "alloc")]
+use alloc::string::String;
+
+#[cfg(feature = "alloc")]
+impl TestDesc {
+    /// A test named `name` (a libtest name) with a one-thread launch and no attributes; for
+    /// tests and mock suites. The kernel name is a placeholder: tests read from an image carry
+    /// the real symbol.
+    pub fn new(name: impl Into<String>) -> TestDesc {
+        let name: String = name.into();
+        TestDesc {
+            kernel: alloc::format!(
+                "{}{}",
+                crate::symbols::TEST_KERNEL_PREFIX,
+                name.replace("::", "_")
+            ),
+            full_path: alloc::format!("krate::{name}"),
+            name,
+            ignored: false,
+            ignore_reason: None,
+            should_panic: ShouldPanic::No,
+            shape: crate::launch::LaunchShape::SINGLE,
+            panic_ends_wavefront: None,
+            source_file: None,
+        }
+    }
+
+    /// This test's descriptor fields (its name and kernel are not part of the encoding).
+    pub fn fields(&self) -> Fields<'_> {
+        let (expected, mut flags) = match &self.should_panic {
+            ShouldPanic::No => ("", 0),
+            ShouldPanic::Yes => ("", FLAG_SHOULD_PANIC),
+            ShouldPanic::Expected(text) => (text.as_str(), FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED),
+        };
+        if self.ignored || self.ignore_reason.is_some() {
+            flags |= FLAG_IGNORE;
+        }
+        Fields {
+            path: &self.full_path,
+            expected,
+            ignore_reason: self.ignore_reason.as_deref().unwrap_or(""),
+            flags,
+            threads: self.shape.threads,
+            blocks: self.shape.blocks,
+        }
+    }
+}
+
+/// `#[should_panic]` as libtest knows it.
+#[cfg(feature = "alloc")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShouldPanic {
+    /// No attribute: the test passes when no thread panics.
+    No,
+    /// `#[should_panic]`: the test passes when some thread panics.
+    Yes,
+    /// `#[should_panic(expected = "...")]`: the panic message must contain this text.
+    Expected(String),
+}
+
+#[cfg(feature = "alloc")]
+impl ShouldPanic {
+    /// What descriptor `fields` say.
+    pub fn of(fields: &Fields<'_>) -> ShouldPanic {
+        match (fields.should_panic(), fields.has_expected()) {
+            (false, _) => ShouldPanic::No,
+            (true, false) => ShouldPanic::Yes,
+            (true, true) => ShouldPanic::Expected(fields.expected.into()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

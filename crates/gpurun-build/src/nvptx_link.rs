@@ -371,7 +371,7 @@ pub fn bound_test_kernels(ptx: &str) -> Result<Option<String>, String> {
                 .kernel(&test.kernel)
                 .is_some_and(|kernel| kernel.max_threads().is_none())
         })
-        .map(|test| (test.kernel.as_str(), block_bound(test.threads)))
+        .map(|test| (test.kernel.as_str(), block_bound(test.shape.threads)))
         .collect();
     if wanted.is_empty() {
         return Ok(None);
@@ -656,14 +656,10 @@ mod tests {
     /// The PTX of one test kernel with `threads`, as llc lays it out, and a plain kernel.
     fn test_ptx(threads: [u32; 3]) -> String {
         let descriptor = gpurun_image::encode_descriptor(&gpurun_image::TestDesc {
-            name: "big".to_owned(),
             full_path: "fixture::big".to_owned(),
             kernel: "__gpurun_test_big_0123456789abcdef".to_owned(),
-            ignored: false,
-            ignore_reason: None,
-            should_panic: gpurun_image::ShouldPanic::No,
-            threads,
-            blocks: [1, 1, 1],
+            shape: gpurun_image::LaunchShape::grid([1, 1, 1], threads),
+            ..gpurun_image::TestDesc::new("big")
         })
         .unwrap();
         let bytes: Vec<String> = descriptor.iter().map(u8::to_string).collect();

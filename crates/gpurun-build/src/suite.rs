@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use gpurun_hal::select::{self, BackendChoice};
 use gpurun_hal::BackendKind;
-use gpurun_harness::{ShouldPanic, TestCase};
 use gpurun_image::{Image, ImageError};
 
 use crate::{BuiltImage, DeviceTarget, TargetKind};
@@ -117,40 +116,6 @@ fn mentions_runtime_symbols(path: &Path) -> std::io::Result<bool> {
     Ok(bytes
         .windows(RUNTIME_SYMBOL_PREFIX.len())
         .any(|window| window == RUNTIME_SYMBOL_PREFIX))
-}
-
-/// How many threads a device panic in `kernel` ends with it: its wavefront size on AMDGPU (from
-/// the kernel descriptor; docs/abi.md), `None` where a panic ends only its thread.
-pub fn panic_ends_wavefront(image: &Image, kernel: &str) -> Option<u32> {
-    image
-        .kernel(kernel)
-        .and_then(|kernel| kernel.descriptor.as_ref())
-        .map(|descriptor| descriptor.wavefront_size())
-}
-
-/// The harness's view of an image's tests. On AMDGPU a device panic ends the panicking thread's
-/// whole wavefront (docs/abi.md), so each test carries its kernel's wavefront size, from the
-/// kernel descriptor, for the failure output to say which threads went with it.
-pub fn test_cases(image: &Image) -> Vec<TestCase> {
-    image
-        .tests()
-        .iter()
-        .map(|desc| TestCase {
-            panic_ends_wavefront: panic_ends_wavefront(image, &desc.kernel),
-            name: desc.name.clone(),
-            kernel: desc.kernel.clone(),
-            ignored: desc.ignored,
-            ignore_reason: desc.ignore_reason.clone(),
-            should_panic: match &desc.should_panic {
-                gpurun_image::ShouldPanic::No => ShouldPanic::No,
-                gpurun_image::ShouldPanic::Yes => ShouldPanic::Yes,
-                gpurun_image::ShouldPanic::Expected(text) => ShouldPanic::Expected(text.clone()),
-            },
-            threads: desc.threads,
-            blocks: desc.blocks,
-            source_file: None,
-        })
-        .collect()
 }
 
 /// A test that runs longer than this fails, unless `--test-timeout` or

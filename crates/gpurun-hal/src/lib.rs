@@ -21,14 +21,13 @@ pub mod handlers;
 pub mod host;
 pub mod hsa;
 pub mod kernel_args;
-pub mod launch_loop;
+mod launch_loop;
 pub mod module;
 pub mod scripted;
 pub mod select;
-mod shape;
 
 pub use error::BackendError;
-pub use shape::LaunchShape;
+pub use gpurun_abi::{LaunchEnd, LaunchShape};
 
 use gpurun_image::Image;
 use std::time::Duration;
@@ -137,22 +136,6 @@ pub struct ResourceUsage {
     pub registers: Option<u32>,
     pub local_bytes: Option<u64>,
     pub shared_bytes: Option<u64>,
-}
-
-/// How a launch ended, as far as the backend can tell.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LaunchEnd {
-    /// Every thread returned (some may have reported panics over RPC).
-    Completed,
-    /// The device asked the process to exit with this status (`exit()` over RPC).
-    Exited(i32),
-    /// The device called `abort()`.
-    Aborted,
-    /// The device faulted (illegal address, trap, ...); the text comes from the driver. The
-    /// module is unusable afterwards: the worker is replaced.
-    Faulted(String),
-    /// The deadline passed before the kernel finished.
-    TimedOut(Duration),
 }
 
 /// A family of devices: lists them and opens one.

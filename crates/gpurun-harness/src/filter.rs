@@ -2,20 +2,20 @@
 //! `--ignored`/`--include-ignored`, `--exclude-should-panic`, then `--partition`.
 
 use crate::command_line::{HarnessArgs, Partition, PartitionKind, RunIgnored};
-use crate::outcome::{ShouldPanic, TestCase};
+use crate::outcome::{ShouldPanic, TestDesc};
 
 /// The tests left after filtering, in libtest's order (sorted by name).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Selection {
     /// The tests to report, with `ignored` already resolved against `--ignored` /
     /// `--include-ignored` (a test still marked ignored is reported as ignored, not run).
-    pub tests: Vec<TestCase>,
+    pub tests: Vec<TestDesc>,
     /// How many tests the filters, `--skip`, `--ignored` and `--partition` removed.
     pub filtered_out: usize,
 }
 
 /// Applies the command line's filters to `tests`, as libtest does, then the partition.
-pub fn select(args: &HarnessArgs, mut tests: Vec<TestCase>) -> Selection {
+pub fn select(args: &HarnessArgs, mut tests: Vec<TestDesc>) -> Selection {
     let total = tests.len();
     // libtest runs and lists tests sorted by name; partitions are defined over that order too.
     tests.sort_by(|a, b| a.name.cmp(&b.name));
@@ -55,7 +55,7 @@ pub fn select(args: &HarnessArgs, mut tests: Vec<TestCase>) -> Selection {
 
 /// Ignored tests that will not run take no turn in the round robin (as in nextest, whose
 /// partitioner only sees tests that run) and are reported as ignored by every shard.
-fn partition_tests(partition: &Partition, tests: Vec<TestCase>) -> Vec<TestCase> {
+fn partition_tests(partition: &Partition, tests: Vec<TestDesc>) -> Vec<TestDesc> {
     let shard_index = partition.shard - 1;
     let mut position = 0u64;
     tests
@@ -90,10 +90,10 @@ mod tests {
         HarnessArgs::parse_args(std::iter::once("bin").chain(argv.iter().copied())).unwrap()
     }
 
-    fn suite() -> Vec<TestCase> {
-        let mut tests: Vec<TestCase> = ["b::mul", "a::add", "a::add_big", "c::io", "c::slow"]
+    fn suite() -> Vec<TestDesc> {
+        let mut tests: Vec<TestDesc> = ["b::mul", "a::add", "a::add_big", "c::io", "c::slow"]
             .into_iter()
-            .map(TestCase::new)
+            .map(TestDesc::new)
             .collect();
         tests[4].ignored = true;
         tests[3].should_panic = ShouldPanic::Yes;
@@ -185,7 +185,7 @@ mod tests {
 
     #[test]
     fn hash_partitions_cover_every_test_exactly_once() {
-        let many: Vec<TestCase> = (0..200).map(|i| TestCase::new(format!("t{i}"))).collect();
+        let many: Vec<TestDesc> = (0..200).map(|i| TestDesc::new(format!("t{i}"))).collect();
         let mut seen = Vec::new();
         for shard in 1..=3 {
             let s = select(

@@ -7,10 +7,10 @@
 //!
 //! ```no_run
 //! use std::sync::Arc;
-//! use gpurun_harness::{run_to_exit_code, HarnessArgs, TestCase};
+//! use gpurun_harness::{run_to_exit_code, HarnessArgs, TestDesc};
 //! # fn executor() -> Arc<dyn gpurun_harness::Executor> { unimplemented!() }
 //! let args = HarnessArgs::parse_args(std::env::args_os()).unwrap_or_else(|e| e.exit());
-//! let tests = vec![TestCase::new("tests::adds")];
+//! let tests = vec![TestDesc::new("tests::adds")];
 //! std::process::exit(run_to_exit_code(&args, tests, executor()));
 //! ```
 //!
@@ -18,7 +18,7 @@
 //!
 //! Owns: libtest's command line, filtering, partitions, scheduling on test threads, verdicts,
 //! and every reporter (pretty, terse, JSON, JUnit, GitHub annotations), plus the one table of
-//! exit codes. Must not: know backends, workers or images: tests come in as [`TestCase`]s and
+//! exit codes. Must not: know backends, workers or images: tests come in as [`TestDesc`]s and
 //! run through an [`Executor`].
 
 pub mod command_line;
@@ -32,7 +32,9 @@ pub mod testing;
 
 pub use command_line::{ColorChoice, Format, HarnessArgs, Partition, PartitionKind};
 pub use exit_code::ExitCode;
-pub use outcome::{Executor, PanicReport, ShouldPanic, TestCase, TestEnd, TestRun};
+pub use outcome::{
+    Executor, LaunchEnd, PanicReport, ShouldPanic, TestDesc, TestEnd, TestRun, Verdict,
+};
 pub use report::junit::JunitError;
 pub use schedule::{
     run, run_to_exit_code, run_with_output, test_threads, Conclusion, HarnessError,

@@ -1,112 +1,69 @@
-//! What the harness knows about a test before it runs ([`TestCase`]), what an [`Executor`] tells it
-//! afterwards ([`TestRun`]), and how the two combine into libtest's verdict ([`Verdict`]).
+//! What the harness knows about a test before it runs (`gpurun_abi`'s [`TestDesc`], the one
+//! description from the image to the reporter), what an [`Executor`] tells it afterwards
+//! ([`TestRun`] with its [`TestEnd`]), and how the two combine into libtest's [`Verdict`].
 
 use std::time::Duration;
 
-/// One test as read from an image: everything the harness needs to list, filter and judge it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TestCase {
-    /// The libtest name, e.g. `tests::adds` (module path without the crate name).
-    pub name: String,
-    /// The kernel symbol the executor launches for this test.
-    pub kernel: String,
-    /// `#[ignore]` was given.
-    pub ignored: bool,
-    /// The reason of `#[ignore = "..."]`.
-    pub ignore_reason: Option<String>,
-    /// `#[should_panic]`, with or without `expected`.
-    pub should_panic: ShouldPanic,
-    /// Threads per block (x, y, z).
-    pub threads: [u32; 3],
-    /// Blocks per grid (x, y, z).
-    pub blocks: [u32; 3],
-    /// Source file of the test, for annotations when no panic location is known.
-    pub source_file: Option<String>,
-    /// `Some(lanes)`: where this test runs, a device panic ends the panicking thread's whole
-    /// wavefront of `lanes` threads, not the thread alone (AMD GPUs: the handler's `s_endpgm`
-    /// ends the wave), and [`panic_text`] says which threads went with it. `None`: a panic ends
-    /// only its thread (NVIDIA, the host emulation). Filled by whoever reads the image.
-    pub panic_ends_wavefront: Option<u32>,
-}
-
-impl TestCase {
-    /// A test with a one-thread launch and no attributes; handy for tests and mock scripts.
-    /// The kernel name is a placeholder: tests read from an image carry the real symbol.
-    pub fn new(name: impl Into<String>) -> Self {
-        let name = name.into();
-        Self {
-            kernel: format!(
-                "{}{}",
-                gpurun_abi::symbols::TEST_KERNEL_PREFIX,
-                name.replace("::", "_")
-            ),
-            name,
-            ignored: false,
-            ignore_reason: None,
-            should_panic: ShouldPanic::No,
-            threads: [1, 1, 1],
-            blocks: [1, 1, 1],
-            source_file: None,
-            panic_ends_wavefront: None,
-        }
-    }
-
-    /// Number of device threads in the launch (saturating: shapes come from the image).
-    pub fn total_threads(&self) -> u64 {
-        self.threads
-            .iter()
-            .chain(self.blocks.iter())
-            .fold(1u64, |acc, &n| acc.saturating_mul(u64::from(n)))
-    }
-}
-
-/// `#[should_panic]` as libtest knows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShouldPanic {
-    /// No attribute.
-    No,
-    /// `#[should_panic]`.
-    Yes,
-    /// `#[should_panic(expected = "...")]`: the panic message must contain this text.
-    Expected(String),
-}
+pub use gpurun_abi::{LaunchEnd, ShouldPanic, TestDesc};
 
 /// The first panic a device thread reported during a test (the one type the RPC server fills in
 /// too, so it lives in the ABI crate that both depend on).
 pub use gpurun_abi::report::PanicReport;
 
-/// How a test's launch ended, as the executor saw it.
+/// How a test ended: its launch's end, with what the runner adds to it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TestEnd {
-    /// The kernel finished; some threads may have panicked (and ended themselves cleanly).
-    Completed {
+    /// The test's launch ended: as the backend reported it, or as the runner saw it (a
+    /// timeout it enforced, a crashed worker as a fault naming the signal), with the panics the
+    /// test's threads reported merged in.
+    Ran {
+        /// How the launch ended.
+        end: LaunchEnd,
         /// The first panic reported, if any.
         first_panic: Option<PanicReport>,
         /// How many device threads reported a panic.
         panicked_threads: u64,
     },
-    /// A device fault (illegal address, trap) or a crashed worker (the signal named).
-    Faulted {
-        /// The backend's error text.
-        error: String,
-    },
-    /// The test ran past its time limit and was stopped.
-    TimedOut {
-        /// The limit it ran past.
-        after: Duration,
-    },
-    /// The device called `exit()` inside the test.
-    Exited {
-        /// The exit code it passed.
-        code: i32,
-    },
-    /// The device called `abort()`.
-    Aborted,
-    /// The test could not be run at all (worker failed to start, image failed to load, ...).
-    Infrastructure {
-        /// What went wrong.
-        error: String,
-    },
+    /// The test could not be run at all (the worker did not start, the image did not load, no
+    /// such kernel, ...): what went wrong.
+    NotRun(String),
+}
+
+impl TestEnd {
+    /// A launch that completed, with these panics.
+    pub fn completed(first_panic: Option<PanicReport>, panicked_threads: u64) -> TestEnd {
+        TestEnd::Ran {
+            end: LaunchEnd::Completed,
+            first_panic,
+            panicked_threads,
+        }
+    }
+
+    /// A launch that ended as `end` with no panic report.
+    pub fn launch(end: LaunchEnd) -> TestEnd {
+        TestEnd::Ran {
+            end,
+            first_panic: None,
+            panicked_threads: 0,
+        }
+    }
+
+    /// The panics of a launch that completed: `None` for any other end, where the end decides.
+    fn completed_panics(&self) -> Option<(Option<&PanicReport>, u64)> {
+        match self {
+            TestEnd::Ran {
+                end: LaunchEnd::Completed,
+                first_panic,
+                panicked_threads,
+            } => Some((first_panic.as_ref(), *panicked_threads)),
+            _ => None,
+        }
+    }
+
+    /// The first panic of a launch that completed (where a failure points).
+    pub fn first_panic(&self) -> Option<&PanicReport> {
+        self.completed_panics().and_then(|(first, _)| first)
+    }
 }
 
 /// Everything an executor reports about one test.
@@ -130,18 +87,22 @@ pub struct TestRun {
 /// for the next test (rebuilding its context or worker as needed).
 pub trait Executor: Send + Sync {
     /// Runs `test` and reports how it ended.
-    fn run(&self, test: &TestCase) -> TestRun;
+    fn run(&self, test: &TestDesc) -> TestRun;
 }
 
-/// libtest's verdict on one test that was run.
+/// libtest's verdict on one test.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// The test passed.
     Passed,
-    /// The test failed; libtest shows the captured output only.
-    Failed,
-    /// The test failed for a reason libtest adds to the output as `note: <message>`.
-    FailedWithMessage(String),
+    /// The test failed; `message` is what libtest adds to the output as `note: <message>`
+    /// (none: libtest shows the captured output only).
+    Failed {
+        /// The note, if any.
+        message: Option<String>,
+    },
+    /// The test was not run (`#[ignore]`).
+    Ignored,
 }
 
 impl Verdict {
@@ -149,68 +110,73 @@ impl Verdict {
     pub fn passed(&self) -> bool {
         matches!(self, Verdict::Passed)
     }
+
+    fn failed_with(message: String) -> Verdict {
+        Verdict::Failed {
+            message: Some(message),
+        }
+    }
 }
 
-/// Applies libtest's rules (`should_panic`, `expected`) to how a test ended.
-pub fn judge(test: &TestCase, end: &TestEnd) -> Verdict {
-    match end {
-        TestEnd::Completed {
+/// Applies libtest's rules (`should_panic`, `expected`) to how a test that ran ended.
+pub fn judge(test: &TestDesc, end: &TestEnd) -> Verdict {
+    let (end, first_panic, panicked_threads) = match end {
+        TestEnd::NotRun(error) => {
+            return Verdict::failed_with(format!("could not run the test: {error}"))
+        }
+        TestEnd::Ran {
+            end,
             first_panic,
             panicked_threads,
-        } => {
-            let panicked = first_panic.is_some() || *panicked_threads > 0;
-            match (&test.should_panic, panicked) {
-                (ShouldPanic::No, false) | (ShouldPanic::Yes, true) => Verdict::Passed,
-                (ShouldPanic::No, true) => Verdict::Failed,
-                (ShouldPanic::Yes | ShouldPanic::Expected(_), false) => {
-                    let location = match &test.source_file {
-                        Some(file) => format!(" at {file}"),
-                        None => String::new(),
-                    };
-                    Verdict::FailedWithMessage(format!(
-                        "test did not panic as expected{location}"
-                    ))
-                }
-                (ShouldPanic::Expected(expected), true) => match first_panic {
-                    Some(report) if report.message.contains(expected.as_str()) => Verdict::Passed,
-                    // Same wording and `{:?}` quoting as libtest, so tools that parse it keep working.
-                    Some(report) => Verdict::FailedWithMessage(format!(
-                        "panic did not contain expected string\n      panic message: {:?}\n expected substring: {:?}",
-                        report.message, expected
-                    )),
-                    None => Verdict::FailedWithMessage(format!(
-                        "expected panic with a message,\n found no panic report from the device\n     expected substring: {expected:?}"
-                    )),
-                },
-            }
+        } => (end, first_panic, *panicked_threads),
+    };
+    let message = match end {
+        LaunchEnd::Completed => return judge_panics(test, first_panic.as_ref(), panicked_threads),
+        LaunchEnd::Faulted(error) => format!("device fault: {error}"),
+        LaunchEnd::TimedOut(after) => format!("test timed out after {}", format_duration(*after)),
+        LaunchEnd::Exited(code) => format!("the device called exit({code}) during the test"),
+        LaunchEnd::Aborted => "the device called abort() during the test".to_owned(),
+    };
+    Verdict::failed_with(message)
+}
+
+/// The verdict on a launch that completed, from the panics its threads reported.
+fn judge_panics(
+    test: &TestDesc,
+    first_panic: Option<&PanicReport>,
+    panicked_threads: u64,
+) -> Verdict {
+    let panicked = first_panic.is_some() || panicked_threads > 0;
+    match (&test.should_panic, panicked) {
+        (ShouldPanic::No, false) | (ShouldPanic::Yes, true) => Verdict::Passed,
+        (ShouldPanic::No, true) => Verdict::Failed { message: None },
+        (ShouldPanic::Yes | ShouldPanic::Expected(_), false) => {
+            let location = match &test.source_file {
+                Some(file) => format!(" at {file}"),
+                None => String::new(),
+            };
+            Verdict::failed_with(format!("test did not panic as expected{location}"))
         }
-        TestEnd::Faulted { error } => Verdict::FailedWithMessage(format!("device fault: {error}")),
-        TestEnd::TimedOut { after } => {
-            Verdict::FailedWithMessage(format!("test timed out after {}", format_duration(*after)))
-        }
-        TestEnd::Exited { code } => {
-            Verdict::FailedWithMessage(format!("the device called exit({code}) during the test"))
-        }
-        TestEnd::Aborted => {
-            Verdict::FailedWithMessage("the device called abort() during the test".to_owned())
-        }
-        TestEnd::Infrastructure { error } => {
-            Verdict::FailedWithMessage(format!("could not run the test: {error}"))
-        }
+        (ShouldPanic::Expected(expected), true) => match first_panic {
+            Some(report) if report.message.contains(expected.as_str()) => Verdict::Passed,
+            // Same wording and `{:?}` quoting as libtest, so tools that parse it keep working.
+            Some(report) => Verdict::failed_with(format!(
+                "panic did not contain expected string\n      panic message: {:?}\n expected substring: {:?}",
+                report.message, expected
+            )),
+            None => Verdict::failed_with(format!(
+                "expected panic with a message,\n found no panic report from the device\n     expected substring: {expected:?}"
+            )),
+        },
     }
 }
 
 /// The text Rust's panic hook would have printed for this device panic, with the device thread
 /// and block in place of the host thread id. Empty when nothing panicked.
-pub fn panic_text(test: &TestCase, end: &TestEnd) -> String {
-    let TestEnd::Completed {
-        first_panic,
-        panicked_threads,
-    } = end
-    else {
+pub fn panic_text(test: &TestDesc, end: &TestEnd) -> String {
+    let Some((first_panic, panicked_threads)) = end.completed_panics() else {
         return String::new();
     };
-    let panicked_threads = *panicked_threads;
     let mut text = String::new();
     match first_panic {
         Some(report) => {
@@ -223,12 +189,12 @@ pub fn panic_text(test: &TestCase, end: &TestEnd) -> String {
             if panicked_threads > 1 {
                 text.push_str(&format!(
                     "note: {panicked_threads} of {} device threads panicked; the first report is shown\n",
-                    test.total_threads()
+                    test.shape.total_threads()
                 ));
             }
             if let Some(note) = test
                 .panic_ends_wavefront
-                .and_then(|lanes| wavefront_note(lanes, test.threads, Some(report)))
+                .and_then(|lanes| wavefront_note(lanes, test.shape.threads, Some(report)))
             {
                 text.push_str(&note);
             }
@@ -237,11 +203,11 @@ pub fn panic_text(test: &TestCase, end: &TestEnd) -> String {
             text.push_str(&format!(
                 "\nthread '{}' panicked on the device without a report: {panicked_threads} of {} device threads panicked\n",
                 test.name,
-                test.total_threads()
+                test.shape.total_threads()
             ));
             if let Some(note) = test
                 .panic_ends_wavefront
-                .and_then(|lanes| wavefront_note(lanes, test.threads, None))
+                .and_then(|lanes| wavefront_note(lanes, test.shape.threads, None))
             {
                 text.push_str(&note);
             }
@@ -252,7 +218,7 @@ pub fn panic_text(test: &TestCase, end: &TestEnd) -> String {
 }
 
 /// The `note:` line saying which threads a panic took with it where a panic ends the whole
-/// wavefront of `lanes` threads (see [`TestCase::panic_ends_wavefront`]), for blocks of
+/// wavefront of `lanes` threads (see [`TestDesc::panic_ends_wavefront`]), for blocks of
 /// `threads` and the reported panic. `None` when no other thread can have gone with it.
 /// Threads are numbered as the hardware packs them into wavefronts: x fastest, then y, then z.
 pub fn wavefront_note(
@@ -318,22 +284,31 @@ mod tests {
 
     use crate::testing::{launched, panic_report, panicked_end, CLEAN};
 
+    fn fails_with(message: &str) -> Verdict {
+        Verdict::Failed {
+            message: Some(message.into()),
+        }
+    }
+
     fn panicking(message: &str) -> TestEnd {
         panicked_end(panic_report(message, 12, [3, 0, 0], [0, 0, 0]), 1)
     }
 
-    fn with_should_panic(should_panic: ShouldPanic) -> TestCase {
-        TestCase {
+    fn with_should_panic(should_panic: ShouldPanic) -> TestDesc {
+        TestDesc {
             should_panic,
-            ..TestCase::new("tests::t")
+            ..TestDesc::new("tests::t")
         }
     }
 
     #[test]
     fn plain_test_passes_without_panic_and_fails_with_one() {
-        let test = TestCase::new("tests::t");
+        let test = TestDesc::new("tests::t");
         assert_eq!(judge(&test, &CLEAN), Verdict::Passed);
-        assert_eq!(judge(&test, &panicking("boom")), Verdict::Failed);
+        assert_eq!(
+            judge(&test, &panicking("boom")),
+            Verdict::Failed { message: None }
+        );
     }
 
     #[test]
@@ -342,15 +317,15 @@ mod tests {
         assert_eq!(judge(&test, &panicking("anything")), Verdict::Passed);
         assert_eq!(
             judge(&test, &CLEAN),
-            Verdict::FailedWithMessage("test did not panic as expected".into())
+            fails_with("test did not panic as expected")
         );
-        let located = TestCase {
+        let located = TestDesc {
             source_file: Some("src/lib.rs".into()),
             ..test
         };
         assert_eq!(
             judge(&located, &CLEAN),
-            Verdict::FailedWithMessage("test did not panic as expected at src/lib.rs".into())
+            fails_with("test did not panic as expected at src/lib.rs")
         );
     }
 
@@ -360,13 +335,13 @@ mod tests {
         assert_eq!(judge(&test, &panicking("xxabcxx")), Verdict::Passed);
         assert_eq!(
             judge(&test, &panicking("nope \"q\"")),
-            Verdict::FailedWithMessage(
-                "panic did not contain expected string\n      panic message: \"nope \\\"q\\\"\"\n expected substring: \"abc\"".into()
+            fails_with(
+                "panic did not contain expected string\n      panic message: \"nope \\\"q\\\"\"\n expected substring: \"abc\""
             )
         );
         assert_eq!(
             judge(&test, &CLEAN),
-            Verdict::FailedWithMessage("test did not panic as expected".into())
+            fails_with("test did not panic as expected")
         );
     }
 
@@ -375,37 +350,28 @@ mod tests {
         let test = with_should_panic(ShouldPanic::Yes);
         let cases = [
             (
-                TestEnd::Faulted {
-                    error: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
-                },
+                TestEnd::launch(LaunchEnd::Faulted("CUDA_ERROR_ILLEGAL_ADDRESS".into())),
                 "device fault: CUDA_ERROR_ILLEGAL_ADDRESS",
             ),
             (
-                TestEnd::TimedOut {
-                    after: Duration::from_secs(10),
-                },
+                TestEnd::launch(LaunchEnd::TimedOut(Duration::from_secs(10))),
                 "test timed out after 10s",
             ),
             (
-                TestEnd::Exited { code: 3 },
+                TestEnd::launch(LaunchEnd::Exited(3)),
                 "the device called exit(3) during the test",
             ),
             (
-                TestEnd::Aborted,
+                TestEnd::launch(LaunchEnd::Aborted),
                 "the device called abort() during the test",
             ),
             (
-                TestEnd::Infrastructure {
-                    error: "worker did not start".into(),
-                },
+                TestEnd::NotRun("worker did not start".into()),
                 "could not run the test: worker did not start",
             ),
         ];
         for (end, message) in cases {
-            assert_eq!(
-                judge(&test, &end),
-                Verdict::FailedWithMessage(message.into())
-            );
+            assert_eq!(judge(&test, &end), fails_with(message));
         }
     }
 
@@ -417,7 +383,7 @@ mod tests {
             panic_text(&test, &end),
             "\nthread 'tests::t' (block (0,0,0), thread (3,0,0)) panicked at src/lib.rs:12:5:\nboom\n"
         );
-        if let TestEnd::Completed {
+        if let TestEnd::Ran {
             panicked_threads, ..
         } = &mut end
         {
@@ -434,7 +400,7 @@ mod tests {
         let report = panic_report("boom", 12, [70, 0, 0], [2, 0, 0]);
         let end = panicked_end(report.clone(), 1);
         let nvidia = launched("tests::t", [256, 1, 1], [4, 1, 1]);
-        let amd = TestCase {
+        let amd = TestDesc {
             panic_ends_wavefront: Some(64),
             ..nvidia.clone()
         };
@@ -450,7 +416,7 @@ mod tests {
         );
 
         // 2-D blocks are packed x fastest; a partial last wavefront ends at the block's end.
-        let amd_2d = TestCase {
+        let amd_2d = TestDesc {
             panic_ends_wavefront: Some(32),
             ..launched("tests::t", [16, 5, 1], [1, 1, 1])
         };
@@ -464,23 +430,20 @@ mod tests {
         );
 
         // A block within one wavefront goes whole; a one-thread block loses nobody else.
-        let small = TestCase {
+        let small = TestDesc {
             panic_ends_wavefront: Some(64),
             ..launched("tests::t", [8, 2, 1], [1, 1, 1])
         };
         assert!(panic_text(&small, &end_at([1, 1, 0]))
             .contains("all 16 threads of block (0,0,0) ended with it;"));
-        let single = TestCase {
+        let single = TestDesc {
             panic_ends_wavefront: Some(64),
-            ..TestCase::new("tests::t")
+            ..TestDesc::new("tests::t")
         };
         assert!(!panic_text(&single, &end_at([0, 0, 0])).contains("note:"));
 
         // No report, or an id outside the block: the rule without the threads.
-        let without_report = TestEnd::Completed {
-            first_panic: None,
-            panicked_threads: 3,
-        };
+        let without_report = TestEnd::completed(None, 3);
         for end in [without_report, end_at([300, 0, 0])] {
             assert!(
                 panic_text(&amd, &end).ends_with(

@@ -13,11 +13,11 @@ use std::time::{Duration, Instant};
 use crate::command_line::{ColorChoice, Format, HarnessArgs};
 use crate::exit_code::ExitCode;
 use crate::filter::select;
-use crate::outcome::{judge, panic_text, Executor, TestCase, TestEnd, TestRun, Verdict};
+use crate::outcome::{judge, panic_text, Executor, TestDesc, TestEnd, TestRun, Verdict};
 use crate::report::console::{log_line, Console, ConsoleOptions};
 use crate::report::github::{annotation, step_summary};
 use crate::report::junit::{JunitError, JunitReport};
-use crate::report::{failure_summary, Finished, Reported, ResultKind};
+use crate::report::{failure_summary, Finished, Reported};
 
 /// The counts of a finished run; [`exit_code`](Self::exit_code) is libtest's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -93,7 +93,7 @@ impl HarnessError {
 /// with `--nocapture`, to stderr).
 pub fn run(
     args: &HarnessArgs,
-    tests: Vec<TestCase>,
+    tests: Vec<TestDesc>,
     executor: Arc<dyn Executor>,
 ) -> Result<Conclusion, HarnessError> {
     let mut stdout = io::stdout();
@@ -109,7 +109,7 @@ pub fn run(
 /// Like [`run`], and prints any error to stderr: returns the process exit code.
 pub fn run_to_exit_code(
     args: &HarnessArgs,
-    tests: Vec<TestCase>,
+    tests: Vec<TestDesc>,
     executor: Arc<dyn Executor>,
 ) -> i32 {
     match run(args, tests, executor) {
@@ -124,7 +124,7 @@ pub fn run_to_exit_code(
 /// [`run`] with explicit output streams and colour decision (for tests and embedding).
 pub fn run_with_output(
     args: &HarnessArgs,
-    tests: Vec<TestCase>,
+    tests: Vec<TestDesc>,
     executor: Arc<dyn Executor>,
     color: bool,
     out: &mut dyn Write,
@@ -135,7 +135,7 @@ pub fn run_with_output(
 
 fn run_inner(
     args: &HarnessArgs,
-    tests: Vec<TestCase>,
+    tests: Vec<TestDesc>,
     executor: Arc<dyn Executor>,
     color: bool,
     out: &mut dyn Write,
@@ -258,7 +258,7 @@ pub fn test_threads(args: &HarnessArgs) -> Result<usize, HarnessError> {
 }
 
 /// Calls the executor; a panic inside it fails this test only.
-fn run_one(executor: &dyn Executor, test: &TestCase) -> TestRun {
+fn run_one(executor: &dyn Executor, test: &TestDesc) -> TestRun {
     let started = Instant::now();
     catch_unwind(AssertUnwindSafe(|| executor.run(test))).unwrap_or_else(|payload| {
         let message = payload
@@ -267,9 +267,7 @@ fn run_one(executor: &dyn Executor, test: &TestCase) -> TestRun {
             .or_else(|| payload.downcast_ref::<&str>().copied())
             .unwrap_or("non-string panic payload");
         TestRun {
-            end: TestEnd::Infrastructure {
-                error: format!("the executor panicked: {message}"),
-            },
+            end: TestEnd::NotRun(format!("the executor panicked: {message}")),
             stdout: Vec::new(),
             stderr: Vec::new(),
             duration: started.elapsed(),
@@ -285,7 +283,7 @@ const SLOW_TEST_WARNING: Duration = Duration::from_secs(60);
 /// executor runs on a worker, so the reporting thread can warn about a test running longer than
 /// `warn_after`, as libtest does.
 fn run_tests(
-    tests: &[TestCase],
+    tests: &[TestDesc],
     executor: &dyn Executor,
     threads: usize,
     warn_after: Duration,
@@ -351,7 +349,7 @@ impl InFlight {
     /// Waits for the next result and reports it, warning about slow tests meanwhile.
     fn receive_one(
         &mut self,
-        tests: &[TestCase],
+        tests: &[TestDesc],
         done_rx: &crossbeam_channel::Receiver<(usize, TestRun)>,
         warn_after: Duration,
         sinks: &mut Sinks<'_, '_>,
@@ -438,24 +436,18 @@ impl Sinks<'_, '_> {
         self.console.write_raw(bytes)
     }
 
-    fn report(&mut self, test: &TestCase, run: Option<TestRun>) -> Result<(), HarnessError> {
+    fn report(&mut self, test: &TestDesc, run: Option<TestRun>) -> Result<(), HarnessError> {
         let (reported, panic) = match &run {
             None => (
                 Reported {
-                    kind: ResultKind::Ignored,
+                    verdict: Verdict::Ignored,
                     captured: Vec::new(),
                     duration: Duration::ZERO,
                 },
                 String::new(),
             ),
             Some(run) => {
-                let kind = match judge(test, &run.end) {
-                    Verdict::Passed => ResultKind::Passed,
-                    Verdict::Failed => ResultKind::Failed { message: None },
-                    Verdict::FailedWithMessage(message) => ResultKind::Failed {
-                        message: Some(message),
-                    },
-                };
+                let verdict = judge(test, &run.end);
                 let panic = panic_text(test, &run.end);
                 let captured = if self.nocapture {
                     // Shown now, right after the test, as libtest shows uncaptured output while
@@ -474,7 +466,7 @@ impl Sinks<'_, '_> {
                 };
                 (
                     Reported {
-                        kind,
+                        verdict,
                         captured,
                         duration: run.duration,
                     },
@@ -497,7 +489,7 @@ impl Sinks<'_, '_> {
         if let Some(junit) = &mut self.junit {
             junit.add(&finished);
         }
-        if matches!(reported.kind, ResultKind::Failed { .. }) {
+        if matches!(reported.verdict, Verdict::Failed { .. }) {
             self.failure_reasons
                 .push((test.name.clone(), failure_summary(&finished).1));
         }
@@ -524,7 +516,7 @@ mod tests {
             // Never touch the real CI's step summary from a test.
             args.github_step_summary = None;
             let (mut out, mut err) = (Vec::new(), Vec::new());
-            let tests = vec![TestCase::new("fast"), TestCase::new("slow")];
+            let tests = vec![TestDesc::new("fast"), TestDesc::new("slow")];
             let executor: Arc<dyn Executor> = Arc::new(MockExecutor::new().with_delay(
                 "slow",
                 passed(""),

@@ -6,7 +6,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use crate::outcome::{Executor, PanicReport, TestCase, TestEnd, TestRun};
+use crate::outcome::{Executor, LaunchEnd, PanicReport, TestDesc, TestEnd, TestRun};
+use gpurun_abi::LaunchShape;
 
 /// One scripted result, plus how long the mock pretends the test takes.
 #[derive(Debug, Clone)]
@@ -27,16 +28,16 @@ pub struct MockExecutor {
 }
 
 /// A test launched as `blocks` blocks of `threads` threads, with no attributes.
-pub fn launched(name: &str, threads: [u32; 3], blocks: [u32; 3]) -> TestCase {
-    TestCase {
-        threads,
-        blocks,
-        ..TestCase::new(name)
+pub fn launched(name: &str, threads: [u32; 3], blocks: [u32; 3]) -> TestDesc {
+    TestDesc {
+        shape: LaunchShape::grid(blocks, threads),
+        ..TestDesc::new(name)
     }
 }
 
 /// A launch that completed without a panic.
-pub const CLEAN: TestEnd = TestEnd::Completed {
+pub const CLEAN: TestEnd = TestEnd::Ran {
+    end: LaunchEnd::Completed,
     first_panic: None,
     panicked_threads: 0,
 };
@@ -65,10 +66,7 @@ pub fn panic_report(message: &str, line: u32, thread: [u32; 3], block: [u32; 3])
 
 /// A completion in which `panicked_threads` threads panicked, the first as `report` says.
 pub fn panicked_end(report: PanicReport, panicked_threads: u64) -> TestEnd {
-    TestEnd::Completed {
-        first_panic: Some(report),
-        panicked_threads,
-    }
+    TestEnd::completed(Some(report), panicked_threads)
 }
 
 /// A completion in which `panicked_threads` threads panicked, the first with `message` at
@@ -124,7 +122,7 @@ impl MockExecutor {
 }
 
 impl Executor for MockExecutor {
-    fn run(&self, test: &TestCase) -> TestRun {
+    fn run(&self, test: &TestDesc) -> TestRun {
         if let Ok(mut ran) = self.ran.lock() {
             ran.push(test.name.clone());
         }

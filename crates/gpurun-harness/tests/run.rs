@@ -9,7 +9,8 @@ use gpurun_harness::testing::{
     ended, launched, panic_report, panicked, panicked_end, passed, MockExecutor,
 };
 use gpurun_harness::{
-    run_with_output, Conclusion, HarnessArgs, HarnessError, ShouldPanic, TestCase, TestEnd, TestRun,
+    run_with_output, Conclusion, HarnessArgs, HarnessError, LaunchEnd, ShouldPanic, TestDesc,
+    TestEnd, TestRun,
 };
 
 struct Outcome {
@@ -29,7 +30,7 @@ fn parse(argv: &[&str]) -> HarnessArgs {
     args
 }
 
-fn run_args(args: &HarnessArgs, tests: Vec<TestCase>, executor: MockExecutor) -> Outcome {
+fn run_args(args: &HarnessArgs, tests: Vec<TestDesc>, executor: MockExecutor) -> Outcome {
     let executor = Arc::new(executor);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let conclusion = run_with_output(args, tests, executor.clone(), false, &mut out, &mut err)
@@ -42,12 +43,12 @@ fn run_args(args: &HarnessArgs, tests: Vec<TestCase>, executor: MockExecutor) ->
     }
 }
 
-fn run(argv: &[&str], tests: Vec<TestCase>, executor: MockExecutor) -> Outcome {
+fn run(argv: &[&str], tests: Vec<TestDesc>, executor: MockExecutor) -> Outcome {
     run_args(&parse(argv), tests, executor)
 }
 
-fn tests(names: &[&str]) -> Vec<TestCase> {
-    names.iter().map(|name| TestCase::new(*name)).collect()
+fn tests(names: &[&str]) -> Vec<TestDesc> {
+    names.iter().map(|name| TestDesc::new(*name)).collect()
 }
 
 fn summary_line(stdout: &str) -> &str {
@@ -119,25 +120,24 @@ fn a_fault_a_hang_and_other_abnormal_ends_fail_only_their_own_tests() {
             "t2_fault",
             TestRun {
                 stdout: b"before the fault\n".to_vec(),
-                ..ended(TestEnd::Faulted {
-                    error: "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered"
-                        .into(),
-                })
+                ..ended(TestEnd::launch(LaunchEnd::Faulted(
+                    "CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered".into(),
+                )))
             },
         )
         .with(
             "t4_hang",
-            ended(TestEnd::TimedOut {
-                after: Duration::from_secs(10),
-            }),
+            ended(TestEnd::launch(LaunchEnd::TimedOut(Duration::from_secs(
+                10,
+            )))),
         )
-        .with("t6_exit", ended(TestEnd::Exited { code: 3 }))
-        .with("t7_abort", ended(TestEnd::Aborted))
+        .with("t6_exit", ended(TestEnd::launch(LaunchEnd::Exited(3))))
+        .with("t7_abort", ended(TestEnd::launch(LaunchEnd::Aborted)))
         .with(
             "t8_infra",
-            ended(TestEnd::Infrastructure {
-                error: "worker exited with signal 9 (SIGKILL)".into(),
-            }),
+            ended(TestEnd::NotRun(
+                "worker exited with signal 9 (SIGKILL)".into(),
+            )),
         );
     let outcome = run(&["--test-threads", "1"], suite, executor);
     let out = &outcome.stdout;
@@ -230,10 +230,10 @@ fn concurrent_tests_overlap_and_their_output_stays_whole() {
         };
         executor = executor.with_delay(name, run, Duration::from_millis(150));
     }
-    let mut suite: Vec<TestCase> = names.iter().map(|n| TestCase::new(n.as_str())).collect();
-    suite.push(TestCase {
+    let mut suite: Vec<TestDesc> = names.iter().map(|n| TestDesc::new(n.as_str())).collect();
+    suite.push(TestDesc {
         ignored: true,
-        ..TestCase::new("par::ignored")
+        ..TestDesc::new("par::ignored")
     });
     let outcome = run(&["--test-threads", "4"], suite, executor);
     assert_eq!(outcome.executor.max_concurrency(), 4);
@@ -352,9 +352,7 @@ fn junit_report_is_valid_xml_with_failures_skips_and_output() {
         )
         .with(
             "x::faults",
-            ended(TestEnd::Faulted {
-                error: "trap".into(),
-            }),
+            ended(TestEnd::launch(LaunchEnd::Faulted("trap".into()))),
         )
         .with(
             "x::binary",
@@ -419,9 +417,9 @@ fn github_annotations_point_at_the_panic_location() {
         .with("gh::panics", panicked("left: 1\nright: 2 (100%)", 12, 1))
         .with(
             "gh::faults",
-            ended(TestEnd::Faulted {
-                error: "illegal address".into(),
-            }),
+            ended(TestEnd::launch(LaunchEnd::Faulted(
+                "illegal address".into(),
+            ))),
         );
     let mut args = parse(&["--test-threads", "1"]);
     args.github_actions = true;
@@ -529,7 +527,7 @@ fn exact_filter_runs_one_test_as_nextest_asks() {
 #[test]
 fn partitions_split_the_run_between_jobs() {
     let names: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
-    let suite: Vec<TestCase> = names.iter().map(|n| TestCase::new(n.as_str())).collect();
+    let suite: Vec<TestDesc> = names.iter().map(|n| TestDesc::new(n.as_str())).collect();
     let mut all = Vec::new();
     for shard in 1..=3 {
         let outcome = run(
@@ -558,7 +556,7 @@ fn partitions_split_the_run_between_jobs() {
 fn an_executor_panic_fails_only_that_test() {
     struct Flaky;
     impl gpurun_harness::Executor for Flaky {
-        fn run(&self, test: &TestCase) -> TestRun {
+        fn run(&self, test: &TestDesc) -> TestRun {
             assert!(test.name != "boom", "executor bug");
             passed("")
         }
@@ -583,7 +581,7 @@ fn an_executor_panic_fails_only_that_test() {
 #[test]
 fn terse_output_wraps_with_a_progress_count() {
     let names: Vec<String> = (0..100).map(|i| format!("t{i:03}")).collect();
-    let suite: Vec<TestCase> = names.iter().map(|n| TestCase::new(n.as_str())).collect();
+    let suite: Vec<TestDesc> = names.iter().map(|n| TestDesc::new(n.as_str())).collect();
     let outcome = run(&["-q", "--test-threads", "1"], suite, MockExecutor::new());
     let expected = format!(
         "\nrunning 100 tests\n{} 87/100\n{}\ntest result: ok.",
@@ -651,7 +649,7 @@ fn unwritable_logfile_and_junit_paths_are_errors_not_panics() {
 #[test]
 fn harness_overhead_for_1000_tests_is_small() {
     let names: Vec<String> = (0..1000).map(|i| format!("many::t{i:04}")).collect();
-    let suite: Vec<TestCase> = names.iter().map(|n| TestCase::new(n.as_str())).collect();
+    let suite: Vec<TestDesc> = names.iter().map(|n| TestDesc::new(n.as_str())).collect();
     for threads in ["1", "4"] {
         let started = std::time::Instant::now();
         let outcome = run(
@@ -689,9 +687,9 @@ fn many_tests_with_scattered_durations_are_each_reported_once() {
             passed(&format!("{name} output\n"))
         };
         executor = executor.with_delay(&name, run, delay);
-        suite.push(TestCase {
+        suite.push(TestDesc {
             ignored: i % 11 == 0,
-            ..TestCase::new(name)
+            ..TestDesc::new(name)
         });
     }
     let outcome = run(&["--test-threads", "8"], suite, executor);

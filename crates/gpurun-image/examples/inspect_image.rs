@@ -91,8 +91,8 @@ fn main() -> ExitCode {
                 out,
                 "  test {} threads {:?} blocks {:?} {}",
                 test.name,
-                test.threads,
-                test.blocks,
+                test.shape.threads,
+                test.shape.blocks,
                 notes.join(" ")
             );
         }

@@ -1,40 +1,9 @@
-//! Test descriptors (`__gpurun_desc_*`) as the host sees them: owned [`TestDesc`]s built from
-//! `gpurun_abi::desc`, which holds the one encoder and the one decoder of the format.
+//! Test descriptors (`__gpurun_desc_*`) as the host sees them: `gpurun_abi`'s [`TestDesc`]s
+//! built with `gpurun_abi::desc`, which holds the one encoder and the one decoder of the format.
 
 use crate::ImageError;
-use gpurun_abi::desc::{self, DecodeError, Fields};
-
-/// What a test expects of a panic.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ShouldPanic {
-    /// The test passes when no thread panics.
-    No,
-    /// The test passes when some thread panics.
-    Yes,
-    /// The test passes when a panic message contains this text.
-    Expected(String),
-}
-
-/// One test, decoded from its descriptor.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TestDesc {
-    /// The libtest name: the module path without the crate's first segment, joined by `::`.
-    pub name: String,
-    /// `module_path!()::NAME` as stored in the descriptor (crate name first).
-    pub full_path: String,
-    /// The kernel that runs the test (`__gpurun_test_ID`).
-    pub kernel: String,
-    /// `#[ignore]` was given.
-    pub ignored: bool,
-    /// The `#[ignore = ".."]` reason, if any.
-    pub ignore_reason: Option<String>,
-    /// `#[should_panic]` and its expected text.
-    pub should_panic: ShouldPanic,
-    /// Threads per block (x, y, z).
-    pub threads: [u32; 3],
-    /// Blocks per grid (x, y, z).
-    pub blocks: [u32; 3],
-}
+use gpurun_abi::desc::{self, DecodeError};
+use gpurun_abi::{LaunchShape, ShouldPanic, TestDesc};
 
 /// Why [`encode_descriptor`] refused its input.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -44,31 +13,14 @@ pub struct EncodeError(desc::EncodeError);
 /// Encodes a descriptor for `desc` (its `name` and `kernel` are not part of the encoding), with
 /// the same encoder the attribute macros use at compile time. For tests and tools.
 pub fn encode_descriptor(test: &TestDesc) -> Result<Vec<u8>, EncodeError> {
-    let (expected, mut flags) = match &test.should_panic {
-        ShouldPanic::No => ("", 0),
-        ShouldPanic::Yes => ("", desc::FLAG_SHOULD_PANIC),
-        ShouldPanic::Expected(text) => (
-            text.as_str(),
-            desc::FLAG_SHOULD_PANIC | desc::FLAG_HAS_EXPECTED,
-        ),
-    };
-    if test.ignored || test.ignore_reason.is_some() {
-        flags |= desc::FLAG_IGNORE;
-    }
-    let fields = Fields {
-        path: &test.full_path,
-        expected,
-        ignore_reason: test.ignore_reason.as_deref().unwrap_or(""),
-        flags,
-        threads: test.threads,
-        blocks: test.blocks,
-    };
+    let fields = test.fields();
     let mut out = vec![0; desc::encoded_len(fields.path, fields.expected, fields.ignore_reason)];
     desc::write(&mut out, &fields).map_err(EncodeError)?;
     Ok(out)
 }
 
-/// Decodes the descriptor stored in symbol `symbol` whose kernel is `kernel`.
+/// Decodes the descriptor stored in symbol `symbol` whose kernel is `kernel` (the wavefront a
+/// panic ends is the image's to fill in, from the kernel).
 pub fn decode_descriptor(symbol: &str, kernel: &str, bytes: &[u8]) -> Result<TestDesc, ImageError> {
     let bad = |reason: String| ImageError::BadDescriptor {
         symbol: symbol.to_owned(),
@@ -87,11 +39,6 @@ pub fn decode_descriptor(symbol: &str, kernel: &str, bytes: &[u8]) -> Result<Tes
             fields.path
         ))
     })?;
-    let should_panic = match (fields.should_panic(), fields.has_expected()) {
-        (false, _) => ShouldPanic::No,
-        (true, false) => ShouldPanic::Yes,
-        (true, true) => ShouldPanic::Expected(fields.expected.to_owned()),
-    };
     let ignored = fields.ignored();
     Ok(TestDesc {
         name: name.to_owned(),
@@ -100,9 +47,10 @@ pub fn decode_descriptor(symbol: &str, kernel: &str, bytes: &[u8]) -> Result<Tes
         ignored,
         ignore_reason: (ignored && !fields.ignore_reason.is_empty())
             .then(|| fields.ignore_reason.to_owned()),
-        should_panic,
-        threads: fields.threads,
-        blocks: fields.blocks,
+        should_panic: ShouldPanic::of(&fields),
+        shape: LaunchShape::grid(fields.blocks, fields.threads),
+        panic_ends_wavefront: None,
+        source_file: None,
     })
 }
 
@@ -118,8 +66,9 @@ mod tests {
             ignored: true,
             ignore_reason: Some("slow".into()),
             should_panic: ShouldPanic::Expected("overflow".into()),
-            threads: [32, 2, 1],
-            blocks: [4, 1, 1],
+            shape: LaunchShape::grid([4, 1, 1], [32, 2, 1]),
+            panic_ends_wavefront: None,
+            source_file: None,
         }
     }
 

@@ -40,8 +40,9 @@ mod ptx;
 
 use std::path::{Path, PathBuf};
 
-pub use desc::{decode_descriptor, encode_descriptor, EncodeError, ShouldPanic, TestDesc};
+pub use desc::{decode_descriptor, encode_descriptor, EncodeError};
 pub use error::ImageError;
+pub use gpurun_abi::{LaunchShape, ShouldPanic, TestDesc};
 pub use kdesc::{
     decode_kernel_descriptor, encode_kernel_descriptor, Factor, KernelParam, KernelSignature,
     ParamKind,
@@ -282,6 +283,15 @@ impl Kernel {
         }
     }
 
+    /// How many threads a device panic in this kernel ends with it: its wavefront size on
+    /// AMDGPU (from the kernel descriptor; docs/abi.md), `None` where a panic ends only its
+    /// thread.
+    pub fn panic_ends_wavefront(&self) -> Option<u32> {
+        self.descriptor
+            .as_ref()
+            .map(KernelDescriptor::wavefront_size)
+    }
+
     /// The most threads one block of this kernel may have, as compiled: PTX `.maxntid` (or
     /// `.reqntid`), the product of its dimensions, which the build emits from each test's
     /// declared threads; AMDGPU metadata `.max_flat_workgroup_size`. `None` when the image does
@@ -455,8 +465,9 @@ impl Image {
         if image.kind == ImageKind::Host {
             image.check_host_abi()?;
         }
-        image.read_test_table()?;
+        // Tests take the wavefront width from their kernel's descriptor.
         image.read_kernel_descriptors()?;
+        image.read_test_table()?;
         image.find_ctors_dtors()?;
         image.bytes = bytes;
         Ok(image)
@@ -522,12 +533,16 @@ impl Image {
                 symbol: global.name.clone(),
                 reason,
             };
-            if self.kernel(&kernel).is_none() {
+            let Some(test_kernel) = self.kernel(&kernel) else {
                 return Err(bad(format!("its kernel `{kernel}` is not in the image")));
-            }
+            };
+            let panic_ends_wavefront = test_kernel.panic_ends_wavefront();
             let max_len = DESCRIPTOR_HEADER_LEN + 3 * usize::from(u16::MAX);
             let bytes = global.descriptor_bytes(max_len).map_err(bad)?;
-            tests.push(decode_descriptor(&global.name, &kernel, &bytes)?);
+            tests.push(TestDesc {
+                panic_ends_wavefront,
+                ..decode_descriptor(&global.name, &kernel, &bytes)?
+            });
         }
         tests.sort_by(|a, b| a.name.cmp(&b.name));
         if let Some(pair) = tests.windows(2).find(|pair| pair[0].name == pair[1].name) {

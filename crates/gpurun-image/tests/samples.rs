@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpurun_image::{GlobalInit, Image, ImageError, ImageKind, ShouldPanic, TestDesc};
+use gpurun_image::{GlobalInit, Image, ImageError, ImageKind, LaunchShape, ShouldPanic, TestDesc};
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -27,23 +27,28 @@ const SAMPLES: [(&str, ImageKind); 5] = [
     ("libsample-host.so", ImageKind::Host),
 ];
 
-/// The tests gen.py put into the sample crate, written out by hand.
-fn expected_tests() -> Vec<TestDesc> {
+/// How many threads a panic ends with it in each sample: the wavefront on AMDGPU (gfx90a is
+/// wave64; the gfx1100 sample was built for wave32), only the thread elsewhere.
+fn panic_ends_wavefront(sample: &str) -> Option<u32> {
+    match sample {
+        "sample-gfx90a.elf" => Some(64),
+        "sample-gfx1100.elf" => Some(32),
+        _ => None,
+    }
+}
+
+/// The tests gen.py put into the sample crate, written out by hand, as read from `sample`.
+fn expected_tests(sample: &str) -> Vec<TestDesc> {
     let test = |id: &str, path: &str| TestDesc {
-        name: path.split_once("::").unwrap().1.to_owned(),
         full_path: path.to_owned(),
         kernel: format!("__gpurun_test_{id}"),
-        ignored: false,
-        ignore_reason: None,
-        should_panic: ShouldPanic::No,
-        threads: [1, 1, 1],
-        blocks: [1, 1, 1],
+        panic_ends_wavefront: panic_ends_wavefront(sample),
+        ..TestDesc::new(path.split_once("::").unwrap().1)
     };
     vec![
         test("adds_0123456789abcdef", "sample::adds"),
         TestDesc {
-            threads: [64, 2, 1],
-            blocks: [4, 1, 1],
+            shape: LaunchShape::grid([4, 1, 1], [64, 2, 1]),
             ..test("lanes_fedcba9876543210", "sample::math::lanes")
         },
         TestDesc {
@@ -68,7 +73,7 @@ fn every_sample_yields_kernels_tests_and_globals() {
             assert!(kernels.contains(&entry), "{name}: {kernels:?}");
         }
         assert!(image.has_entry_points());
-        assert_eq!(image.tests(), expected_tests(), "{name}");
+        assert_eq!(image.tests(), expected_tests(name), "{name}");
         assert_eq!(image.test_abi_version(), Some(1), "{name}");
 
         let rpc = image.rpc_client().expect("rpc client");

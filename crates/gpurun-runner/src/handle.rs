@@ -1,8 +1,9 @@
 //! The harness side of a worker: spawn it, send commands to its slots, collect each slot's
 //! events with a deadline, and name what happened when it dies.
 
-use crate::protocol::{self, Command, Event, RunEnd, MAX_SLOTS};
+use crate::protocol::{self, Command, Event, MAX_SLOTS};
 use crate::worker::SLOTS_ENV;
+use gpurun_abi::LaunchEnd;
 use std::io::{self, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command as Process, ExitStatus, Stdio};
@@ -41,12 +42,12 @@ pub struct WorkerSpec {
     pub env: Vec<(String, String)>,
 }
 
-/// Whether a worker's end is explained by one of its slots: a run that ended the process on
-/// purpose (an exit, an abort, a timeout) or a kill by the parent. A fault or a crash is not: on
-/// a GPU every stream of a poisoned context reports the same error, and a crash takes every
-/// slot with it.
+/// Whether a worker's end is explained by one of its slots: a launch that ended the process on
+/// purpose (an exit, an abort, a timeout: [`LaunchEnd::names_its_launch`]) or a kill by the
+/// parent. A fault or a crash is not: on a GPU every stream of a poisoned context reports the
+/// same error, and a crash takes every slot with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Breakage {
+pub(crate) enum Breakage {
     Explained,
     Unexplained,
 }
@@ -64,26 +65,25 @@ pub struct WorkerHandle {
     pub device: String,
 }
 
-/// What a command produced, or why the worker is gone.
-#[derive(Debug)]
-pub enum WorkerEnd {
-    /// The command finished and the worker is reusable (unless the end says otherwise).
-    Done(RunEnd),
+/// Why a command produced no launch end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunError {
+    /// The worker could not run the command (a missing kernel, a backend error); it is still
+    /// usable.
+    Refused(String),
     /// The worker died or broke the protocol; the text says how (signal name, exit status).
     Died(String),
-    /// The deadline passed; the worker has been killed.
-    TimedOut(Duration),
 }
 
-/// Whether a run's end leaves the worker unable to go on, and if so whether that slot alone
+/// Whether a launch's end leaves the worker unable to go on, and if so whether that slot alone
 /// explains it.
-pub fn breakage_of(end: &RunEnd) -> Option<Breakage> {
-    match end {
-        RunEnd::Completed { .. } | RunEnd::Failed { .. } => None,
-        RunEnd::Exited { .. } | RunEnd::Aborted | RunEnd::TimedOut { .. } => {
-            Some(Breakage::Explained)
-        }
-        RunEnd::Faulted { .. } => Some(Breakage::Unexplained),
+pub(crate) fn breakage_of(end: &LaunchEnd) -> Option<Breakage> {
+    if end.leaves_module_usable() {
+        None
+    } else if end.names_its_launch() {
+        Some(Breakage::Explained)
+    } else {
+        Some(Breakage::Unexplained)
     }
 }
 
@@ -104,7 +104,7 @@ fn route_events(
         let error = match protocol::read_event(&mut reader) {
             Ok(Some((slot, event))) => match slots.get(slot as usize) {
                 Some(sender) => {
-                    if let Event::Done(end) = &event {
+                    if let Event::Ended(end) = &event {
                         if let Some(kind) = breakage_of(end) {
                             let _ = breakage.set(kind);
                         }
@@ -209,19 +209,22 @@ impl WorkerHandle {
                     self.kill();
                     return Err(StartError(error));
                 }
-                Ok(Event::Stdout(_) | Event::Stderr(_) | Event::Panic(_) | Event::Done(_)) => {}
-                Err(WorkerEnd::TimedOut(_)) => {
+                Ok(
+                    Event::Stdout(_)
+                    | Event::Stderr(_)
+                    | Event::Panic(_)
+                    | Event::Ended(_)
+                    | Event::Refused { .. },
+                ) => {}
+                Err(Wait::TimedOut) => {
                     self.kill();
                     return Err(StartError(format!(
                         "worker did not start within {}s",
                         start_timeout.as_secs()
                     )));
                 }
-                Err(WorkerEnd::Died(how) | WorkerEnd::Done(RunEnd::Failed { error: how })) => {
+                Err(Wait::Died(how)) => {
                     return Err(StartError(format!("worker failed to start: {how}")))
-                }
-                Err(WorkerEnd::Done(other)) => {
-                    return Err(StartError(format!("worker failed to start: {other:?}")))
                 }
             }
         }
@@ -233,50 +236,51 @@ impl WorkerHandle {
     }
 
     /// Why the worker is going away, if it is: `None` while it is healthy.
-    pub fn breakage(&self) -> Option<Breakage> {
+    pub(crate) fn breakage(&self) -> Option<Breakage> {
         self.breakage.get().copied()
     }
 
-    /// Sends `command` to `slot` and feeds that slot's events to `on_event` until the command
-    /// finishes, the worker dies, or `timeout` passes (then the worker is killed, with every
-    /// slot).
+    /// Sends `command` to `slot` and feeds that slot's events to `on_event` until the command's
+    /// launch ends, the worker dies, or `timeout` passes (then the worker is killed, with every
+    /// slot, and the launch ends as [`LaunchEnd::TimedOut`]).
     pub fn run(
         &self,
         slot: usize,
         command: &Command,
         timeout: Option<Duration>,
         on_event: &mut dyn FnMut(Event),
-    ) -> WorkerEnd {
+    ) -> Result<LaunchEnd, RunError> {
         let Some(wire_slot) = u32::try_from(slot).ok().filter(|_| slot < self.slots.len()) else {
-            return WorkerEnd::Done(RunEnd::Failed {
-                error: format!("worker has no slot {slot}"),
-            });
+            return Err(RunError::Refused(format!("worker has no slot {slot}")));
         };
         let sent = protocol::write_command(&mut *lock(&self.stdin), wire_slot, command);
         if let Err(error) = sent {
             let _ = self.breakage.set(Breakage::Unexplained);
-            return WorkerEnd::Died(self.death(format!("could not send a command: {error}")));
+            return Err(RunError::Died(
+                self.death(format!("could not send a command: {error}")),
+            ));
         }
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             match self.next_event(slot, deadline) {
-                Ok(Event::Done(end)) => return WorkerEnd::Done(end),
+                Ok(Event::Ended(end)) => return Ok(end),
+                Ok(Event::Refused { error }) => return Err(RunError::Refused(error)),
                 Ok(event) => on_event(event),
-                Err(WorkerEnd::TimedOut(_)) => {
+                Err(Wait::TimedOut) => {
                     self.kill();
                     // Output that arrived before the kill still counts.
                     let receiver = lock(&self.slots[slot]);
                     while let Ok(Ok(event)) = receiver.try_recv() {
                         on_event(event);
                     }
-                    return WorkerEnd::TimedOut(timeout.unwrap_or_default());
+                    return Ok(LaunchEnd::TimedOut(timeout.unwrap_or_default()));
                 }
-                Err(end) => return end,
+                Err(Wait::Died(how)) => return Err(RunError::Died(how)),
             }
         }
     }
 
-    fn next_event(&self, slot: usize, deadline: Option<Instant>) -> Result<Event, WorkerEnd> {
+    fn next_event(&self, slot: usize, deadline: Option<Instant>) -> Result<Event, Wait> {
         let received = {
             let receiver = lock(&self.slots[slot]);
             match deadline {
@@ -288,13 +292,13 @@ impl WorkerHandle {
         };
         match received {
             Ok(Ok(event)) => Ok(event),
-            Ok(Err(error)) => Err(WorkerEnd::Died(
+            Ok(Err(error)) => Err(Wait::Died(
                 self.death(format!("sent a malformed message: {error}")),
             )),
-            Err(RecvTimeoutError::Timeout) => Err(WorkerEnd::TimedOut(Duration::ZERO)),
+            Err(RecvTimeoutError::Timeout) => Err(Wait::TimedOut),
             Err(RecvTimeoutError::Disconnected) => {
                 let _ = self.breakage.set(Breakage::Unexplained);
-                Err(WorkerEnd::Died(self.death("closed its pipe".into())))
+                Err(Wait::Died(self.death("closed its pipe".into())))
             }
         }
     }
@@ -329,6 +333,14 @@ impl WorkerHandle {
         let _ = child.kill();
         let _ = child.wait();
     }
+}
+
+/// Why no event came.
+enum Wait {
+    /// The deadline passed.
+    TimedOut,
+    /// The worker is gone; the text says how.
+    Died(String),
 }
 
 impl Drop for WorkerHandle {

@@ -19,9 +19,7 @@ pub mod pool;
 pub mod protocol;
 pub mod worker;
 
-pub use handle::{
-    breakage_of, describe_exit, Breakage, StartError, WorkerEnd, WorkerHandle, WorkerSpec,
-};
+pub use handle::{describe_exit, RunError, StartError, WorkerHandle, WorkerSpec};
 pub use options::WorkerOptions;
 pub use pool::{test_devices, WorkerExecutor};
-pub use protocol::{Command, Event, RunEnd, Slot};
+pub use protocol::{Command, Event, Slot};

@@ -12,10 +12,11 @@
 //!   context reports it), so each test that was in flight runs again alone in a fresh worker,
 //!   where it either passes or shows the fault as its own.
 
-use crate::handle::{breakage_of, Breakage, WorkerEnd, WorkerHandle, WorkerSpec};
-use crate::protocol::{Command, Event, RunEnd};
+use crate::handle::{breakage_of, Breakage, RunError, WorkerHandle, WorkerSpec};
+use crate::protocol::{Command, Event};
+use gpurun_abi::LaunchEnd;
 use gpurun_hal::{select, BackendError, BackendKind};
-use gpurun_harness::{Executor, PanicReport, TestCase, TestEnd, TestRun};
+use gpurun_harness::{Executor, PanicReport, TestDesc, TestEnd, TestRun};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -213,19 +214,17 @@ impl WorkerExecutor {
     }
 
     /// Runs `test` once in a fresh worker of its own.
-    fn run_alone(&self, test: &TestCase, collected: &mut Collected) -> TestEnd {
+    fn run_alone(&self, test: &TestDesc, collected: &mut Collected) -> TestEnd {
         let Some(workers) = self.devices.first() else {
-            return TestEnd::Infrastructure {
-                error: "no device to run tests on".into(),
-            };
+            return TestEnd::NotRun("no device to run tests on".into());
         };
         let pooled = match self.start(&workers.spec, 1) {
             Ok(pooled) => pooled,
-            Err(error) => return TestEnd::Infrastructure { error },
+            Err(error) => return TestEnd::NotRun(error),
         };
         match self.attempt(&pooled, 0, test, collected) {
             Attempt::Final(end) => end,
-            Attempt::Again(how) | Attempt::Alone(how) => TestEnd::Faulted { error: how },
+            Attempt::Again(how) | Attempt::Alone(how) => TestEnd::launch(LaunchEnd::Faulted(how)),
         }
     }
 
@@ -234,13 +233,12 @@ impl WorkerExecutor {
         &self,
         pooled: &Pooled,
         slot: usize,
-        test: &TestCase,
+        test: &TestDesc,
         collected: &mut Collected,
     ) -> Attempt {
         let command = Command::RunTest {
             kernel: test.kernel.clone(),
-            threads: test.threads,
-            blocks: test.blocks,
+            shape: test.shape,
         };
         let outcome = pooled
             .worker
@@ -253,30 +251,29 @@ impl WorkerExecutor {
                         collected.first_panic = Some(report);
                     }
                 }
-                Event::Ready { .. } | Event::StartFailed { .. } | Event::Done(_) => {}
+                Event::Ready { .. }
+                | Event::StartFailed { .. }
+                | Event::Ended(_)
+                | Event::Refused { .. } => {}
             });
         let end = match outcome {
-            WorkerEnd::Done(end @ (RunEnd::Completed { .. } | RunEnd::Failed { .. })) => {
-                return Attempt::Final(final_end(end, collected))
-            }
-            WorkerEnd::TimedOut(after) => {
-                return Attempt::Final(TestEnd::TimedOut { after });
-            }
-            WorkerEnd::Done(end) => end,
-            WorkerEnd::Died(how) => {
-                let how = match &collected.first_panic {
-                    Some(report) => format!("{how} (after a panic: {})", report.message),
-                    None => how,
-                };
-                RunEnd::Faulted { error: how }
-            }
+            Ok(end) if end.leaves_module_usable() => return Attempt::Final(collected.end(end)),
+            // A timeout the parent enforced killed the worker: it belongs to this test.
+            Ok(end @ LaunchEnd::TimedOut(_)) => return Attempt::Final(collected.end(end)),
+            Ok(end) => end,
+            Err(RunError::Refused(error)) => return Attempt::Final(TestEnd::NotRun(error)),
+            // A crash of the worker is a fault of the launch that was running in it.
+            Err(RunError::Died(how)) => LaunchEnd::Faulted(match &collected.first_panic {
+                Some(report) => format!("{how} (after a panic: {})", report.message),
+                None => how,
+            }),
         };
         // The worker is gone. Did this slot end it, or was it caught in another's end?
         if breakage_of(&end) == Some(Breakage::Explained) {
-            return Attempt::Final(final_end(end, collected));
+            return Attempt::Final(collected.end(end));
         }
         let how = match &end {
-            RunEnd::Faulted { error } => error.clone(),
+            LaunchEnd::Faulted(error) => error.clone(),
             other => format!("{other:?}"),
         };
         if pooled.worker.breakage() == Some(Breakage::Explained) {
@@ -285,7 +282,7 @@ impl WorkerExecutor {
         }
         let suspects = pooled.suspects();
         if suspects <= 1 {
-            return Attempt::Final(final_end(end, collected));
+            return Attempt::Final(collected.end(end));
         }
         Attempt::Alone(format!(
             "{how}, with {} other test(s) running beside it",
@@ -294,25 +291,19 @@ impl WorkerExecutor {
     }
 }
 
-/// The harness's view of a run end that stands.
-fn final_end(end: RunEnd, collected: &mut Collected) -> TestEnd {
-    match end {
-        RunEnd::Exited { code } => TestEnd::Exited { code },
-        RunEnd::Aborted => TestEnd::Aborted,
-        RunEnd::TimedOut { millis } => TestEnd::TimedOut {
-            after: Duration::from_millis(millis),
-        },
-        RunEnd::Faulted { error } => TestEnd::Faulted { error },
-        RunEnd::Failed { error } => TestEnd::Infrastructure { error },
-        RunEnd::Completed { .. } => TestEnd::Completed {
-            first_panic: collected.first_panic.take(),
-            panicked_threads: collected.panicked_threads,
-        },
+impl Collected {
+    /// The test's end: the launch's, with the panics collected during it.
+    fn end(&mut self, end: LaunchEnd) -> TestEnd {
+        TestEnd::Ran {
+            end,
+            first_panic: self.first_panic.take(),
+            panicked_threads: self.panicked_threads,
+        }
     }
 }
 
 impl Executor for WorkerExecutor {
-    fn run(&self, test: &TestCase) -> TestRun {
+    fn run(&self, test: &TestDesc) -> TestRun {
         let started = Instant::now();
         let mut notes = Vec::new();
         let mut collected = Collected::default();
@@ -321,7 +312,7 @@ impl Executor for WorkerExecutor {
             let lease = match self.lease() {
                 Ok(lease) => lease,
                 Err(error) => {
-                    end = Some(TestEnd::Infrastructure { error });
+                    end = Some(TestEnd::NotRun(error));
                     break;
                 }
             };
@@ -349,10 +340,10 @@ impl Executor for WorkerExecutor {
                 }
             }
         }
-        let end = end.unwrap_or_else(|| TestEnd::Infrastructure {
-            error: format!(
+        let end = end.unwrap_or_else(|| {
+            TestEnd::NotRun(format!(
                 "the worker died under other tests {MAX_ATTEMPTS} times; giving up on this one"
-            ),
+            ))
         });
         let mut stderr = notes.concat().into_bytes();
         stderr.extend_from_slice(&collected.stderr);
@@ -405,11 +396,11 @@ mod tests {
     #[test]
     fn no_device_is_an_error_per_test_not_a_panic() {
         let executor = WorkerExecutor::new(Vec::new(), 4, None);
-        let test = TestCase::new("t");
+        let test = TestDesc::new("t");
         assert_eq!(test.kernel, "__gpurun_test_t");
         let run = executor.run(&test);
         assert!(
-            matches!(&run.end, TestEnd::Infrastructure { error } if error.contains("no device")),
+            matches!(&run.end, TestEnd::NotRun(error) if error.contains("no device")),
             "{:?}",
             run.end
         );

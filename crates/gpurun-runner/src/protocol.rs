@@ -4,10 +4,10 @@
 //! per slot at a time, each slot on its own stream/queue with its own copy of the module, so
 //! the slot number keeps the output of concurrent tests apart.
 
-use gpurun_hal::handlers::PanicReport;
-use gpurun_hal::LaunchShape;
+use gpurun_abi::{LaunchEnd, LaunchShape, PanicReport};
 use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
+use std::time::Duration;
 
 /// Largest frame either side accepts; bigger lengths mean a corrupt stream.
 pub const MAX_FRAME: usize = 256 << 20;
@@ -18,47 +18,18 @@ pub enum Command {
     /// Launch test kernel `kernel` with `shape`.
     RunTest {
         kernel: String,
-        threads: [u32; 3],
-        blocks: [u32; 3],
+        #[serde(with = "LaunchShapeJson")]
+        shape: LaunchShape,
     },
     /// Run the image as a program: `_begin`, `_start` (or the `kernels` given, in order, with no
     /// arguments), `_end`.
     RunMain {
         argv: Vec<Vec<u8>>,
         envp: Vec<Vec<u8>>,
-        threads: [u32; 3],
-        blocks: [u32; 3],
+        #[serde(with = "LaunchShapeJson")]
+        shape: LaunchShape,
         kernels: Vec<String>,
         print_resource_usage: bool,
-    },
-}
-
-impl Command {
-    pub fn shape(threads: [u32; 3], blocks: [u32; 3]) -> LaunchShape {
-        LaunchShape { threads, blocks }
-    }
-}
-
-/// How a run ended, as the worker saw it.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub enum RunEnd {
-    /// Every launch completed; for `RunMain`, the combined `main` status.
-    Completed {
-        status: i32,
-    },
-    Exited {
-        code: i32,
-    },
-    Aborted,
-    Faulted {
-        error: String,
-    },
-    TimedOut {
-        millis: u64,
-    },
-    /// The worker could not do what was asked (missing kernel, backend error).
-    Failed {
-        error: String,
     },
 }
 
@@ -72,8 +43,14 @@ pub enum Event {
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     Panic(PanicReport),
-    /// The current command finished.
-    Done(RunEnd),
+    /// The current command's launch ended, as the backend reported it (for `RunMain`, a
+    /// non-zero status from `main` is [`LaunchEnd::Exited`]).
+    Ended(LaunchEnd),
+    /// The worker could not run the current command (a missing kernel, a backend error); it
+    /// is still usable.
+    Refused {
+        error: String,
+    },
     /// Opening the device or loading the image failed; the worker exits next.
     StartFailed {
         error: String,
@@ -84,8 +61,9 @@ const TAG_READY: u8 = 1;
 const TAG_STDOUT: u8 = 2;
 const TAG_STDERR: u8 = 3;
 const TAG_PANIC: u8 = 4;
-const TAG_DONE: u8 = 5;
+const TAG_ENDED: u8 = 5;
 const TAG_START_FAILED: u8 = 6;
+const TAG_REFUSED: u8 = 7;
 const TAG_COMMAND: u8 = 16;
 
 /// Which of a worker's concurrent runs a frame belongs to.
@@ -158,6 +136,29 @@ struct PanicReportJson {
 #[derive(Serialize, Deserialize)]
 struct PanicFrame(#[serde(with = "PanicReportJson")] PanicReport);
 
+/// The JSON form of a [`LaunchShape`] (see [`PanicReportJson`]).
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "LaunchShape")]
+struct LaunchShapeJson {
+    threads: [u32; 3],
+    blocks: [u32; 3],
+}
+
+/// The JSON form of a [`LaunchEnd`] (see [`PanicReportJson`]).
+#[derive(Serialize, Deserialize)]
+#[serde(remote = "LaunchEnd")]
+enum LaunchEndJson {
+    Completed,
+    Exited(i32),
+    Aborted,
+    Faulted(String),
+    TimedOut(Duration),
+}
+
+/// An end frame's payload.
+#[derive(Serialize, Deserialize)]
+struct EndFrame(#[serde(with = "LaunchEndJson")] LaunchEnd);
+
 fn json<T: Serialize>(value: &T) -> io::Result<Vec<u8>> {
     serde_json::to_vec(value).map_err(|e| invalid(e.to_string()))
 }
@@ -190,7 +191,8 @@ pub fn write_event(out: &mut impl Write, slot: Slot, event: &Event) -> io::Resul
         Event::Panic(report) => {
             write_frame(out, TAG_PANIC, slot, &json(&PanicFrame(report.clone()))?)
         }
-        Event::Done(end) => write_frame(out, TAG_DONE, slot, &json(end)?),
+        Event::Ended(end) => write_frame(out, TAG_ENDED, slot, &json(&EndFrame(end.clone()))?),
+        Event::Refused { error } => write_frame(out, TAG_REFUSED, slot, error.as_bytes()),
         Event::StartFailed { error } => write_frame(out, TAG_START_FAILED, slot, error.as_bytes()),
     }
 }
@@ -284,7 +286,10 @@ pub fn read_event(input: &mut impl Read) -> io::Result<Option<(Slot, Event)>> {
             TAG_STDOUT => Event::Stdout(payload),
             TAG_STDERR => Event::Stderr(payload),
             TAG_PANIC => Event::Panic(from_json::<PanicFrame>(&payload)?.0),
-            TAG_DONE => Event::Done(from_json(&payload)?),
+            TAG_ENDED => Event::Ended(from_json::<EndFrame>(&payload)?.0),
+            TAG_REFUSED => Event::Refused {
+                error: text(payload),
+            },
             TAG_START_FAILED => Event::StartFailed {
                 error: text(payload),
             },
@@ -313,7 +318,12 @@ mod tests {
                 thread: [1, 2, 3],
                 block: [4, 5, 6],
             }),
-            Event::Done(RunEnd::Exited { code: 7 }),
+            Event::Ended(LaunchEnd::Exited(7)),
+            Event::Ended(LaunchEnd::Faulted("illegal address".into())),
+            Event::Ended(LaunchEnd::TimedOut(Duration::from_millis(1500))),
+            Event::Refused {
+                error: "no kernel".into(),
+            },
             Event::StartFailed {
                 error: "nope".into(),
             },
@@ -360,7 +370,7 @@ mod tests {
         buffer.push_output(0, true, b"e\n");
         buffer.push_output(1, true, b"f\n");
         buffer.push(1, &Event::Stderr(b"g\n".to_vec())).unwrap();
-        buffer.push(0, &Event::Done(RunEnd::Aborted)).unwrap();
+        buffer.push(0, &Event::Ended(LaunchEnd::Aborted)).unwrap();
         buffer.push_output(0, false, b"c\n");
         let mut input = buffer.as_bytes();
         let mut events = Vec::new();
@@ -373,7 +383,7 @@ mod tests {
                 (0, Event::Stdout(b"a\nb\n".to_vec())),
                 (0, Event::Stderr(b"e\n".to_vec())),
                 (1, Event::Stderr(b"f\ng\n".to_vec())),
-                (0, Event::Done(RunEnd::Aborted)),
+                (0, Event::Ended(LaunchEnd::Aborted)),
                 (0, Event::Stdout(b"c\n".to_vec())),
             ]
         );
@@ -385,8 +395,7 @@ mod tests {
     fn commands_round_trip() {
         let command = Command::RunTest {
             kernel: "__gpurun_test_x".into(),
-            threads: [32, 1, 1],
-            blocks: [2, 1, 1],
+            shape: LaunchShape::blocks(2).threads(32),
         };
         let mut wire = Vec::new();
         write_command(&mut wire, 3, &command).unwrap();

@@ -5,7 +5,7 @@
 //! its own `dlopen`ed copy of the library. Tests in different slots run at the same time and
 //! their output never mixes, because every frame names its slot.
 
-use crate::protocol::{self, Command, Event, FrameBuffer, RunEnd, Slot, MAX_SLOTS};
+use crate::protocol::{self, Command, Event, FrameBuffer, Slot, MAX_SLOTS};
 use gpurun_hal::handlers::{PanicReport, Sink};
 use gpurun_hal::{
     kernel_args, select, BackendError, BackendKind, LaunchEnd, LaunchShape, LoadOptions, Module,
@@ -426,13 +426,20 @@ impl SlotSetup {
         );
         let mut sink = SlotSink { pipe, slot };
         for command in commands {
-            let end = run_command(module.as_mut(), command, &mut sink);
-            // After these the module (or its threads, or the whole context) cannot be trusted.
-            let fatal = !matches!(end, RunEnd::Completed { .. } | RunEnd::Failed { .. });
-            if fatal || pipe.broken.load(Ordering::Relaxed) {
-                pipe.send_last(slot, &Event::Done(end));
+            let event = match run_command(module.as_mut(), command, &mut sink) {
+                Ok(end) => Event::Ended(end),
+                Err(error) => Event::Refused { error },
+            };
+            // After any other end the module (or its threads, or the whole context) cannot be
+            // trusted.
+            let usable = match &event {
+                Event::Ended(end) => end.leaves_module_usable(),
+                _ => true,
+            };
+            if !usable || pipe.broken.load(Ordering::Relaxed) {
+                pipe.send_last(slot, &event);
             }
-            pipe.send(slot, &Event::Done(end));
+            pipe.send(slot, &event);
         }
     }
 
@@ -464,18 +471,20 @@ impl SlotSetup {
     }
 }
 
-fn run_command(module: &mut dyn Module, command: Command, sink: &mut dyn Sink) -> RunEnd {
+/// Runs one command: how its launch ended, or why it could not run.
+fn run_command(
+    module: &mut dyn Module,
+    command: Command,
+    sink: &mut dyn Sink,
+) -> Result<LaunchEnd, String> {
     match command {
-        Command::RunTest {
-            kernel,
-            threads,
-            blocks,
-        } => run_test(module, &kernel, LaunchShape { threads, blocks }, sink),
+        Command::RunTest { kernel, shape } => module
+            .launch(&kernel, shape, &[], None, sink)
+            .map_err(|error| error.to_string()),
         Command::RunMain {
             argv,
             envp,
-            threads,
-            blocks,
+            shape,
             kernels,
             print_resource_usage,
         } => run_main(
@@ -483,38 +492,13 @@ fn run_command(module: &mut dyn Module, command: Command, sink: &mut dyn Sink) -
             &MainRun {
                 argv,
                 envp,
-                shape: LaunchShape { threads, blocks },
+                shape,
                 kernels,
                 print_resource_usage,
             },
             sink,
-        ),
-    }
-}
-
-fn from_launch(end: LaunchEnd, status: i32) -> RunEnd {
-    match end {
-        LaunchEnd::Completed => RunEnd::Completed { status },
-        LaunchEnd::Exited(code) => RunEnd::Exited { code },
-        LaunchEnd::Aborted => RunEnd::Aborted,
-        LaunchEnd::Faulted(error) => RunEnd::Faulted { error },
-        LaunchEnd::TimedOut(after) => RunEnd::TimedOut {
-            millis: after.as_millis() as u64,
-        },
-    }
-}
-
-fn run_test(
-    module: &mut dyn Module,
-    kernel: &str,
-    shape: LaunchShape,
-    sink: &mut dyn Sink,
-) -> RunEnd {
-    match module.launch(kernel, shape, &[], None, sink) {
-        Ok(end) => from_launch(end, 0),
-        Err(error) => RunEnd::Failed {
-            error: error.to_string(),
-        },
+        )
+        .map_err(|error| error.to_string()),
     }
 }
 
@@ -526,20 +510,14 @@ struct MainRun {
     print_resource_usage: bool,
 }
 
-fn run_main(module: &mut dyn Module, run: &MainRun, sink: &mut dyn Sink) -> RunEnd {
-    match try_run_main(module, run, sink) {
-        Ok(end) => end,
-        Err(error) => RunEnd::Failed {
-            error: error.to_string(),
-        },
-    }
-}
-
-fn try_run_main(
+/// Runs the image as a program (LLVM libc's `_begin`, `_start`, `_end`, or the `kernels`
+/// given). A non-zero status from `main` ends it as [`LaunchEnd::Exited`], as returning from a
+/// C `main` is calling `exit`.
+fn run_main(
     module: &mut dyn Module,
     run: &MainRun,
     sink: &mut dyn Sink,
-) -> Result<RunEnd, BackendError> {
+) -> Result<LaunchEnd, BackendError> {
     let report_usage = |module: &dyn Module, kernel: &str, sink: &mut dyn Sink| {
         if run.print_resource_usage {
             let text = match module.resource_usage(kernel) {
@@ -559,10 +537,10 @@ fn try_run_main(
             report_usage(module, kernel, sink);
             let end = module.launch(kernel, run.shape, &[], None, sink)?;
             if end != LaunchEnd::Completed {
-                return Ok(from_launch(end, 0));
+                return Ok(end);
             }
         }
-        return Ok(RunEnd::Completed { status: 0 });
+        return Ok(LaunchEnd::Completed);
     }
     let argv_size = kernel_args::pack_strings(&run.argv, 0).len();
     let envp_size = kernel_args::pack_strings(&run.envp, 0).len();
@@ -584,23 +562,26 @@ fn try_run_main(
     let end = module.launch("_begin", LaunchShape::SINGLE, &begin, None, sink);
     match end {
         Ok(LaunchEnd::Completed) | Err(BackendError::MissingSymbol { .. }) => {}
-        Ok(other) => return Ok(from_launch(other, 0)),
+        Ok(other) => return Ok(other),
         Err(error) => return Err(error),
     }
     report_usage(module, "_start", sink);
     let start = kernel_args::start_args(argc, argv_mem.device, envp_mem.device, ret_address);
     let end = module.launch("_start", run.shape, &start, None, sink)?;
     if end != LaunchEnd::Completed {
-        return Ok(from_launch(end, 0));
+        return Ok(end);
     }
     let word = module.read_device(ret_address, 4)?;
     let status = <[u8; 4]>::try_from(word.as_slice()).map_or(0, i32::from_le_bytes);
     match module.launch("_end", LaunchShape::SINGLE, &[], None, sink) {
         Ok(LaunchEnd::Completed) | Err(BackendError::MissingSymbol { .. }) => {}
-        Ok(other) => return Ok(from_launch(other, status)),
+        Ok(other) => return Ok(other),
         Err(error) => return Err(error),
     }
-    Ok(RunEnd::Completed { status })
+    Ok(match status {
+        0 => LaunchEnd::Completed,
+        status => LaunchEnd::Exited(status),
+    })
 }
 
 fn show(value: Option<u64>) -> String {

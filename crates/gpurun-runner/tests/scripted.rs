@@ -3,11 +3,9 @@
 //! and re-runs are tested without a GPU, a fixture or a nightly.
 
 use gpurun_hal::scripted::{test, ImageSpec, Script, Step, SCRIPT_ENV};
-use gpurun_hal::BackendKind;
-use gpurun_harness::{Executor, ShouldPanic, TestCase, TestEnd, TestRun};
-use gpurun_runner::{
-    Command, Event, RunEnd, WorkerEnd, WorkerExecutor, WorkerHandle, WorkerOptions,
-};
+use gpurun_hal::{BackendKind, LaunchShape};
+use gpurun_harness::{Executor, LaunchEnd, TestDesc, TestEnd, TestRun};
+use gpurun_runner::{Command, Event, WorkerExecutor, WorkerHandle, WorkerOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -44,7 +42,7 @@ struct Setup {
     dir: PathBuf,
     image: PathBuf,
     script: PathBuf,
-    tests: Vec<TestCase>,
+    tests: Vec<TestDesc>,
 }
 
 impl Setup {
@@ -65,25 +63,11 @@ impl Setup {
         };
         let script_path = dir.join("script.json");
         std::fs::write(&script_path, serde_json::to_vec(&script).unwrap()).unwrap();
-        let tests = descs
-            .iter()
-            .map(|desc| TestCase {
-                name: desc.name.clone(),
-                kernel: desc.kernel.clone(),
-                ignored: false,
-                ignore_reason: None,
-                should_panic: ShouldPanic::No,
-                threads: desc.threads,
-                blocks: desc.blocks,
-                source_file: None,
-                panic_ends_wavefront: None,
-            })
-            .collect();
         Setup {
             dir,
             image,
             script: script_path,
-            tests,
+            tests: descs,
         }
     }
 
@@ -136,7 +120,8 @@ fn check(condition: bool, what: impl FnOnce() -> String) -> Result<(), Failed> {
 fn passed(run: &TestRun) -> bool {
     matches!(
         run.end,
-        TestEnd::Completed {
+        TestEnd::Ran {
+            end: LaunchEnd::Completed,
             first_panic: None,
             ..
         }
@@ -170,7 +155,8 @@ fn results_and_output() -> Result<(), Failed> {
         || format!("{:?} {:?}", talks.stdout, talks.stderr),
     )?;
     match &runs["panics"].end {
-        TestEnd::Completed {
+        TestEnd::Ran {
+            end: LaunchEnd::Completed,
             first_panic: Some(report),
             panicked_threads: 1,
         } => check(report.message == "boom" && report.line == 3, || {
@@ -202,14 +188,33 @@ fn ends_of_one_test() -> Result<(), Failed> {
     );
     let runs = setup.run_all(5, Duration::from_millis(1500));
     check(
-        matches!(runs["exits"].end, TestEnd::Exited { code: 3 }),
+        matches!(
+            runs["exits"].end,
+            TestEnd::Ran {
+                end: LaunchEnd::Exited(3),
+                ..
+            }
+        ),
         || format!("{:?}", runs["exits"].end),
     )?;
-    check(matches!(runs["aborts"].end, TestEnd::Aborted), || {
-        format!("{:?}", runs["aborts"].end)
-    })?;
     check(
-        matches!(runs["hangs"].end, TestEnd::TimedOut { .. }),
+        matches!(
+            runs["aborts"].end,
+            TestEnd::Ran {
+                end: LaunchEnd::Aborted,
+                ..
+            }
+        ),
+        || format!("{:?}", runs["aborts"].end),
+    )?;
+    check(
+        matches!(
+            runs["hangs"].end,
+            TestEnd::Ran {
+                end: LaunchEnd::TimedOut(_),
+                ..
+            }
+        ),
         || format!("{:?}", runs["hangs"].end),
     )?;
     for name in ["fine_a", "fine_b"] {
@@ -237,7 +242,7 @@ fn crash_reruns() -> Result<(), Failed> {
     let runs = setup.run_all(2, Duration::from_secs(30));
     let crashes = &runs["crashes"];
     check(
-        matches!(&crashes.end, TestEnd::Faulted { error } if error.contains("SIGABRT") || error.contains("signal")),
+        matches!(&crashes.end, TestEnd::Ran { end: LaunchEnd::Faulted(error), .. } if error.contains("SIGABRT") || error.contains("signal")),
         || format!("{:?}", crashes.end),
     )?;
     let bystander = &runs["bystander"];
@@ -264,7 +269,7 @@ fn fault_reruns() -> Result<(), Failed> {
     );
     let runs = setup.run_all(2, Duration::from_secs(30));
     check(
-        matches!(&runs["faults"].end, TestEnd::Faulted { error } if error.contains("ILLEGAL_ADDRESS")),
+        matches!(&runs["faults"].end, TestEnd::Ran { end: LaunchEnd::Faulted(error), .. } if error.contains("ILLEGAL_ADDRESS")),
         || format!("{:?}", runs["faults"].end),
     )?;
     check(passed(&runs["bystander"]), || {
@@ -277,7 +282,7 @@ fn start_failure() -> Result<(), Failed> {
     std::fs::remove_file(&setup.script).unwrap();
     let runs = setup.run_all(1, Duration::from_secs(30));
     check(
-        matches!(&runs["any"].end, TestEnd::Infrastructure { error } if error.contains("script")),
+        matches!(&runs["any"].end, TestEnd::NotRun(error) if error.contains("script")),
         || format!("{:?}", runs["any"].end),
     )
 }
@@ -294,17 +299,15 @@ fn program() -> Result<(), Failed> {
     let mut stdout = Vec::new();
     let command = Command::RunTest {
         kernel: setup.tests[0].kernel.clone(),
-        threads: [1, 1, 1],
-        blocks: [1, 1, 1],
+        shape: LaunchShape::SINGLE,
     };
     let end = worker.run(0, &command, Some(Duration::from_secs(30)), &mut |event| {
         if let Event::Stdout(bytes) = event {
             stdout.extend_from_slice(&bytes);
         }
     });
-    check(
-        matches!(end, WorkerEnd::Done(RunEnd::Exited { code: 7 })),
-        || format!("{end:?}"),
-    )?;
+    check(matches!(end, Ok(LaunchEnd::Exited(7))), || {
+        format!("{end:?}")
+    })?;
     check(stdout == b"from main\n", || format!("{stdout:?}"))
 }

@@ -19,48 +19,6 @@ use crate::launch_args::{Arg, DeviceCopy, KernelArgs};
 use crate::signature::{self, ParamSpec};
 use crate::{BufferTooSmall, DevicePanic, Error};
 
-/// A launch shape: `Shape::blocks(n).threads(256)` (x only), or [`Shape::grid`] for three
-/// dimensions. Both default to 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shape {
-    /// Threads per block (x, y, z).
-    pub threads: [u32; 3],
-    /// Blocks per grid (x, y, z).
-    pub blocks: [u32; 3],
-}
-
-impl Shape {
-    /// `count` blocks (x) of one thread each; set the threads with [`Shape::threads`].
-    pub fn blocks(count: u32) -> Shape {
-        Shape {
-            threads: [1, 1, 1],
-            blocks: [count, 1, 1],
-        }
-    }
-
-    /// `count` threads per block (x).
-    pub fn threads(self, count: u32) -> Shape {
-        Shape {
-            threads: [count, 1, 1],
-            ..self
-        }
-    }
-
-    /// Both in three dimensions.
-    pub fn grid(blocks: [u32; 3], threads: [u32; 3]) -> Shape {
-        Shape { threads, blocks }
-    }
-}
-
-impl From<Shape> for LaunchShape {
-    fn from(shape: Shape) -> LaunchShape {
-        LaunchShape {
-            threads: shape.threads,
-            blocks: shape.blocks,
-        }
-    }
-}
-
 /// What a kernel printed during one launch.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Output {
@@ -218,7 +176,8 @@ impl Gpu {
             .kernels()
             .iter()
             .filter_map(|kernel| {
-                gpurun_build::suite::panic_ends_wavefront(&image, &kernel.name)
+                kernel
+                    .panic_ends_wavefront()
                     .map(|lanes| (kernel.name.clone(), lanes))
             })
             .collect();
@@ -309,7 +268,7 @@ impl Gpu {
     pub fn launch(
         &self,
         kernel: &str,
-        shape: Shape,
+        shape: LaunchShape,
         args: impl KernelArgs,
     ) -> Result<Output, Error> {
         if !self.kernels.iter().any(|name| name == kernel) {
@@ -355,7 +314,7 @@ impl Gpu {
         };
         let end = self.module.borrow_mut().launch(
             kernel,
-            shape.into(),
+            shape,
             &args,
             Some(self.timeout),
             &mut collect,

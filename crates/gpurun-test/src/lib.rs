@@ -20,12 +20,12 @@
 //!   results back and compare with a CPU reference.
 //!
 //!   ```no_run
-//!   use gpurun_test::{DeviceCrate, Shape};
+//!   use gpurun_test::{DeviceCrate, LaunchShape};
 //!   # fn main() -> Result<(), gpurun_test::Error> {
 //!   let gpu = DeviceCrate::new("kernels").load()?;
 //!   let x = gpu.buffer_from(&[1.0f32, 2.0, 3.0])?;
 //!   let mut y = gpu.buffer_from(&[1.0f32; 3])?;
-//!   gpu.launch("saxpy", Shape::blocks(1).threads(256), (2.0f32, &x, &mut y, 3usize))?;
+//!   gpu.launch("saxpy", LaunchShape::blocks(1).threads(256), (2.0f32, &x, &mut y, 3usize))?;
 //!   assert_eq!(y.to_vec()?, [3.0, 5.0, 7.0]);
 //!   # Ok(()) }
 //!   ```
@@ -52,9 +52,10 @@ use std::time::Duration;
 use gpurun_build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
 
-pub use gpu::{Buffer, Gpu, Output, Shape};
+pub use gpu::{Buffer, Gpu, Output};
 pub use gpurun_hal::kernel_args::KernelArg;
 pub use gpurun_hal::BackendKind;
+pub use gpurun_hal::LaunchShape;
 pub use launch_args::{Arg, DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
 pub use trials::WORKER_FLAG;
 

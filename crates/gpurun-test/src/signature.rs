@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use gpurun_hal::kernel_args::KernelArg;
 use gpurun_image::{Factor, KernelSignature, ParamKind};
 
-use crate::gpu::Shape;
 use crate::launch_args::Arg;
+use gpurun_hal::LaunchShape;
 
 /// One declared parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,7 +202,7 @@ pub(crate) struct TooSmall {
 pub(crate) fn check_lengths(
     params: &[ParamSpec],
     args: &[Arg],
-    shape: Shape,
+    shape: LaunchShape,
 ) -> Result<(), TooSmall> {
     for (index, (spec, arg)) in params.iter().zip(args).enumerate() {
         let Arg::Buffer { bytes, .. } = *arg else {
@@ -435,7 +435,7 @@ mod tests {
     #[test]
     fn buffers_must_hold_the_declared_length() {
         let params = described();
-        let shape = Shape::blocks(2).threads(3);
+        let shape = LaunchShape::blocks(2).threads(3);
         let args = |x_bytes, y_bytes, n| {
             [
                 Arg::Scalar(KernelArg::F32(1.0)),

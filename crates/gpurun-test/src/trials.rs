@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use gpurun_hal::{select, BackendKind};
 use gpurun_harness::outcome::{judge, panic_text, Verdict};
-use gpurun_harness::{Executor, TestCase};
+use gpurun_harness::{Executor, TestDesc};
 use gpurun_runner::{WorkerExecutor, WorkerOptions, WorkerSpec};
 use libtest_mimic::{Arguments, Failed, Trial};
 
@@ -77,7 +77,7 @@ impl DeviceCrate {
                     })
                 }
             };
-            let tests = gpurun_build::suite::test_cases(image);
+            let tests = image.tests().to_vec();
             if !tests.is_empty() {
                 let backend = select::kind_for_image(image.kind());
                 with_tests.push((suite, backend, tests));
@@ -144,7 +144,7 @@ fn worker_options(backend: BackendKind) -> WorkerOptions {
 /// Runs one device test and turns the harness's verdict into the trial's result: a failure
 /// message with what libtest would show for it (device output, panic text with location, and
 /// the harness's note).
-fn run_trial(executor: &dyn Executor, test: &TestCase, nocapture: bool) -> Result<(), Failed> {
+fn run_trial(executor: &dyn Executor, test: &TestDesc, nocapture: bool) -> Result<(), Failed> {
     let run = executor.run(test);
     let mut output = run.stdout;
     output.extend_from_slice(&run.stderr);
@@ -155,9 +155,8 @@ fn run_trial(executor: &dyn Executor, test: &TestCase, nocapture: bool) -> Resul
         eprint!("{output}");
     }
     let note = match judge(test, &run.end) {
-        Verdict::Passed => return Ok(()),
-        Verdict::Failed => None,
-        Verdict::FailedWithMessage(message) => Some(message),
+        Verdict::Passed | Verdict::Ignored => return Ok(()),
+        Verdict::Failed { message } => message,
     };
     let mut message = if nocapture { String::new() } else { output };
     message.push_str(&panic_text(test, &run.end));
@@ -178,14 +177,14 @@ fn run_trial(executor: &dyn Executor, test: &TestCase, nocapture: bool) -> Resul
 mod tests {
     use super::*;
     use gpurun_harness::testing::{panic_report, panicked_end, CLEAN};
-    use gpurun_harness::{ShouldPanic, TestEnd, TestRun};
+    use gpurun_harness::{LaunchEnd, ShouldPanic, TestEnd, TestRun};
     use std::time::Duration;
 
     /// Plays back one fixed run.
     struct Fixed(TestRun);
 
     impl Executor for Fixed {
-        fn run(&self, _test: &TestCase) -> TestRun {
+        fn run(&self, _test: &TestDesc) -> TestRun {
             self.0.clone()
         }
     }
@@ -203,7 +202,7 @@ mod tests {
         panicked_end(panic_report(message, 7, [0, 0, 0], [0, 0, 0]), 1)
     }
 
-    fn failure(executor: &Fixed, test: &TestCase) -> String {
+    fn failure(executor: &Fixed, test: &TestDesc) -> String {
         run_trial(executor, test, false)
             .expect_err("the trial should fail")
             .message()
@@ -213,7 +212,7 @@ mod tests {
 
     #[test]
     fn a_panic_fails_with_output_message_and_location() {
-        let test = TestCase::new("tests::t");
+        let test = TestDesc::new("tests::t");
         let message = failure(&run(panicked("boom"), "printed\n"), &test);
         assert!(message.starts_with("printed\n"), "{message}");
         assert!(
@@ -225,9 +224,9 @@ mod tests {
 
     #[test]
     fn should_panic_follows_the_harness_rules() {
-        let expected = TestCase {
+        let expected = TestDesc {
             should_panic: ShouldPanic::Expected("boom".into()),
-            ..TestCase::new("tests::t")
+            ..TestDesc::new("tests::t")
         };
         assert!(run_trial(&run(panicked("a boom"), ""), &expected, false).is_ok());
         let message = failure(&run(panicked("other"), ""), &expected);
@@ -270,17 +269,13 @@ mod tests {
 
     #[test]
     fn faults_and_timeouts_fail_with_a_note() {
-        let test = TestCase::new("tests::t");
-        let fault = TestEnd::Faulted {
-            error: "signal 11".into(),
-        };
+        let test = TestDesc::new("tests::t");
+        let fault = TestEnd::launch(LaunchEnd::Faulted("signal 11".into()));
         assert_eq!(
             failure(&run(fault, ""), &test),
             "note: device fault: signal 11"
         );
-        let timeout = TestEnd::TimedOut {
-            after: Duration::from_secs(2),
-        };
+        let timeout = TestEnd::launch(LaunchEnd::TimedOut(Duration::from_secs(2)));
         assert_eq!(
             failure(&run(timeout, ""), &test),
             "note: test timed out after 2s"

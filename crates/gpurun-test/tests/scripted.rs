@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use gpurun_hal::scripted::{test, ImageSpec, Script, Step, SCRIPT_ENV};
-use gpurun_test::{BackendKind, Error, Gpu, Shape};
+use gpurun_test::{BackendKind, Error, Gpu, LaunchShape};
 
 const KERNELS: [&str; 7] = [
     "prints", "panics", "faults", "hangs", "exits", "aborts", "quiet",
@@ -68,13 +68,16 @@ fn open(timeout: Duration) -> Gpu {
 
 /// Launches the scripted kernel `name` on one block, which must fail.
 fn launch_error(gpu: &Gpu, name: &str) -> Error {
-    gpu.launch(&kernel(name), Shape::blocks(1), ()).unwrap_err()
+    gpu.launch(&kernel(name), LaunchShape::blocks(1), ())
+        .unwrap_err()
 }
 
 #[test]
 fn output_comes_back_and_is_echoed() {
     let gpu = open(Duration::from_secs(10));
-    let output = gpu.launch(&kernel("prints"), Shape::blocks(1), ()).unwrap();
+    let output = gpu
+        .launch(&kernel("prints"), LaunchShape::blocks(1), ())
+        .unwrap();
     assert_eq!(output.stdout_text(), "hello\n");
     assert_eq!(output.stderr_text(), "warn\n");
 }
@@ -101,7 +104,8 @@ fn a_panic_is_an_error_with_message_location_and_output() {
         "{text}"
     );
     // A panic ends only the thread: the image still runs kernels.
-    gpu.launch(&kernel("quiet"), Shape::blocks(1), ()).unwrap();
+    gpu.launch(&kernel("quiet"), LaunchShape::blocks(1), ())
+        .unwrap();
 }
 
 #[test]
@@ -134,7 +138,7 @@ fn exit_and_abort_are_errors() {
 #[test]
 fn a_missing_kernel_is_refused_before_launch() {
     let gpu = open(Duration::from_secs(10));
-    let error = gpu.launch("nope", Shape::blocks(1), ()).unwrap_err();
+    let error = gpu.launch("nope", LaunchShape::blocks(1), ()).unwrap_err();
     let text = error.to_string();
     assert!(
         text.contains("no kernel named `nope`") && text.contains(&kernel("quiet")),
@@ -157,7 +161,7 @@ fn buffers_round_trip_and_belong_to_their_image() {
     ));
     let other = open(Duration::from_secs(10));
     let error = other
-        .launch(&kernel("quiet"), Shape::blocks(1), (1u32, &buffer))
+        .launch(&kernel("quiet"), LaunchShape::blocks(1), (1u32, &buffer))
         .unwrap_err();
     assert!(
         matches!(error, Error::ForeignBuffer { index: 1, .. }),
@@ -171,7 +175,7 @@ fn arguments_a_ptx_kernel_does_not_take_are_refused_before_launch() {
     // The scripted image's kernels are PTX `.entry`s without parameters; `prints` would print
     // if it ran.
     let error = gpu
-        .launch(&kernel("prints"), Shape::blocks(1), (1u32,))
+        .launch(&kernel("prints"), LaunchShape::blocks(1), (1u32,))
         .unwrap_err();
     assert!(matches!(error, Error::Arguments { .. }), "{error}");
     assert_eq!(
@@ -210,7 +214,7 @@ fn real_ptx_signatures_are_checked() {
     .unwrap();
     let x = gpu.buffer_from(&[1.0f32, 2.0]).unwrap();
     let mut y = gpu.buffer::<f32>(2).unwrap();
-    let shape = Shape::blocks(1).threads(2);
+    let shape = LaunchShape::blocks(1).threads(2);
     gpu.launch("saxpy", shape, (2.0f32, &x, &mut y, 2usize))
         .unwrap();
     let wrong_type = gpu

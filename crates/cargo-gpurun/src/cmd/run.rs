@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use gpurun_hal::{LaunchEnd, LaunchShape};
 use gpurun_image::Image;
-use gpurun_runner::{Command, Event, RunEnd, WorkerEnd, WorkerHandle, WorkerOptions};
+use gpurun_runner::{Command, Event, RunError, WorkerHandle, WorkerOptions};
 
-use gpurun_build::suite::{test_cases, DEFAULT_TEST_TIMEOUT};
+use gpurun_build::suite::DEFAULT_TEST_TIMEOUT;
 
 use super::device::{backend_for, options, start_failure, DeviceArgs};
 use super::test::test_executor;
@@ -97,8 +98,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let command = Command::RunMain {
         argv,
         envp: gpurun_hal::kernel_args::environment_strings(),
-        threads: [args.threads_x, args.threads_y, args.threads_z],
-        blocks: [args.blocks_x, args.blocks_y, args.blocks_z],
+        shape: LaunchShape::grid(
+            [args.blocks_x, args.blocks_y, args.blocks_z],
+            [args.threads_x, args.threads_y, args.threads_z],
+        ),
         kernels: args.kernels.clone(),
         print_resource_usage: args.print_resource_usage,
     };
@@ -130,32 +133,32 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
                 report.file, report.line, report.column, report.message
             );
         }
-        Event::Ready { .. } | Event::StartFailed { .. } | Event::Done(_) => {}
+        Event::Ready { .. }
+        | Event::StartFailed { .. }
+        | Event::Ended(_)
+        | Event::Refused { .. } => {}
     });
     let _ = std::io::stdout().flush();
     match end {
-        WorkerEnd::Done(RunEnd::Completed { status }) => {
-            if panicked && status == 0 {
-                Ok(exit_code::code(exit_code::PANICKED))
-            } else {
-                Ok(exit_code::code(status))
-            }
-        }
-        WorkerEnd::Done(RunEnd::Exited { code }) => Ok(exit_code::code(code)),
-        WorkerEnd::Done(RunEnd::Aborted) => {
+        Ok(LaunchEnd::Completed) if panicked => Ok(exit_code::code(exit_code::PANICKED)),
+        Ok(LaunchEnd::Completed) => Ok(exit_code::code(exit_code::SUCCESS)),
+        Ok(LaunchEnd::Exited(code)) => Ok(exit_code::code(code)),
+        Ok(LaunchEnd::Aborted) => {
             eprintln!("error: the device program aborted");
             let _ = std::io::stderr().flush();
             // Exit as a host abort would: killed by SIGABRT.
             std::process::abort()
         }
-        WorkerEnd::Done(RunEnd::Faulted { error }) => bail!("device fault: {error}"),
-        WorkerEnd::Done(RunEnd::Failed { error }) => bail!("{error}"),
-        WorkerEnd::Done(RunEnd::TimedOut { .. }) | WorkerEnd::TimedOut(_) => {
-            let secs = timeout.map_or(0.0, |t| t.as_secs_f64());
-            eprintln!("error: the device program timed out after {secs}s");
+        Ok(LaunchEnd::Faulted(error)) => bail!("device fault: {error}"),
+        Ok(LaunchEnd::TimedOut(after)) => {
+            eprintln!(
+                "error: the device program timed out after {}s",
+                after.as_secs_f64()
+            );
             Ok(exit_code::code(exit_code::TIMED_OUT))
         }
-        WorkerEnd::Died(how) => bail!("the device program crashed: {how}"),
+        Err(RunError::Refused(error)) => bail!("{error}"),
+        Err(RunError::Died(how)) => bail!("the device program crashed: {how}"),
     }
 }
 
@@ -185,7 +188,7 @@ fn run_test_image(
         &harness_args,
         timeout,
     )?;
-    let tests = test_cases(image);
+    let tests = image.tests().to_vec();
     let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
     Ok(exit_code::code(code))
 }

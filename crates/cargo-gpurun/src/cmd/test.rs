@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use gpurun_build::suite::{self, test_cases, DEFAULT_TEST_TIMEOUT};
+use gpurun_build::suite::{self, DEFAULT_TEST_TIMEOUT};
 use gpurun_build::{BuiltImage, TargetKind};
 use gpurun_hal::BackendKind;
 use gpurun_harness::HarnessArgs;
@@ -55,7 +55,10 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         let built = &suite.built;
         // A broken image fails its own suite; the others still run and report.
         let (tests, kind) = match suite.image {
-            Ok(Some(image)) => (test_cases(&image), backend_for(args.device.backend, &image)),
+            Ok(Some(image)) => (
+                image.tests().to_vec(),
+                backend_for(args.device.backend, &image),
+            ),
             Ok(None) => (Vec::new(), Ok(suite::backend_for_target(built.target))),
             Err(error) => {
                 eprintln!("{:>12} {}", "Running", suite_header(built, &cwd));

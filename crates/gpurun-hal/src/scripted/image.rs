@@ -89,13 +89,7 @@ impl ImageSpec {
 /// A test named `name` (module path `scripted::NAME`) whose kernel is `__gpurun_test_NAME`.
 pub fn test(name: &str) -> TestDesc {
     TestDesc {
-        name: name.to_owned(),
         full_path: format!("scripted::{name}"),
-        kernel: format!("{}{}", symbols::TEST_KERNEL_PREFIX, name.replace("::", "_")),
-        ignored: false,
-        ignore_reason: None,
-        should_panic: gpurun_image::ShouldPanic::No,
-        threads: [1, 1, 1],
-        blocks: [1, 1, 1],
+        ..TestDesc::new(name)
     }
 }

@@ -9,23 +9,23 @@ use std::sync::Arc;
 
 use gpurun_harness::testing::{passed, MockExecutor};
 use gpurun_harness::{
-    run_to_exit_code, HarnessArgs, PanicReport, ShouldPanic, TestCase, TestEnd, TestRun,
+    run_to_exit_code, HarnessArgs, PanicReport, ShouldPanic, TestDesc, TestEnd, TestRun,
 };
 
 const FILE: &str = "libtest_reference.rs";
 
-fn test(name: &str, should_panic: ShouldPanic, ignore: Option<Option<&str>>) -> TestCase {
-    TestCase {
+fn test(name: &str, should_panic: ShouldPanic, ignore: Option<Option<&str>>) -> TestDesc {
+    TestDesc {
         should_panic,
         ignored: ignore.is_some(),
         ignore_reason: ignore.flatten().map(str::to_owned),
-        ..TestCase::new(format!("tests::{name}"))
+        ..TestDesc::new(format!("tests::{name}"))
     }
 }
 
 /// A test whose source location is known, as libtest prints it for "did not panic" failures.
-fn located(test: TestCase, line: u32, column: u32) -> TestCase {
-    TestCase {
+fn located(test: TestDesc, line: u32, column: u32) -> TestDesc {
+    TestDesc {
         source_file: Some(format!("{FILE}:{line}:{column}")),
         ..test
     }
@@ -33,8 +33,8 @@ fn located(test: TestCase, line: u32, column: u32) -> TestCase {
 
 fn panicked_at(message: &str, line: u32, column: u32) -> TestRun {
     TestRun {
-        end: TestEnd::Completed {
-            first_panic: Some(PanicReport {
+        end: TestEnd::completed(
+            Some(PanicReport {
                 message: message.to_owned(),
                 file: FILE.to_owned(),
                 line,
@@ -42,8 +42,8 @@ fn panicked_at(message: &str, line: u32, column: u32) -> TestRun {
                 thread: [0, 0, 0],
                 block: [0, 0, 0],
             }),
-            panicked_threads: 1,
-        },
+            1,
+        ),
         ..passed("")
     }
 }

@@ -6,8 +6,9 @@ use std::io::{self, Write};
 use std::time::Duration;
 
 use crate::command_line::Format;
-use crate::outcome::{ShouldPanic, TestCase};
-use crate::report::{Reported, ResultKind};
+use crate::outcome::Verdict;
+use crate::outcome::{ShouldPanic, TestDesc};
+use crate::report::Reported;
 
 /// libtest's terse mode prints a progress count after this many characters.
 const TERSE_MAX_COLUMN: usize = 88;
@@ -106,7 +107,7 @@ impl<'w> Console<'w> {
         }
     }
 
-    fn test_line(test: &TestCase) -> String {
+    fn test_line(test: &TestDesc) -> String {
         // libtest shows the mode of a test that will actually run.
         if !test.ignored && test.should_panic != ShouldPanic::No {
             format!("test {} - should panic ... ", test.name)
@@ -116,7 +117,7 @@ impl<'w> Console<'w> {
     }
 
     /// Called when a test is handed out (or, for an ignored test, about to be reported).
-    pub(crate) fn test_start(&mut self, test: &TestCase) -> io::Result<()> {
+    pub(crate) fn test_start(&mut self, test: &TestDesc) -> io::Result<()> {
         match self.format {
             Format::Pretty if !self.multithreaded => self.plain(&Self::test_line(test)),
             Format::Pretty | Format::Terse => Ok(()),
@@ -128,7 +129,7 @@ impl<'w> Console<'w> {
     }
 
     /// libtest's warning about a test that is still running.
-    pub(crate) fn slow_test(&mut self, test: &TestCase, after: Duration) -> io::Result<()> {
+    pub(crate) fn slow_test(&mut self, test: &TestDesc, after: Duration) -> io::Result<()> {
         match self.format {
             Format::Pretty | Format::Terse => self.plain(&format!(
                 "test {} has been running for over {} seconds\n",
@@ -143,29 +144,29 @@ impl<'w> Console<'w> {
     }
 
     /// Reports one finished (or ignored) test.
-    pub(crate) fn test_result(&mut self, test: &TestCase, reported: &Reported) -> io::Result<()> {
-        match reported.kind {
-            ResultKind::Passed => self.counts.passed += 1,
-            ResultKind::Failed { .. } => self.counts.failed += 1,
-            ResultKind::Ignored => self.counts.ignored += 1,
+    pub(crate) fn test_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
+        match reported.verdict {
+            Verdict::Passed => self.counts.passed += 1,
+            Verdict::Failed { .. } => self.counts.failed += 1,
+            Verdict::Ignored => self.counts.ignored += 1,
         }
         match self.format {
             Format::Pretty => self.pretty_result(test, reported)?,
             Format::Terse => self.terse_result(test, reported)?,
             Format::Json => self.json_result(test, reported)?,
         }
-        match &reported.kind {
-            ResultKind::Passed => self
+        match &reported.verdict {
+            Verdict::Passed => self
                 .successes
                 .push((test.name.clone(), reported.captured.clone())),
-            ResultKind::Failed { message } => {
+            Verdict::Failed { message } => {
                 let mut output = reported.captured.clone();
                 if let Some(message) = message {
                     output.extend_from_slice(format!("note: {message}").as_bytes());
                 }
                 self.failures.push((test.name.clone(), output));
             }
-            ResultKind::Ignored => {
+            Verdict::Ignored => {
                 if let Some(reason) = &test.ignore_reason {
                     self.ignored_with_reason
                         .push((test.name.clone(), reason.clone()));
@@ -175,29 +176,29 @@ impl<'w> Console<'w> {
         Ok(())
     }
 
-    fn pretty_result(&mut self, test: &TestCase, reported: &Reported) -> io::Result<()> {
+    fn pretty_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
         if self.multithreaded {
             self.plain(&Self::test_line(test))?;
         }
-        match &reported.kind {
-            ResultKind::Passed => self.colored("ok", GREEN)?,
-            ResultKind::Failed { .. } => self.colored("FAILED", RED)?,
-            ResultKind::Ignored => match &test.ignore_reason {
+        match &reported.verdict {
+            Verdict::Passed => self.colored("ok", GREEN)?,
+            Verdict::Failed { .. } => self.colored("FAILED", RED)?,
+            Verdict::Ignored => match &test.ignore_reason {
                 Some(reason) => self.colored(&format!("ignored, {reason}"), YELLOW)?,
                 None => self.colored("ignored", YELLOW)?,
             },
         }
-        if self.report_time && !matches!(reported.kind, ResultKind::Ignored) {
+        if self.report_time && !matches!(reported.verdict, Verdict::Ignored) {
             self.plain(&format!(" <{:.3}s>", reported.duration.as_secs_f64()))?;
         }
         self.plain("\n")
     }
 
-    fn terse_result(&mut self, test: &TestCase, reported: &Reported) -> io::Result<()> {
-        match &reported.kind {
-            ResultKind::Passed => self.terse_char(".", GREEN),
-            ResultKind::Ignored => self.terse_char("i", YELLOW),
-            ResultKind::Failed { .. } => {
+    fn terse_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
+        match &reported.verdict {
+            Verdict::Passed => self.terse_char(".", GREEN),
+            Verdict::Ignored => self.terse_char("i", YELLOW),
+            Verdict::Failed { .. } => {
                 if self.terse_column != 0 {
                     self.terse_progress()?;
                 }
@@ -224,23 +225,23 @@ impl<'w> Console<'w> {
         self.plain(&format!(" {}/{}\n", self.terse_count, self.total))
     }
 
-    fn json_result(&mut self, test: &TestCase, reported: &Reported) -> io::Result<()> {
-        let (event, message) = match &reported.kind {
-            ResultKind::Passed => ("ok", None),
-            ResultKind::Failed { message } => ("failed", message.clone()),
-            ResultKind::Ignored => ("ignored", test.ignore_reason.clone()),
+    fn json_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
+        let (event, message) = match &reported.verdict {
+            Verdict::Passed => ("ok", None),
+            Verdict::Failed { message } => ("failed", message.clone()),
+            Verdict::Ignored => ("ignored", test.ignore_reason.clone()),
         };
         let mut line = format!(
             "{{ \"type\": \"test\", \"name\": \"{}\", \"event\": \"{event}\"",
             json_escape(&test.name)
         );
-        if self.report_time && !matches!(reported.kind, ResultKind::Ignored) {
+        if self.report_time && !matches!(reported.verdict, Verdict::Ignored) {
             line.push_str(&format!(
                 ", \"exec_time\": {}",
                 reported.duration.as_secs_f64()
             ));
         }
-        let show_stdout = self.show_output || !matches!(reported.kind, ResultKind::Passed);
+        let show_stdout = self.show_output || !matches!(reported.verdict, Verdict::Passed);
         if show_stdout && !reported.captured.is_empty() {
             line.push_str(&format!(
                 ", \"stdout\": \"{}\"",
@@ -323,7 +324,7 @@ impl<'w> Console<'w> {
 
     /// `--list`: `NAME: test` lines (plus libtest's count in pretty format, or json discovery
     /// events). Nothing else reaches stdout: nextest parses it strictly.
-    pub(crate) fn list(&mut self, tests: &[TestCase]) -> io::Result<()> {
+    pub(crate) fn list(&mut self, tests: &[TestDesc]) -> io::Result<()> {
         match self.format {
             Format::Pretty | Format::Terse => {
                 for test in tests {
@@ -360,13 +361,13 @@ impl<'w> Console<'w> {
 }
 
 /// One line of libtest's `--logfile` format for a finished test.
-pub(crate) fn log_line(test: &TestCase, reported: &Reported) -> String {
-    let status = match (&reported.kind, &test.ignore_reason) {
-        (ResultKind::Passed, _) => "ok".to_owned(),
-        (ResultKind::Failed { message: None }, _) => "failed".to_owned(),
-        (ResultKind::Failed { message: Some(m) }, _) => format!("failed: {m}"),
-        (ResultKind::Ignored, Some(reason)) => format!("ignored: {reason}"),
-        (ResultKind::Ignored, None) => "ignored".to_owned(),
+pub(crate) fn log_line(test: &TestDesc, reported: &Reported) -> String {
+    let status = match (&reported.verdict, &test.ignore_reason) {
+        (Verdict::Passed, _) => "ok".to_owned(),
+        (Verdict::Failed { message: None }, _) => "failed".to_owned(),
+        (Verdict::Failed { message: Some(m) }, _) => format!("failed: {m}"),
+        (Verdict::Ignored, Some(reason)) => format!("ignored: {reason}"),
+        (Verdict::Ignored, None) => "ignored".to_owned(),
     };
     format!("{status} {}\n", test.name)
 }

@@ -3,19 +3,16 @@
 
 use std::time::Duration;
 
-use crate::outcome::TestEnd;
+use crate::outcome::Verdict;
 use crate::report::console::Counts;
-use crate::report::{Finished, ResultKind};
+use crate::report::Finished;
 
 /// One `::error` workflow command for a failed test, or `None` if the test did not fail.
 pub(crate) fn annotation(finished: &Finished<'_>) -> Option<String> {
-    let ResultKind::Failed { message } = &finished.reported.kind else {
+    let Verdict::Failed { message } = &finished.reported.verdict else {
         return None;
     };
-    let report = finished.run.and_then(|run| match &run.end {
-        TestEnd::Completed { first_panic, .. } => first_panic.as_ref(),
-        _ => None,
-    });
+    let report = finished.run.and_then(|run| run.end.first_panic());
     let mut properties = Vec::new();
     if let Some(report) = report {
         properties.push(format!("file={}", escape_property(&report.file)));

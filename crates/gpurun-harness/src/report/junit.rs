@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase as JunitCase, TestCaseStatus, TestSuite};
 
-use crate::report::{failure_summary, Finished, ResultKind};
+use crate::outcome::Verdict;
+use crate::report::{failure_summary, Finished};
 
 /// Collects test results and writes the report at the end of the run.
 pub(crate) struct JunitReport {
@@ -21,16 +22,16 @@ impl JunitReport {
     }
 
     pub(crate) fn add(&mut self, finished: &Finished<'_>) {
-        let status = match &finished.reported.kind {
-            ResultKind::Passed => TestCaseStatus::success(),
-            ResultKind::Ignored => {
+        let status = match &finished.reported.verdict {
+            Verdict::Passed => TestCaseStatus::success(),
+            Verdict::Ignored => {
                 let mut status = TestCaseStatus::skipped();
                 if let Some(reason) = &finished.test.ignore_reason {
                     status.set_message(reason.as_str());
                 }
                 status
             }
-            ResultKind::Failed { message } => {
+            Verdict::Failed { message } => {
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 let (kind, summary) = failure_summary(finished);
                 status.set_type(kind);

@@ -7,29 +7,21 @@ pub(crate) mod junit;
 
 use std::time::Duration;
 
-use crate::outcome::{TestCase, TestEnd, TestRun};
+use crate::outcome::{LaunchEnd, TestDesc, TestEnd, TestRun, Verdict};
 
 /// A test's result as the reporters see it.
 #[derive(Debug, Clone)]
 pub(crate) struct Reported {
-    pub kind: ResultKind,
+    pub verdict: Verdict,
     /// What libtest would have captured: device stdout, then stderr, then the panic text. Empty
     /// with `--nocapture` (the output was printed when the test ended).
     pub captured: Vec<u8>,
     pub duration: Duration,
 }
 
-/// libtest's three outcomes; `message` is what libtest prints as `note: ...`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum ResultKind {
-    Passed,
-    Failed { message: Option<String> },
-    Ignored,
-}
-
 /// Everything known about one reported test, for the reporters that need more than the console.
 pub(crate) struct Finished<'a> {
-    pub test: &'a TestCase,
+    pub test: &'a TestDesc,
     /// `None` for an ignored test (it never ran).
     pub run: Option<&'a TestRun>,
     pub reported: &'a Reported,
@@ -39,32 +31,36 @@ pub(crate) struct Finished<'a> {
 
 /// The failure's type attribute and one-line summary (CI dashboards show the first line).
 pub(crate) fn failure_summary(finished: &Finished<'_>) -> (&'static str, String) {
-    let message = match &finished.reported.kind {
-        ResultKind::Failed { message } => message.as_deref(),
+    let message = match &finished.reported.verdict {
+        Verdict::Failed { message } => message.as_deref(),
         _ => None,
     };
     let Some(run) = finished.run else {
         return ("failure", message.unwrap_or("test failed").to_owned());
     };
     let kind = match &run.end {
-        TestEnd::Completed { first_panic, .. } => {
-            return match (first_panic, message) {
-                (_, Some(message)) => ("should_panic", message.to_owned()),
-                (Some(report), None) => (
-                    "panic",
-                    format!(
-                        "{} at {}:{}:{}",
-                        report.message, report.file, report.line, report.column
+        TestEnd::Ran {
+            end, first_panic, ..
+        } => match end {
+            LaunchEnd::Completed => {
+                return match (first_panic, message) {
+                    (_, Some(message)) => ("should_panic", message.to_owned()),
+                    (Some(report), None) => (
+                        "panic",
+                        format!(
+                            "{} at {}:{}:{}",
+                            report.message, report.file, report.line, report.column
+                        ),
                     ),
-                ),
-                (None, None) => ("panic", "test panicked".to_owned()),
-            };
-        }
-        TestEnd::Faulted { .. } => "fault",
-        TestEnd::TimedOut { .. } => "timeout",
-        TestEnd::Exited { .. } => "exit",
-        TestEnd::Aborted => "abort",
-        TestEnd::Infrastructure { .. } => "infrastructure",
+                    (None, None) => ("panic", "test panicked".to_owned()),
+                };
+            }
+            LaunchEnd::Faulted(_) => "fault",
+            LaunchEnd::TimedOut(_) => "timeout",
+            LaunchEnd::Exited(_) => "exit",
+            LaunchEnd::Aborted => "abort",
+        },
+        TestEnd::NotRun(_) => "infrastructure",
     };
     (kind, message.unwrap_or("test failed").to_owned())
 }

@@ -1,0 +1,142 @@
+//! A launch: its shape ([`LaunchShape`], plain data every crate uses, the device's test
+//! descriptors included) and, host-side with the `alloc` feature, how it ended ([`LaunchEnd`]):
+//! the one type a backend reports, the worker sends to its parent as is, and the harness reads.
+
+/// Threads per block and blocks per grid, in three dimensions (CUDA's names). Built with
+/// `LaunchShape::blocks(4).threads(256)` (x only) or [`LaunchShape::grid`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LaunchShape {
+    /// Threads per block (x, y, z).
+    pub threads: [u32; 3],
+    /// Blocks per grid (x, y, z).
+    pub blocks: [u32; 3],
+}
+
+impl LaunchShape {
+    /// One block of one thread: what `_begin` and `_end` use.
+    pub const SINGLE: LaunchShape = LaunchShape {
+        threads: [1, 1, 1],
+        blocks: [1, 1, 1],
+    };
+
+    /// `count` blocks (x) of one thread each; set the threads with [`LaunchShape::threads`].
+    pub const fn blocks(count: u32) -> LaunchShape {
+        LaunchShape {
+            threads: [1, 1, 1],
+            blocks: [count, 1, 1],
+        }
+    }
+
+    /// This shape with `count` threads per block (x).
+    pub const fn threads(self, count: u32) -> LaunchShape {
+        LaunchShape {
+            threads: [count, 1, 1],
+            blocks: self.blocks,
+        }
+    }
+
+    /// Blocks and threads in three dimensions.
+    pub const fn grid(blocks: [u32; 3], threads: [u32; 3]) -> LaunchShape {
+        LaunchShape { threads, blocks }
+    }
+
+    /// Threads in one block (saturating: shapes come from images and users).
+    pub fn threads_per_block(&self) -> u64 {
+        product(self.threads)
+    }
+
+    /// Blocks in the grid (saturating).
+    pub fn block_count(&self) -> u64 {
+        product(self.blocks)
+    }
+
+    /// Threads in the whole launch (saturating).
+    pub fn total_threads(&self) -> u64 {
+        self.threads_per_block().saturating_mul(self.block_count())
+    }
+
+    /// Number of grid dimensions in use, as LLVM's loader counts them.
+    pub fn dimensions(&self) -> u32 {
+        if self.blocks[2] > 1 || self.threads[2] > 1 {
+            3
+        } else if self.blocks[1] > 1 || self.threads[1] > 1 {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+fn product(dims: [u32; 3]) -> u64 {
+    dims.iter()
+        .fold(1u64, |acc, &n| acc.saturating_mul(u64::from(n)))
+}
+
+impl Default for LaunchShape {
+    fn default() -> Self {
+        LaunchShape::SINGLE
+    }
+}
+
+impl core::fmt::Display for LaunchShape {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let [tx, ty, tz] = self.threads;
+        let [bx, by, bz] = self.blocks;
+        write!(f, "{bx}x{by}x{bz} blocks of {tx}x{ty}x{tz} threads")
+    }
+}
+
+/// How a launch ended, as far as the backend (or, for a timeout, the process that waited for
+/// it) can tell. Panics are not ends: a panicking thread reports over RPC and ends itself, and
+/// the launch completes.
+#[cfg(feature = "alloc")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LaunchEnd {
+    /// Every thread returned (some may have reported panics).
+    Completed,
+    /// The program ended with this status: the device called `exit()` over RPC, or (loader
+    /// mode) `main` returned it.
+    Exited(i32),
+    /// The device called `abort()`.
+    Aborted,
+    /// The device faulted (illegal address, trap, a crash of host-emulated code); the text
+    /// comes from the driver. Nothing more can run where it ran.
+    Faulted(alloc::string::String),
+    /// The launch ran past this time limit and was stopped.
+    TimedOut(core::time::Duration),
+}
+
+#[cfg(feature = "alloc")]
+impl LaunchEnd {
+    /// Whether the module (or, across processes, the worker) it ran in can run another launch:
+    /// only a completed launch leaves it usable.
+    pub fn leaves_module_usable(&self) -> bool {
+        matches!(self, LaunchEnd::Completed)
+    }
+
+    /// Whether this end belongs to the launch that had it, when it takes down what other
+    /// launches share with it: an exit, an abort or a timeout does; a fault does not (every
+    /// stream of a poisoned CUDA context reports it, so it names no culprit).
+    pub fn names_its_launch(&self) -> bool {
+        !matches!(self, LaunchEnd::Faulted(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LaunchShape;
+
+    #[test]
+    fn builders_and_counts() {
+        let shape = LaunchShape::blocks(4).threads(256);
+        assert_eq!(shape.threads, [256, 1, 1]);
+        assert_eq!(shape.blocks, [4, 1, 1]);
+        assert_eq!(shape.total_threads(), 1024);
+        assert_eq!(shape.dimensions(), 1);
+        let grid = LaunchShape::grid([2, 3, 1], [8, 1, 2]);
+        assert_eq!((grid.block_count(), grid.threads_per_block()), (6, 16));
+        assert_eq!(grid.dimensions(), 3);
+        let huge = LaunchShape::grid([u32::MAX; 3], [u32::MAX; 3]);
+        assert_eq!(huge.total_threads(), u64::MAX);
+    }
+}
