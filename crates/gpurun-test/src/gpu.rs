@@ -333,10 +333,7 @@ impl Gpu {
                 }))),
                 None => Ok(collect.output),
             },
-            LaunchEnd::Faulted(error) => Err(Error::Faulted { kernel, error }),
-            LaunchEnd::TimedOut(after) => Err(Error::TimedOut { kernel, after }),
-            LaunchEnd::Exited(code) => Err(Error::Exited { kernel, code }),
-            LaunchEnd::Aborted => Err(Error::Aborted { kernel }),
+            end => Err(Error::Ended { kernel, end }),
         }
     }
 }

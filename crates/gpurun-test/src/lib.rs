@@ -54,7 +54,7 @@ use gpurun_hal::select::BackendChoice;
 
 pub use gpu::{Buffer, Gpu, Output};
 pub use gpurun_hal::kernel_args::KernelArg;
-pub use gpurun_hal::BackendKind;
+pub use gpurun_hal::{BackendKind, LaunchEnd};
 pub use gpurun_hal::LaunchShape;
 pub use launch_args::{Arg, DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
 pub use trials::WORKER_FLAG;
@@ -102,19 +102,22 @@ pub enum Error {
     /// A device thread panicked; the first report is shown. The kernel ran to its end.
     #[error("{0}")]
     Panicked(Box<DevicePanic>),
-    /// The device faulted (illegal address, trap). The loaded image cannot run more kernels.
-    #[error("kernel `{kernel}` faulted: {error}")]
-    Faulted { kernel: String, error: String },
-    /// The kernel ran past the timeout (see [`DeviceCrate::timeout`]). The loaded image cannot
-    /// run more kernels.
-    #[error("kernel `{kernel}` timed out after {after:?}")]
-    TimedOut { kernel: String, after: Duration },
-    /// The kernel called `exit()`.
-    #[error("kernel `{kernel}` called exit({code})")]
-    Exited { kernel: String, code: i32 },
-    /// The kernel called `abort()`.
-    #[error("kernel `{kernel}` called abort()")]
-    Aborted { kernel: String },
+    /// The launch ended other than by completing: a fault (illegal address, trap), a timeout
+    /// (see [`DeviceCrate::timeout`]), an `exit()` or an `abort()` on the device. After a fault
+    /// or a timeout the loaded image cannot run more kernels.
+    #[error("kernel `{kernel}` {}", ended(end))]
+    Ended { kernel: String, end: LaunchEnd },
+}
+
+/// How [`Error::Ended`] words a launch's end.
+fn ended(end: &LaunchEnd) -> String {
+    match end {
+        LaunchEnd::Completed => "completed".to_owned(),
+        LaunchEnd::Faulted(error) => format!("faulted: {error}"),
+        LaunchEnd::TimedOut(after) => format!("timed out after {after:?}"),
+        LaunchEnd::Exited(code) => format!("called exit({code})"),
+        LaunchEnd::Aborted => "called abort()".to_owned(),
+    }
 }
 
 /// A panic on the device during a host-driven launch ([`Error::Panicked`]).

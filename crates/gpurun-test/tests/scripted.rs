@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use gpurun_hal::scripted::{test, ImageSpec, Script, Step, SCRIPT_ENV};
-use gpurun_test::{BackendKind, Error, Gpu, LaunchShape};
+use gpurun_test::{BackendKind, Error, Gpu, LaunchEnd, LaunchShape};
 
 const KERNELS: [&str; 7] = [
     "prints", "panics", "faults", "hangs", "exits", "aborts", "quiet",
@@ -113,7 +113,7 @@ fn a_fault_is_an_error_and_the_image_refuses_more_launches() {
     let gpu = open(Duration::from_secs(10));
     let error = launch_error(&gpu, "faults");
     assert!(
-        matches!(&error, Error::Faulted { error, .. } if error.contains("illegal address")),
+        matches!(&error, Error::Ended { end: LaunchEnd::Faulted(error), .. } if error.contains("illegal address")),
         "{error}"
     );
     let again = launch_error(&gpu, "quiet");
@@ -124,15 +124,24 @@ fn a_fault_is_an_error_and_the_image_refuses_more_launches() {
 fn a_hang_times_out() {
     let gpu = open(Duration::from_millis(200));
     let error = launch_error(&gpu, "hangs");
-    assert!(matches!(error, Error::TimedOut { .. }), "{error}");
+    assert!(
+        matches!(error, Error::Ended { end: LaunchEnd::TimedOut(_), .. }),
+        "{error}"
+    );
 }
 
 #[test]
 fn exit_and_abort_are_errors() {
     let error = launch_error(&open(Duration::from_secs(10)), "exits");
-    assert!(matches!(error, Error::Exited { code: 3, .. }), "{error}");
+    assert!(
+        matches!(error, Error::Ended { end: LaunchEnd::Exited(3), .. }),
+        "{error}"
+    );
     let error = launch_error(&open(Duration::from_secs(10)), "aborts");
-    assert!(matches!(error, Error::Aborted { .. }), "{error}");
+    assert!(
+        matches!(error, Error::Ended { end: LaunchEnd::Aborted, .. }),
+        "{error}"
+    );
 }
 
 #[test]
