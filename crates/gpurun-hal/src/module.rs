@@ -1,7 +1,7 @@
 //! The one [`Module`] every backend's loaded image becomes: [`LoadedModule`] over the backend's
 //! [`Primitives`]. What is decided here is decided once for every backend: what loading sets up
 //! (the clock frequency, the RPC buffer and client), the checks before a launch, the AMD launch
-//! shape, the launch-and-serve loop ([`crate::launch_loop`]) and what a broken module refuses.
+//! shape, the launch loop (`launch_loop.rs`) and what a broken module refuses.
 
 use crate::handlers::{DeviceMemory, RpcHandlers, Sink};
 use crate::kernel_args::KernelArg;
