@@ -2,8 +2,8 @@
 //! counts, summary lines, listing, filters, should_panic, JSON, JUnit, exit codes, recovery.
 
 use gpurun_tests::{
-    assert_contains, assert_test_lines, describe, fixtures_dir, gpurun, host_images, run_fixture,
-    text,
+    assert_contains, assert_test_lines, describe, fixtures_dir, gpurun, host_images, json_lines,
+    run_fixture, text,
 };
 
 /// What libtest prints for every test of `basic` (see fixtures/basic/src/lib.rs).
@@ -487,4 +487,69 @@ fn lane_sizes_1_32_and_64_give_the_same_results() {
             describe(&output)
         );
     }
+}
+
+/// `--report-time` shows each test's wall time and the host emulation's own time of its launch,
+/// in the pretty and JSON formats; `--ensure-time` with a critical time of 0 ms fails a test
+/// that passed, as libtest does.
+#[test]
+fn report_time_shows_wall_and_device_time_and_ensure_time_fails_slow_tests() {
+    let output = test_on_host(
+        "basic",
+        &["--report-time", "--test-threads", "1", "--exact", "passes"],
+        0,
+    );
+    let stdout = text(&output.stdout);
+    let line = stdout
+        .lines()
+        .find(|line| line.starts_with("test passes ... ok <"))
+        .unwrap_or_else(|| panic!("{}", describe(&output)));
+    assert!(
+        line.contains("s> <device ") && line.ends_with("s>"),
+        "{line}"
+    );
+
+    let output = test_on_host(
+        "basic",
+        &[
+            "--report-time",
+            "--format",
+            "json",
+            "-Zunstable-options",
+            "--exact",
+            "passes",
+        ],
+        0,
+    );
+    let stdout = text(&output.stdout);
+    let event = json_lines(&stdout)
+        .find(|event| event["name"] == "passes" && event["event"] == "ok")
+        .unwrap_or_else(|| panic!("{}", describe(&output)));
+    assert!(event["exec_time"].as_f64().is_some(), "{event}");
+    let device = event["device_time"].as_f64().expect("device_time");
+    assert!(device <= event["exec_time"].as_f64().unwrap(), "{event}");
+
+    let mut command = gpurun(&[
+        "test",
+        "-p",
+        "basic",
+        "--target",
+        "host",
+        "--",
+        "--ensure-time",
+        "--exact",
+        "passes",
+    ]);
+    let output = command.env("RUST_TEST_TIME_UNIT", "0,0").output().unwrap();
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert_contains(
+        &text(&output.stdout),
+        "test passes ... FAILED (time limit exceeded) <",
+        &output,
+    );
+    assert_contains(
+        &text(&output.stdout),
+        "failures (time limit exceeded):\n    passes\n",
+        &output,
+    );
 }

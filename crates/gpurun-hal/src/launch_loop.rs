@@ -46,6 +46,12 @@ pub trait Launch: Send + Sync {
         std::thread::sleep(pause);
     }
 
+    /// The device's own time of the launch, from its start to its last thread's end, once it
+    /// has ended; `None` where the backend does not measure it.
+    fn device_time(&self) -> Option<Duration> {
+        None
+    }
+
     /// Releases what the launch holds. `settled` is false when the kernel may still run (a
     /// timeout, a fault, a broken conversation): then nothing it can touch may be freed.
     fn finish(self: Box<Self>, settled: bool);

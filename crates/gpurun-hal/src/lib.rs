@@ -172,6 +172,10 @@ pub trait Module {
         sink: &mut dyn handlers::Sink,
     ) -> Result<LaunchEnd, BackendError>;
 
+    /// The device's own time of the last launch that completed, where the backend measures it
+    /// (see `--report-time`); `None` after any other end.
+    fn last_device_time(&self) -> Option<Duration>;
+
     /// Allocates `size` zeroed bytes of memory both sides can read and write; returns the
     /// address as the device sees it. Lives until the module is dropped.
     fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError>;

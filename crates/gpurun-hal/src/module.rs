@@ -156,6 +156,8 @@ pub struct LoadedModule<P: Primitives> {
     primitives: ManuallyDrop<P>,
     /// Why the module cannot run kernels any more.
     broken: Option<String>,
+    /// See [`Module::last_device_time`].
+    last_device_time: Option<Duration>,
 }
 
 impl<P: Primitives> Drop for LoadedModule<P> {
@@ -217,6 +219,7 @@ impl<P: Primitives> LoadedModule<P> {
             block_limits: HashMap::new(),
             primitives: ManuallyDrop::new(primitives),
             broken: None,
+            last_device_time: None,
         })
     }
 
@@ -383,11 +386,19 @@ impl<P: Primitives> Module for LoadedModule<P> {
             sink,
             WaitLimits::starting_now(timeout),
         );
+        self.last_device_time = match &finish.end {
+            Ok(LaunchEnd::Completed) => launch.device_time(),
+            _ => None,
+        };
         launch.finish(finish.broken.is_none());
         if let Some(reason) = finish.broken {
             self.mark_broken(reason);
         }
         finish.end
+    }
+
+    fn last_device_time(&self) -> Option<Duration> {
+        self.last_device_time
     }
 
     fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {

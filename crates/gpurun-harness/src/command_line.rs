@@ -176,12 +176,16 @@ pub struct HarnessArgs {
     #[arg(long, value_name = "PATH")]
     pub logfile: Option<PathBuf>,
 
-    /// Show each test's execution time.
+    /// Show each test's execution time (and the device's time of its launch where the backend
+    /// measures it), coloured against RUST_TEST_TIME_UNIT / RUST_TEST_TIME_INTEGRATION
+    /// (`WARN_MS,CRITICAL_MS`).
     #[arg(long)]
     pub report_time: bool,
 
-    /// Accepted for compatibility; has no effect (time limits come from --test-timeout).
-    #[arg(long, hide = true)]
+    /// Fail a test whose execution time reaches its critical time (RUST_TEST_TIME_UNIT or
+    /// RUST_TEST_TIME_INTEGRATION; default 100 ms and 1 s), as libtest does; implies
+    /// --report-time.
+    #[arg(long)]
     pub ensure_time: bool,
 
     /// Accepted for compatibility; has no effect (tests run in name order).
@@ -220,6 +224,15 @@ pub struct HarnessArgs {
     #[arg(long, value_name = "count:K/N")]
     pub partition: Option<Partition>,
 
+    /// Whether these are unit or integration tests, for the time thresholds; set by the caller.
+    #[arg(skip)]
+    pub test_kind: crate::time::TestKind,
+
+    /// The time thresholds of `--report-time` and `--ensure-time`, per kind of test (read from
+    /// `RUST_TEST_TIME_UNIT` and `RUST_TEST_TIME_INTEGRATION` by [`HarnessArgs::parse_args`]).
+    #[arg(skip)]
+    pub time_thresholds: crate::time::Thresholds,
+
     /// Name of the JUnit `<testsuite>` (the test image), set by the caller; default `gpurun`.
     #[arg(skip)]
     pub suite_name: Option<String>,
@@ -243,7 +256,8 @@ impl HarnessArgs {
     /// Parses a libtest command line. `argv[0]` is the program name, as in `std::env::args_os`.
     /// Sets [`github_actions`](Self::github_actions) from `GITHUB_ACTIONS=true` (and then
     /// [`github_step_summary`](Self::github_step_summary) from `GITHUB_STEP_SUMMARY`), and
-    /// [`nocapture`](Self::nocapture) from `RUST_TEST_NOCAPTURE` as libtest does.
+    /// [`nocapture`](Self::nocapture) from `RUST_TEST_NOCAPTURE` as libtest does, and with
+    /// `--report-time` or `--ensure-time` the [`time_thresholds`](Self::time_thresholds).
     ///
     /// `--help` also comes back as an `Err`: `err.exit()` prints it and exits 0; a usage error
     /// exits 2 ([`ExitCode::USAGE`](crate::exit_code::ExitCode::USAGE)).
@@ -261,6 +275,11 @@ impl HarnessArgs {
         }
         // libtest's environment fallback for --nocapture.
         args.nocapture |= std::env::var_os("RUST_TEST_NOCAPTURE").is_some_and(|v| v != "0");
+        if args.report_time || args.ensure_time {
+            args.time_thresholds = crate::time::Thresholds::from_env().map_err(|error| {
+                clap::Error::raw(clap::error::ErrorKind::InvalidValue, format!("{error}\n"))
+            })?;
+        }
         Ok(args)
     }
 

@@ -29,6 +29,7 @@ mod report;
 pub mod schedule;
 #[doc(hidden)]
 pub mod testing;
+pub mod time;
 
 pub use command_line::{ColorChoice, Format, HarnessArgs, Partition, PartitionKind};
 pub use exit_code::ExitCode;

@@ -77,6 +77,8 @@ pub struct TestRun {
     pub stderr: Vec<u8>,
     /// Wall time of the test.
     pub duration: Duration,
+    /// The device's own time of the test's launch, where the backend measures it.
+    pub device_time: Option<Duration>,
 }
 
 /// Runs one test: launches its kernel and waits for it, enforcing the time limit it was given
@@ -101,6 +103,9 @@ pub enum Verdict {
         /// The note, if any.
         message: Option<String>,
     },
+    /// The test passed, but its execution time reached its critical time under
+    /// `--ensure-time` (libtest's "time limit exceeded").
+    TimeLimitExceeded,
     /// The test was not run (`#[ignore]`).
     Ignored,
 }
@@ -109,6 +114,11 @@ impl Verdict {
     /// Whether the test counts as passed.
     pub fn passed(&self) -> bool {
         matches!(self, Verdict::Passed)
+    }
+
+    /// Whether the test counts as failed.
+    pub fn failed(&self) -> bool {
+        matches!(self, Verdict::Failed { .. } | Verdict::TimeLimitExceeded)
     }
 
     fn failed_with(message: String) -> Verdict {

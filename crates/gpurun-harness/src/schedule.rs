@@ -18,6 +18,7 @@ use crate::report::console::{log_line, Console, ConsoleOptions};
 use crate::report::github::{annotation, step_summary};
 use crate::report::junit::{JunitError, JunitReport};
 use crate::report::{failure_summary, Finished, Reported};
+use crate::time::{Grade, Threshold};
 
 /// The counts of a finished run; [`exit_code`](Self::exit_code) is libtest's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -150,13 +151,16 @@ fn run_inner(
     };
     // Listing needs no thread count, so a bad RUST_TEST_THREADS only matters for a run.
     let threads = if args.list { 1 } else { test_threads(args)? };
+    // --ensure-time implies --report-time, as in libtest.
+    let report_time = args.report_time || args.ensure_time;
+    let threshold = report_time.then(|| args.time_thresholds.of(args.test_kind));
     let mut console = Console::new(
         out,
         ConsoleOptions {
             format,
             color,
             multithreaded: threads > 1,
-            report_time: args.report_time,
+            report_time,
             show_output: args.show_output,
         },
     );
@@ -189,6 +193,8 @@ fn run_inner(
         failure_reasons: Vec::new(),
         nocapture: args.nocapture,
         github: args.github_actions,
+        threshold,
+        ensure_time: args.ensure_time,
     };
     run_tests(
         &selection.tests,
@@ -271,6 +277,7 @@ fn run_one(executor: &dyn Executor, test: &TestDesc) -> TestRun {
             stdout: Vec::new(),
             stderr: Vec::new(),
             duration: started.elapsed(),
+            device_time: None,
         }
     })
 }
@@ -429,6 +436,9 @@ struct Sinks<'w, 'e> {
     failure_reasons: Vec<(String, String)>,
     nocapture: bool,
     github: bool,
+    /// The time thresholds, with `--report-time` or `--ensure-time`.
+    threshold: Option<Threshold>,
+    ensure_time: bool,
 }
 
 impl Sinks<'_, '_> {
@@ -443,11 +453,21 @@ impl Sinks<'_, '_> {
                     verdict: Verdict::Ignored,
                     captured: Vec::new(),
                     duration: Duration::ZERO,
+                    device_time: None,
+                    grade: Grade::Fine,
                 },
                 String::new(),
             ),
             Some(run) => {
-                let verdict = judge(test, &run.end);
+                let grade = self
+                    .threshold
+                    .map_or(Grade::Fine, |threshold| threshold.grade(run.duration));
+                let verdict = match judge(test, &run.end) {
+                    Verdict::Passed if self.ensure_time && grade == Grade::Critical => {
+                        Verdict::TimeLimitExceeded
+                    }
+                    verdict => verdict,
+                };
                 let panic = panic_text(test, &run.end);
                 let captured = if self.nocapture {
                     // Shown now, right after the test, as libtest shows uncaptured output while
@@ -469,6 +489,8 @@ impl Sinks<'_, '_> {
                         verdict,
                         captured,
                         duration: run.duration,
+                        device_time: run.device_time,
+                        grade,
                     },
                     panic,
                 )
@@ -489,7 +511,7 @@ impl Sinks<'_, '_> {
         if let Some(junit) = &mut self.junit {
             junit.add(&finished);
         }
-        if matches!(reported.verdict, Verdict::Failed { .. }) {
+        if reported.verdict.failed() {
             self.failure_reasons
                 .push((test.name.clone(), failure_summary(&finished).1));
         }

@@ -49,6 +49,7 @@ pub fn passed(stdout: &str) -> TestRun {
         stdout: stdout.as_bytes().to_vec(),
         stderr: Vec::new(),
         duration: Duration::from_millis(1),
+        device_time: None,
     }
 }
 

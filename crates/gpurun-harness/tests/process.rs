@@ -10,7 +10,9 @@ fn mock(args: &[&str], env: &[(&str, &str)]) -> Output {
         .env_remove("GITHUB_ACTIONS")
         .env_remove("GITHUB_STEP_SUMMARY")
         .env_remove("RUST_TEST_NOCAPTURE")
-        .env_remove("RUST_TEST_THREADS");
+        .env_remove("RUST_TEST_THREADS")
+        .env_remove("RUST_TEST_TIME_UNIT")
+        .env_remove("RUST_TEST_TIME_INTEGRATION");
     for (key, value) in env {
         command.env(key, value);
     }
@@ -161,4 +163,31 @@ fn github_step_summary_is_appended_per_run() {
         &[("GITHUB_STEP_SUMMARY", untouched.to_str().unwrap())],
     );
     assert!(!untouched.exists());
+}
+
+#[test]
+fn time_threshold_variables_are_read_and_checked() {
+    for value in ["abc", "200,100", "100"] {
+        let output = mock(&["--ensure-time"], &[("RUST_TEST_TIME_UNIT", value)]);
+        assert_eq!(output.status.code(), Some(2), "{value}");
+        let stderr = text(&output.stderr);
+        assert!(
+            stderr.starts_with("error: RUST_TEST_TIME_UNIT=") && stderr.contains(value),
+            "{value}: {stderr}"
+        );
+    }
+    // A critical time of 0 ms fails every passing test under --ensure-time, and only those.
+    let output = mock(
+        &["--ensure-time", "adds"],
+        &[("RUST_TEST_TIME_UNIT", "0,0")],
+    );
+    assert_eq!(output.status.code(), Some(101));
+    assert!(
+        text(&output.stdout).contains("test tests::adds ... FAILED (time limit exceeded) <"),
+        "{}",
+        text(&output.stdout)
+    );
+    // Without --report-time or --ensure-time the variables are not read.
+    let output = mock(&["adds"], &[("RUST_TEST_TIME_UNIT", "abc")]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output.stderr));
 }

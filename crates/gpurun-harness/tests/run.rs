@@ -176,6 +176,7 @@ fn a_failed_test_shows_its_output_the_panic_location_and_device_ids() {
         stdout: b"lane output\n".to_vec(),
         stderr: b"lane warning\n".to_vec(),
         duration: Duration::from_millis(3),
+        device_time: None,
     };
     let outcome = run(
         &["--test-threads", "1"],
@@ -715,4 +716,167 @@ fn many_tests_with_scattered_durations_are_each_reported_once() {
     }
     assert_eq!(outcome.executor.ran().len(), 300 - ignored);
     assert!(outcome.executor.max_concurrency() <= 8);
+}
+
+/// A passing run that took `wall` (and, where measured, `device` on the device).
+fn timed(wall_ms: u64, device_ms: Option<u64>) -> TestRun {
+    TestRun {
+        duration: Duration::from_millis(wall_ms),
+        device_time: device_ms.map(Duration::from_millis),
+        ..passed("")
+    }
+}
+
+/// Unit tests warn at 50 ms and fail `--ensure-time` at 100 ms; `slow` takes 200 ms and
+/// `sluggish` 70 ms, `slow_fail` 200 ms and fails anyway.
+fn timed_suite() -> (Vec<TestDesc>, MockExecutor) {
+    let suite = tests(&["t::fast", "t::sluggish", "t::slow", "t::slow_fail"]);
+    let executor = MockExecutor::new()
+        .with("t::fast", timed(1, Some(1)))
+        .with("t::sluggish", timed(70, None))
+        .with("t::slow", timed(200, Some(150)))
+        .with(
+            "t::slow_fail",
+            TestRun {
+                duration: Duration::from_millis(200),
+                ..panicked("boom", 3, 1)
+            },
+        );
+    (suite, executor)
+}
+
+fn time_args(argv: &[&str]) -> HarnessArgs {
+    let mut args = parse(argv);
+    args.time_thresholds = gpurun_harness::time::Thresholds {
+        unit: gpurun_harness::time::Threshold::millis(50, 100),
+        integration: gpurun_harness::time::Threshold::millis(5_000, 10_000),
+    };
+    args
+}
+
+#[test]
+fn ensure_time_fails_a_passing_test_past_its_critical_time_as_libtest_does() {
+    let (suite, executor) = timed_suite();
+    let outcome = run_args(
+        &time_args(&["--test-threads", "1", "--ensure-time"]),
+        suite,
+        executor,
+    );
+    let out = &outcome.stdout;
+    // --ensure-time implies --report-time; the device's time follows where it was measured.
+    assert!(
+        out.contains("test t::fast ... ok <0.001s> <device 0.001s>\n"),
+        "{out}"
+    );
+    assert!(out.contains("test t::sluggish ... ok <0.070s>\n"), "{out}");
+    assert!(
+        out.contains("test t::slow ... FAILED (time limit exceeded) <0.200s> <device 0.150s>\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("test t::slow_fail ... FAILED <0.200s>\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nfailures (time limit exceeded):\n    t::slow\n"),
+        "{out}"
+    );
+    assert!(out.contains("\nfailures:\n    t::slow_fail\n"), "{out}");
+    assert!(summary_line(out).starts_with("test result: FAILED. 2 passed; 2 failed;"));
+    assert_eq!(outcome.conclusion.num_failed, 2);
+
+    // Integration tests have their own thresholds.
+    let (suite, executor) = timed_suite();
+    let mut args = time_args(&["--test-threads", "1", "--ensure-time"]);
+    args.test_kind = gpurun_harness::time::TestKind::Integration;
+    let outcome = run_args(&args, suite, executor);
+    assert!(
+        outcome.stdout.contains("test t::slow ... ok <0.200s>"),
+        "{}",
+        outcome.stdout
+    );
+    assert_eq!(outcome.conclusion.num_failed, 1);
+}
+
+#[test]
+fn report_time_alone_shows_times_and_fails_nothing() {
+    let (suite, executor) = timed_suite();
+    let outcome = run_args(
+        &time_args(&["--test-threads", "1", "--report-time"]),
+        suite,
+        executor,
+    );
+    assert!(
+        outcome
+            .stdout
+            .contains("test t::slow ... ok <0.200s> <device 0.150s>\n"),
+        "{}",
+        outcome.stdout
+    );
+    assert_eq!(outcome.conclusion.num_failed, 1);
+    // Without either flag no time is shown, as in libtest.
+    let (suite, executor) = timed_suite();
+    let outcome = run_args(&time_args(&["--test-threads", "1"]), suite, executor);
+    assert!(
+        outcome.stdout.contains("test t::slow ... ok\n"),
+        "{}",
+        outcome.stdout
+    );
+}
+
+#[test]
+fn json_and_junit_carry_exec_and_device_time() {
+    let dir = std::env::temp_dir().join(format!("gpurun-harness-time-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("report.xml");
+    let (suite, executor) = timed_suite();
+    let outcome = run_args(
+        &time_args(&[
+            "--test-threads",
+            "1",
+            "--ensure-time",
+            "--format",
+            "json",
+            "-Zunstable-options",
+            "--junit",
+            path.to_str().unwrap(),
+        ]),
+        suite,
+        executor,
+    );
+    let events: Vec<serde_json::Value> = outcome
+        .stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let event = |name: &str| {
+        events
+            .iter()
+            .find(|e| e["name"] == name && e["event"] != "started")
+            .unwrap_or_else(|| panic!("no result for {name}: {}", outcome.stdout))
+    };
+    assert_eq!(event("t::slow")["event"], "failed");
+    assert_eq!(event("t::slow")["reason"], "time limit exceeded");
+    assert_eq!(event("t::slow")["exec_time"], 0.2);
+    assert_eq!(event("t::slow")["device_time"], 0.15);
+    assert!(event("t::sluggish").get("device_time").is_none());
+
+    let xml = std::fs::read_to_string(&path).unwrap();
+    let doc = roxmltree::Document::parse(&xml).unwrap();
+    let case = |name: &str| {
+        doc.descendants()
+            .find(|n| n.has_tag_name("testcase") && n.attribute("name") == Some(name))
+            .unwrap_or_else(|| panic!("no testcase {name}"))
+    };
+    // JUnit's time is the device's where measured, the wall time a property.
+    assert_eq!(case("t::slow").attribute("time"), Some("0.150"));
+    let wall = case("t::slow")
+        .descendants()
+        .find(|n| n.has_tag_name("property") && n.attribute("name") == Some("wall_time"))
+        .unwrap();
+    assert_eq!(wall.attribute("value"), Some("0.200000"));
+    assert_eq!(case("t::sluggish").attribute("time"), Some("0.070"));
+    let failure = child(case("t::slow"), "failure").unwrap();
+    assert_eq!(failure.attribute("type"), Some("timeout"));
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -213,6 +213,7 @@ impl WorkerHandle {
                     Event::Stdout(_)
                     | Event::Stderr(_)
                     | Event::Panic(_)
+                    | Event::DeviceTime(_)
                     | Event::Ended(_)
                     | Event::Refused { .. },
                 ) => {}

@@ -118,6 +118,7 @@ struct Collected {
     stderr: Vec<u8>,
     first_panic: Option<PanicReport>,
     panicked_threads: u64,
+    device_time: Option<Duration>,
 }
 
 impl WorkerExecutor {
@@ -251,6 +252,7 @@ impl WorkerExecutor {
                         collected.first_panic = Some(report);
                     }
                 }
+                Event::DeviceTime(time) => collected.device_time = Some(time),
                 Event::Ready { .. }
                 | Event::StartFailed { .. }
                 | Event::Ended(_)
@@ -352,6 +354,7 @@ impl Executor for WorkerExecutor {
             stdout: collected.stdout,
             stderr,
             duration: started.elapsed(),
+            device_time: collected.device_time,
         }
     }
 }

@@ -43,6 +43,9 @@ pub enum Event {
     Stdout(Vec<u8>),
     Stderr(Vec<u8>),
     Panic(PanicReport),
+    /// The device's own time of the current command's launch (sent before
+    /// [`Event::Ended`] where the backend measured it).
+    DeviceTime(Duration),
     /// The current command's launch ended, as the backend reported it (for `RunMain`, a
     /// non-zero status from `main` is [`LaunchEnd::Exited`]).
     Ended(LaunchEnd),
@@ -64,6 +67,7 @@ const TAG_PANIC: u8 = 4;
 const TAG_ENDED: u8 = 5;
 const TAG_START_FAILED: u8 = 6;
 const TAG_REFUSED: u8 = 7;
+const TAG_DEVICE_TIME: u8 = 8;
 const TAG_COMMAND: u8 = 16;
 
 /// Which of a worker's concurrent runs a frame belongs to.
@@ -193,6 +197,7 @@ pub fn write_event(out: &mut impl Write, slot: Slot, event: &Event) -> io::Resul
         }
         Event::Ended(end) => write_frame(out, TAG_ENDED, slot, &json(&EndFrame(end.clone()))?),
         Event::Refused { error } => write_frame(out, TAG_REFUSED, slot, error.as_bytes()),
+        Event::DeviceTime(time) => write_frame(out, TAG_DEVICE_TIME, slot, &json(time)?),
         Event::StartFailed { error } => write_frame(out, TAG_START_FAILED, slot, error.as_bytes()),
     }
 }
@@ -287,6 +292,7 @@ pub fn read_event(input: &mut impl Read) -> io::Result<Option<(Slot, Event)>> {
             TAG_STDERR => Event::Stderr(payload),
             TAG_PANIC => Event::Panic(from_json::<PanicFrame>(&payload)?.0),
             TAG_ENDED => Event::Ended(from_json::<EndFrame>(&payload)?.0),
+            TAG_DEVICE_TIME => Event::DeviceTime(from_json(&payload)?),
             TAG_REFUSED => Event::Refused {
                 error: text(payload),
             },
@@ -318,6 +324,7 @@ mod tests {
                 thread: [1, 2, 3],
                 block: [4, 5, 6],
             }),
+            Event::DeviceTime(Duration::from_nanos(1_234_567)),
             Event::Ended(LaunchEnd::Exited(7)),
             Event::Ended(LaunchEnd::Faulted("illegal address".into())),
             Event::Ended(LaunchEnd::TimedOut(Duration::from_millis(1500))),

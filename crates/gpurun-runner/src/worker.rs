@@ -430,6 +430,9 @@ impl SlotSetup {
                 Ok(end) => Event::Ended(end),
                 Err(error) => Event::Refused { error },
             };
+            if let (Event::Ended(_), Some(time)) = (&event, module.last_device_time()) {
+                pipe.send(slot, &Event::DeviceTime(time));
+            }
             // After any other end the module (or its threads, or the whole context) cannot be
             // trusted.
             let usable = match &event {

@@ -155,7 +155,8 @@ fn run_trial(executor: &dyn Executor, test: &TestDesc, nocapture: bool) -> Resul
         eprint!("{output}");
     }
     let note = match judge(test, &run.end) {
-        Verdict::Passed | Verdict::Ignored => return Ok(()),
+        // `judge` applies no time limits (libtest-mimic has none) and ran tests are not ignored.
+        Verdict::Passed | Verdict::TimeLimitExceeded | Verdict::Ignored => return Ok(()),
         Verdict::Failed { message } => message,
     };
     let mut message = if nocapture { String::new() } else { output };
@@ -195,6 +196,7 @@ mod tests {
             stdout: stdout.as_bytes().to_vec(),
             stderr: Vec::new(),
             duration: Duration::ZERO,
+            device_time: None,
         })
     }
 

@@ -135,6 +135,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         }
         Event::Ready { .. }
         | Event::StartFailed { .. }
+        | Event::DeviceTime(_)
         | Event::Ended(_)
         | Event::Refused { .. } => {}
     });

@@ -11,6 +11,7 @@ use clap::Args;
 use gpurun_build::suite::{self, DEFAULT_TEST_TIMEOUT};
 use gpurun_build::{BuiltImage, TargetKind};
 use gpurun_hal::BackendKind;
+use gpurun_harness::time::TestKind;
 use gpurun_harness::HarnessArgs;
 use gpurun_runner::{WorkerExecutor, WorkerOptions};
 
@@ -75,6 +76,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or(DEFAULT_TEST_TIMEOUT);
         let executor = test_executor(&args.device, kind, &built.path, &harness_args, timeout)?;
         harness_args.suite_name = Some(suite.name.clone());
+        // libtest times a tests/ target's tests as integration tests.
+        harness_args.test_kind = match built.kind {
+            TargetKind::Test => TestKind::Integration,
+            TargetKind::Lib | TargetKind::Bin | TargetKind::Example => TestKind::Unit,
+        };
         let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
         // One `--junit` file for the whole run: later suites add theirs to it.
         harness_args.junit_append = true;

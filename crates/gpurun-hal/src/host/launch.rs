@@ -7,8 +7,9 @@
 use crate::{BackendError, LaunchShape};
 use gpurun_rpc::host_waits::ServerWaker;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex, PoisonError};
+use std::sync::{Arc, Barrier, Mutex, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
+use std::time::{Duration, Instant};
 
 /// Upper bound on OS threads running one launch at once (and so on a pool's size).
 pub const MAX_LIVE_THREADS: u64 = 4096;
@@ -88,6 +89,10 @@ struct GridRun {
     /// Pool threads still running this launch.
     running: AtomicUsize,
     done: AtomicBool,
+    /// When the grid was handed to its threads, and when its last thread returned: the
+    /// emulated device's time of the launch.
+    started: Instant,
+    ended: OnceLock<Instant>,
     /// Wakes the serve loop sleeping on the RPC server when the last thread returns.
     waker: Option<ServerWaker>,
 }
@@ -125,6 +130,7 @@ impl GridRun {
             block += self.deal.groups;
         }
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            let _ = self.ended.set(Instant::now());
             self.done.store(true, Ordering::Release);
             if let Some(waker) = &self.waker {
                 waker.wake();
@@ -264,6 +270,8 @@ impl Grid {
                 .collect(),
             running: AtomicUsize::new(threads),
             done: AtomicBool::new(false),
+            started: Instant::now(),
+            ended: OnceLock::new(),
             waker,
         });
         for (member, seat) in pool.seats[..threads].iter().enumerate() {
@@ -286,6 +294,11 @@ impl crate::launch_loop::Launch for Grid {
         } else {
             crate::launch_loop::LaunchState::Running
         }
+    }
+
+    fn device_time(&self) -> Option<Duration> {
+        let ended = self.run.ended.get()?;
+        Some(ended.saturating_duration_since(self.run.started))
     }
 
     fn finish(self: Box<Self>, _settled: bool) {

@@ -9,6 +9,7 @@ use crate::command_line::Format;
 use crate::outcome::Verdict;
 use crate::outcome::{ShouldPanic, TestDesc};
 use crate::report::Reported;
+use crate::time::Grade;
 
 /// libtest's terse mode prints a progress count after this many characters.
 const TERSE_MAX_COLUMN: usize = 88;
@@ -40,6 +41,8 @@ pub(crate) struct Console<'w> {
     terse_column: usize,
     pub(crate) counts: Counts,
     failures: Vec<(String, Vec<u8>)>,
+    /// Tests that failed `--ensure-time` only: libtest lists them in a section of their own.
+    time_failures: Vec<(String, Vec<u8>)>,
     successes: Vec<(String, Vec<u8>)>,
     ignored_with_reason: Vec<(String, String)>,
 }
@@ -67,6 +70,7 @@ impl<'w> Console<'w> {
             terse_column: 0,
             counts: Counts::default(),
             failures: Vec::new(),
+            time_failures: Vec::new(),
             successes: Vec::new(),
             ignored_with_reason: Vec::new(),
         }
@@ -147,7 +151,7 @@ impl<'w> Console<'w> {
     pub(crate) fn test_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
         match reported.verdict {
             Verdict::Passed => self.counts.passed += 1,
-            Verdict::Failed { .. } => self.counts.failed += 1,
+            Verdict::Failed { .. } | Verdict::TimeLimitExceeded => self.counts.failed += 1,
             Verdict::Ignored => self.counts.ignored += 1,
         }
         match self.format {
@@ -166,6 +170,9 @@ impl<'w> Console<'w> {
                 }
                 self.failures.push((test.name.clone(), output));
             }
+            Verdict::TimeLimitExceeded => self
+                .time_failures
+                .push((test.name.clone(), reported.captured.clone())),
             Verdict::Ignored => {
                 if let Some(reason) = &test.ignore_reason {
                     self.ignored_with_reason
@@ -183,13 +190,24 @@ impl<'w> Console<'w> {
         match &reported.verdict {
             Verdict::Passed => self.colored("ok", GREEN)?,
             Verdict::Failed { .. } => self.colored("FAILED", RED)?,
+            Verdict::TimeLimitExceeded => self.colored("FAILED (time limit exceeded)", RED)?,
             Verdict::Ignored => match &test.ignore_reason {
                 Some(reason) => self.colored(&format!("ignored, {reason}"), YELLOW)?,
                 None => self.colored("ignored", YELLOW)?,
             },
         }
         if self.report_time && !matches!(reported.verdict, Verdict::Ignored) {
-            self.plain(&format!(" <{:.3}s>", reported.duration.as_secs_f64()))?;
+            // libtest's ` <0.123s>`, coloured against the thresholds; the device's own time of
+            // the launch follows where the backend measured it.
+            let time = format!(" <{:.3}s>", reported.duration.as_secs_f64());
+            match reported.grade {
+                Grade::Fine => self.plain(&time)?,
+                Grade::Warn => self.colored(&time, YELLOW)?,
+                Grade::Critical => self.colored(&time, RED)?,
+            }
+            if let Some(device) = reported.device_time {
+                self.plain(&format!(" <device {:.3}s>", device.as_secs_f64()))?;
+            }
         }
         self.plain("\n")
     }
@@ -198,7 +216,7 @@ impl<'w> Console<'w> {
         match &reported.verdict {
             Verdict::Passed => self.terse_char(".", GREEN),
             Verdict::Ignored => self.terse_char("i", YELLOW),
-            Verdict::Failed { .. } => {
+            Verdict::Failed { .. } | Verdict::TimeLimitExceeded => {
                 if self.terse_column != 0 {
                     self.terse_progress()?;
                 }
@@ -229,6 +247,7 @@ impl<'w> Console<'w> {
         let (event, message) = match &reported.verdict {
             Verdict::Passed => ("ok", None),
             Verdict::Failed { message } => ("failed", message.clone()),
+            Verdict::TimeLimitExceeded => ("failed", None),
             Verdict::Ignored => ("ignored", test.ignore_reason.clone()),
         };
         let mut line = format!(
@@ -240,6 +259,9 @@ impl<'w> Console<'w> {
                 ", \"exec_time\": {}",
                 reported.duration.as_secs_f64()
             ));
+            if let Some(device) = reported.device_time {
+                line.push_str(&format!(", \"device_time\": {}", device.as_secs_f64()));
+            }
         }
         let show_stdout = self.show_output || !matches!(reported.verdict, Verdict::Passed);
         if show_stdout && !reported.captured.is_empty() {
@@ -250,6 +272,9 @@ impl<'w> Console<'w> {
         }
         if let Some(message) = message {
             line.push_str(&format!(", \"message\": \"{}\"", json_escape(&message)));
+        }
+        if reported.verdict == Verdict::TimeLimitExceeded {
+            line.push_str(", \"reason\": \"time limit exceeded\"");
         }
         line.push_str(" }\n");
         self.plain(&line)
@@ -276,7 +301,13 @@ impl<'w> Console<'w> {
         }
         if failed != 0 {
             let failures = std::mem::take(&mut self.failures);
-            self.sections("failures", &failures)?;
+            if !failures.is_empty() {
+                self.sections("failures", &failures)?;
+            }
+            let time_failures = std::mem::take(&mut self.time_failures);
+            if !time_failures.is_empty() {
+                self.sections("failures (time limit exceeded)", &time_failures)?;
+            }
         }
         self.plain("\ntest result: ")?;
         if failed == 0 {
@@ -366,6 +397,7 @@ pub(crate) fn log_line(test: &TestDesc, reported: &Reported) -> String {
         (Verdict::Passed, _) => "ok".to_owned(),
         (Verdict::Failed { message: None }, _) => "failed".to_owned(),
         (Verdict::Failed { message: Some(m) }, _) => format!("failed: {m}"),
+        (Verdict::TimeLimitExceeded, _) => "failed (time limit exceeded)".to_owned(),
         (Verdict::Ignored, Some(reason)) => format!("ignored: {reason}"),
         (Verdict::Ignored, None) => "ignored".to_owned(),
     };

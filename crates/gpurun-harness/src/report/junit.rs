@@ -31,6 +31,13 @@ impl JunitReport {
                 }
                 status
             }
+            Verdict::TimeLimitExceeded => {
+                let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                let (kind, summary) = failure_summary(finished);
+                status.set_type(kind);
+                status.set_message(summary);
+                status
+            }
             Verdict::Failed { message } => {
                 let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
                 let (kind, summary) = failure_summary(finished);
@@ -48,7 +55,21 @@ impl JunitReport {
         };
         let mut case = JunitCase::new(finished.test.name.as_str(), status);
         case.set_classname(self.suite.name.as_str());
-        case.set_time(finished.reported.duration);
+        // The device's own time of the launch where the backend measured it (what a GPU test
+        // is about, without the worker's overhead), the wall time kept as a property; else the
+        // wall time.
+        match finished.reported.device_time {
+            Some(device) => {
+                case.set_time(device);
+                case.add_property(quick_junit::Property::new(
+                    "wall_time",
+                    format!("{:.6}", finished.reported.duration.as_secs_f64()),
+                ));
+            }
+            None => {
+                case.set_time(finished.reported.duration);
+            }
+        }
         if let Some(run) = finished.run {
             if !run.stdout.is_empty() {
                 case.set_system_out_lossy(&run.stdout);

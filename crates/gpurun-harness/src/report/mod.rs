@@ -17,6 +17,10 @@ pub(crate) struct Reported {
     /// with `--nocapture` (the output was printed when the test ended).
     pub captured: Vec<u8>,
     pub duration: Duration,
+    /// The device's time of the test's launch, where measured.
+    pub device_time: Option<Duration>,
+    /// How `duration` compares with the time thresholds (`Fine` without `--report-time`).
+    pub grade: crate::time::Grade,
 }
 
 /// Everything known about one reported test, for the reporters that need more than the console.
@@ -33,6 +37,7 @@ pub(crate) struct Finished<'a> {
 pub(crate) fn failure_summary(finished: &Finished<'_>) -> (&'static str, String) {
     let message = match &finished.reported.verdict {
         Verdict::Failed { message } => message.as_deref(),
+        Verdict::TimeLimitExceeded => return ("timeout", "time limit exceeded".to_owned()),
         _ => None,
     };
     let Some(run) = finished.run else {
