@@ -553,3 +553,49 @@ fn report_time_shows_wall_and_device_time_and_ensure_time_fails_slow_tests() {
         &output,
     );
 }
+
+/// `--require-gpu` (or `GPURUN_REQUIRE_GPU=1`) never falls back to the host emulation: the host
+/// target is refused on any machine, and where no GPU is found the error names why each GPU
+/// backend has none; `cargo gpurun run` refuses a host image the same way.
+#[test]
+fn require_gpu_refuses_the_host_emulation_and_names_why_there_is_no_gpu() {
+    host_images();
+    let output = gpurun(&["test", "-p", "basic", "--target", "host", "--require-gpu"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_contains(
+        &text(&output.stderr),
+        "error: a GPU is required (--require-gpu or GPURUN_REQUIRE_GPU=1), but the host target \
+         runs on the host emulation backend, not a GPU",
+        &output,
+    );
+    assert!(output.stdout.is_empty(), "{}", describe(&output));
+
+    let gpu_present = gpurun(&["info"]).output().unwrap().status.success();
+    let output = gpurun(&["test", "-p", "basic"])
+        .env("GPURUN_REQUIRE_GPU", "1")
+        .output()
+        .unwrap();
+    let stderr = text(&output.stderr);
+    assert!(
+        !stderr.contains("running tests on the host emulation backend"),
+        "{}",
+        describe(&output)
+    );
+    if gpu_present {
+        // basic fails four tests on purpose.
+        assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    } else {
+        assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+        assert_contains(&stderr, "but no GPU was found (cuda: ", &output);
+        assert_contains(&stderr, "; hsa: ", &output);
+        assert!(output.stdout.is_empty(), "{}", describe(&output));
+    }
+
+    let output = run_fixture(&["--require-gpu"], "hello", &[])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_contains(&text(&output.stderr), "a GPU is required", &output);
+}

@@ -142,28 +142,85 @@ pub fn test_timeout(image: &BuiltImage) -> Result<Option<Duration>, crate::Build
     }
 }
 
-/// With no `--target`, build for the GPU that is present, else for the host emulation (and say
-/// so in one line on stderr).
-pub fn auto_target(choice: BackendChoice) -> &'static str {
-    match choice {
-        BackendChoice::Only(BackendKind::Cuda) => return "nvptx",
-        BackendChoice::Only(BackendKind::Hsa) => return "amdgcn",
-        BackendChoice::Only(BackendKind::Host | BackendKind::Scripted) => return "host",
-        BackendChoice::Auto => {}
+/// The environment variable that makes a missing GPU an error (`--require-gpu`): `1`, `true`,
+/// `yes` or `on` (as clap reads a flag's variable).
+pub const REQUIRE_GPU_ENV: &str = "GPURUN_REQUIRE_GPU";
+
+/// Whether [`REQUIRE_GPU_ENV`] asks for a GPU.
+pub fn gpu_required_by_env() -> bool {
+    std::env::var(REQUIRE_GPU_ENV).is_ok_and(|value| {
+        matches!(
+            value.trim().to_ascii_lowercase().as_str(),
+            "1" | "true" | "yes" | "on"
+        )
+    })
+}
+
+/// No GPU where one was required (`--require-gpu`): why each GPU backend has none.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a GPU is required (--require-gpu or {REQUIRE_GPU_ENV}=1), but {0}")]
+pub struct NoGpu(String);
+
+/// The GPU backends in the order `auto` tries them, with the build target of each.
+const GPU_TARGETS: [(BackendKind, DeviceTarget); 2] = [
+    (BackendKind::Cuda, DeviceTarget::Nvptx),
+    (BackendKind::Hsa, DeviceTarget::Amdgcn),
+];
+
+/// Why `kind` has no device, or `None` when it has one.
+fn missing_devices(kind: BackendKind) -> Option<String> {
+    match select::backend(kind).devices() {
+        Ok(devices) if !devices.is_empty() => None,
+        Ok(_) => Some(format!("{kind}: no devices")),
+        Err(error) => Some(format!("{kind}: {error}")),
     }
-    let mut reasons = Vec::new();
-    for (kind, target) in [(BackendKind::Cuda, "nvptx"), (BackendKind::Hsa, "amdgcn")] {
-        match select::backend(kind).devices() {
-            Ok(devices) if !devices.is_empty() => return target,
-            Ok(_) => reasons.push(format!("{kind}: no devices")),
-            Err(error) => reasons.push(format!("{kind}: {error}")),
+}
+
+/// The target to build for when none is given: the GPU that is present, else (unless a GPU
+/// is `required`) the host emulation, said in one line on stderr. An explicit backend choice
+/// names its target; with `required`, only a GPU backend with a device will do.
+pub fn auto_target(choice: BackendChoice, required: bool) -> Result<DeviceTarget, NoGpu> {
+    let target = match choice {
+        BackendChoice::Only(BackendKind::Cuda) => DeviceTarget::Nvptx,
+        BackendChoice::Only(BackendKind::Hsa) => DeviceTarget::Amdgcn,
+        BackendChoice::Only(BackendKind::Host | BackendKind::Scripted) => DeviceTarget::Host,
+        BackendChoice::Auto => {
+            let mut reasons = Vec::new();
+            for (kind, target) in GPU_TARGETS {
+                match missing_devices(kind) {
+                    None => return Ok(target),
+                    Some(reason) => reasons.push(reason),
+                }
+            }
+            if required {
+                return Err(NoGpu(format!("no GPU was found ({})", reasons.join("; "))));
+            }
+            eprintln!(
+                "note: no GPU found ({}); running tests on the host emulation backend",
+                reasons.join("; ")
+            );
+            return Ok(DeviceTarget::Host);
+        }
+    };
+    if required {
+        require_gpu(&[target])?;
+    }
+    Ok(target)
+}
+
+/// Checks that every one of `targets` runs on a GPU that is present (`--require-gpu`).
+pub fn require_gpu(targets: &[DeviceTarget]) -> Result<(), NoGpu> {
+    for &target in targets {
+        let Some((kind, _)) = GPU_TARGETS.iter().find(|(_, gpu)| *gpu == target) else {
+            return Err(NoGpu(format!(
+                "the {target} target runs on the host emulation backend, not a GPU"
+            )));
+        };
+        if let Some(reason) = missing_devices(*kind) {
+            return Err(NoGpu(format!("{target} needs a {kind} device ({reason})")));
         }
     }
-    eprintln!(
-        "note: no GPU found ({}); running tests on the host emulation backend",
-        reasons.join("; ")
-    );
-    "host"
+    Ok(())
 }
 
 #[cfg(test)]

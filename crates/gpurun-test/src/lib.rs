@@ -290,15 +290,27 @@ impl DeviceCrate {
         dir: &Path,
         mode: BuildMode,
     ) -> Result<Vec<gpurun_build::BuiltImage>, String> {
+        // The same choice as `cargo gpurun test`, including `GPURUN_BACKEND` and
+        // `GPURUN_REQUIRE_GPU`.
+        let required = gpurun_build::suite::gpu_required_by_env();
         let target = match &self.target {
-            Some(target) => target.clone(),
+            Some(target) => {
+                if required {
+                    let parsed = DeviceTarget::parse(target).map_err(|error| error.to_string())?;
+                    gpurun_build::suite::require_gpu(&[parsed])
+                        .map_err(|error| error.to_string())?;
+                }
+                target.clone()
+            }
             None => {
-                // The same choice as `cargo gpurun test`, including its `GPURUN_BACKEND`.
                 let choice = match std::env::var("GPURUN_BACKEND") {
                     Ok(name) => name.parse::<BackendChoice>()?,
                     Err(_) => BackendChoice::Auto,
                 };
-                gpurun_build::suite::auto_target(choice).to_string()
+                gpurun_build::suite::auto_target(choice, required)
+                    .map_err(|error| error.to_string())?
+                    .short_name()
+                    .to_string()
             }
         };
         let nvptx_linker = match target.as_str() {
@@ -360,6 +372,23 @@ fn nvptx_linker() -> Result<PathBuf, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `GPURUN_REQUIRE_GPU=1` turns a build for the host emulation into an error that says so,
+    /// before anything is built. The only test of this binary that sets the variable.
+    #[test]
+    fn a_required_gpu_refuses_the_host_emulation() {
+        std::env::set_var(gpurun_build::suite::REQUIRE_GPU_ENV, "1");
+        let result = DeviceCrate::new("/nonexistent/kernels")
+            .target("host")
+            .build();
+        std::env::remove_var(gpurun_build::suite::REQUIRE_GPU_ENV);
+        let error = result.map(|_| ()).unwrap_err().to_string();
+        assert!(
+            error.contains("a GPU is required")
+                && error.contains("runs on the host emulation backend, not a GPU"),
+            "{error}"
+        );
+    }
 
     /// A host-driven launch's panic error ends with the wavefront note where the image's
     /// kernel has one (AMDGPU), and says nothing more elsewhere.

@@ -24,6 +24,10 @@ pub struct DeviceArgs {
     /// Stack size per device thread in bytes (CUDA, host emulation).
     #[arg(long, value_name = "BYTES")]
     pub stack_size: Option<usize>,
+    /// Fail unless a GPU runs the tests or program: no fallback to the host emulation, and an
+    /// error naming why each GPU backend has no device.
+    #[arg(long, env = gpurun_build::suite::REQUIRE_GPU_ENV, value_parser = clap::builder::BoolishValueParser::new())]
+    pub require_gpu: bool,
 }
 
 fn parse_lane_size(text: &str) -> Result<u32, String> {

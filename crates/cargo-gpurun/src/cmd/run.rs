@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use gpurun_build::DeviceTarget;
 use gpurun_hal::{LaunchEnd, LaunchShape};
-use gpurun_image::Image;
+use gpurun_image::{Image, ImageKind};
 use gpurun_runner::{Command, Event, RunError, WorkerHandle, WorkerOptions};
 
 use gpurun_build::suite::DEFAULT_TEST_TIMEOUT;
@@ -69,6 +70,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let image = Image::read(&args.image)
         .with_context(|| format!("failed to load image `{}`", args.image.display()))?;
     let kind = backend_for(args.device.backend, &image)?;
+    if args.device.require_gpu {
+        gpurun_build::suite::require_gpu(&[target_of(image.kind())])?;
+    }
     let options = options(&args.device, kind);
     if args.kernels.is_empty() && image.kernel("_start").is_none() && !image.tests().is_empty() {
         return run_test_image(args, &image, &options);
@@ -192,4 +196,13 @@ fn run_test_image(
     let tests = image.tests().to_vec();
     let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
     Ok(exit_code::code(code))
+}
+
+/// The build target an image of `kind` comes from.
+fn target_of(kind: ImageKind) -> DeviceTarget {
+    match kind {
+        ImageKind::Ptx | ImageKind::Cubin => DeviceTarget::Nvptx,
+        ImageKind::Amdgpu => DeviceTarget::Amdgcn,
+        ImageKind::Host => DeviceTarget::Host,
+    }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 use gpurun_build::suite::{self, DEFAULT_TEST_TIMEOUT};
-use gpurun_build::{BuiltImage, TargetKind};
+use gpurun_build::{BuiltImage, DeviceTarget, TargetKind};
 use gpurun_hal::BackendKind;
 use gpurun_harness::time::TestKind;
 use gpurun_harness::HarnessArgs;
@@ -38,7 +38,15 @@ pub struct TestArgs {
 pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let mut build_options = args.cargo.build_options();
     if build_options.targets.is_empty() {
-        build_options.targets = vec![suite::auto_target(args.device.backend).to_string()];
+        let target = suite::auto_target(args.device.backend, args.device.require_gpu)?;
+        build_options.targets = vec![target.short_name().to_string()];
+    } else if args.device.require_gpu {
+        let targets = build_options
+            .targets
+            .iter()
+            .map(|name| DeviceTarget::parse(name))
+            .collect::<Result<Vec<_>, _>>()?;
+        suite::require_gpu(&targets)?;
     }
     let images = gpurun_build::build_for_test(&build_options)?;
     if args.no_run {
