@@ -599,3 +599,89 @@ fn require_gpu_refuses_the_host_emulation_and_names_why_there_is_no_gpu() {
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert_contains(&text(&output.stderr), "a GPU is required", &output);
 }
+
+/// `--backend host,cuda` builds each suite for both targets and runs every test on each, named
+/// `[host] NAME` and `[cuda] NAME`; filters see the label; JUnit groups each backend's tests
+/// under a classname of its own; and where the CUDA tests cannot run (no GPU here), the summary
+/// says in one line which tests pass on one backend and fail on the other.
+#[test]
+fn several_backends_run_each_test_on_each_and_name_the_differences() {
+    host_images();
+    let junit =
+        std::env::temp_dir().join(format!("gpurun-e2e-backends-{}.xml", std::process::id()));
+    let output = gpurun(&[
+        "test",
+        "-p",
+        "basic",
+        "--backend",
+        "host,cuda",
+        "--",
+        "--test-threads",
+        "2",
+        "--junit",
+        junit.to_str().unwrap(),
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    for line in ["test [host] passes ... ok", "test [cuda] passes ... "] {
+        assert_contains(&stdout, line, &output);
+    }
+    // One suite of both images, under cargo's header.
+    assert_contains(
+        &text(&output.stderr),
+        "Running unittests src/lib.rs (target/debug/libbasic.so, target/nvptx64-nvidia-cuda/",
+        &output,
+    );
+    let gpu_present = gpurun(&["info"]).output().unwrap().status.success();
+    if !gpu_present {
+        assert_contains(
+            &stdout,
+            "note: 7 tests pass on some backends and fail on others: barrier_orders_threads \
+             ([cuda] FAILED, [host] ok)",
+            &output,
+        );
+    }
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    let _ = std::fs::remove_file(&junit);
+    assert!(xml.contains("classname=\"basic::host\""), "{xml}");
+    assert!(xml.contains("classname=\"basic::cuda\""), "{xml}");
+
+    let output = gpurun(&[
+        "test",
+        "-p",
+        "basic",
+        "--backend",
+        "host,cuda",
+        "--",
+        "--exact",
+        "[host] passes",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert_contains(
+        &text(&output.stdout),
+        "test result: ok. 1 passed; 0 failed; 0 ignored; 0 measured; 25 filtered out",
+        &output,
+    );
+
+    let output = gpurun(&[
+        "test",
+        "-p",
+        "basic",
+        "--backend",
+        "host,cuda",
+        "--target",
+        "host",
+    ])
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
+    assert_contains(
+        &text(&output.stderr),
+        "`--backend host,cuda` picks the targets itself; leave out --target",
+        &output,
+    );
+}

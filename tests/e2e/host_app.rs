@@ -133,6 +133,28 @@ fn cargo_test_runs_each_device_test_as_its_own_trial() {
 }
 
 #[test]
+fn several_backends_make_a_trial_per_backend() {
+    // Listing runs nothing: the nvptx build works offline, and no GPU is needed.
+    let mut command = cargo(&["test"], &["--test", "gpu", "--", "--list"]);
+    command.env("GPURUN_BACKEND", "host,cuda");
+    let output = output_of(command);
+    assert!(output.status.success(), "{}", describe(&output));
+    let listed: BTreeSet<String> = text(&output.stdout)
+        .lines()
+        .filter_map(|line| line.strip_suffix(": test"))
+        .map(str::to_owned)
+        .collect();
+    let expected: BTreeSet<String> = DEVICE_TESTS
+        .iter()
+        .flat_map(|test| {
+            let (suite, name) = test.split_once("] ").unwrap();
+            ["host", "cuda"].map(|backend| format!("{suite}] [{backend}] {name}"))
+        })
+        .collect();
+    assert_eq!(listed, expected, "{}", describe(&output));
+}
+
+#[test]
 fn list_filter_and_ignored_work_as_with_libtest() {
     let output = output_of(cargo(&["test"], &["--test", "gpu", "--", "--list"]));
     assert!(output.status.success(), "{}", describe(&output));

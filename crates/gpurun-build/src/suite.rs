@@ -176,36 +176,63 @@ fn missing_devices(kind: BackendKind) -> Option<String> {
     }
 }
 
-/// The target to build for when none is given: the GPU that is present, else (unless a GPU
-/// is `required`) the host emulation, said in one line on stderr. An explicit backend choice
-/// names its target; with `required`, only a GPU backend with a device will do.
-pub fn auto_target(choice: BackendChoice, required: bool) -> Result<DeviceTarget, NoGpu> {
-    let target = match choice {
-        BackendChoice::Only(BackendKind::Cuda) => DeviceTarget::Nvptx,
-        BackendChoice::Only(BackendKind::Hsa) => DeviceTarget::Amdgcn,
-        BackendChoice::Only(BackendKind::Host | BackendKind::Scripted) => DeviceTarget::Host,
+/// The target images for `kind` are built for.
+pub fn target_for_backend(kind: BackendKind) -> DeviceTarget {
+    match kind {
+        BackendKind::Cuda => DeviceTarget::Nvptx,
+        BackendKind::Hsa => DeviceTarget::Amdgcn,
+        BackendKind::Host | BackendKind::Scripted => DeviceTarget::Host,
+    }
+}
+
+/// The targets to build for when none is given, one per backend the tests run on: the GPU
+/// that is present, else (unless a GPU is `required`) the host emulation, said in one line on
+/// stderr; an explicit backend choice names its targets (`all`: the host emulation and every
+/// GPU backend with a device, or with `required` the GPU backends only). With `required`, only
+/// GPU backends with a device will do.
+pub fn targets_for(choice: &BackendChoice, required: bool) -> Result<Vec<DeviceTarget>, NoGpu> {
+    let gpus_present = || {
+        let mut present = Vec::new();
+        let mut reasons = Vec::new();
+        for (kind, target) in GPU_TARGETS {
+            match missing_devices(kind) {
+                None => present.push(target),
+                Some(reason) => reasons.push(reason),
+            }
+        }
+        (present, reasons.join("; "))
+    };
+    let targets = match choice {
+        BackendChoice::Only(kind) => vec![target_for_backend(*kind)],
+        BackendChoice::Each(kinds) => kinds.iter().map(|kind| target_for_backend(*kind)).collect(),
         BackendChoice::Auto => {
-            let mut reasons = Vec::new();
-            for (kind, target) in GPU_TARGETS {
-                match missing_devices(kind) {
-                    None => return Ok(target),
-                    Some(reason) => reasons.push(reason),
-                }
+            let (present, reasons) = gpus_present();
+            if let Some(&first) = present.first() {
+                return Ok(vec![first]);
             }
             if required {
-                return Err(NoGpu(format!("no GPU was found ({})", reasons.join("; "))));
+                return Err(NoGpu(format!("no GPU was found ({reasons})")));
             }
             eprintln!(
-                "note: no GPU found ({}); running tests on the host emulation backend",
-                reasons.join("; ")
+                "note: no GPU found ({reasons}); running tests on the host emulation backend"
             );
-            return Ok(DeviceTarget::Host);
+            return Ok(vec![DeviceTarget::Host]);
+        }
+        BackendChoice::All => {
+            let (present, reasons) = gpus_present();
+            if required {
+                if present.is_empty() {
+                    return Err(NoGpu(format!("no GPU was found ({reasons})")));
+                }
+                return Ok(present);
+            }
+            std::iter::once(DeviceTarget::Host).chain(present).collect()
         }
     };
     if required {
-        require_gpu(&[target])?;
+        require_gpu(&targets)?;
     }
-    Ok(target)
+    Ok(targets)
 }
 
 /// Checks that every one of `targets` runs on a GPU that is present (`--require-gpu`).

@@ -30,6 +30,7 @@ pub mod schedule;
 #[doc(hidden)]
 pub mod testing;
 pub mod time;
+pub mod variants;
 
 pub use command_line::{ColorChoice, Format, HarnessArgs, Partition, PartitionKind};
 pub use exit_code::ExitCode;

@@ -19,6 +19,7 @@ use crate::report::github::{annotation, step_summary};
 use crate::report::junit::{JunitError, JunitReport};
 use crate::report::{failure_summary, Finished, Reported};
 use crate::time::{Grade, Threshold};
+use crate::variants::Differences;
 
 /// The counts of a finished run; [`exit_code`](Self::exit_code) is libtest's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -195,6 +196,7 @@ fn run_inner(
         github: args.github_actions,
         threshold,
         ensure_time: args.ensure_time,
+        differences: Differences::default(),
     };
     run_tests(
         &selection.tests,
@@ -208,6 +210,15 @@ fn run_inner(
         .console
         .run_finish(elapsed)
         .map_err(HarnessError::Output)?;
+    if let Some(line) = sinks.differences.summary() {
+        // After the summary line; in json mode stdout stays one JSON event per line.
+        let result = if format == Format::Json {
+            sinks.err.write_all(line.as_bytes())
+        } else {
+            sinks.console.write_raw(line.as_bytes())
+        };
+        result.map_err(HarnessError::Output)?;
+    }
 
     let counts = sinks.console.counts;
     if let (Some(junit), Some(path)) = (sinks.junit.take(), &args.junit) {
@@ -439,6 +450,8 @@ struct Sinks<'w, 'e> {
     /// The time thresholds, with `--report-time` or `--ensure-time`.
     threshold: Option<Threshold>,
     ensure_time: bool,
+    /// How each variant of a test (`[host] adds`) ended, for the differential line.
+    differences: Differences,
 }
 
 impl Sinks<'_, '_> {
@@ -510,6 +523,10 @@ impl Sinks<'_, '_> {
         };
         if let Some(junit) = &mut self.junit {
             junit.add(&finished);
+        }
+        if run.is_some() {
+            self.differences
+                .record(&test.name, reported.verdict.passed());
         }
         if reported.verdict.failed() {
             self.failure_reasons

@@ -880,3 +880,65 @@ fn json_and_junit_carry_exec_and_device_time() {
     assert_eq!(failure.attribute("type"), Some("timeout"));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `adds` and `stays` in two variants, `[host]` (all pass) and `[cuda]` (`adds` fails).
+fn two_backends() -> (Vec<TestDesc>, gpurun_harness::variants::VariantExecutor) {
+    let base = tests(&["adds", "stays"]);
+    let mut executor = gpurun_harness::variants::VariantExecutor::new();
+    let mut all = executor.add("host", &base, Arc::new(MockExecutor::new()));
+    all.extend(executor.add(
+        "cuda",
+        &base,
+        Arc::new(MockExecutor::new().with("[cuda] adds", panicked("wrong sum", 3, 1))),
+    ));
+    (all, executor)
+}
+
+fn run_variants(argv: &[&str]) -> (Conclusion, String) {
+    let (tests, executor) = two_backends();
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let conclusion = run_with_output(
+        &parse(argv),
+        tests,
+        Arc::new(executor),
+        false,
+        &mut out,
+        &mut err,
+    )
+    .unwrap();
+    (conclusion, String::from_utf8(out).unwrap())
+}
+
+#[test]
+fn variants_run_under_their_labels_and_the_summary_names_the_difference() {
+    let (conclusion, out) = run_variants(&["--test-threads", "1"]);
+    for line in [
+        "test [cuda] adds ... FAILED\n",
+        "test [cuda] stays ... ok\n",
+        "test [host] adds ... ok\n",
+        "test [host] stays ... ok\n",
+    ] {
+        assert!(out.contains(line), "{line}: {out}");
+    }
+    assert_eq!(conclusion.num_failed, 1);
+    assert!(
+        out.ends_with(
+            "note: 1 test passes on some backends and fails on others: adds ([cuda] FAILED, \
+             [host] ok)\n"
+        ),
+        "{out}"
+    );
+
+    // Filters see the label: one variant exactly, every variant of a name, or skip a backend.
+    let (conclusion, out) = run_variants(&["--exact", "[cuda] adds"]);
+    assert_eq!(
+        (conclusion.num_passed, conclusion.num_failed),
+        (0, 1),
+        "{out}"
+    );
+    let (conclusion, _) = run_variants(&["adds"]);
+    assert_eq!((conclusion.num_passed, conclusion.num_failed), (1, 1));
+    let (conclusion, out) = run_variants(&["--skip", "[cuda]"]);
+    assert_eq!((conclusion.num_passed, conclusion.num_failed), (2, 0));
+    assert!(!out.contains("note: "), "{out}");
+}

@@ -263,8 +263,8 @@ impl DeviceCrate {
             })
     }
 
-    /// Builds every target `cargo gpurun test` would (see [`BuildMode`]), cached like
-    /// [`DeviceCrate::build`].
+    /// Builds every target `cargo gpurun test` would (see [`BuildMode`]), for each backend
+    /// `GPURUN_BACKEND` names, cached like [`DeviceCrate::build`].
     pub(crate) fn build_for_test(&self) -> Result<Vec<gpurun_build::BuiltImage>, Error> {
         self.build_cached(BuildMode::Test)
     }
@@ -290,46 +290,55 @@ impl DeviceCrate {
         dir: &Path,
         mode: BuildMode,
     ) -> Result<Vec<gpurun_build::BuiltImage>, String> {
-        // The same choice as `cargo gpurun test`, including `GPURUN_BACKEND` and
-        // `GPURUN_REQUIRE_GPU`.
+        // The same choice as `cargo gpurun test`, including `GPURUN_BACKEND` (one backend,
+        // several, or `all`) and `GPURUN_REQUIRE_GPU`.
         let required = gpurun_build::suite::gpu_required_by_env();
-        let target = match &self.target {
+        let targets = match &self.target {
             Some(target) => {
+                let parsed = DeviceTarget::parse(target).map_err(|error| error.to_string())?;
                 if required {
-                    let parsed = DeviceTarget::parse(target).map_err(|error| error.to_string())?;
                     gpurun_build::suite::require_gpu(&[parsed])
                         .map_err(|error| error.to_string())?;
                 }
-                target.clone()
+                vec![parsed]
             }
             None => {
                 let choice = match std::env::var("GPURUN_BACKEND") {
                     Ok(name) => name.parse::<BackendChoice>()?,
                     Err(_) => BackendChoice::Auto,
                 };
-                gpurun_build::suite::auto_target(choice, required)
+                gpurun_build::suite::targets_for(&choice, required)
                     .map_err(|error| error.to_string())?
-                    .short_name()
-                    .to_string()
             }
         };
-        let nvptx_linker = match target.as_str() {
-            "nvptx" | "nvptx64-nvidia-cuda" => Some(nvptx_linker()?),
-            _ => None,
-        };
-        let options = BuildOptions {
-            manifest_path: Some(dir.join("Cargo.toml")),
-            targets: vec![target],
-            release: self.release,
-            quiet: true,
-            nvptx_linker,
-            ..BuildOptions::default()
-        };
-        let built = match mode {
-            BuildMode::Lib => gpurun_build::build(&options),
-            BuildMode::Test => gpurun_build::build_for_test(&options),
-        };
-        built.map_err(|error| error.to_string())
+        if mode == BuildMode::Lib && targets.len() > 1 {
+            return Err(
+                "GPURUN_BACKEND names several backends; host-driven launches run on one \
+                        (set it to one of them, or use DeviceCrate::target)"
+                    .into(),
+            );
+        }
+        let mut images = Vec::new();
+        for target in targets {
+            let nvptx_linker = match target {
+                DeviceTarget::Nvptx => Some(nvptx_linker()?),
+                DeviceTarget::Amdgcn | DeviceTarget::Host => None,
+            };
+            let options = BuildOptions {
+                manifest_path: Some(dir.join("Cargo.toml")),
+                targets: vec![target.short_name().to_owned()],
+                release: self.release,
+                quiet: true,
+                nvptx_linker,
+                ..BuildOptions::default()
+            };
+            let built = match mode {
+                BuildMode::Lib => gpurun_build::build(&options),
+                BuildMode::Test => gpurun_build::build_for_test(&options),
+            };
+            images.extend(built.map_err(|error| error.to_string())?);
+        }
+        Ok(images)
     }
 
     /// Builds the crate (cached) and loads its image on the device in this process: device 0

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use gpurun_hal::{select, BackendKind};
 use gpurun_harness::outcome::{judge, panic_text, Verdict};
+use gpurun_harness::variants::variant_name;
 use gpurun_harness::{Executor, TestDesc};
 use gpurun_runner::{WorkerExecutor, WorkerOptions, WorkerSpec};
 use libtest_mimic::{Arguments, Failed, Trial};
@@ -52,8 +53,9 @@ impl DeviceCrate {
     /// trial is named by the test's path (`tests::adds`); when more than one suite has tests,
     /// each trial also carries its suite's name (the package for the lib, else the target's)
     /// as libtest-mimic's kind: `[integration] adds`, which filters, `--exact` and nextest
-    /// match as a whole. Each suite's trials run on every device the backend sees, each test
-    /// on the least busy one.
+    /// match as a whole. With several backends (`GPURUN_BACKEND=host,cuda` or `all`) the crate
+    /// is built for each and every test is a trial per backend, named `[host] adds`. Each
+    /// suite's trials run on every device the backend sees, each test on the least busy one.
     pub fn trials(&self, arguments: &Arguments) -> Result<Vec<Trial>, Error> {
         let suites = gpurun_build::suite::test_suites(self.build_for_test()?);
         let exe = std::env::current_exe().map_err(|error| Error::Image {
@@ -83,7 +85,18 @@ impl DeviceCrate {
                 with_tests.push((suite, backend, tests));
             }
         }
-        let name_suites = with_tests.len() > 1;
+        // With several backends (`GPURUN_BACKEND=host,cuda`) each test is a trial per backend,
+        // `[host] adds` and `[cuda] adds`, as `cargo gpurun test` names them.
+        let first_backend = with_tests.first().map(|(_, backend, _)| *backend);
+        let several_backends = with_tests
+            .iter()
+            .any(|(_, backend, _)| Some(*backend) != first_backend);
+        // Suites are named when one backend has more than one of them.
+        let name_suites = with_tests
+            .iter()
+            .filter(|(_, backend, _)| Some(*backend) == first_backend)
+            .count()
+            > 1;
         let mut trials = Vec::new();
         for (suite, backend, tests) in with_tests {
             let built = &suite.built;
@@ -102,11 +115,13 @@ impl DeviceCrate {
             trials.extend(tests.into_iter().map(|test| {
                 let ignored = test.ignored;
                 let executor = Arc::clone(&executor);
-                Trial::test(test.name.clone(), move || {
-                    run_trial(&*executor, &test, nocapture)
-                })
-                .with_kind(kind.clone())
-                .with_ignored_flag(ignored)
+                let name = match several_backends {
+                    true => variant_name(backend.name(), &test.name),
+                    false => test.name.clone(),
+                };
+                Trial::test(name, move || run_trial(&*executor, &test, nocapture))
+                    .with_kind(kind.clone())
+                    .with_ignored_flag(ignored)
             }));
         }
         Ok(trials)

@@ -12,7 +12,8 @@ use gpurun_runner::WorkerOptions;
 /// Which device runs the image; shared by `run` and `test`.
 #[derive(Debug, Clone, Args)]
 pub struct DeviceArgs {
-    /// Backend: auto (from the image), cuda, hsa or host.
+    /// Backend: auto (from the image), cuda, hsa, host; for `test` also a list (`host,cuda`) or
+    /// `all` (every backend with a device): each test then runs on each, named `[host] NAME`.
     #[arg(long, default_value = "auto", env = "GPURUN_BACKEND")]
     pub backend: BackendChoice,
     /// Device index within the backend [default: 0 for `run`; every visible device for `test`].
@@ -48,11 +49,16 @@ fn describe(kind: ImageKind) -> &'static str {
 }
 
 /// Picks the backend for `image`, refusing combinations that cannot work.
-pub fn backend_for(choice: BackendChoice, image: &Image) -> anyhow::Result<BackendKind> {
+pub fn backend_for(choice: &BackendChoice, image: &Image) -> anyhow::Result<BackendKind> {
     let natural = select::kind_for_image(image.kind());
     match choice {
-        BackendChoice::Auto => Ok(natural),
-        BackendChoice::Only(kind) if kind == natural => Ok(kind),
+        BackendChoice::Auto | BackendChoice::All => Ok(natural),
+        BackendChoice::Only(kind) if *kind == natural => Ok(natural),
+        BackendChoice::Each(kinds) if kinds.contains(&natural) => Ok(natural),
+        BackendChoice::Each(_) => bail!(
+            "none of the backends named can run {}; it needs the {natural} backend",
+            describe(image.kind())
+        ),
         BackendChoice::Only(kind) => bail!(
             "the {kind} backend cannot run {}; it needs the {natural} backend",
             describe(image.kind())

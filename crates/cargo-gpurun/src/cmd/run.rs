@@ -69,7 +69,7 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let image = Image::read(&args.image)
         .with_context(|| format!("failed to load image `{}`", args.image.display()))?;
-    let kind = backend_for(args.device.backend, &image)?;
+    let kind = backend_for(&args.device.backend, &image)?;
     if args.device.require_gpu {
         gpurun_build::suite::require_gpu(&[target_of(image.kind())])?;
     }

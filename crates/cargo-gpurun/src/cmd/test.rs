@@ -7,12 +7,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::bail;
 use clap::Args;
-use gpurun_build::suite::{self, DEFAULT_TEST_TIMEOUT};
+use gpurun_build::suite::{self, Suite, DEFAULT_TEST_TIMEOUT};
 use gpurun_build::{BuiltImage, DeviceTarget, TargetKind};
+use gpurun_hal::select::BackendChoice;
 use gpurun_hal::BackendKind;
 use gpurun_harness::time::TestKind;
-use gpurun_harness::HarnessArgs;
+use gpurun_harness::variants::VariantExecutor;
+use gpurun_harness::{Executor, HarnessArgs};
 use gpurun_runner::{WorkerExecutor, WorkerOptions};
 
 use super::device::{backend_for, options, DeviceArgs};
@@ -37,9 +40,21 @@ pub struct TestArgs {
 
 pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let mut build_options = args.cargo.build_options();
+    let several = matches!(
+        args.device.backend,
+        BackendChoice::Each(_) | BackendChoice::All
+    );
     if build_options.targets.is_empty() {
-        let target = suite::auto_target(args.device.backend, args.device.require_gpu)?;
-        build_options.targets = vec![target.short_name().to_string()];
+        let targets = suite::targets_for(&args.device.backend, args.device.require_gpu)?;
+        build_options.targets = targets
+            .iter()
+            .map(|target| target.short_name().to_string())
+            .collect();
+    } else if several {
+        bail!(
+            "`--backend {}` picks the targets itself; leave out --target",
+            backend_words(args)
+        );
     } else if args.device.require_gpu {
         let targets = build_options
             .targets
@@ -60,36 +75,77 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     };
     let cwd = std::env::current_dir().unwrap_or_default();
     let mut worst = exit_code::SUCCESS;
-    for suite in suite::test_suites(images) {
-        let built = &suite.built;
-        // A broken image fails its own suite; the others still run and report.
-        let (tests, kind) = match suite.image {
-            Ok(Some(image)) => (
-                image.tests().to_vec(),
-                backend_for(args.device.backend, &image),
-            ),
-            Ok(None) => (Vec::new(), Ok(suite::backend_for_target(built.target))),
-            Err(error) => {
-                eprintln!("{:>12} {}", "Running", suite_header(built, &cwd));
-                eprintln!("error: {error}");
-                worst = worst.max(exit_code::ERROR);
-                continue;
-            }
+    let suites = suite::test_suites(images);
+    // One harness run per suite; with several backends, one per suite of all of them, each
+    // test once per backend (`[host] adds`, `[cuda] adds`).
+    let groups: Vec<Vec<Suite>> = if several {
+        group_across_targets(suites)
+    } else {
+        suites.into_iter().map(|suite| vec![suite]).collect()
+    };
+    for group in groups {
+        let Some(first) = group.first() else {
+            continue;
         };
-        let kind = kind?;
-        eprintln!("{:>12} {}", "Running", suite_header(built, &cwd));
-        let timeout = harness_args
-            .test_timeout
-            .or(suite::test_timeout(built)?)
-            .unwrap_or(DEFAULT_TEST_TIMEOUT);
-        let executor = test_executor(&args.device, kind, &built.path, &harness_args, timeout)?;
-        harness_args.suite_name = Some(suite.name.clone());
+        let built = &first.built;
+        let header = group
+            .iter()
+            .map(|suite| suite_header(&suite.built, &cwd))
+            .collect::<Vec<_>>();
+        eprintln!("{:>12} {}", "Running", merge_headers(&header));
+        harness_args.suite_name = Some(first.name.clone());
         // libtest times a tests/ target's tests as integration tests.
         harness_args.test_kind = match built.kind {
             TargetKind::Test => TestKind::Integration,
             TargetKind::Lib | TargetKind::Bin | TargetKind::Example => TestKind::Unit,
         };
-        let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
+        let mut tests = Vec::new();
+        let mut variants = VariantExecutor::new();
+        let mut single = None;
+        let mut broken = false;
+        for suite in &group {
+            // A broken image fails its own suite; the others still run and report.
+            let (image_tests, kind) = match &suite.image {
+                Ok(Some(image)) => (
+                    image.tests().to_vec(),
+                    backend_for(&args.device.backend, image)?,
+                ),
+                Ok(None) => (Vec::new(), suite::backend_for_target(suite.built.target)),
+                Err(error) => {
+                    eprintln!("error: {error}");
+                    broken = true;
+                    continue;
+                }
+            };
+            let timeout = harness_args
+                .test_timeout
+                .or(suite::test_timeout(&suite.built)?)
+                .unwrap_or(DEFAULT_TEST_TIMEOUT);
+            let executor = Arc::new(test_executor(
+                &args.device,
+                kind,
+                &suite.built.path,
+                &harness_args,
+                timeout,
+            )?);
+            if several {
+                tests.extend(variants.add(kind.name(), &image_tests, executor));
+            } else {
+                tests = image_tests;
+                single = Some(executor);
+            }
+        }
+        if broken {
+            worst = worst.max(exit_code::ERROR);
+            if !several || tests.is_empty() {
+                continue;
+            }
+        }
+        let executor: Arc<dyn Executor> = match single {
+            Some(executor) => executor,
+            None => Arc::new(variants),
+        };
+        let code = gpurun_harness::run_to_exit_code(&harness_args, tests, executor);
         // One `--junit` file for the whole run: later suites add theirs to it.
         harness_args.junit_append = true;
         if code != exit_code::SUCCESS {
@@ -97,6 +153,56 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(exit_code::code(worst))
+}
+
+/// `host,cuda` or `all`, as the user wrote `--backend`.
+fn backend_words(args: &TestArgs) -> String {
+    match &args.device.backend {
+        BackendChoice::Each(kinds) => kinds
+            .iter()
+            .map(|kind| kind.name())
+            .collect::<Vec<_>>()
+            .join(","),
+        BackendChoice::All => "all".into(),
+        BackendChoice::Auto => "auto".into(),
+        BackendChoice::Only(kind) => kind.name().into(),
+    }
+}
+
+/// The suites of several targets grouped by what they test (package, kind of target, name),
+/// each group in target order, the groups in the order of their first suite.
+fn group_across_targets(suites: Vec<Suite>) -> Vec<Vec<Suite>> {
+    let mut groups: Vec<Vec<Suite>> = Vec::new();
+    for suite in suites {
+        let same = |other: &Suite| {
+            (&other.built.package, other.built.kind, &other.built.name)
+                == (&suite.built.package, suite.built.kind, &suite.built.name)
+        };
+        match groups
+            .iter_mut()
+            .find(|group| group.first().is_some_and(same))
+        {
+            Some(group) => group.push(suite),
+            None => groups.push(vec![suite]),
+        }
+    }
+    groups
+}
+
+/// cargo's `Running` header for one or several images of the same source: `unittests
+/// src/lib.rs (target/debug/libfoo.so, target/nvptx64-nvidia-cuda/debug/foo.ptx)`.
+fn merge_headers(headers: &[String]) -> String {
+    let Some((first, rest)) = headers.split_first() else {
+        return String::new();
+    };
+    let mut merged = first.clone();
+    for header in rest {
+        // Every header ends with `(PATH)`; the sources are the same.
+        if let (Some(at), Some(open)) = (merged.rfind(')'), header.rfind('(')) {
+            merged.insert_str(at, &format!(", {}", &header[open + 1..header.len() - 1]));
+        }
+    }
+    merged
 }
 
 /// What cargo prints after `Running`: `unittests src/lib.rs (target/debug/libfoo.so)` for a

@@ -8,6 +8,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase as JunitCase, TestCaseStatus,
 
 use crate::outcome::Verdict;
 use crate::report::{failure_summary, Finished};
+use crate::variants::split_variant;
 
 /// Collects test results and writes the report at the end of the run.
 pub(crate) struct JunitReport {
@@ -54,7 +55,13 @@ impl JunitReport {
             }
         };
         let mut case = JunitCase::new(finished.test.name.as_str(), status);
-        case.set_classname(self.suite.name.as_str());
+        // Each backend's variants of a test (`[cuda] adds`) form a group of their own.
+        match split_variant(&finished.test.name) {
+            Some((label, _)) => {
+                case.set_classname(format!("{}::{label}", self.suite.name.as_str()))
+            }
+            None => case.set_classname(self.suite.name.as_str()),
+        };
         // The device's own time of the launch where the backend measured it (what a GPU test
         // is about, without the worker's overhead), the wall time kept as a property; else the
         // wall time.
