@@ -293,10 +293,12 @@ fn len_terms(expr: &Expr, out: &mut Vec<LenTerm>) -> syn::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{kernel_params, len_args};
+    use super::{kernel_params, launch_shape, len_args, take_test_attrs};
     use gpurun_abi::kernel::ParamKind;
+    use gpurun_abi::{LaunchShape, ShouldPanic};
     use proc_macro2::TokenStream as TokenStream2;
     use quote::quote;
+    use syn::ItemFn;
 
     fn error(result: syn::Result<impl Sized>) -> String {
         result.err().expect("an error").to_string()
@@ -329,5 +331,54 @@ mod tests {
         assert!(error(quote!(len(x = n + 1))).contains("expected a product"));
         assert!(error(quote!(threads = 4)).contains("expected `len("));
         assert!(error(quote!(size(x = n))).contains("unknown argument"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn launch_shapes_are_numbers_or_tuples_of_up_to_three() {
+        assert_eq!(launch_shape(quote!()).unwrap(), LaunchShape::SINGLE);
+        assert_eq!(
+            launch_shape(quote!(threads = (16, 16), blocks = 4)).unwrap(),
+            LaunchShape::grid([4, 1, 1], [16, 16, 1])
+        );
+        let error = |args: TokenStream2| error(launch_shape(args));
+        assert!(error(quote!(threads = (4, 0))).contains("cannot be 0"));
+        assert!(error(quote!(threads = (1, 2, 3, 4))).contains("1 to 3 dimensions"));
+        assert!(error(quote!(threads = n)).contains("expected an integer literal"));
+        assert!(error(quote!(warps = 2)).contains("unknown argument"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn libtest_attributes_are_taken_off_the_function() {
+        let attrs = |function: TokenStream2| {
+            let mut function: ItemFn = syn::parse2(function).unwrap();
+            let found = take_test_attrs(&mut function.attrs);
+            (found, function.attrs.len())
+        };
+        let (found, left) = attrs(quote!(
+            #[inline]
+            #[ignore = "slow"]
+            #[should_panic]
+            fn t() {}
+        ));
+        let found = found.unwrap();
+        assert_eq!(left, 1);
+        assert!(found.ignore && found.ignore_reason == "slow");
+        assert_eq!(found.should_panic, ShouldPanic::Yes);
+        let expected = attrs(quote!(
+            #[should_panic(expected = "boom")]
+            fn t() {}
+        ))
+        .0;
+        let expected = expected.unwrap();
+        assert!(!expected.ignore);
+        assert_eq!(expected.should_panic, ShouldPanic::Expected("boom".into()));
+        assert!(error(
+            attrs(quote!(
+                #[ignore = 1]
+                fn t() {}
+            ))
+            .0
+        )
+        .contains("string literal"));
     }
 }

@@ -185,12 +185,20 @@ mod tests {
     use gpurun_abi::LaunchShape;
     use proc_macro2::TokenStream as TokenStream2;
     use quote::quote;
+    use syn::ItemFn;
+
+    fn error(result: syn::Result<impl Sized>) -> String {
+        result.err().expect("an error").to_string()
+    }
+
+    fn function(tokens: TokenStream2) -> ItemFn {
+        syn::parse2(tokens).unwrap()
+    }
 
     fn lengths(args: TokenStream2) -> Result<Vec<Vec<Factor>>, String> {
-        let function = syn::parse2(quote!(
+        let function = function(quote!(
             unsafe fn k(a: f32, x: *const f32, y: &mut [u32; 4], n: usize, rows: u32, s: &[u8]) {}
-        ))
-        .unwrap();
+        ));
         let params = parse::kernel_params(&function);
         let args = parse::len_args(args).map_err(|error| error.to_string())?;
         super::lengths(&args, &params).map_err(|error| error.to_string())
@@ -231,11 +239,125 @@ mod tests {
     }
 
     #[::core::prelude::v1::test]
+    fn a_parameter_named_blocks_or_threads_is_not_a_factor() {
+        for name in ["blocks", "threads"] {
+            let shadow = syn::Ident::new(name, proc_macro2::Span::call_site());
+            let function = function(quote!(unsafe fn k(x: *const f32, #shadow: u32) {}));
+            let params = parse::kernel_params(&function);
+            let args = parse::len_args(quote!(len(x = #shadow))).unwrap();
+            let message = error(super::lengths(&args, &params));
+            assert!(
+                message.contains("both a parameter and the launch's"),
+                "{message}"
+            );
+        }
+    }
+
+    #[::core::prelude::v1::test]
+    fn a_length_has_at_most_255_factors() {
+        let function = function(quote!(
+            unsafe fn k(x: *const f32, n: u32) {}
+        ));
+        let params = parse::kernel_params(&function);
+        let product = |count: usize| -> TokenStream2 {
+            let product = vec!["n"; count].join(" * ");
+            format!("len(x = {product})").parse().unwrap()
+        };
+        let args = parse::len_args(product(255)).unwrap();
+        assert_eq!(super::lengths(&args, &params).unwrap()[0].len(), 255);
+        let args = parse::len_args(product(256)).unwrap();
+        assert!(error(super::lengths(&args, &params)).contains("too many factors"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn a_kernel_has_at_most_255_parameters() {
+        let with_params = |count: usize| {
+            let names = (0..count).map(|i| quote::format_ident!("p{i}"));
+            let function = function(quote!(fn k(#(#names: u32),*) {}));
+            let params = parse::kernel_params(&function);
+            super::kernel_param_count(&function, &params)
+        };
+        assert!(with_params(255).is_ok());
+        assert!(error(with_params(256)).contains("at most 255 parameters"));
+    }
+
+    #[::core::prelude::v1::test]
     fn block_sizes_above_1024_threads_are_refused() {
         assert!(shape(quote!(threads = 1024)).is_ok());
         assert!(shape(quote!(threads = (32, 32, 1), blocks = 4096)).is_ok());
         let err = shape(quote!(threads = (32, 32, 2))).err().unwrap();
         assert!(err.to_string().contains("at most 1024 threads"), "{err}");
         assert!(shape(quote!(threads = 1025)).is_err());
+    }
+
+    #[::core::prelude::v1::test]
+    fn tests_kernels_and_main_are_neither_async_nor_generic() {
+        type Check = fn(&ItemFn) -> syn::Result<()>;
+        let checks: [(&str, Check); 3] = [
+            ("a #[gpurun::test] function", super::test_fn),
+            ("a kernel", super::kernel_fn),
+            ("main", super::main_fn),
+        ];
+        for (what, check) in checks {
+            assert!(
+                check(&function(quote!(
+                    fn f() {}
+                )))
+                .is_ok(),
+                "{what}"
+            );
+            let message = error(check(&function(quote!(
+                async fn f() {}
+            ))));
+            assert_eq!(message, format!("{what} cannot be async"));
+            let message = error(check(&function(quote!(
+                fn f<T>() {}
+            ))));
+            assert_eq!(message, format!("{what} cannot be generic"));
+        }
+    }
+
+    #[::core::prelude::v1::test]
+    fn a_test_takes_no_arguments_and_returns_nothing() {
+        let check = |tokens| error(super::test_fn(&function(tokens)));
+        assert!(check(quote!(
+            fn t(x: u32) {}
+        ))
+        .contains("takes no arguments"));
+        assert!(check(quote!(
+            fn t() -> u32 {
+                0
+            }
+        ))
+        .contains("returns nothing; panic to fail"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn a_kernel_returns_nothing() {
+        let kernel = function(quote!(
+            fn k(x: u32) -> u32 {
+                x
+            }
+        ));
+        assert!(error(super::kernel_fn(&kernel)).contains("a kernel returns nothing"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn main_takes_no_attribute_arguments_and_at_most_one_parameter() {
+        assert!(super::main_args(&quote!()).is_ok());
+        assert!(error(super::main_args(&quote!(x))).contains("takes no arguments"));
+        let main = |tokens| super::main_fn(&function(tokens));
+        assert!(main(quote!(
+            fn main(args: gpurun::Args) -> i32 {
+                0
+            }
+        ))
+        .is_ok());
+        let two = main(quote!(
+            fn main(a: u32, b: u32) -> i32 {
+                0
+            }
+        ));
+        assert!(error(two).contains("no arguments or one `gpurun::Args`"));
     }
 }
