@@ -11,15 +11,15 @@ use syn::{ItemFn, ReturnType};
 
 /// A launch every target can run: at most [`MAX_BLOCK_THREADS`] threads a block, under 2^32 in all.
 pub fn launch_shape(shape: &LaunchShape) -> syn::Result<()> {
-    let per_block: u64 = shape.threads.iter().map(|&n| u64::from(n)).product();
-    if per_block > MAX_BLOCK_THREADS {
+    // Exact, unlike `threads_per_block` (saturating): the message names the product.
+    let per_block: u128 = shape.threads.iter().map(|&n| u128::from(n)).product();
+    if per_block > u128::from(MAX_BLOCK_THREADS) {
         return Err(syn::Error::new(
             Span::call_site(),
             format!("a block has at most {MAX_BLOCK_THREADS} threads (NVIDIA and AMD GPUs), not {per_block}: use `blocks` for more"),
         ));
     }
-    let blocks: u64 = shape.blocks.iter().map(|&n| u64::from(n)).product();
-    if per_block * blocks > u64::from(u32::MAX) {
+    if shape.total_threads() > u64::from(u32::MAX) {
         return Err(syn::Error::new(
             Span::call_site(),
             "the launch shape has more than 2^32 threads",
@@ -288,6 +288,22 @@ mod tests {
         let err = shape(quote!(threads = (32, 32, 2))).err().unwrap();
         assert!(err.to_string().contains("at most 1024 threads"), "{err}");
         assert!(shape(quote!(threads = 1025)).is_err());
+    }
+
+    #[::core::prelude::v1::test]
+    fn launches_above_2_pow_32_threads_are_refused_without_overflowing() {
+        assert!(shape(quote!(threads = 1024, blocks = (4096, 1023))).is_ok());
+        let too_many = shape(quote!(threads = 1024, blocks = (4096, 1024, 2)));
+        assert!(error(too_many).contains("more than 2^32 threads"));
+        // Products of such dimensions overflow a u64: a panic in the macro before.
+        let huge = quote!(blocks = (4294967295, 4294967295, 4294967295));
+        assert!(error(shape(huge)).contains("more than 2^32 threads"));
+        let huge = quote!(threads = (4294967295, 4294967295, 4294967295));
+        let message = error(shape(huge));
+        assert!(
+            message.contains("not 79228162458924105385300197375:"),
+            "{message}"
+        );
     }
 
     #[::core::prelude::v1::test]
