@@ -54,8 +54,8 @@ use gpurun_hal::select::BackendChoice;
 
 pub use gpu::{Buffer, Gpu, Output};
 pub use gpurun_hal::kernel_args::KernelArg;
-pub use gpurun_hal::{BackendKind, LaunchEnd};
 pub use gpurun_hal::LaunchShape;
+pub use gpurun_hal::{BackendKind, LaunchEnd};
 pub use launch_args::{Arg, DeviceCopy, ForeignBuffer, IntoKernelArg, KernelArgs};
 pub use trials::WORKER_FLAG;
 
