@@ -342,11 +342,7 @@ impl TestDesc {
 
     /// This test's descriptor fields (its name and kernel are not part of the encoding).
     pub fn fields(&self) -> Fields<'_> {
-        let (expected, mut flags) = match &self.should_panic {
-            ShouldPanic::No => ("", 0),
-            ShouldPanic::Yes => ("", FLAG_SHOULD_PANIC),
-            ShouldPanic::Expected(text) => (text.as_str(), FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED),
-        };
+        let (expected, mut flags) = self.should_panic.expected_and_flags();
         if self.ignored || self.ignore_reason.is_some() {
             flags |= FLAG_IGNORE;
         }
@@ -375,6 +371,16 @@ pub enum ShouldPanic {
 
 #[cfg(feature = "alloc")]
 impl ShouldPanic {
+    /// Its descriptor fields: the `expected` text and the flag bits (the attribute macro
+    /// encodes a test's descriptor with them, [`TestDesc::fields`] a test read back).
+    pub fn expected_and_flags(&self) -> (&str, u8) {
+        match self {
+            ShouldPanic::No => ("", 0),
+            ShouldPanic::Yes => ("", FLAG_SHOULD_PANIC),
+            ShouldPanic::Expected(text) => (text.as_str(), FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED),
+        }
+    }
+
     /// What descriptor `fields` say.
     pub fn of(fields: &Fields<'_>) -> ShouldPanic {
         match (fields.should_panic(), fields.has_expected()) {
@@ -464,5 +470,23 @@ mod tests {
         assert_eq!(libtest_name("c::::t"), None);
         assert_eq!(libtest_name("lonely"), None);
         assert_eq!(libtest_name("::t"), None);
+    }
+
+    #[cfg(feature = "alloc")]
+    #[test]
+    fn should_panic_round_trips_through_its_fields() {
+        for should_panic in [
+            ShouldPanic::No,
+            ShouldPanic::Yes,
+            ShouldPanic::Expected("overflow".into()),
+        ] {
+            let (expected, flags) = should_panic.expected_and_flags();
+            let fields = Fields {
+                expected,
+                flags,
+                ..SAMPLE
+            };
+            assert_eq!(ShouldPanic::of(&fields), should_panic);
+        }
     }
 }
