@@ -685,3 +685,35 @@ fn several_backends_run_each_test_on_each_and_name_the_differences() {
         &output,
     );
 }
+
+/// `#[gpurun::test(gpu_only)]` on the host emulation: reported as `ignored, needs a GPU`, and
+/// not run even with `--include-ignored` (the test fails wherever it is not a GPU build).
+#[test]
+fn gpu_only_tests_are_ignored_on_the_host_emulation() {
+    for extra in [&[][..], &["--include-ignored"], &["--ignored"]] {
+        let mut args = vec!["--test-threads", "1"];
+        args.extend_from_slice(extra);
+        let output = test_on_host("gpu-only", &args, 0);
+        assert_contains(
+            &text(&output.stdout),
+            "test runs_only_on_a_gpu ... ignored, needs a GPU\n",
+            &output,
+        );
+    }
+    let output = test_on_host(
+        "gpu-only",
+        &[
+            "--include-ignored",
+            "--format",
+            "json",
+            "-Zunstable-options",
+        ],
+        0,
+    );
+    let stdout = text(&output.stdout);
+    let event = json_lines(&stdout)
+        .find(|event| event["name"] == "runs_only_on_a_gpu" && event["event"] != "started")
+        .unwrap_or_else(|| panic!("{}", describe(&output)));
+    assert_eq!(event["event"], "ignored", "{event}");
+    assert_eq!(event["message"], "needs a GPU", "{event}");
+}

@@ -23,7 +23,9 @@ pub const FLAG_IGNORE: u8 = 1 << 0;
 pub const FLAG_SHOULD_PANIC: u8 = 1 << 1;
 /// `#[should_panic(expected = "...")]`: the expected text is present.
 pub const FLAG_HAS_EXPECTED: u8 = 1 << 2;
-const KNOWN_FLAGS: u8 = FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED;
+/// `#[gpurun::test(gpu_only)]`: the test means nothing on the host emulation.
+pub const FLAG_GPU_ONLY: u8 = 1 << 3;
+const KNOWN_FLAGS: u8 = FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED | FLAG_GPU_ONLY;
 
 /// Size of the descriptor for these strings.
 pub const fn encoded_len(path: &str, expected: &str, ignore_reason: &str) -> usize {
@@ -53,6 +55,9 @@ impl Fields<'_> {
     }
     pub const fn has_expected(&self) -> bool {
         self.flags & FLAG_HAS_EXPECTED != 0
+    }
+    pub const fn gpu_only(&self) -> bool {
+        self.flags & FLAG_GPU_ONLY != 0
     }
 }
 
@@ -301,6 +306,9 @@ pub struct TestDesc {
     pub ignore_reason: Option<String>,
     /// `#[should_panic]`, with or without `expected`.
     pub should_panic: ShouldPanic,
+    /// `#[gpurun::test(gpu_only)]`: reported as ignored ("needs a GPU") where it would run on
+    /// the host emulation, whatever `--include-ignored` says.
+    pub gpu_only: bool,
     /// The launch every run of the test uses.
     pub shape: crate::launch::LaunchShape,
     /// `Some(lanes)`: a device panic ends the panicking thread's whole wavefront of `lanes`
@@ -334,6 +342,7 @@ impl TestDesc {
             ignored: false,
             ignore_reason: None,
             should_panic: ShouldPanic::No,
+            gpu_only: false,
             shape: crate::launch::LaunchShape::SINGLE,
             panic_ends_wavefront: None,
             source_file: None,
@@ -345,6 +354,9 @@ impl TestDesc {
         let (expected, mut flags) = self.should_panic.expected_and_flags();
         if self.ignored || self.ignore_reason.is_some() {
             flags |= FLAG_IGNORE;
+        }
+        if self.gpu_only {
+            flags |= FLAG_GPU_ONLY;
         }
         Fields {
             path: &self.full_path,

@@ -61,6 +61,11 @@ impl BackendKind {
             .find(|kind| kind.name() == name)
     }
 
+    /// Whether it runs device code on a GPU (not the host emulation or a script).
+    pub fn is_gpu(self) -> bool {
+        matches!(self, BackendKind::Cuda | BackendKind::Hsa)
+    }
+
     /// The name used on the command line (`--backend cuda|hsa|host`).
     pub fn name(self) -> &'static str {
         match self {

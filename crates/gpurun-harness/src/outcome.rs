@@ -90,6 +90,14 @@ pub struct TestRun {
 pub trait Executor: Send + Sync {
     /// Runs `test` and reports how it ended.
     fn run(&self, test: &TestDesc) -> TestRun;
+
+    /// Whether `test` would run on a GPU here. A `gpu_only` test that would not is reported
+    /// as ignored, "needs a GPU", and never run, whatever `--include-ignored` says. An executor
+    /// that emulates the device must say so; the default is a GPU.
+    fn runs_on_gpu(&self, test: &TestDesc) -> bool {
+        let _ = test;
+        true
+    }
 }
 
 /// libtest's verdict on one test.

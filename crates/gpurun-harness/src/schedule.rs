@@ -144,7 +144,7 @@ fn run_inner(
     err: &mut dyn Write,
     warn_after: Duration,
 ) -> Result<Conclusion, HarnessError> {
-    let selection = select(args, tests);
+    let selection = select_where_runnable(args, tests, executor.as_ref());
     let format = args.effective_format();
     let mut logfile = match &args.logfile {
         Some(path) => Some(LogFile::create(path.clone())?),
@@ -272,6 +272,33 @@ pub fn test_threads(args: &HarnessArgs) -> Result<usize, HarnessError> {
             .map_err(|_| HarnessError::TestThreadsEnv(text));
     }
     Ok(std::thread::available_parallelism().map_or(1, NonZeroUsize::get))
+}
+
+/// Why a `gpu_only` test is not run where the executor emulates the device.
+pub const NEEDS_A_GPU: &str = "needs a GPU";
+
+/// [`select`], with every `gpu_only` test that would not run on a GPU here reported as ignored
+/// ([`NEEDS_A_GPU`]), whatever `--ignored` and `--include-ignored` say about ignored tests.
+fn select_where_runnable(
+    args: &HarnessArgs,
+    mut tests: Vec<TestDesc>,
+    executor: &dyn Executor,
+) -> crate::filter::Selection {
+    let mut needs_gpu = std::collections::HashSet::new();
+    for test in &mut tests {
+        if test.gpu_only && !executor.runs_on_gpu(test) {
+            test.ignored = true;
+            test.ignore_reason = Some(NEEDS_A_GPU.to_owned());
+            needs_gpu.insert(test.name.clone());
+        }
+    }
+    let mut selection = select(args, tests);
+    for test in &mut selection.tests {
+        if needs_gpu.contains(&test.name) {
+            test.ignored = true;
+        }
+    }
+    selection
 }
 
 /// Calls the executor; a panic inside it fails this test only.

@@ -25,6 +25,8 @@ pub struct MockExecutor {
     ran: Mutex<Vec<String>>,
     running: AtomicUsize,
     max_running: AtomicUsize,
+    /// Plays the host emulation: no test runs on a GPU.
+    emulated: bool,
 }
 
 /// A test launched as `blocks` blocks of `threads` threads, with no attributes.
@@ -93,6 +95,12 @@ impl MockExecutor {
         Self::default()
     }
 
+    /// Plays the host emulation (see [`Executor::runs_on_gpu`]).
+    pub fn emulating(mut self) -> Self {
+        self.emulated = true;
+        self
+    }
+
     /// Scripts `name` to report `run`.
     pub fn with(mut self, name: &str, run: TestRun) -> Self {
         self.script.insert(
@@ -123,6 +131,10 @@ impl MockExecutor {
 }
 
 impl Executor for MockExecutor {
+    fn runs_on_gpu(&self, _test: &TestDesc) -> bool {
+        !self.emulated
+    }
+
     fn run(&self, test: &TestDesc) -> TestRun {
         if let Ok(mut ran) = self.ran.lock() {
             ran.push(test.name.clone());

@@ -51,15 +51,25 @@ impl VariantExecutor {
     }
 }
 
+impl VariantExecutor {
+    /// The executor of `test`'s variant.
+    fn executor(&self, test: &TestDesc) -> Option<&Arc<dyn Executor>> {
+        let (label, _) = split_variant(&test.name)?;
+        self.executors
+            .iter()
+            .find(|(known, _)| known == label)
+            .map(|(_, executor)| executor)
+    }
+}
+
 impl Executor for VariantExecutor {
+    fn runs_on_gpu(&self, test: &TestDesc) -> bool {
+        self.executor(test)
+            .is_some_and(|executor| executor.runs_on_gpu(test))
+    }
+
     fn run(&self, test: &TestDesc) -> TestRun {
-        let executor = split_variant(&test.name).and_then(|(label, _)| {
-            self.executors
-                .iter()
-                .find(|(known, _)| known == label)
-                .map(|(_, executor)| executor)
-        });
-        match executor {
+        match self.executor(test) {
             Some(executor) => executor.run(test),
             None => TestRun {
                 end: TestEnd::NotRun(format!("no executor for the variant `{}`", test.name)),

@@ -942,3 +942,43 @@ fn variants_run_under_their_labels_and_the_summary_names_the_difference() {
     assert_eq!((conclusion.num_passed, conclusion.num_failed), (2, 0));
     assert!(!out.contains("note: "), "{out}");
 }
+
+#[test]
+fn gpu_only_tests_are_ignored_on_the_emulation_whatever_the_ignore_flags_say() {
+    let suite = || {
+        let mut suite = tests(&["timing", "plain", "slow"]);
+        suite[0].gpu_only = true;
+        suite[2].ignored = true;
+        suite
+    };
+    for argv in [&[][..], &["--include-ignored"], &["--ignored"]] {
+        let mut argv = argv.to_vec();
+        argv.extend(["--test-threads", "1"]);
+        let outcome = run(&argv, suite(), MockExecutor::new().emulating());
+        assert!(
+            outcome
+                .stdout
+                .contains("test timing ... ignored, needs a GPU\n"),
+            "{argv:?}: {}",
+            outcome.stdout
+        );
+        assert!(
+            !outcome.executor.ran().contains(&"timing".to_owned()),
+            "{argv:?}"
+        );
+    }
+    // --include-ignored still runs the plainly ignored test.
+    let outcome = run(
+        &["--include-ignored", "--test-threads", "1"],
+        suite(),
+        MockExecutor::new().emulating(),
+    );
+    assert_eq!(outcome.executor.ran(), ["plain", "slow"]);
+    // On a GPU the test runs like any other.
+    let outcome = run(&["--test-threads", "1"], suite(), MockExecutor::new());
+    assert!(
+        outcome.stdout.contains("test timing ... ok\n"),
+        "{}",
+        outcome.stdout
+    );
+}

@@ -48,6 +48,7 @@ pub fn decode_descriptor(symbol: &str, kernel: &str, bytes: &[u8]) -> Result<Tes
         ignore_reason: (ignored && !fields.ignore_reason.is_empty())
             .then(|| fields.ignore_reason.to_owned()),
         should_panic: ShouldPanic::of(&fields),
+        gpu_only: fields.gpu_only(),
         shape: LaunchShape::grid(fields.blocks, fields.threads),
         panic_ends_wavefront: None,
         source_file: None,
@@ -66,6 +67,7 @@ mod tests {
             ignored: true,
             ignore_reason: Some("slow".into()),
             should_panic: ShouldPanic::Expected("overflow".into()),
+            gpu_only: true,
             shape: LaunchShape::grid([4, 1, 1], [32, 2, 1]),
             panic_ends_wavefront: None,
             source_file: None,

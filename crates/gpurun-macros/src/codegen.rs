@@ -1,9 +1,9 @@
 //! The code the attributes emit, from parsed and validated data: calls of `gpurun`'s hidden
 //! `export` module and `__gpurun_kernel!` macro, and the descriptors the loader reads.
 
-use crate::parse::{KernelParam, TestAttrs};
+use crate::parse::{KernelParam, TestArgs, TestAttrs};
 use gpurun_abi::kernel::{Factor, ParamKind};
-use gpurun_abi::{desc, symbols, LaunchShape};
+use gpurun_abi::{desc, symbols};
 use proc_macro2::TokenStream as TokenStream2;
 use quote::{format_ident, quote};
 use syn::ItemFn;
@@ -38,7 +38,8 @@ fn test_id(name: &syn::Ident) -> String {
 
 /// The test function (its libtest attributes taken off), its descriptor `__gpurun_desc_ID` and
 /// the kernel `__gpurun_test_ID` that runs it.
-pub fn test(function: &ItemFn, shape: &LaunchShape, attrs: &TestAttrs) -> TokenStream2 {
+pub fn test(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs) -> TokenStream2 {
+    let shape = &args.shape;
     let rt = runtime_path();
     let name = &function.sig.ident;
     let id = test_id(name);
@@ -49,6 +50,9 @@ pub fn test(function: &ItemFn, shape: &LaunchShape, attrs: &TestAttrs) -> TokenS
     let (expected, mut flags) = attrs.should_panic.expected_and_flags();
     if attrs.ignore {
         flags |= desc::FLAG_IGNORE;
+    }
+    if args.gpu_only {
+        flags |= desc::FLAG_GPU_ONLY;
     }
     let reason = &attrs.ignore_reason;
     let name_text = name.to_string();

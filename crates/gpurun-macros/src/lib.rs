@@ -24,7 +24,8 @@ use syn::ItemFn;
 /// thread panics.
 ///
 /// Launch shape: `#[gpurun::test(threads = 256)]`, `threads = (16, 16, 1)`, `blocks = 4`.
-/// Also honours `#[ignore]`, `#[ignore = "reason"]`, `#[should_panic]` and
+/// `#[gpurun::test(gpu_only)]` marks a test that means nothing on the host emulation (timing,
+/// say): there it is reported as ignored, "needs a GPU". Also honours `#[ignore]`, `#[ignore = "reason"]`, `#[should_panic]` and
 /// `#[should_panic(expected = "text")]` written after it.
 #[proc_macro_attribute]
 pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
@@ -58,13 +59,13 @@ pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
 }
 
 fn expand_test(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
-    let shape = parse::launch_shape(args)?;
-    validate::launch_shape(&shape)?;
+    let args = parse::test_args(args)?;
+    validate::launch_shape(&args.shape)?;
     let mut function: ItemFn = syn::parse2(item)?;
     validate::test_fn(&function)?;
     // After the signature's checks: of a bad signature and a bad attribute, the first is reported.
     let attrs = parse::take_test_attrs(&mut function.attrs)?;
-    Ok(codegen::test(&function, &shape, &attrs))
+    Ok(codegen::test(&function, &args, &attrs))
 }
 
 fn expand_kernel(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {

@@ -10,16 +10,33 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Attribute, Expr, ExprLit, ItemFn, Lit, Meta, Token};
 
-/// `#[gpurun::test]`'s arguments: `threads = N` and `blocks = N`, each a number or a tuple of up
-/// to 3 dimensions; unset ones are 1 (the last of a repeated argument counts).
-pub fn launch_shape(args: TokenStream2) -> syn::Result<LaunchShape> {
+/// `#[gpurun::test]`'s arguments.
+pub struct TestArgs {
+    /// `threads = N` and `blocks = N`, each a number or a tuple of up to 3 dimensions; unset
+    /// ones are 1 (the last of a repeated argument counts).
+    pub shape: LaunchShape,
+    /// `gpu_only`: the test means nothing on the host emulation.
+    pub gpu_only: bool,
+}
+
+/// Reads `#[gpurun::test]`'s arguments (see [`TestArgs`]).
+pub fn test_args(args: TokenStream2) -> syn::Result<TestArgs> {
     let mut shape = LaunchShape::SINGLE;
+    let mut gpu_only = false;
     let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)?;
     for meta in metas {
+        if meta.path().is_ident("gpu_only") {
+            if !matches!(meta, Meta::Path(_)) {
+                return Err(syn::Error::new(meta.span(), "`gpu_only` takes no value"));
+            }
+            gpu_only = true;
+            continue;
+        }
         let Meta::NameValue(pair) = &meta else {
             return Err(syn::Error::new(
                 meta.span(),
-                "expected `threads = N` or `blocks = N` (or a tuple of up to 3 dimensions)",
+                "expected `threads = N` or `blocks = N` (or a tuple of up to 3 dimensions), or \
+                 `gpu_only`",
             ));
         };
         let dims = dimensions(&pair.value)?;
@@ -30,11 +47,11 @@ pub fn launch_shape(args: TokenStream2) -> syn::Result<LaunchShape> {
         } else {
             return Err(syn::Error::new(
                 pair.path.span(),
-                "unknown argument: expected `threads` or `blocks`",
+                "unknown argument: expected `threads`, `blocks` or `gpu_only`",
             ));
         }
     }
-    Ok(shape)
+    Ok(TestArgs { shape, gpu_only })
 }
 
 fn dimensions(expr: &Expr) -> syn::Result<[u32; 3]> {
@@ -293,7 +310,7 @@ fn len_terms(expr: &Expr, out: &mut Vec<LenTerm>) -> syn::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{kernel_params, launch_shape, len_args, take_test_attrs};
+    use super::{kernel_params, len_args, take_test_attrs, test_args};
     use gpurun_abi::kernel::ParamKind;
     use gpurun_abi::{LaunchShape, ShouldPanic};
     use proc_macro2::TokenStream as TokenStream2;
@@ -335,6 +352,7 @@ mod tests {
 
     #[::core::prelude::v1::test]
     fn launch_shapes_are_numbers_or_tuples_of_up_to_three() {
+        let launch_shape = |args: TokenStream2| test_args(args).map(|args| args.shape);
         assert_eq!(launch_shape(quote!()).unwrap(), LaunchShape::SINGLE);
         assert_eq!(
             launch_shape(quote!(threads = (16, 16), blocks = 4)).unwrap(),
@@ -345,6 +363,17 @@ mod tests {
         assert!(error(quote!(threads = (1, 2, 3, 4))).contains("1 to 3 dimensions"));
         assert!(error(quote!(threads = n)).contains("expected an integer literal"));
         assert!(error(quote!(warps = 2)).contains("unknown argument"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn gpu_only_is_a_bare_flag_beside_the_shape() {
+        assert!(!test_args(quote!(threads = 4)).unwrap().gpu_only);
+        let args = test_args(quote!(gpu_only, threads = 4)).unwrap();
+        assert!(args.gpu_only);
+        assert_eq!(args.shape, LaunchShape::blocks(1).threads(4));
+        assert!(error(test_args(quote!(gpu_only = true))).contains("takes no value"));
+        assert!(error(test_args(quote!(gpu_only(x)))).contains("takes no value"));
+        assert!(error(test_args(quote!(fast))).contains("or `gpu_only`"));
     }
 
     #[::core::prelude::v1::test]

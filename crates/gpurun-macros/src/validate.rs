@@ -205,7 +205,7 @@ mod tests {
     }
 
     fn shape(args: TokenStream2) -> syn::Result<LaunchShape> {
-        let shape = parse::launch_shape(args)?;
+        let shape = parse::test_args(args)?.shape;
         super::launch_shape(&shape).map(|()| shape)
     }
 

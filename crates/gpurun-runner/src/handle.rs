@@ -40,6 +40,8 @@ pub struct WorkerSpec {
     pub slots: usize,
     /// Variables added to the worker's environment (the scripted backend's script).
     pub env: Vec<(String, String)>,
+    /// The backend the worker opens its device with.
+    pub backend: gpurun_hal::BackendKind,
 }
 
 /// Whether a worker's end is explained by one of its slots: a launch that ended the process on
@@ -389,6 +391,7 @@ mod tests {
             image: "image.ptx".into(),
             slots: 3,
             env: vec![("GPURUN_SCRIPT".into(), "s.json".into())],
+            backend: gpurun_hal::BackendKind::Scripted,
         };
         let command = worker_command(&spec, 3);
         let envs: Vec<(&OsStr, Option<&OsStr>)> = command.get_envs().collect();

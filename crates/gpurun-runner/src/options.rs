@@ -58,6 +58,7 @@ impl WorkerOptions {
             image: image.to_path_buf(),
             slots: 1,
             env: Vec::new(),
+            backend: self.backend,
         }
     }
 

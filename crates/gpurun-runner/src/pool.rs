@@ -305,6 +305,12 @@ impl Collected {
 }
 
 impl Executor for WorkerExecutor {
+    fn runs_on_gpu(&self, _test: &TestDesc) -> bool {
+        self.devices
+            .first()
+            .is_some_and(|device| device.spec.backend.is_gpu())
+    }
+
     fn run(&self, test: &TestDesc) -> TestRun {
         let started = Instant::now();
         let mut notes = Vec::new();
@@ -371,6 +377,7 @@ mod tests {
                 image: "image.so".into(),
                 slots: 1,
                 env: Vec::new(),
+                backend: gpurun_hal::BackendKind::Host,
             })
             .collect()
     }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use gpurun_hal::{select, BackendKind};
 use gpurun_harness::outcome::{judge, panic_text, Verdict};
+use gpurun_harness::schedule::NEEDS_A_GPU;
 use gpurun_harness::variants::variant_name;
 use gpurun_harness::{Executor, TestDesc};
 use gpurun_runner::{WorkerExecutor, WorkerOptions, WorkerSpec};
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
 use crate::{DeviceCrate, Error};
 
@@ -119,6 +120,14 @@ impl DeviceCrate {
                     true => variant_name(backend.name(), &test.name),
                     false => test.name.clone(),
                 };
+                if test.gpu_only && !backend.is_gpu() {
+                    // Ignored, and not run even under --include-ignored, as `cargo gpurun test`.
+                    return Trial::ignorable_test(name, || {
+                        Ok(Completion::ignored_with(NEEDS_A_GPU))
+                    })
+                    .with_kind(kind.clone())
+                    .with_ignored_flag(true);
+                }
                 Trial::test(name, move || run_trial(&*executor, &test, nocapture))
                     .with_kind(kind.clone())
                     .with_ignored_flag(ignored)
