@@ -681,7 +681,7 @@ fn several_backends_run_each_test_on_each_and_name_the_differences() {
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert_contains(
         &text(&output.stderr),
-        "`--backend host,cuda` picks the targets itself; leave out --target",
+        "--backend with several backends picks the targets itself; leave out --target",
         &output,
     );
 }

@@ -51,10 +51,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
             .map(|target| target.short_name().to_string())
             .collect();
     } else if several {
-        bail!(
-            "`--backend {}` picks the targets itself; leave out --target",
-            backend_words(args)
-        );
+        bail!("--backend with several backends picks the targets itself; leave out --target");
     } else if args.device.require_gpu {
         let targets = build_options
             .targets
@@ -153,20 +150,6 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(exit_code::code(worst))
-}
-
-/// `host,cuda` or `all`, as the user wrote `--backend`.
-fn backend_words(args: &TestArgs) -> String {
-    match &args.device.backend {
-        BackendChoice::Each(kinds) => kinds
-            .iter()
-            .map(|kind| kind.name())
-            .collect::<Vec<_>>()
-            .join(","),
-        BackendChoice::All => "all".into(),
-        BackendChoice::Auto => "auto".into(),
-        BackendChoice::Only(kind) => kind.name().into(),
-    }
 }
 
 /// The suites of several targets grouped by what they test (package, kind of target, name),
