@@ -125,7 +125,13 @@ fn a_hang_times_out() {
     let gpu = open(Duration::from_millis(200));
     let error = launch_error(&gpu, "hangs");
     assert!(
-        matches!(error, Error::Ended { end: LaunchEnd::TimedOut(_), .. }),
+        matches!(
+            error,
+            Error::Ended {
+                end: LaunchEnd::TimedOut(_),
+                ..
+            }
+        ),
         "{error}"
     );
 }
@@ -134,12 +140,24 @@ fn a_hang_times_out() {
 fn exit_and_abort_are_errors() {
     let error = launch_error(&open(Duration::from_secs(10)), "exits");
     assert!(
-        matches!(error, Error::Ended { end: LaunchEnd::Exited(3), .. }),
+        matches!(
+            error,
+            Error::Ended {
+                end: LaunchEnd::Exited(3),
+                ..
+            }
+        ),
         "{error}"
     );
     let error = launch_error(&open(Duration::from_secs(10)), "aborts");
     assert!(
-        matches!(error, Error::Ended { end: LaunchEnd::Aborted, .. }),
+        matches!(
+            error,
+            Error::Ended {
+                end: LaunchEnd::Aborted,
+                ..
+            }
+        ),
         "{error}"
     );
 }
