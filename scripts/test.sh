@@ -22,6 +22,9 @@ RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gp
 bash scripts/gpu-check.sh --self-test
 # The GitHub action and its example workflow: actionlint, and the action's test step run for real.
 bash scripts/check-action.sh
+# Every published crate from its packaged .crate alone, and its docs as docs.rs builds them
+# (README, "Install").
+bash scripts/package-check.sh
 # One closing line over every test binary (cargo prints one summary per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i; if ($(i+1) ~ /^ignored;/) s += $i } }
      END { printf "total: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"

@@ -32,7 +32,8 @@ pub use arch::DeviceTarget;
 pub use cargo::NVPTX_LINKER_NAME;
 
 /// Where this crate's sources are: a library caller builds the `gpurun-nvptx-link` executable
-/// from them (with escargot), wherever the crate came from (a checkout, cargo's registry).
+/// from them (with escargot), wherever the crate came from (a checkout, cargo's registry), into
+/// a target directory of its own (the sources may be cargo's registry, no place to build in).
 pub const MANIFEST_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 use crate::toolchain::ToolchainError;
@@ -185,6 +186,13 @@ pub fn build(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
 /// build). Every target left out is named in one `warning:` or `note:` line on stderr.
 pub fn build_for_test(opts: &BuildOptions) -> Result<Vec<BuiltImage>, BuildError> {
     build_with(opts, Mode::Test)
+}
+
+/// The target directory of the workspace `opts` builds in, as cargo resolves it
+/// (`CARGO_TARGET_DIR`, `build.target-dir`): where the images land, and where a library caller
+/// may build what the build needs (`gpurun-test` builds [`NVPTX_LINKER_NAME`] there).
+pub fn target_dir(opts: &BuildOptions) -> Result<PathBuf, BuildError> {
+    crates::Workspace::load(opts).map(|workspace| workspace.target_dir)
 }
 
 /// Which targets of the device crates a build makes.

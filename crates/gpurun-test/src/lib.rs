@@ -320,18 +320,18 @@ impl DeviceCrate {
         }
         let mut images = Vec::new();
         for target in targets {
-            let nvptx_linker = match target {
-                DeviceTarget::Nvptx => Some(nvptx_linker()?),
-                DeviceTarget::Amdgcn | DeviceTarget::Host => None,
-            };
-            let options = BuildOptions {
+            let mut options = BuildOptions {
                 manifest_path: Some(dir.join("Cargo.toml")),
                 targets: vec![target.short_name().to_owned()],
                 release: self.release,
                 quiet: true,
-                nvptx_linker,
                 ..BuildOptions::default()
             };
+            if target == DeviceTarget::Nvptx {
+                let target_dir =
+                    gpurun_build::target_dir(&options).map_err(|error| error.to_string())?;
+                options.nvptx_linker = Some(nvptx_linker(&target_dir)?);
+            }
             let built = match mode {
                 BuildMode::Lib => gpurun_build::build(&options),
                 BuildMode::Test => gpurun_build::build_for_test(&options),
@@ -361,7 +361,11 @@ enum BuildMode {
 /// gpurun-build's `gpurun-nvptx-link`, built with escargot from the gpurun-build sources this
 /// crate was built with. rustc runs the nvptx linker as an executable; `cargo gpurun` uses
 /// itself, but a test binary cannot be one.
-fn nvptx_linker() -> Result<PathBuf, String> {
+///
+/// It is built into `<target_dir>/gpurun/nvptx-linker` (the device crate's target directory):
+/// cargo would otherwise build it in the target directory of gpurun-build's own workspace,
+/// which for a gpurun-build from crates.io is a `target/` inside cargo's registry.
+fn nvptx_linker(target_dir: &Path) -> Result<PathBuf, String> {
     let manifest = Path::new(gpurun_build::MANIFEST_DIR).join("Cargo.toml");
     if !manifest.is_file() {
         return Err(format!(
@@ -369,13 +373,20 @@ fn nvptx_linker() -> Result<PathBuf, String> {
             manifest.display()
         ));
     }
-    let run = escargot::CargoBuild::new()
-        .manifest_path(&manifest)
-        .package("gpurun-build")
-        .bin(gpurun_build::NVPTX_LINKER_NAME)
+    let run = nvptx_linker_build(&manifest, target_dir)
         .run()
         .map_err(|error| format!("cannot build the nvptx linker: {error}"))?;
     Ok(run.path().to_path_buf())
+}
+
+/// The cargo build of `gpurun-nvptx-link` from gpurun-build's `manifest`, into
+/// `<target_dir>/gpurun/nvptx-linker`.
+fn nvptx_linker_build(manifest: &Path, target_dir: &Path) -> escargot::CargoBuild {
+    escargot::CargoBuild::new()
+        .manifest_path(manifest)
+        .package("gpurun-build")
+        .bin(gpurun_build::NVPTX_LINKER_NAME)
+        .target_dir(target_dir.join("gpurun").join("nvptx-linker"))
 }
 
 #[cfg(test)]
@@ -396,6 +407,30 @@ mod tests {
             error.contains("a GPU is required")
                 && error.contains("runs on the host emulation backend, not a GPU"),
             "{error}"
+        );
+    }
+
+    /// The nvptx linker is built in the device crate's target directory: without a target
+    /// directory, cargo would build it in gpurun-build's own, which for a gpurun-build from
+    /// crates.io is a `target/` inside cargo's registry (scripts/package-check.sh runs it from
+    /// the packaged crates).
+    #[test]
+    fn the_nvptx_linker_builds_in_the_device_crates_target_dir() {
+        let registry_sources = Path::new("/home/u/.cargo/registry/src/index/gpurun-build-0.1.0");
+        let build = nvptx_linker_build(
+            &registry_sources.join("Cargo.toml"),
+            Path::new("/work/kernels/target"),
+        );
+        let command = build.into_command();
+        let args: Vec<&std::ffi::OsStr> = command.get_args().collect();
+        let target_dir = args
+            .iter()
+            .position(|arg| *arg == "--target-dir")
+            .and_then(|at| args.get(at + 1));
+        assert_eq!(
+            target_dir.map(Path::new),
+            Some(Path::new("/work/kernels/target/gpurun/nvptx-linker")),
+            "{args:?}"
         );
     }
 
