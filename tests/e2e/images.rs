@@ -7,10 +7,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Test names (`module::name`) and whether each is `#[ignore]`d, read from a fixture's source.
+/// Test names (`module::name`) and whether each is `#[ignore]`d, read from a fixture's source
+/// (`gpu_only` tests count as ignored when `emulated`: the host emulation reports them so).
 /// Tests in a `#[cfg(test)]` module are left out: the images built here are the plain builds,
 /// which do not have them (`cargo gpurun test` builds a `harness = false` lib in test mode).
-fn tests_in_source(source: &str) -> BTreeSet<(String, bool)> {
+fn tests_in_source(source: &str, emulated: bool) -> BTreeSet<(String, bool)> {
     // Name, indentation and whether it is `#[cfg(test)]`.
     let mut modules: Vec<(String, usize, bool)> = Vec::new();
     let mut pending: Option<bool> = None;
@@ -26,7 +27,7 @@ fn tests_in_source(source: &str) -> BTreeSet<(String, bool)> {
         }
         cfg_test = code == "#[cfg(test)]";
         if code.starts_with("#[gpurun::test") {
-            pending = Some(false);
+            pending = Some(emulated && code.contains("gpu_only"));
         }
         if code.starts_with("#[ignore") {
             if let Some(ignored) = pending.as_mut() {
@@ -49,7 +50,7 @@ fn tests_in_source(source: &str) -> BTreeSet<(String, bool)> {
     found
 }
 
-fn fixtures() -> Vec<(String, BTreeSet<(String, bool)>)> {
+fn fixtures(emulated: bool) -> Vec<(String, BTreeSet<(String, bool)>)> {
     let mut all = Vec::new();
     let mut dirs: Vec<PathBuf> = std::fs::read_dir(fixtures_dir())
         .expect("fixtures dir")
@@ -73,7 +74,7 @@ fn fixtures() -> Vec<(String, BTreeSet<(String, bool)>)> {
             );
             continue;
         }
-        let tests = tests_in_source(&source);
+        let tests = tests_in_source(&source, emulated);
         if tests.is_empty() {
             // Every test is `#[cfg(test)]` (fixtures/unit-tests): the plain images built here
             // have none, and `run` takes an image without tests for a program. Its test-mode
@@ -141,8 +142,8 @@ fn listed(image: &Path, ignored_only: bool) -> BTreeSet<String> {
         .collect()
 }
 
-fn check_lists(image_of: impl Fn(&str) -> PathBuf) {
-    for (fixture, tests) in fixtures() {
+fn check_lists(emulated: bool, image_of: impl Fn(&str) -> PathBuf) {
+    for (fixture, tests) in fixtures(emulated) {
         let image = image_of(&fixture);
         let all: BTreeSet<String> = tests.iter().map(|(name, _)| name.clone()).collect();
         let ignored: BTreeSet<String> = tests
@@ -162,19 +163,22 @@ fn check_lists(image_of: impl Fn(&str) -> PathBuf) {
 
 #[test]
 fn source_scanner_finds_nested_and_ignored_tests() {
-    let source = "#[gpurun::test]\nfn a() {}\nmod m {\n    #[gpurun::test]\n    #[ignore]\n    fn b() {}\n}\n#[gpurun::test(threads = 4)] fn c() {}\n#[cfg(test)]\nmod tests {\n    #[gpurun::test]\n    fn only_in_test_mode() {}\n}\n";
-    let found = tests_in_source(source);
-    let expected: BTreeSet<(String, bool)> = [("a", false), ("m::b", true), ("c", false)]
-        .iter()
-        .map(|(n, i)| (n.to_string(), *i))
-        .collect();
-    assert_eq!(found, expected);
+    let source = "#[gpurun::test]\nfn a() {}\nmod m {\n    #[gpurun::test]\n    #[ignore]\n    fn b() {}\n}\n#[gpurun::test(threads = 4)] fn c() {}\n#[gpurun::test(gpu_only)]\nfn d() {}\n#[cfg(test)]\nmod tests {\n    #[gpurun::test]\n    fn only_in_test_mode() {}\n}\n";
+    for emulated in [false, true] {
+        let found = tests_in_source(source, emulated);
+        let expected: BTreeSet<(String, bool)> =
+            [("a", false), ("m::b", true), ("c", false), ("d", emulated)]
+                .iter()
+                .map(|(n, i)| (n.to_string(), *i))
+                .collect();
+        assert_eq!(found, expected);
+    }
 }
 
 #[test]
 fn host_images_list_the_tests_in_their_source() {
     let dir = host_images();
-    check_lists(|fixture| dir.join(format!("lib{fixture}.so")));
+    check_lists(true, |fixture| dir.join(format!("lib{fixture}.so")));
 }
 
 #[test]
@@ -184,8 +188,8 @@ fn nvptx_images_list_their_tests_and_never_trap() {
     }
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = DIR.get_or_init(|| build_gpu("nvptx", &[]));
-    check_lists(|fixture| dir.join(format!("{fixture}.ptx")));
-    for (fixture, _) in fixtures() {
+    check_lists(false, |fixture| dir.join(format!("{fixture}.ptx")));
+    for (fixture, _) in fixtures(false) {
         let ptx = std::fs::read_to_string(dir.join(format!("{fixture}.ptx"))).expect("ptx");
         assert!(
             !ptx.lines()
@@ -205,5 +209,5 @@ fn amdgcn_images_list_their_tests() {
         return;
     }
     let dir = build_gpu("amdgcn", &["--arch", "gfx90a"]);
-    check_lists(|fixture| dir.join(format!("{fixture}.elf")));
+    check_lists(false, |fixture| dir.join(format!("{fixture}.elf")));
 }
