@@ -4,7 +4,7 @@
 //! Owns: the symbol names the loader looks up or fills in ([`symbols`]), the test descriptor
 //! format with its one encoder and one decoder ([`desc`]), the same for kernel descriptors
 //! ([`kernel`]), the ABI versions, the host-emulation thread record [`host::HostThreadInfo`],
-//! and the AMD launch-shape words ([`shape`]). With the `alloc` feature, also the host's form
+//! and where AMD kernels read their launch shape ([`shape`]). With the `alloc` feature, also the host's form
 //! of a device panic report (`report::PanicReport`), shared by the RPC server and the harness,
 //! which must not depend on each other.
 //!

@@ -1,7 +1,7 @@
 //! The one [`Module`] every backend's loaded image becomes: [`LoadedModule`] over the backend's
 //! [`Primitives`]. What is decided here is decided once for every backend: what loading sets up
-//! (the clock frequency, the RPC buffer and client), the checks before a launch, the AMD launch
-//! shape, the launch-and-serve loop ([`crate::launch_loop`]) and what a broken module refuses.
+//! (the clock frequency, the RPC buffer and client), the checks before a launch, the
+//! launch-and-serve loop ([`crate::launch_loop`]) and what a broken module refuses.
 
 use crate::handlers::{DeviceMemory, RpcHandlers, Sink};
 use crate::kernel_args::KernelArg;
@@ -144,8 +144,6 @@ pub struct LoadedModule<P: Primitives> {
     rpc: Option<RpcHandlers>,
     /// Blocks from [`Module::alloc_device`]: `(address, size)`. Reads must stay inside one.
     device_blocks: Vec<(u64, usize)>,
-    /// The image has the AMD launch-shape global (looked up once, at load).
-    has_launch_shape: bool,
     /// Block-size bounds the image declares per kernel (PTX `.maxntid`, AMDGPU
     /// `.max_flat_workgroup_size`).
     declared_max_threads: HashMap<String, u64>,
@@ -202,8 +200,6 @@ impl<P: Primitives> LoadedModule<P> {
             }
             None => None,
         };
-        let has_launch_shape =
-            primitives.global_size(symbols::LAUNCH_SHAPE) == Some(gpurun_abi::shape::BYTES as u64);
         let declared_max_threads = image
             .kernels()
             .iter()
@@ -212,7 +208,6 @@ impl<P: Primitives> LoadedModule<P> {
         Ok(LoadedModule {
             rpc,
             device_blocks: Vec::new(),
-            has_launch_shape,
             declared_max_threads,
             block_limits: HashMap::new(),
             primitives: ManuallyDrop::new(primitives),
@@ -355,13 +350,6 @@ impl<P: Primitives> Module for LoadedModule<P> {
                      block (a test's `threads = N`), or make the kernel use fewer registers"
                 )));
             }
-        }
-        // AMD kernels read their block and grid sizes from this global (docs/abi.md); other
-        // images do not have it.
-        if self.has_launch_shape {
-            let words = gpurun_abi::shape::to_bytes(shape.threads, shape.blocks);
-            self.primitives
-                .write_global(symbols::LAUNCH_SHAPE, &words)?;
         }
         let launch = match self.primitives.start(kernel, shape, args) {
             Ok(launch) => launch,

@@ -5,9 +5,9 @@
 //! Each scenario runs in a child process (this test binary again, `fake_runtime_child`): the
 //! backend loads the runtime once per process and `hsa_init`/`hsa_shut_down` count per process.
 //!
-//! The code object is the committed gfx90a sample of gpurun-image's tests, with one dynamic
-//! symbol (an 8-byte init-array entry) renamed and resized to stand for the 24-byte
-//! `__gpurun_launch_shape` global, so the launch-shape write (issue 14 item 2) is exercised.
+//! The code object is the committed gfx90a sample of gpurun-image's tests. One scenario renames
+//! one of its dynamic symbols (an 8-byte init-array entry) to the retired
+//! `__gpurun_launch_shape` global, as an image of an older device runtime has it.
 
 #![cfg(target_os = "linux")]
 
@@ -36,7 +36,7 @@ const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../gpurun-image/tests/data/sample-gfx90a.elf"
 );
-/// The sample's symbol that is renamed to `__gpurun_launch_shape`.
+/// The sample's symbol that is renamed to `__gpurun_launch_shape` (scenario `retired_shape`).
 const STAND_IN: &str = "__init_array_object_sample_init_hook_101";
 const KERNEL: &str = "_begin";
 const SHAPE: LaunchShape = LaunchShape {
@@ -45,11 +45,16 @@ const SHAPE: LaunchShape = LaunchShape {
 };
 const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
 
-/// The sample code object with [`STAND_IN`] renamed in `.dynstr` and resized in `.dynsym` to be
-/// the launch-shape global.
+/// The sample code object.
 fn code_object() -> Vec<u8> {
-    let mut bytes = std::fs::read(SAMPLE).expect("the committed gfx90a sample");
-    let shape_name = gpurun_abi::symbols::LAUNCH_SHAPE;
+    std::fs::read(SAMPLE).expect("the committed gfx90a sample")
+}
+
+/// The sample code object with [`STAND_IN`] renamed in `.dynstr` and resized in `.dynsym` to be
+/// the 24-byte launch-shape global of older device runtimes.
+fn code_object_with_retired_shape() -> Vec<u8> {
+    let mut bytes = code_object();
+    let shape_name = gpurun_abi::symbols::RETIRED_LAUNCH_SHAPE;
     let (dynsym, dynstr) = {
         let file = object::File::parse(bytes.as_slice()).expect("an ELF file");
         let range = |name: &str| {
@@ -68,7 +73,7 @@ fn code_object() -> Vec<u8> {
             let mut name = shape_name.as_bytes().to_vec();
             name.resize(STAND_IN.len(), 0);
             bytes[name_at..name_at + name.len()].copy_from_slice(&name);
-            let size = gpurun_abi::shape::BYTES as u64;
+            let size = 24u64;
             bytes[entry + 16..entry + 24].copy_from_slice(&size.to_le_bytes());
             renamed = true;
         }
@@ -211,6 +216,18 @@ fn fake_runtime_child() {
             assert!(again.to_string().contains(expected), "{again}");
             drop(module);
         }
+        "retired_shape" => {
+            let image = Image::parse(code_object_with_retired_shape(), None).unwrap();
+            let error = device
+                .load(&image, &LoadOptions::default())
+                .err()
+                .expect("an image with the retired launch-shape global is refused");
+            assert!(
+                matches!(&error, BackendError::Incompatible(text)
+                    if text.contains("__gpurun_launch_shape") && text.contains("rebuild it")),
+                "{error}"
+            );
+        }
         "load_fails" => {
             let error = device
                 .load(&image, &LoadOptions::default())
@@ -298,14 +315,8 @@ fn launch_calls_come_in_order() {
         calls[client_copy]
     );
 
-    // The launch: shape words, kernel lookup, kernel arguments, signal, slot, doorbell.
-    let shape_words = gpurun_abi::shape::to_bytes(SHAPE.threads, SHAPE.blocks);
-    let shape_hex: String = shape_words.iter().map(|b| format!("{b:02x}")).collect();
-    let shape_copy = first(
-        &calls,
-        "hsa_amd_memory_async_copy",
-        &format!("dst=__gpurun_launch_shape src=fine+0 data={shape_hex}"),
-    );
+    // The launch: kernel lookup, kernel arguments, signal, slot, doorbell. Nothing is copied
+    // into the image for it: kernels read their shape from the dispatch packet.
     let kernel = first(
         &calls,
         "hsa_executable_get_symbol_by_name",
@@ -314,9 +325,13 @@ fn launch_calls_come_in_order() {
     let kernarg = first(&calls, "hsa_amd_memory_pool_allocate", "pool=kernarg");
     let slot = first(&calls, "hsa_queue_add_write_index_relaxed", "add=1 index=0");
     let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
+    assert_eq!(
+        positions(&calls, "hsa_amd_memory_async_copy", "").len(),
+        1,
+        "one copy into the image, the RPC client's, at load: {calls:#?}"
+    );
     for (a, b) in [
-        (client_copy, shape_copy),
-        (shape_copy, kernel),
+        (client_copy, kernel),
         (kernel, kernarg),
         (kernarg, slot),
         (slot, doorbell),
@@ -373,11 +388,15 @@ fn launch_calls_come_in_order() {
         &format!("signal={completion_handle}"),
     );
     let kernarg_ptr = calls[kernarg].value("ptr").unwrap().to_owned();
-    let kernarg_freed = first(
+    // The allocator may hand out an address freed before (the client's staging buffer).
+    let kernarg_freed = positions(
         &calls,
         "hsa_amd_memory_pool_free",
         &format!("ptr={kernarg_ptr}"),
-    );
+    )
+    .into_iter()
+    .find(|&at| at > kernarg)
+    .unwrap_or_else(|| panic!("the kernel arguments are never freed: {calls:#?}"));
     before(&calls, ended, signal_gone);
     before(&calls, ended, kernarg_freed);
 
@@ -389,6 +408,15 @@ fn launch_calls_come_in_order() {
     clean_teardown(&calls);
     assert_eq!(positions(&calls, "hsa_shut_down", "").len(), 1);
     assert_eq!(positions(&calls, "hsa_init", "").len(), 1);
+}
+
+/// An image of an older device runtime, whose AMD kernels read their shape from the
+/// `__gpurun_launch_shape` global, is refused before the runtime sees it.
+#[test]
+fn an_image_with_the_retired_launch_shape_global_is_refused() {
+    let calls = run("retired_shape", &[]);
+    assert!(positions(&calls, "hsa_code_object_reader_create_from_memory", "").is_empty());
+    clean_teardown(&calls);
 }
 
 /// A code object the runtime refuses: a clear error naming the call and status; the

@@ -130,6 +130,18 @@ impl LoadPrimitives for HsaDevice {
 /// Refuses images this backend cannot load, before any runtime call.
 pub fn check_image_kind(image: &Image) -> Result<(), BackendError> {
     if image.kind() == ImageKind::Amdgpu {
+        if image
+            .global(gpurun_abi::symbols::RETIRED_LAUNCH_SHAPE)
+            .is_some()
+        {
+            // Its kernels would read their block and grid sizes from a global nobody writes.
+            return Err(BackendError::Incompatible(format!(
+                "the image was built with an older gpurun crate, whose AMD kernels read their \
+                 block and grid sizes from `{}`, which this loader no longer writes (they come \
+                 from the dispatch packet now): rebuild it",
+                gpurun_abi::symbols::RETIRED_LAUNCH_SHAPE
+            )));
+        }
         // Images built elsewhere get the build's check too: ROCr would refuse them anyway,
         // with a bare VARIABLE_UNDEFINED status.
         return match image
