@@ -16,6 +16,7 @@ mod common;
 use common::{fake_driver_library, first, positions, read_calls, Call};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::hsa::HsaBackend;
+use gpurun_hal::kernel_args::KernelArg;
 use gpurun_hal::{Backend, BackendError, LaunchEnd, LaunchShape, LoadOptions};
 use gpurun_image::Image;
 use object::{Object, ObjectSection};
@@ -35,6 +36,16 @@ const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../gpurun-image/tests/data/sample-gfx90a.elf"
+);
+/// Real code objects of `indirect(x: u32, out: *mut u32)`, whose metadata lists hidden
+/// arguments in the code object v4 and v5 layouts (gpurun-image's tests/data/README.md).
+const HIDDEN_ARGS_V4: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../gpurun-image/tests/data/hidden-args-gfx90a-v4.elf"
+);
+const HIDDEN_ARGS_V5: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../gpurun-image/tests/data/hidden-args-gfx90a-v5.elf"
 );
 /// The sample's symbol that is renamed to `__gpurun_launch_shape` (scenario `retired_shape`).
 const STAND_IN: &str = "__init_array_object_sample_init_hook_101";
@@ -216,6 +227,29 @@ fn fake_runtime_child() {
             assert!(again.to_string().contains(expected), "{again}");
             drop(module);
         }
+        "hidden_args" => {
+            // Both code object versions; the v5 kernel's stack is dynamic, so it is launched
+            // again from a module that asks for a larger stack than a lane can have.
+            let args = [KernelArg::U32(21), KernelArg::U64(0x7000)];
+            for (path, options) in [
+                (HIDDEN_ARGS_V4, LoadOptions::default()),
+                (HIDDEN_ARGS_V5, LoadOptions::default()),
+                (
+                    HIDDEN_ARGS_V5,
+                    LoadOptions {
+                        stack_size: Some(1 << 20),
+                        ..LoadOptions::default()
+                    },
+                ),
+            ] {
+                let image = Image::read(path).unwrap();
+                let mut module = device.load(&image, &options).unwrap();
+                let end = module
+                    .launch("indirect", SHAPE, &args, LIMIT, &mut sink)
+                    .unwrap();
+                assert_eq!(end, LaunchEnd::Completed);
+            }
+        }
         "retired_shape" => {
             let image = Image::parse(code_object_with_retired_shape(), None).unwrap();
             let error = device
@@ -353,13 +387,10 @@ fn launch_calls_come_in_order() {
             && packet.ends_with(" started"),
         "{packet}"
     );
-    // The kernel arguments: no explicit ones, so the implicit block first: block counts 2,1,1
-    // and workgroup sizes 64,1,1.
+    // The kernel arguments: the 24-byte segment of `_begin(argc, argv, envp)`, none passed; the
+    // metadata lists no hidden argument for it, so nothing follows.
     let kernarg_hex = packet.split("kernarg=").nth(1).unwrap();
-    assert!(
-        kernarg_hex.starts_with("020000000100000001000000400001000100"),
-        "{kernarg_hex}"
-    );
+    assert_eq!(kernarg_hex, format!("{} started", "00".repeat(24)));
 
     // The kernel "runs" for three polls of its completion signal, then ends at 0; nothing
     // more is waited for after that.
@@ -408,6 +439,72 @@ fn launch_calls_come_in_order() {
     clean_teardown(&calls);
     assert_eq!(positions(&calls, "hsa_shut_down", "").len(), 1);
     assert_eq!(positions(&calls, "hsa_init", "").len(), 1);
+}
+
+/// The doorbell's packets (one per launch), in order.
+fn dispatched(calls: &[Call]) -> Vec<&str> {
+    positions(calls, "hsa_signal_store_screlease", "doorbell ")
+        .into_iter()
+        .map(|at| calls[at].details.as_str())
+        .collect()
+}
+
+/// Real v4 and v5 code objects get their hidden arguments where their metadata puts them (v4:
+/// global offsets stay 0 at 16..40; v5: block counts at 16, group sizes at 28, grid dimensions at
+/// 80, the queue at 216). Their stacks are dynamic: the v4 kernel's static 16,400 bytes already
+/// count LLVM's assumed 16 KiB of stack; the v5 kernel gets 16 KiB beyond its static 16 bytes,
+/// or what `--stack-size` asks for up to what a wave64 lane can have.
+#[test]
+fn hidden_arguments_and_stacks_follow_the_code_object() {
+    let calls = run("hidden_args", &[]);
+    let packets = dispatched(&calls);
+    assert_eq!(packets.len(), 3, "{calls:#?}");
+    let kernarg = |packet: &str| packet.split("kernarg=").nth(1).unwrap().to_owned();
+    let explicit = "15000000000000000070000000000000";
+    // v4: 72 bytes; nothing hidden is non-zero.
+    assert_eq!(
+        kernarg(packets[0]),
+        format!("{explicit}{}", "00".repeat(56) + " started"),
+        "{}",
+        packets[0]
+    );
+    assert!(packets[0].contains(" private=16400 "), "{}", packets[0]);
+    // v5: block counts 2,1,1; group sizes 64,1,1; grid dims 1; the queue pointer.
+    let v5 = kernarg(packets[1]);
+    assert!(
+        v5.starts_with(&format!(
+            "{explicit}020000000100000001000000400001000100000000000000"
+        )),
+        "{v5}"
+    );
+    let byte = |at: usize| &v5[2 * at..2 * at + 2];
+    assert_eq!(byte(80), "01", "grid dims: {v5}");
+    // The queue the second launch went to: the last one created before it.
+    let second = positions(&calls, "hsa_signal_store_screlease", "doorbell ")[1];
+    let queue = positions(&calls, "hsa_queue_create", "agent=0xa200")
+        .into_iter()
+        .rfind(|&at| at < second)
+        .unwrap();
+    let queue_address = u64::from_str_radix(
+        calls[queue]
+            .value("queue")
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    assert_eq!(
+        &v5[2 * 216..2 * 224],
+        queue_address
+            .to_le_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+        "queue pointer: {v5}"
+    );
+    assert!(packets[1].contains(" private=16400 "), "{}", packets[1]);
+    assert!(packets[2].contains(" private=131056 "), "{}", packets[2]);
+    clean_teardown(&calls);
 }
 
 /// An image of an older device runtime, whose AMD kernels read their shape from the

@@ -123,7 +123,15 @@ impl LoadPrimitives for HsaDevice {
     fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
         check_image_kind(image)?;
         let lane_size = rpc_lane_size(image, self.opened.gpu.wavefront_size);
-        primitives::load(&self.opened, image.bytes(), lane_size, opts)
+        primitives::load(
+            &self.opened,
+            image.bytes(),
+            primitives::ImageFacts {
+                lane_size,
+                hidden: hidden_layouts(image),
+            },
+            opts,
+        )
     }
 }
 
@@ -156,6 +164,49 @@ pub fn check_image_kind(image: &Image) -> Result<(), BackendError> {
         "the HSA backend runs AMDGPU code objects, not {}",
         image.kind().describe()
     )))
+}
+
+/// Where each kernel of a code object reads its hidden arguments (from its metadata; see
+/// [`packet::HiddenLayout::of`]), by kernel name.
+pub fn hidden_layouts(image: &Image) -> HiddenLayouts {
+    let abi_version = image.amdgpu().map_or(0, |amdgpu| amdgpu.abi_version);
+    HiddenLayouts {
+        by_kernel: image
+            .kernels()
+            .iter()
+            .map(|kernel| {
+                (
+                    kernel.name.clone(),
+                    packet::HiddenLayout::of(kernel, abi_version),
+                )
+            })
+            .collect(),
+        abi_version,
+    }
+}
+
+/// [`hidden_layouts`]' answer.
+#[derive(Clone, Debug, Default)]
+pub struct HiddenLayouts {
+    by_kernel: std::collections::HashMap<String, packet::HiddenLayout>,
+    abi_version: u8,
+}
+
+impl HiddenLayouts {
+    /// The image is a code object v4 (EI_ABIVERSION 2), whose static private sizes already
+    /// count LLVM's assumed stack ([`packet::launch_private_size`]).
+    pub fn code_object_v4(&self) -> bool {
+        self.abi_version == 2
+    }
+
+    /// The layout of `kernel` (with or without `.kd`); a kernel the image does not list gets
+    /// the one its code object version implies.
+    pub fn of(&self, kernel: &str) -> packet::HiddenLayout {
+        let name = kernel.strip_suffix(".kd").unwrap_or(kernel);
+        self.by_kernel.get(name).cloned().unwrap_or_else(|| {
+            packet::HiddenLayout::of(&gpurun_image::Kernel::new(name), self.abi_version)
+        })
+    }
 }
 
 /// The RPC lane size: the wavefront size the image's kernels were compiled for (wave32 or

@@ -8,7 +8,8 @@ use super::driver::{calls, HsaError};
 use super::launch::HsaLaunch;
 use super::memory::{copy_and_wait, PoolBuffer, Signal};
 use super::packet::{
-    dispatch_header, dispatch_packet, header_word, kernarg_block, with_stack_size, KernelFacts,
+    dispatch_header, dispatch_packet, header_word, kernarg_block, lane_private_limit,
+    launch_private_size, KernelFacts,
 };
 use super::runtime::{fault_count, Runtime};
 use crate::handlers::DeviceMemory;
@@ -160,9 +161,10 @@ pub struct HsaPrimitives<'d> {
     /// timed out (see `Drop`).
     pub(crate) res: Resources,
     kernels: HashMap<String, KernelFacts>,
-    /// RPC lanes: the wavefront size the image was built for.
-    lane_size: u32,
-    /// `LoadOptions::stack_size`: the private memory a dynamic-stack kernel gets at least.
+    /// What the image says that the runtime does not.
+    facts: ImageFacts,
+    /// `LoadOptions::stack_size`: the stack a dynamic-stack kernel gets beyond its static frames
+    /// (at least 16 KiB, `launch_private_size`).
     pub(crate) stack_size: Option<usize>,
 }
 
@@ -178,12 +180,20 @@ pub(crate) struct Resources {
     _runtime: Arc<Runtime>,
 }
 
+/// What a module needs from its image beyond the code object's bytes.
+pub(crate) struct ImageFacts {
+    /// RPC lanes: the wavefront size the image was built for.
+    pub lane_size: u32,
+    /// Where each kernel reads its hidden arguments.
+    pub hidden: super::HiddenLayouts,
+}
+
 /// Loads `code_object` on the device: read, create, load, freeze and validate the executable;
 /// then the queue.
 pub(crate) fn load<'d>(
     device: &'d Opened,
     code_object: &[u8],
-    lane_size: u32,
+    facts: ImageFacts,
     options: &LoadOptions,
 ) -> Result<HsaPrimitives<'d>, BackendError> {
     let lib = Arc::clone(device.runtime.lib_arc());
@@ -205,7 +215,7 @@ pub(crate) fn load<'d>(
             _runtime: Arc::clone(&device.runtime),
         },
         kernels: HashMap::new(),
-        lane_size,
+        facts,
         stack_size: options.stack_size,
     })
 }
@@ -467,7 +477,7 @@ impl<'d> HsaPrimitives<'d> {
 
 impl Primitives for HsaPrimitives<'_> {
     fn rpc_lane_size(&self) -> u32 {
-        self.lane_size
+        self.facts.lane_size
     }
 
     fn rpc_ports(&self, requested: u32) -> u32 {
@@ -516,8 +526,20 @@ impl Primitives for HsaPrimitives<'_> {
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
-        let facts = with_stack_size(self.kernel(kernel)?, self.stack_size);
-        let block = kernarg_block(&pack_c_struct(args), &shape, facts.kernarg_segment_size)?;
+        let facts = self.kernel(kernel)?;
+        let private_size = launch_private_size(
+            &facts,
+            self.stack_size,
+            lane_private_limit(self.device.gpu.wavefront_size),
+            self.facts.hidden.code_object_v4(),
+        )?;
+        let block = kernarg_block(
+            &pack_c_struct(args),
+            &shape,
+            facts.kernarg_segment_size,
+            &self.facts.hidden.of(kernel),
+            self.res.queue.raw as u64,
+        )?;
         let lib = Arc::clone(self.lib());
         let gpu = self.device.gpu.agent;
         let kernargs =
@@ -525,7 +547,13 @@ impl Primitives for HsaPrimitives<'_> {
         // SAFETY: kernarg memory is host-accessible and no kernel uses this block yet.
         unsafe { kernargs.write_host(&block) };
         let done = Signal::new(&lib, 1).map_err(runtime)?;
-        let packet = dispatch_packet(&shape, &facts, kernargs.address(), done.handle)?;
+        let packet = dispatch_packet(
+            &shape,
+            &facts,
+            private_size,
+            kernargs.address(),
+            done.handle,
+        )?;
         let faults_before = fault_count();
         self.publish(&packet, header_word(dispatch_header(), packet.setup))?;
         Ok(Box::new(HsaLaunch {
