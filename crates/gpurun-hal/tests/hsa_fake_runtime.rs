@@ -32,6 +32,7 @@ const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
 const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
 const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
+const MEMORY_ERROR_ENV: &str = "GPURUN_FAKE_HSA_MEMORY_ERROR";
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -109,6 +110,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         .env_remove(RUNNING_POLLS_ENV)
         .env_remove(FAULT_ENV)
         .env_remove(QUEUE_ERROR_ENV)
+        .env_remove(MEMORY_ERROR_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -261,6 +263,36 @@ fn fake_runtime_child() {
                     if text.contains("__gpurun_launch_shape") && text.contains("rebuild it")),
                 "{error}"
             );
+        }
+        "memory_error" => {
+            // The kernel ends; freeing its arguments fails with ROCr's memory error event.
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let end = module.launch(KERNEL, SHAPE, &[], LIMIT, &mut sink).unwrap();
+            let expected = "GPU memory error at address";
+            match &end {
+                LaunchEnd::Faulted(text) => {
+                    assert!(
+                        text.contains(expected) && text.contains("still uses"),
+                        "{text}"
+                    )
+                }
+                other => panic!("expected a fault, got {other:?}"),
+            }
+            // Another module of the process (another slot, with its own device) dispatches
+            // nothing after it.
+            let mut second = HsaBackend::new().open(0).expect("the fake runtime opens");
+            let mut other = second.load(&image, &LoadOptions::default()).unwrap();
+            let end = other.launch(KERNEL, SHAPE, &[], LIMIT, &mut sink).unwrap();
+            match &end {
+                LaunchEnd::Faulted(text) => assert!(
+                    text.contains(expected) && text.contains("earlier in this process"),
+                    "{text}"
+                ),
+                other => panic!("expected a fault, got {other:?}"),
+            }
+            drop(other);
+            drop(second);
+            drop(module);
         }
         "load_fails" => {
             let error = device
@@ -636,4 +668,26 @@ fn queue_error_ends_the_launch_and_keeps_its_memory() {
     );
     before(&calls, doorbell, error);
     nothing_released_after_the_dispatch(&calls);
+}
+
+/// ROCr's memory error event (memory the GPU still holds could not be freed) aborts the process
+/// unless a handler claims it: the backend claims it as a fault. The launch whose kernel
+/// arguments could not be freed ends faulted with it, and no later launch of the process (in
+/// any slot) is dispatched.
+#[test]
+fn a_memory_error_is_a_fault_not_an_abort() {
+    let calls = run(
+        "memory_error",
+        &[(RUNNING_POLLS_ENV, "2"), (MEMORY_ERROR_ENV, "kernarg")],
+    );
+    let event = first(&calls, "fake", "memory error event");
+    assert_eq!(
+        calls[event].status, "HSA_STATUS_SUCCESS",
+        "the handler claims the memory error"
+    );
+    assert_eq!(
+        positions(&calls, "hsa_signal_store_screlease", "doorbell ").len(),
+        1,
+        "the launch after the error dispatched nothing: {calls:#?}"
+    );
 }

@@ -3,8 +3,10 @@
 //! Internals, following LLVM's AMDHSA loader and the AMDGPU offload plugin:
 //! - One initialised runtime is shared by everything open in the process (`hsa_init` once,
 //!   `hsa_shut_down` when the last user goes), with a system event handler that records GPU
-//!   memory faults instead of letting ROCr abort the process; the launch that faulted ends with
-//!   [`LaunchEnd::Faulted`](crate::LaunchEnd::Faulted) and a queue error callback catches the
+//!   memory faults, hardware exceptions and memory errors instead of letting ROCr abort the
+//!   process. The record is the process's (ROCr names no queue): every launch running in the
+//!   process ends with [`LaunchEnd::Faulted`](crate::LaunchEnd::Faulted), and none is dispatched
+//!   after it; the runner re-runs the tests in flight alone. A queue error callback catches the
 //!   other device errors.
 //! - A device is a GPU agent with kernel dispatch plus the first CPU agent. Host memory the GPU
 //!   reads (kernel arguments, RPC buffer, argv/envp) comes from the CPU's kernarg and

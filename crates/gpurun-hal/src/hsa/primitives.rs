@@ -5,13 +5,13 @@
 use super::device::Opened;
 use super::driver::runtime;
 use super::driver::{calls, HsaError};
-use super::launch::HsaLaunch;
+use super::launch::{earlier_fault, HsaLaunch, RefusedLaunch};
 use super::memory::{copy_and_wait, PoolBuffer, Signal};
 use super::packet::{
     dispatch_header, dispatch_packet, header_word, kernarg_block, lane_private_limit,
     launch_private_size, KernelFacts,
 };
-use super::runtime::{fault_count, Runtime};
+use super::runtime::{fault_count, fault_text, Runtime};
 use crate::handlers::DeviceMemory;
 use crate::kernel_args::{pack_c_struct, KernelArg};
 use crate::module::{Primitives, Started};
@@ -526,6 +526,10 @@ impl Primitives for HsaPrimitives<'_> {
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
+        let faults_before = fault_count();
+        if let Some(first) = (faults_before > 0).then(|| fault_text(0)).flatten() {
+            return Ok(Box::new(RefusedLaunch(earlier_fault(&first))));
+        }
         let facts = self.kernel(kernel)?;
         let private_size = launch_private_size(
             &facts,
@@ -554,12 +558,11 @@ impl Primitives for HsaPrimitives<'_> {
             kernargs.address(),
             done.handle,
         )?;
-        let faults_before = fault_count();
         self.publish(&packet, header_word(dispatch_header(), packet.setup))?;
         Ok(Box::new(HsaLaunch {
             lib,
             done,
-            kernargs,
+            kernargs: Mutex::new(Some(kernargs)),
             queue: Arc::clone(&self.res.queue.state),
             faults_before,
             timestamp_hz: self.device.runtime.timestamp_hz(),
