@@ -31,6 +31,8 @@
 //! - [`QUEUE_ERROR_ENV`]: a status name (say `HSA_STATUS_ERROR_EXCEPTION`): the first load or
 //!   wait of a running kernel's completion signal first calls the error callback of the queue
 //!   that dispatched it with that status, once per process, as ROCr reports a queue error.
+//! - [`COMPUTE_UNITS_ENV`], [`WAVES_PER_CU_ENV`]: the GPU's compute units (2) and waves per
+//!   compute unit (4), e.g. 304 and 32 for an MI300X.
 //! - [`MEMORY_ERROR_ENV`]: a pool kind (`kernarg`, `fine` or `coarse`): the first free of a block
 //!   of that pool fails as ROCr's does when the GPU still holds the memory: the block leaves the
 //!   table without being freed, the registered system event handler gets a
@@ -54,6 +56,16 @@ pub const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
 pub const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
 pub const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
 pub const MEMORY_ERROR_ENV: &str = "GPURUN_FAKE_HSA_MEMORY_ERROR";
+pub const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
+pub const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
+
+/// The `u32` in environment variable `name`, else `default`.
+fn setting(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(default)
+}
 
 const CPU_AGENT: u64 = 0xa100;
 const GPU_AGENT: u64 = 0xa200;
@@ -541,8 +553,12 @@ pub unsafe extern "C" fn hsa_agent_get_info(
                     (HSA_AGENT_INFO_NAME, true) => put_name(value, "gfx90a"),
                     (HSA_AGENT_INFO_NAME, false) => put_name(value, "Fake CPU"),
                     (HSA_AMD_AGENT_INFO_PRODUCT_NAME, true) => put_name(value, "Fake Instinct"),
-                    (HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, true) => put(value, 2u32),
-                    (HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU, true) => put(value, 4u32),
+                    (HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, true) => {
+                        put(value, setting(COMPUTE_UNITS_ENV, 2))
+                    }
+                    (HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU, true) => {
+                        put(value, setting(WAVES_PER_CU_ENV, 4))
+                    }
                     (HSA_AGENT_INFO_QUEUE_MIN_SIZE, true) => put(value, 64u32),
                     (HSA_AGENT_INFO_QUEUE_MAX_SIZE, true) => put(value, QUEUE_MAX_SIZE),
                     (HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY, true) => put(value, 100_000_000u64),

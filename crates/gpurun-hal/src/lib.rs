@@ -23,6 +23,7 @@ pub mod hsa;
 pub mod kernel_args;
 pub mod launch_loop;
 pub mod module;
+mod rpc_buffer;
 pub mod scripted;
 pub mod select;
 mod shape;

@@ -33,6 +33,10 @@ const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
 const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
 const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
 const MEMORY_ERROR_ENV: &str = "GPURUN_FAKE_HSA_MEMORY_ERROR";
+const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
+const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
+/// Slots the `slots` scenario opens, as a worker with that many concurrent tests does.
+const SLOTS: usize = 6;
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -97,6 +101,11 @@ fn code_object_with_retired_shape() -> Vec<u8> {
 /// Runs `scenario` in a child process against the fake runtime, with `settings` in its
 /// environment; returns the runtime calls it made, in order.
 fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
+    run_with_output(scenario, settings).0
+}
+
+/// [`run`], also returning what the child printed.
+fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, String) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-hsa");
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join(format!("{scenario}-{}.log", std::process::id()));
@@ -111,6 +120,8 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         .env_remove(FAULT_ENV)
         .env_remove(QUEUE_ERROR_ENV)
         .env_remove(MEMORY_ERROR_ENV)
+        .env_remove(COMPUTE_UNITS_ENV)
+        .env_remove(WAVES_PER_CU_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -127,7 +138,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
             .is_some_and(|call| call.function == "hsa_init"),
         "{scenario}: the runtime was not used or hsa_init was not first: {calls:#?}"
     );
-    calls
+    (calls, stdout.into_owned())
 }
 
 fn last(calls: &[Call], function: &str, details: &str) -> usize {
@@ -263,6 +274,47 @@ fn fake_runtime_child() {
                     if text.contains("__gpurun_launch_shape") && text.contains("rebuild it")),
                 "{error}"
             );
+        }
+        "slots" => {
+            // SLOTS slots, each with its device and module, as a worker's, all alive at once;
+            // each runs a one-thread launch. Then one more slot runs a grid that fills the GPU,
+            // whose buffer is what every slot got when buffers were sized for the whole GPU.
+            let mut devices: Vec<_> = (0..SLOTS)
+                .map(|_| HsaBackend::new().open(0).expect("the fake runtime opens"))
+                .collect();
+            let started = std::time::Instant::now();
+            let mut modules: Vec<_> = devices
+                .iter_mut()
+                .map(|device| device.load(&image, &LoadOptions::default()).unwrap())
+                .collect();
+            for module in &mut modules {
+                let end = module
+                    .launch(KERNEL, LaunchShape::SINGLE, &[], LIMIT, &mut sink)
+                    .unwrap();
+                assert_eq!(end, LaunchEnd::Completed);
+            }
+            let per_slot = started.elapsed() / SLOTS as u32;
+            let started = std::time::Instant::now();
+            let mut whole = HsaBackend::new().open(0).unwrap();
+            let mut module = whole.load(&image, &LoadOptions::default()).unwrap();
+            let whole_gpu = LaunchShape {
+                threads: [64, 1, 1],
+                blocks: [304 * 32, 1, 1],
+            };
+            let end = module
+                .launch(KERNEL, whole_gpu, &[], LIMIT, &mut sink)
+                .unwrap();
+            assert_eq!(end, LaunchEnd::Completed);
+            let whole_slot = started.elapsed();
+            println!(
+                "measured: load and one launch per slot {per_slot:?} for one-thread tests, \
+                 {whole_slot:?} for a slot sized for the whole GPU ({:.1}x)",
+                whole_slot.as_secs_f64() / per_slot.as_secs_f64().max(1e-9)
+            );
+            drop(module);
+            drop(whole);
+            drop(modules);
+            drop(devices);
         }
         "memory_error" => {
             // The kernel ends; freeing its arguments fails with ROCr's memory error event.
@@ -409,11 +461,11 @@ fn launch_calls_come_in_order() {
     before(&calls, completion, slot);
     let completion_handle = calls[completion].value("signal").unwrap().to_owned();
 
-    // When the doorbell rings the packet is whole: its header (barrier, kernel dispatch,
-    // system-scope fences) and the fields.
+    // When the doorbell rings the packet is whole: its header (kernel dispatch, system-scope
+    // fences, no barrier bit) and the fields.
     let packet = &calls[doorbell].details;
     assert!(
-        packet.contains("index=0 header=0x1502 setup=1 workgroup=64x1x1 grid=128x1x1")
+        packet.contains("index=0 header=0x1402 setup=1 workgroup=64x1x1 grid=128x1x1")
             && packet.contains("kernel=_begin.kd")
             && packet.contains(&format!("completion={completion_handle} "))
             && packet.ends_with(" started"),
@@ -690,4 +742,90 @@ fn a_memory_error_is_a_fault_not_an_abort() {
         1,
         "the launch after the error dispatched nothing: {calls:#?}"
     );
+}
+
+/// What a slot costs on an MI300X-sized GPU (304 compute units x 32 waves): each slot's RPC
+/// buffer fits what it launches (a few ports for one-block tests), not the 9,728 wavefronts
+/// the GPU can hold (40 MB at 64 lanes a port), and the slots share at most four queues. The
+/// buffer grows for a launch that fills the GPU, and the smaller one is freed. Prints the RPC
+/// memory per slot and the load-and-launch time of each kind of slot, measured in this run.
+#[test]
+fn rpc_buffers_fit_the_launch_and_slots_share_queues() {
+    let (calls, output) = run_with_output(
+        "slots",
+        &[(COMPUTE_UNITS_ENV, "304"), (WAVES_PER_CU_ENV, "32")],
+    );
+    let client_size = 2096;
+    let layout = |ports: u32| {
+        gpurun_rpc::Layout::for_client_symbol_size(client_size, ports, 64)
+            .unwrap()
+            .allocation_size()
+    };
+    // The sample's largest test is 4 blocks of 64x2 threads: 8 wavefronts, 8 ports.
+    let slot_buffer = layout(8);
+    let whole_gpu_buffer = layout(304 * 32);
+    assert_eq!(whole_gpu_buffer, 40_079_424);
+    let fine: Vec<(usize, String)> = positions(&calls, "hsa_amd_memory_pool_allocate", "pool=fine")
+        .into_iter()
+        .map(|at| {
+            let bytes = calls[at].value("bytes").unwrap().parse().unwrap();
+            (bytes, calls[at].value("ptr").unwrap().to_owned())
+        })
+        .collect();
+    let buffers: Vec<&(usize, String)> = fine
+        .iter()
+        .filter(|(bytes, _)| *bytes == slot_buffer || *bytes == whole_gpu_buffer)
+        .collect();
+    let small = buffers
+        .iter()
+        .filter(|(bytes, _)| *bytes == slot_buffer)
+        .count();
+    let large = buffers
+        .iter()
+        .filter(|(bytes, _)| *bytes == whole_gpu_buffer)
+        .count();
+    assert_eq!(
+        (small, large),
+        (SLOTS + 1, 1),
+        "one small buffer per slot, one grown for the whole-GPU launch: {fine:?}"
+    );
+    assert!(
+        fine.iter().all(|(bytes, _)| *bytes <= whole_gpu_buffer),
+        "{fine:?}"
+    );
+    // The whole-GPU slot's first buffer is freed when it grows, before the launch.
+    let grown_slot_first = &buffers[SLOTS].1;
+    let grown = positions(
+        &calls,
+        "hsa_amd_memory_pool_allocate",
+        &format!("bytes={whole_gpu_buffer}"),
+    )[0];
+    let freed = positions(
+        &calls,
+        "hsa_amd_memory_pool_free",
+        &format!("ptr={grown_slot_first}"),
+    )
+    .into_iter()
+    .find(|&at| at > grown)
+    .expect("the smaller buffer is freed");
+    let doorbells = positions(&calls, "hsa_signal_store_screlease", "doorbell ");
+    assert_eq!(doorbells.len(), SLOTS + 1);
+    before(&calls, freed, doorbells[SLOTS]);
+    // Seven modules, four queues.
+    assert_eq!(
+        positions(&calls, "hsa_queue_create", "").len(),
+        gpurun_hal::hsa::MAX_QUEUES_PER_GPU
+    );
+    clean_teardown(&calls);
+    println!(
+        "measured on the fake runtime (MI300X-sized): RPC memory per slot {slot_buffer} bytes for \
+         one-block tests, {whole_gpu_buffer} bytes sized for the whole GPU ({:.0}x); {} queues \
+         for {} slots",
+        whole_gpu_buffer as f64 / slot_buffer as f64,
+        gpurun_hal::hsa::MAX_QUEUES_PER_GPU,
+        SLOTS + 1
+    );
+    for line in output.lines().filter(|line| line.starts_with("measured:")) {
+        println!("{line}");
+    }
 }

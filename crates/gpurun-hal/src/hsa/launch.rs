@@ -140,7 +140,14 @@ impl HsaPrimitives<'_> {
                 "the runtime gave a queue of {size} packets at {base:?}"
             )));
         }
-        // SAFETY: the live queue; only this thread submits to it.
+        // Modules sharing the queue publish one at a time, so the doorbell rings in order.
+        let _submitting = self
+            .res
+            .queue
+            .submit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the live queue; submissions to it are serialized by `submit`.
         let index = unsafe { calls::queue_add_write_index(&lib, queue, 1) };
         // Wait for the slot to be free: packets before ours must have been consumed.
         let deadline = Instant::now() + Duration::from_secs(10);

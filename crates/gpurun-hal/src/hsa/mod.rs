@@ -11,12 +11,16 @@
 //! - A device is a GPU agent with kernel dispatch plus the first CPU agent. Host memory the GPU
 //!   reads (kernel arguments, RPC buffer, argv/envp) comes from the CPU's kernarg and
 //!   fine-grained pools; device `malloc` over RPC from the GPU's coarse-grained pool.
-//! - A module is a frozen, validated executable with one queue of its own (one queue per
-//!   concurrently running test: each worker process loads its own module). Kernels are found by
-//!   their descriptors `NAME.kd`; the runtime reports their kernarg, group and private sizes.
-//! - A launch writes explicit then code object v5 implicit arguments, publishes an AQL dispatch
-//!   packet (barrier bit, system-scope fences) with a release store of its header, rings the
-//!   doorbell and waits on a completion signal while serving RPC. A fault, a queue error or the
+//! - A module is a frozen, validated executable (one per concurrently running test: each slot
+//!   of a worker loads its own) with an RPC buffer sized for what it launches
+//!   (`crate::rpc_buffer`). Its queue it shares: a process creates at most
+//!   [`primitives::MAX_QUEUES_PER_GPU`] per GPU. Kernels are found by their descriptors `NAME.kd`;
+//!   the runtime reports their kernarg, group and private sizes.
+//! - A launch writes the explicit arguments and the hidden ones where the kernel's metadata puts
+//!   them, publishes an AQL dispatch packet (no barrier bit, system-scope fences, a private
+//!   segment of the static size plus the stack a dynamic-stack kernel needs) with a release
+//!   store of its header, rings the doorbell and waits on a completion signal while serving
+//!   RPC. A fault, a queue error or the
 //!   deadline leaves the module marked broken and its memory leaked, never freed under a kernel;
 //!   the leaked module keeps its reference to the runtime, so `hsa_shut_down` never runs under
 //!   it either.
@@ -41,7 +45,7 @@ mod runtime;
 
 pub use device::arch_from_isa_name;
 pub use driver::HsaError;
-pub use primitives::{kernel_descriptor_name, HsaPrimitives};
+pub use primitives::{kernel_descriptor_name, HsaPrimitives, MAX_QUEUES_PER_GPU};
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};

@@ -21,12 +21,13 @@ pub const DYNAMIC_STACK_PRIVATE_SIZE: u32 = 16 * 1024;
 /// per wavefront gets no scratch and fails.
 pub const MAX_WAVE_SCRATCH: u32 = 8_387_584;
 
-/// The 16-bit AQL header of a kernel dispatch: the barrier bit (the packet starts only after
-/// the previous one finished), the packet type, and system-scope acquire and release fences so
-/// host-visible memory (RPC buffer, arguments) is coherent at the start and the end.
+/// The 16-bit AQL header of a kernel dispatch: the packet type, and system-scope acquire and
+/// release fences so host-visible memory (RPC buffer, arguments) is coherent at the start and
+/// the end. No barrier bit: a module waits for its launch to end before it publishes the next,
+/// so no packet has to wait for an earlier one, and the launches of modules sharing a queue
+/// (`MAX_QUEUES_PER_GPU`) run side by side instead of one after another.
 pub fn dispatch_header() -> u16 {
-    let header = (1u32 << HSA_PACKET_HEADER_BARRIER)
-        | (HSA_PACKET_TYPE_KERNEL_DISPATCH << HSA_PACKET_HEADER_TYPE)
+    let header = (HSA_PACKET_TYPE_KERNEL_DISPATCH << HSA_PACKET_HEADER_TYPE)
         | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE)
         | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE);
     header as u16
@@ -356,16 +357,20 @@ mod tests {
     }
 
     #[test]
-    fn header_has_barrier_dispatch_type_and_system_fences() {
+    fn header_has_dispatch_type_system_fences_and_no_barrier() {
         // hsa.h: type in bits 0-7 (KERNEL_DISPATCH = 2), barrier bit 8, acquire scope bits 9-10,
         // release scope bits 11-12 (SYSTEM = 2).
         let header = dispatch_header();
         assert_eq!(header & 0xff, 2);
-        assert_eq!((header >> 8) & 1, 1);
+        assert_eq!(
+            (header >> 8) & 1,
+            0,
+            "modules sharing a queue run side by side"
+        );
         assert_eq!((header >> 9) & 3, 2);
         assert_eq!((header >> 11) & 3, 2);
-        assert_eq!(header, 0x1502);
-        assert_eq!(header_word(header, 3), 0x0003_1502);
+        assert_eq!(header, 0x1402);
+        assert_eq!(header_word(header, 3), 0x0003_1402);
     }
 
     #[test]
@@ -390,7 +395,7 @@ mod tests {
         let bytes = packet_bytes(&packet);
         // Offsets of hsa_kernel_dispatch_packet_t in hsa.h (checked against the header by
         // hsa-sys's layout test).
-        assert_eq!(u16_at(&bytes, 0), 0x1502);
+        assert_eq!(u16_at(&bytes, 0), 0x1402);
         assert_eq!(u16_at(&bytes, 2), 2, "setup: two dimensions");
         assert_eq!(u16_at(&bytes, 4), 64);
         assert_eq!(u16_at(&bytes, 6), 2);
