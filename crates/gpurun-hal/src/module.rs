@@ -27,7 +27,7 @@ pub trait Primitives {
 
     /// RPC ports a launch of `shape` needs, where the backend sizes its RPC buffer for what the
     /// module launches (HSA: one per wavefront of the launch that the GPU can hold at once);
-    /// the module grows the buffer before a launch that needs more ([`crate::rpc_buffer`]).
+    /// the module grows the buffer before a launch that needs more (`rpc_buffer.rs`).
     /// `None` (the default): `LoadOptions::rpc_ports`, installed once at load.
     fn rpc_ports_for(&self, _shape: &LaunchShape) -> Option<u32> {
         None

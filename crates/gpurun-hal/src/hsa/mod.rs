@@ -14,7 +14,7 @@
 //! - A module is a frozen, validated executable (one per concurrently running test: each slot
 //!   of a worker loads its own) with an RPC buffer sized for what it launches
 //!   (`crate::rpc_buffer`). Its queue it shares: a process creates at most
-//!   [`primitives::MAX_QUEUES_PER_GPU`] per GPU. Kernels are found by their descriptors `NAME.kd`;
+//!   [`MAX_QUEUES_PER_GPU`] per GPU. Kernels are found by their descriptors `NAME.kd`;
 //!   the runtime reports their kernarg, group and private sizes.
 //! - A launch writes the explicit arguments and the hidden ones where the kernel's metadata puts
 //!   them, publishes an AQL dispatch packet (no barrier bit, system-scope fences, a private
