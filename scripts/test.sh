@@ -20,6 +20,7 @@ cargo test --workspace --locked 2>&1 | tee "$log"
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked 2>&1 | tee -a "$log"
 # The GPU check script's table and verdicts, against a fake runner (no GPU needed).
 bash scripts/gpu-check.sh --self-test
+bash scripts/gpu-check.sh --self-test --target amdgcn
 # The GitHub action and its example workflow: actionlint, and the action's test step run for real.
 bash scripts/check-action.sh
 # Every published crate from its packaged .crate alone, and its docs as docs.rs builds them

@@ -70,6 +70,26 @@ fn test_on_host(package: &str, harness_args: &[&str], code: i32) -> std::process
     output
 }
 
+/// The checks `scripts/gpu-check.sh --target amdgcn` runs on an AMD GPU pass on the host
+/// emulation, each as the GPU rows run them: a deep panic reported with its message, ten launch
+/// shapes one after another in one module, many barriers.
+#[test]
+fn launch_checks_pass_on_the_host() {
+    for filter in [
+        &["deep_panic"][..],
+        &["dims_", "--test-threads", "1"],
+        &["barrier_heavy"],
+    ] {
+        let output = test_on_host("launch-checks", filter, 0);
+        let stdout = text(&output.stdout);
+        let expected = match filter[0] {
+            "dims_" => "test result: ok. 10 passed; 0 failed",
+            _ => "test result: ok. 1 passed; 0 failed",
+        };
+        assert_contains(&stdout, expected, &output);
+    }
+}
+
 #[test]
 fn cargo_gpurun_test_reports_every_result_of_basic() {
     let output = test_on_host("basic", &[], 101);

@@ -1,19 +1,25 @@
 //! What the AMDGPU code objects we build would do on a real GPU, checked offline with
 //! `llvm-objdump` and the build's image check (docs/abi.md, "AMDGPU code objects" and "Ending a
-//! thread"):
+//! thread"), for a wave64 and a wave32 architecture:
 //!
 //! - no undefined dynamic symbols (ROCr would not load the image), code object v5;
 //! - the image check rejects an image with an undefined dynamic symbol or code object v6;
-//! - `barrier()` is a release fence, `s_barrier`, an acquire fence;
+//! - `barrier()` is a workgroup barrier on gfx90a (`s_waitcnt` then `s_barrier`, no cache
+//!   write-back or invalidate) and keeps its system-scope fences on gfx1100;
 //! - the panic handler ends the wavefront with `s_endpgm`: no trap (which would kill the queue)
-//!   and no endless loop (which would hang the wavefront and its block's barriers).
+//!   and no endless loop (which would hang the wavefront and its block's barriers);
+//! - block and grid sizes are read from the dispatch packet, with no atomics;
 //! - so test cases read from an AMDGPU image say a panic ends a wavefront of their kernel's size
-//!   (the failure output names the threads that went with it); nvptx and host ones do not.
+//!   (the failure output names the threads that went with it): 64 on gfx90a, 32 on gfx1100;
+//!   nvptx and host ones do not;
+//! - gfx1100 (wave32) builds in debug (LLVM 22's trap lowering broke that, see
+//!   `gpurun_build::amdgcn`), its kernels are wave32 and its lane primitives use 32-bit masks.
 //!
-//! Release builds (`-p big-block -p panics -p basic --release`), so the fences are inlined around
-//! the barrier as users' code gets them. basic has several tests that compile to nothing, whose
-//! kernels LLVM merged into aliases without kernel descriptors until each kernel's body named its
-//! own descriptor.
+//! gfx90a: release builds (`-p big-block -p panics -p basic --release`), so the fences are
+//! inlined around the barrier as users' code gets them. basic has several tests that compile to
+//! nothing, whose kernels LLVM merged into aliases without kernel descriptors until each
+//! kernel's body named its own descriptor. gfx1100: debug builds of the same crates, and a
+//! release build of big-block for its barrier.
 
 mod common;
 
@@ -26,64 +32,72 @@ use gpurun_build::validate::{self, ValidateError};
 use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
 use object::{Object, ObjectSymbol};
 
-/// Builds big-block, panics and basic for gfx90a (release) once and returns their code objects.
+/// The fixtures every build here makes.
+const FIXTURES: [&str; 3] = ["big-block", "panics", "basic"];
+
+/// Builds `fixtures` for `arch` (`--release` or not) and returns their code objects.
+fn build(fixtures: &[&str], arch: &str, release: bool) -> Vec<PathBuf> {
+    let manifest = fixtures_manifest();
+    let mut args = vec!["build", "--message-format", "json"];
+    if release {
+        args.push("--release");
+    }
+    for fixture in fixtures {
+        args.extend(["-p", fixture]);
+    }
+    args.extend(["--target", "amdgcn", "--arch", arch]);
+    args.extend(["--manifest-path", manifest.to_str().unwrap()]);
+    built_image_paths(&gpurun(&args, &[]))
+}
+
+/// The gfx90a (wave64) release builds, made once.
 fn images() -> &'static [PathBuf] {
     static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
-    BUILT.get_or_init(|| {
-        let manifest = fixtures_manifest();
-        let output = gpurun(
-            &[
-                "build",
-                "--release",
-                "--message-format",
-                "json",
-                "-p",
-                "big-block",
-                "-p",
-                "panics",
-                "-p",
-                "basic",
-                "--target",
-                "amdgcn",
-                "--arch",
-                "gfx90a",
-                "--manifest-path",
-                manifest.to_str().unwrap(),
-            ],
-            &[],
-        );
-        built_image_paths(&output)
-    })
+    BUILT.get_or_init(|| build(&FIXTURES, "gfx90a", true))
+}
+
+/// The gfx1100 (wave32) debug builds, made once.
+fn wave32_images() -> &'static [PathBuf] {
+    static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| build(&FIXTURES, "gfx1100", false))
+}
+
+fn find_in<'a>(images: &'a [PathBuf], name: &str) -> &'a Path {
+    images
+        .iter()
+        .find(|path| path.file_stem().is_some_and(|stem| stem == name))
+        .unwrap_or_else(|| panic!("no {name} image in {images:?}"))
+}
+
+fn find(images: &'static [PathBuf], name: &str) -> &'static Path {
+    find_in(images, name)
 }
 
 fn image(name: &str) -> &'static Path {
-    images()
-        .iter()
-        .find(|path| path.file_stem().is_some_and(|stem| stem == name))
-        .unwrap_or_else(|| panic!("no {name} image in {:?}", images()))
+    find(images(), name)
 }
 
-/// The function of image `image_name` that `is_it` picks (`what`), as (function, instructions);
-/// `None`, after saying why the test does not run, without the nightly toolchain.
+/// The function of gfx90a image `image_name` that `is_it` picks (`what`), as (function,
+/// instructions); `None`, after saying why the test does not run, without the nightly toolchain.
 fn find_function(
     image_name: &str,
     what: &str,
     is_it: impl Fn(&str, &[String]) -> bool,
 ) -> Option<(String, Vec<String>)> {
     let toolchain = nightly()?;
-    let function = disassemble(&toolchain, image(image_name))
+    let function = disassemble(&toolchain, image(image_name), "gfx90a")
         .into_iter()
         .find(|(name, body)| is_it(name, body))
         .unwrap_or_else(|| panic!("no {what} in {image_name}"));
     Some(function)
 }
 
-/// `llvm-objdump -d` of `path`, as (function, instructions) in address order.
-fn disassemble(toolchain: &Toolchain, path: &Path) -> Vec<(String, Vec<String>)> {
+/// `llvm-objdump -d` of `path` for `arch`, as (function, instructions) in address order.
+fn disassemble(toolchain: &Toolchain, path: &Path, arch: &str) -> Vec<(String, Vec<String>)> {
     let objdump = toolchain::find_llvm_tool_in(&toolchain.rustlib_bin_dir(), "llvm-objdump")
         .expect("llvm-objdump is part of llvm-tools");
     let output = Command::new(objdump)
-        .args(["-d", "--no-show-raw-insn", "--mcpu=gfx90a"])
+        .args(["-d", "--no-show-raw-insn", &format!("--mcpu={arch}")])
         .arg(path)
         .output()
         .expect("run llvm-objdump");
@@ -180,29 +194,112 @@ fn the_image_check_rejects_undefined_symbols_and_code_object_v6() {
     assert!(validate::check_amdgpu_code_object(&v4).is_ok());
 }
 
+/// The instructions around each `s_barrier` of `body`: up to 4 before and 3 after.
+fn around_barriers(body: &[String]) -> Vec<(&[String], &[String])> {
+    body.iter()
+        .enumerate()
+        .filter(|(_, line)| *line == "s_barrier")
+        .map(|(at, _)| {
+            (
+                &body[at.saturating_sub(4)..at],
+                &body[at + 1..(at + 4).min(body.len())],
+            )
+        })
+        .collect()
+}
+
+/// gfx9 runs a workgroup on one compute unit: the barrier waits for this wavefront's memory
+/// operations and synchronizes, without writing back or invalidating any cache (a system-scope
+/// fence would: `buffer_wbl2` before, `buffer_invl2` and `buffer_wbinvl1_vol` after).
 #[test]
-fn barrier_is_fenced_on_both_sides() {
+fn barrier_is_a_workgroup_barrier_on_gfx90a() {
     let Some((name, body)) = find_function("big_block", "an s_barrier", |_, body| {
         body.iter().any(|line| line == "s_barrier")
     }) else {
         return;
     };
-    let at = body.iter().position(|line| line == "s_barrier").unwrap();
-    let before = &body[at.saturating_sub(4)..at];
-    let after = &body[at + 1..(at + 4).min(body.len())];
-    // Release: write back L2 and wait for every outstanding store; acquire: invalidate the caches.
-    assert!(
-        before.iter().any(|line| line == "buffer_wbl2")
-            && before
+    for (before, after) in around_barriers(&body) {
+        assert!(
+            before
                 .iter()
-                .any(|line| line.starts_with("s_waitcnt vmcnt(0)")),
-        "no release fence before s_barrier in {name}: {before:?}"
-    );
+                .any(|line| line == "s_waitcnt vmcnt(0) expcnt(0) lgkmcnt(0)"),
+            "no wait for the wavefront's memory operations before s_barrier in {name}: \
+             {before:?}"
+        );
+        let cache_operations: Vec<&String> = before
+            .iter()
+            .chain(after)
+            .filter(|line| line.starts_with("buffer_wb") || line.starts_with("buffer_inv"))
+            .collect();
+        assert!(
+            cache_operations.is_empty(),
+            "system-scope cache maintenance around s_barrier in {name}: {cache_operations:?}"
+        );
+    }
+}
+
+/// gfx11 runs a workgroup on the two compute units of a WGP, with separate L0 caches: the
+/// barrier keeps its fences, waiting for stores before and invalidating L0 after.
+#[test]
+fn barrier_is_fenced_on_both_sides_on_gfx1100() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    // A release build, so the fences are inlined around the barrier as users' code gets them.
+    let release = build(&["big-block"], "gfx1100", true);
+    let functions = disassemble(&toolchain, find_in(&release, "big_block"), "gfx1100");
+    let barriers: Vec<(String, Vec<String>)> = functions
+        .into_iter()
+        .filter(|(_, body)| body.iter().any(|line| line == "s_barrier"))
+        .collect();
     assert!(
-        after.iter().any(|line| line == "buffer_invl2")
-            && after.iter().any(|line| line == "buffer_wbinvl1_vol"),
-        "no acquire fence after s_barrier in {name}: {after:?}"
+        !barriers.is_empty(),
+        "no s_barrier in the gfx1100 big_block"
     );
+    for (name, body) in &barriers {
+        for (before, after) in around_barriers(body) {
+            assert!(
+                before
+                    .iter()
+                    .any(|line| line.starts_with("s_waitcnt_vscnt null, 0x0")),
+                "no release before s_barrier in {name}: {before:?}"
+            );
+            assert!(
+                after.iter().any(|line| line == "buffer_gl0_inv"),
+                "no acquire after s_barrier in {name}: {after:?}"
+            );
+        }
+    }
+}
+
+/// `block_dim()` and `grid_dim()` are scalar loads from the dispatch packet (at the offsets
+/// gpurun-abi names), not atomics on a global the loader writes before each launch.
+#[test]
+fn launch_shape_is_read_from_the_dispatch_packet() {
+    if nightly().is_none() {
+        return;
+    }
+    let elf = std::fs::read(image("basic")).unwrap();
+    let elf = ElfFile64::<object::Endianness>::parse(&*elf).unwrap();
+    assert!(
+        !elf.dynamic_symbols()
+            .any(|symbol| symbol.name() == Ok(gpurun_abi::symbols::RETIRED_LAUNCH_SHAPE)),
+        "the image still has the retired launch-shape global"
+    );
+    let Some((name, body)) = find_function("basic", "grid_ids_are_in_range", |name, _| {
+        name.starts_with("__gpurun_test_grid_ids_are_in_range")
+    }) else {
+        return;
+    };
+    // The kernel's dispatch pointer arrives in s[4:5]; the sizes are loaded from it.
+    use gpurun_abi::shape::dispatch_packet::{GRID_SIZE_X, WORKGROUP_SIZE_X};
+    for offset in [WORKGROUP_SIZE_X, GRID_SIZE_X] {
+        assert!(
+            body.iter().any(|line| line.starts_with("s_load_dword")
+                && line.ends_with(&format!(", {offset:#x}"))),
+            "no scalar load at packet offset {offset} in {name}"
+        );
+    }
 }
 
 #[test]
@@ -251,6 +348,17 @@ fn tests_carry_the_wavefront_a_panic_ends_only_on_amdgpu() {
     for test in &tests {
         assert_eq!(test.panic_ends_wavefront, Some(64), "{}", test.name);
     }
+    let wave32 = gpurun_image::Image::read(find(wave32_images(), "basic")).unwrap();
+    let wave32_tests = wave32.tests().to_vec();
+    assert_eq!(wave32_tests.len(), tests.len());
+    for test in &wave32_tests {
+        assert_eq!(
+            test.panic_ends_wavefront,
+            Some(32),
+            "gfx1100: {}",
+            test.name
+        );
+    }
 
     let manifest = fixtures_manifest();
     let output = gpurun(
@@ -285,4 +393,59 @@ fn tests_carry_the_wavefront_a_panic_ends_only_on_amdgpu() {
             );
         }
     }
+}
+
+/// gfx1100 builds in debug (see `gpurun_build::amdgcn`) and passes the image check; its kernels
+/// are wave32, so the RPC packets have 32 lanes; its code manipulates the 32-bit `exec_lo` only,
+/// where the gfx90a build's uses 64-bit masks; both compute the lane id with `v_mbcnt`.
+#[test]
+fn wave32_debug_builds_use_32_lane_primitives() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    assert_eq!(
+        wave32_images().len(),
+        FIXTURES.len(),
+        "{:?}",
+        wave32_images()
+    );
+    for path in wave32_images() {
+        let bytes = std::fs::read(path).unwrap();
+        validate::check_amdgpu_code_object(&bytes)
+            .unwrap_or_else(|err| panic!("{}: {err}", path.display()));
+        let parsed = gpurun_image::Image::read(path).unwrap();
+        assert_eq!(
+            gpurun_hal::hsa::rpc_lane_size(&parsed, 64),
+            32,
+            "{}",
+            path.display()
+        );
+    }
+    let count = |lines: &[(String, Vec<String>)], pattern: &str| {
+        lines
+            .iter()
+            .flat_map(|(_, body)| body)
+            .filter(|line| line.starts_with(pattern))
+            .count()
+    };
+    let wave32 = disassemble(&toolchain, find(wave32_images(), "basic"), "gfx1100");
+    let wave64 = disassemble(&toolchain, image("basic"), "gfx90a");
+    for (name, code, width, other) in [("gfx1100", &wave32, 32, 64), ("gfx90a", &wave64, 64, 32)] {
+        assert!(
+            count(code, &format!("s_and_saveexec_b{width}")) > 0,
+            "{name}: no {width}-lane exec masks"
+        );
+        for pattern in [
+            format!("s_and_saveexec_b{other}"),
+            format!("s_or_saveexec_b{other}"),
+        ] {
+            assert_eq!(count(code, &pattern), 0, "{name}: {pattern}");
+        }
+        assert!(count(code, "v_mbcnt_lo_u32_b32") > 0, "{name}: no lane id");
+    }
+    assert_eq!(
+        count(&wave32, "s_mov_b64 exec"),
+        0,
+        "gfx1100 sets a 64-bit exec"
+    );
 }

@@ -4,11 +4,11 @@
 //! Owns: the symbol names the loader looks up or fills in ([`symbols`]), the test descriptor
 //! format with its one encoder and one decoder ([`desc`]), the same for kernel descriptors
 //! ([`kernel`]), the ABI versions, the host-emulation thread record [`host::HostThreadInfo`],
-//! the AMD launch-shape words ([`shape`]) and a launch's shape ([`launch::LaunchShape`]). With the
-//! `alloc` feature, also the host's vocabulary of a test's path, shared by crates that must not
-//! depend on each other (the image reader, the backends, the worker protocol, the harness): the
-//! one test description (`desc::TestDesc`), how a launch ended (`launch::LaunchEnd`) and a
-//! device panic report (`report::PanicReport`).
+//! where AMD kernels read their launch shape ([`shape`]) and a launch's shape
+//! ([`launch::LaunchShape`]). With the `alloc` feature, also the host's vocabulary of a test's
+//! path, shared by crates that must not depend on each other (the image reader, the backends,
+//! the worker protocol, the harness): the one test description (`desc::TestDesc`), how a launch
+//! ended (`launch::LaunchEnd`) and a device panic report (`report::PanicReport`).
 //!
 //! Must not: export symbols (the device runtime links it into images and the worker links it
 //! into the host process; an exported symbol would appear in both), allocate outside the

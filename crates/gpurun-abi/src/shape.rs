@@ -1,38 +1,15 @@
-//! AMD launch shape: six little-endian `u32` words in the global
-//! [`crate::symbols::LAUNCH_SHAPE`], written by the loader before each launch because the
-//! device runtime cannot read the dispatch packet on this toolchain (docs/abi.md).
+//! Launch shapes: the block-size limit every target shares, and where an AMD kernel finds its
+//! block and grid sizes (the AQL dispatch packet, docs/abi.md "Block and grid sizes on AMDGPU").
 
 /// The largest block every target accepts (CUDA's and HSA's limit), in threads.
 pub const MAX_BLOCK_THREADS: u64 = 1024;
 
-/// Number of words: threads per block x, y, z, then blocks per grid x, y, z.
-pub const WORDS: usize = 6;
-/// Size of the global in bytes.
-pub const BYTES: usize = WORDS * 4;
-
-/// The words for a launch of `blocks` blocks of `threads` threads.
-pub const fn words(threads: [u32; 3], blocks: [u32; 3]) -> [u32; WORDS] {
-    [
-        threads[0], threads[1], threads[2], blocks[0], blocks[1], blocks[2],
-    ]
-}
-
-/// The bytes the loader writes into the global.
-pub fn to_bytes(threads: [u32; 3], blocks: [u32; 3]) -> [u8; BYTES] {
-    let mut bytes = [0u8; BYTES];
-    for (chunk, word) in bytes.chunks_exact_mut(4).zip(words(threads, blocks)) {
-        chunk.copy_from_slice(&word.to_le_bytes());
-    }
-    bytes
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn threads_come_first() {
-        let bytes = super::to_bytes([64, 2, 1], [3, 1, 1]);
-        assert_eq!(&bytes[..4], &64u32.to_le_bytes());
-        assert_eq!(&bytes[4..8], &2u32.to_le_bytes());
-        assert_eq!(&bytes[12..16], &3u32.to_le_bytes());
-    }
+/// Byte offsets in the AQL kernel dispatch packet (`hsa_kernel_dispatch_packet_t`, HSA's
+/// `hsa.h`) of the fields the device runtime reads through `llvm.amdgcn.dispatch.ptr`, as HIP
+/// does: the loader writes them into every packet it publishes, so no extra copy is needed.
+pub mod dispatch_packet {
+    /// `workgroup_size_x` (u16); y and z follow at +2 and +4.
+    pub const WORKGROUP_SIZE_X: usize = 4;
+    /// `grid_size_x` (u32, in work-items, not workgroups); y and z follow at +4 and +8.
+    pub const GRID_SIZE_X: usize = 12;
 }

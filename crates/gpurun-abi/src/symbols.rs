@@ -31,8 +31,11 @@ pub const HOST_ABI_VERSION: &str = "__gpurun_host_abi_version";
 /// thread before the kernel.
 pub const HOST_ENTER_THREAD: &str = "__gpurun_host_enter_thread";
 
-/// AMD: the launch-shape words the loader writes before each launch ([`crate::shape`]).
-pub const LAUNCH_SHAPE: &str = "__gpurun_launch_shape";
+/// AMD: the launch-shape global of images built by older versions of the device runtime, whose
+/// block and grid sizes the loader had to write before every launch. Kernels now read them from
+/// the dispatch packet and the loader writes nothing; an image that still has this global is
+/// refused (rebuild it), since its `block_dim()` would read the global's initial 1s.
+pub const RETIRED_LAUNCH_SHAPE: &str = "__gpurun_launch_shape";
 
 /// The prefix of every symbol of ours in an image (the device runtime's and the attributes').
 pub const RUNTIME_PREFIX: &str = "__gpurun_";
@@ -85,7 +88,7 @@ mod tests {
             TEST_ABI_VERSION,
             HOST_ABI_VERSION,
             HOST_ENTER_THREAD,
-            LAUNCH_SHAPE,
+            RETIRED_LAUNCH_SHAPE,
             "__gpurun_test_adds_0",
             "__gpurun_desc_adds_0",
             "__gpurun_kdesc_saxpy",

@@ -12,7 +12,7 @@ use cargo_metadata::{Artifact, Message};
 
 use super::crates::{DeviceCrate, Workspace};
 use super::targets::{is_lib_kind, Selected};
-use super::{validate, BuildError, BuildOptions, BuiltImage, DeviceTarget, TargetKind};
+use super::{amdgcn, validate, BuildError, BuildOptions, BuiltImage, DeviceTarget, TargetKind};
 use crate::toolchain::{self, Toolchain};
 
 /// File name of the link (inside `<target dir>/gpurun/`) that rustc runs as the nvptx linker. A
@@ -264,6 +264,13 @@ impl CargoBuild<'_> {
             let profile = self.profile();
             command.args(["--config", &format!("profile.{profile}.lto=true")]);
             command.args(["--config", &format!("profile.{profile}.incremental=false")]);
+            for setting in self
+                .arch
+                .map(|arch| amdgcn::arch_profile_config(arch, profile))
+                .unwrap_or_default()
+            {
+                command.args(["--config", &setting]);
+            }
         }
         let lib_unit_tests = matches!(self.selection, Selection::LibUnitTests);
         if self.target == DeviceTarget::Host || lib_unit_tests {
@@ -326,6 +333,7 @@ impl CargoBuild<'_> {
                     .iter()
                     .map(|flag| flag.to_string()),
             );
+            flags.extend(self.arch.map(amdgcn::arch_rustflags).unwrap_or_default());
         }
         let (encoded, plain) = env_rustflags();
         if encoded.is_some() || plain.is_some() {

@@ -15,6 +15,7 @@
 //! [`BuildOptions`]), run tests, or open a device (only listing devices, to pick a target or an
 //! architecture).
 
+pub mod amdgcn;
 pub mod arch;
 mod cargo;
 mod crates;

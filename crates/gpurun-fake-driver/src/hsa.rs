@@ -31,6 +31,13 @@
 //! - [`QUEUE_ERROR_ENV`]: a status name (say `HSA_STATUS_ERROR_EXCEPTION`): the first load or
 //!   wait of a running kernel's completion signal first calls the error callback of the queue
 //!   that dispatched it with that status, once per process, as ROCr reports a queue error.
+//! - [`COMPUTE_UNITS_ENV`], [`WAVES_PER_CU_ENV`]: the GPU's compute units (2) and waves per
+//!   compute unit (4), e.g. 304 and 32 for an MI300X.
+//! - [`MEMORY_ERROR_ENV`]: a pool kind (`kernarg`, `fine` or `coarse`): the first free of a block
+//!   of that pool fails as ROCr's does when the GPU still holds the memory: the block leaves the
+//!   table without being freed, the registered system event handler gets a
+//!   `HSA_AMD_GPU_MEMORY_ERROR_EVENT`, and unless it answers `HSA_STATUS_SUCCESS` the process
+//!   aborts, as ROCr's does; the free answers `HSA_STATUS_ERROR`.
 
 // The exported functions are the HSA runtime API: its documentation is their contract.
 #![allow(clippy::missing_safety_doc)]
@@ -48,6 +55,17 @@ pub const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 pub const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
 pub const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
 pub const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
+pub const MEMORY_ERROR_ENV: &str = "GPURUN_FAKE_HSA_MEMORY_ERROR";
+pub const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
+pub const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
+
+/// The `u32` in environment variable `name`, else `default`.
+fn setting(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(default)
+}
 
 const CPU_AGENT: u64 = 0xa100;
 const GPU_AGENT: u64 = 0xa200;
@@ -162,6 +180,8 @@ struct State {
     dispatched_by: HashMap<u64, u64>,
     /// The [`QUEUE_ERROR_ENV`] error was reported.
     queue_error_sent: bool,
+    /// The [`MEMORY_ERROR_ENV`] error was reported.
+    memory_error_sent: bool,
 }
 
 impl State {
@@ -533,8 +553,12 @@ pub unsafe extern "C" fn hsa_agent_get_info(
                     (HSA_AGENT_INFO_NAME, true) => put_name(value, "gfx90a"),
                     (HSA_AGENT_INFO_NAME, false) => put_name(value, "Fake CPU"),
                     (HSA_AMD_AGENT_INFO_PRODUCT_NAME, true) => put_name(value, "Fake Instinct"),
-                    (HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, true) => put(value, 2u32),
-                    (HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU, true) => put(value, 4u32),
+                    (HSA_AMD_AGENT_INFO_COMPUTE_UNIT_COUNT, true) => {
+                        put(value, setting(COMPUTE_UNITS_ENV, 2))
+                    }
+                    (HSA_AMD_AGENT_INFO_MAX_WAVES_PER_CU, true) => {
+                        put(value, setting(WAVES_PER_CU_ENV, 4))
+                    }
                     (HSA_AGENT_INFO_QUEUE_MIN_SIZE, true) => put(value, 64u32),
                     (HSA_AGENT_INFO_QUEUE_MAX_SIZE, true) => put(value, QUEUE_MAX_SIZE),
                     (HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY, true) => put(value, 100_000_000u64),
@@ -705,8 +729,52 @@ pub unsafe extern "C" fn hsa_amd_memory_pool_allocate(
     )
 }
 
+/// The [`MEMORY_ERROR_ENV`] error, when `address` is the first freed block of the chosen pool:
+/// takes the block out of the table (leaked, as ROCr leaves it) and returns the handler to call.
+fn memory_error_to_report(address: u64) -> Option<(hsa_amd_system_event_callback_t, usize)> {
+    let kind = std::env::var(MEMORY_ERROR_ENV).ok()?;
+    let mut state = state();
+    let block = state.blocks.get(&address)?;
+    if state.memory_error_sent || block.kind != kind.trim() {
+        return None;
+    }
+    state.memory_error_sent = true;
+    state.blocks.remove(&address);
+    Some(state.event_handler.unwrap_or((None, 0)))
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn hsa_amd_memory_pool_free(ptr: *mut c_void) -> hsa_status_t {
+    if let Some((handler, data)) = memory_error_to_report(ptr as u64) {
+        let event = hsa_amd_event_t {
+            event_type: HSA_AMD_GPU_MEMORY_ERROR_EVENT,
+            memory_fault: hsa_amd_gpu_memory_fault_info_t {
+                agent: hsa_agent_t { handle: GPU_AGENT },
+                virtual_address: ptr as u64,
+                fault_reason_mask: HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE,
+            },
+        };
+        let status = match handler {
+            // SAFETY: the handler was registered for system events; the event lives for the
+            // call, and `data` is the pointer it was registered with.
+            Some(handler) => unsafe { handler(&event, data as *mut c_void) },
+            None => HSA_STATUS_ERROR,
+        };
+        record(&format!(
+            "fake runtime: memory error event address={:#x} -> {}",
+            ptr as u64,
+            status_text(status)
+        ));
+        if status != HSA_STATUS_SUCCESS {
+            record("fake runtime: memory error not handled: abort, as ROCr does");
+            std::process::abort();
+        }
+        record(&format!(
+            "hsa_amd_memory_pool_free ptr={:#x} -> HSA_STATUS_ERROR",
+            ptr as u64
+        ));
+        return HSA_STATUS_ERROR;
+    }
     call(
         "hsa_amd_memory_pool_free",
         format!("ptr={:#x}", ptr as u64),

@@ -7,13 +7,14 @@
 //! ends (`launch_loop.rs`, private), the one [`Module`] every backend's image becomes, with the
 //! one RPC installation and the checks before a launch ([`module`]), the RPC opcode handlers
 //! ([`handlers`]; the protocol itself is `gpurun-rpc`'s), and each backend's primitives (load,
-//! symbols, globals, host-visible memory, start a launch, its state). In the spirit of wgpu-hal, backends supply primitives and shared code decides, so
+//! symbols, globals, host-visible memory, start a launch, its state). In the spirit of
+//! wgpu-hal, backends supply primitives and shared code decides, so
 //! what the host emulation and the scripted backend test is what the GPUs run.
 //!
 //! Must not: spawn processes or know about tests, harnesses or workers (that is
 //! `gpurun-runner`'s), or parse images (the caller hands a checked `gpurun_image::Image`).
 //! Concurrency comes from loading the image several times, one module per thread, each with its
-//! own stream/queue and RPC buffer.
+//! own stream or share of a queue, and its own RPC buffer.
 
 pub mod cuda;
 mod error;
@@ -23,6 +24,7 @@ pub mod hsa;
 pub mod kernel_args;
 mod launch_loop;
 pub mod module;
+mod rpc_buffer;
 pub mod scripted;
 pub mod select;
 

@@ -1,22 +1,20 @@
 //! The one [`Module`] every backend's loaded image becomes: [`LoadedModule`] over the backend's
 //! [`Primitives`]. What is decided here is decided once for every backend: what loading sets up
-//! (the clock frequency, the RPC buffer and client), the checks before a launch, the AMD launch
-//! shape, the launch loop (`launch_loop.rs`) and what a broken module refuses.
+//! (the clock frequency, the RPC buffer and client), the checks before a launch, the launch loop
+//! (`launch_loop.rs`) and what a broken module refuses.
 
-use crate::handlers::{DeviceMemory, RpcHandlers, Sink};
+use crate::handlers::{DeviceMemory, Sink};
 use crate::kernel_args::KernelArg;
 use crate::launch_loop::{self, Launch, WaitLimits};
+use crate::rpc_buffer::{initial_ports, InstalledRpc};
 use crate::{
     BackendError, Device, DeviceInfo, LaunchEnd, LaunchShape, LoadOptions, Module, ResourceUsage,
     SharedAlloc,
 };
 use gpurun_abi::symbols;
 use gpurun_image::Image;
-use gpurun_rpc::layout::Doorbell;
-use gpurun_rpc::Layout;
 use std::collections::HashMap;
 use std::mem::ManuallyDrop;
-use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 pub use gpurun_abi::shape::MAX_BLOCK_THREADS;
@@ -27,10 +25,17 @@ pub trait Primitives {
     /// Lanes of an RPC packet: the warp or wavefront size (the emulated one on the host).
     fn rpc_lane_size(&self) -> u32;
 
-    /// RPC ports to create when `requested` were asked for (HSA: one per resident wave at least).
-    fn rpc_ports(&self, requested: u32) -> u32 {
-        requested
+    /// RPC ports a launch of `shape` needs, where the backend sizes its RPC buffer for what the
+    /// module launches (HSA: one per wavefront of the launch that the GPU can hold at once);
+    /// the module grows the buffer before a launch that needs more (`rpc_buffer.rs`).
+    /// `None` (the default): `LoadOptions::rpc_ports`, installed once at load.
+    fn rpc_ports_for(&self, _shape: &LaunchShape) -> Option<u32> {
+        None
     }
+
+    /// Takes back a block from [`Primitives::alloc_host_visible`] that the module no longer
+    /// uses (an RPC buffer replaced by a larger one). The default keeps it until the module goes.
+    fn release_host_visible(&mut self, _block: &SharedAlloc) {}
 
     /// The device's timer frequency for LLVM libc's `clock()` (`__llvm_libc_clock_freq`), if the
     /// backend knows it.
@@ -141,11 +146,9 @@ impl<L: LoadPrimitives> Device for OpenedDevice<L> {
 
 /// A loaded image on one device.
 pub struct LoadedModule<P: Primitives> {
-    rpc: Option<RpcHandlers>,
+    rpc: Option<InstalledRpc>,
     /// Blocks from [`Module::alloc_device`]: `(address, size)`. Reads must stay inside one.
     device_blocks: Vec<(u64, usize)>,
-    /// The image has the AMD launch-shape global (looked up once, at load).
-    has_launch_shape: bool,
     /// Block-size bounds the image declares per kernel (PTX `.maxntid`, AMDGPU
     /// `.max_flat_workgroup_size`).
     declared_max_threads: HashMap<String, u64>,
@@ -177,8 +180,9 @@ impl<P: Primitives> Drop for LoadedModule<P> {
 
 impl<P: Primitives> LoadedModule<P> {
     /// Finishes loading `image`, which the backend has loaded into `primitives`: fills in the
-    /// clock frequency and, when the image talks RPC, lays out the RPC buffer and writes the
-    /// client into `__llvm_rpc_client`.
+    /// clock frequency and, when the image talks RPC, lays out the RPC buffer (for the image's
+    /// tests, where the backend sizes it per launch) and writes the client into
+    /// `__llvm_rpc_client`.
     pub fn new(
         mut primitives: P,
         image: &Image,
@@ -193,7 +197,10 @@ impl<P: Primitives> LoadedModule<P> {
             }
         }
         let rpc = match primitives.global_size(symbols::RPC_CLIENT) {
-            Some(size) => Some(install_rpc(&mut primitives, size, options.rpc_ports)?),
+            Some(size) => {
+                let ports = initial_ports(&primitives, image, options.rpc_ports);
+                Some(InstalledRpc::install(&mut primitives, size, ports)?)
+            }
             None if !image.tests().is_empty() => {
                 // Results, output and panics of tests travel over RPC: without a client a
                 // failing test would pass silently.
@@ -204,8 +211,6 @@ impl<P: Primitives> LoadedModule<P> {
             }
             None => None,
         };
-        let has_launch_shape =
-            primitives.global_size(symbols::LAUNCH_SHAPE) == Some(gpurun_abi::shape::BYTES as u64);
         let declared_max_threads = image
             .kernels()
             .iter()
@@ -214,7 +219,6 @@ impl<P: Primitives> LoadedModule<P> {
         Ok(LoadedModule {
             rpc,
             device_blocks: Vec::new(),
-            has_launch_shape,
             declared_max_threads,
             block_limits: HashMap::new(),
             primitives: ManuallyDrop::new(primitives),
@@ -253,64 +257,6 @@ impl<P: Primitives> LoadedModule<P> {
             self.broken = Some(reason);
         }
     }
-}
-
-/// The one RPC installation routine: a zeroed host-visible buffer in the layout the image's
-/// client object has (told by its size), the client image pointing at it copied into
-/// `__llvm_rpc_client`, and a server over it.
-fn install_rpc<P: Primitives>(
-    primitives: &mut P,
-    client_size: u64,
-    requested_ports: u32,
-) -> Result<RpcHandlers, BackendError> {
-    let ports = primitives.rpc_ports(requested_ports);
-    let layout = Layout::for_client_symbol_size(client_size, ports, primitives.rpc_lane_size())
-        .map_err(|error| {
-            BackendError::Incompatible(format!("unsupported `{}`: {error}", symbols::RPC_CLIENT))
-        })?;
-    let buffer = primitives.alloc_host_visible(layout.allocation_size())?;
-    if !(buffer.host as usize).is_multiple_of(64) || buffer.len < layout.allocation_size() {
-        return Err(BackendError::InvalidArgument(
-            "the backend gave an RPC buffer that is too small or not 64-byte aligned".into(),
-        ));
-    }
-    // SAFETY: the buffer is `allocation_size()` host-writable bytes that nothing uses yet.
-    unsafe { layout.zero(buffer.host) };
-    let counter = match layout.has_doorbell() {
-        true => primitives.doorbell_counter()?,
-        false => None,
-    };
-    let waits = match &counter {
-        Some(_) => primitives.host_waits(layout.host_waits_size())?,
-        None => None,
-    };
-    if let Some(counter) = &counter {
-        let record = Doorbell {
-            value: counter.device,
-            mailbox: 0,
-            event_id: 0,
-            host_waits: waits.as_ref().map_or(0, |block| block.device),
-        };
-        // SAFETY: as above; the counter lives as long as the buffer (both owned by the
-        // primitives) at the address the device uses.
-        unsafe { layout.write_doorbell(buffer.host, record) };
-    }
-    let client = layout.client_image(buffer.device);
-    primitives.write_global(symbols::RPC_CLIENT, client.as_bytes())?;
-    // SAFETY: zeroed, 64-aligned, `allocation_size()` long, owned by the module's primitives,
-    // which are dropped after the server (field order of `LoadedModule`).
-    let mut server = unsafe { RpcHandlers::new(&layout, buffer.host) };
-    if let Some(counter) = counter {
-        // SAFETY: 8 zeroed, 8-aligned bytes (host-visible blocks are 64-aligned) that the device
-        // updates only atomically and that outlive the server, as the buffer does.
-        unsafe { server.attach_doorbell(counter.host.cast::<AtomicU64>()) };
-    }
-    if let Some(block) = waits {
-        // SAFETY: `host_waits_size()` zeroed, 64-aligned bytes owned by the primitives like the
-        // buffer (so they outlive the server), accessed only atomically by both sides.
-        unsafe { server.attach_host_waits(block.host) };
-    }
-    Ok(server)
 }
 
 /// Shapes no backend can launch, refused before the driver sees them.
@@ -359,12 +305,8 @@ impl<P: Primitives> Module for LoadedModule<P> {
                 )));
             }
         }
-        // AMD kernels read their block and grid sizes from this global (docs/abi.md); other
-        // images do not have it.
-        if self.has_launch_shape {
-            let words = gpurun_abi::shape::to_bytes(shape.threads, shape.blocks);
-            self.primitives
-                .write_global(symbols::LAUNCH_SHAPE, &words)?;
+        if let Some(rpc) = &mut self.rpc {
+            rpc.fit(&mut *self.primitives, &shape)?;
         }
         let launch = match self.primitives.start(kernel, shape, args) {
             Ok(launch) => launch,
@@ -381,7 +323,7 @@ impl<P: Primitives> Module for LoadedModule<P> {
         let primitives = &mut *self.primitives;
         let finish = launch_loop::serve_launch(
             &*launch,
-            self.rpc.as_ref(),
+            self.rpc.as_ref().map(InstalledRpc::handlers),
             primitives.heap(),
             sink,
             WaitLimits::starting_now(timeout),

@@ -5,9 +5,9 @@
 //! Each scenario runs in a child process (this test binary again, `fake_runtime_child`): the
 //! backend loads the runtime once per process and `hsa_init`/`hsa_shut_down` count per process.
 //!
-//! The code object is the committed gfx90a sample of gpurun-image's tests, with one dynamic
-//! symbol (an 8-byte init-array entry) renamed and resized to stand for the 24-byte
-//! `__gpurun_launch_shape` global, so the launch-shape write (issue 14 item 2) is exercised.
+//! The code object is the committed gfx90a sample of gpurun-image's tests. One scenario renames
+//! one of its dynamic symbols (an 8-byte init-array entry) to the retired
+//! `__gpurun_launch_shape` global, as an image of an older device runtime has it.
 
 #![cfg(target_os = "linux")]
 
@@ -16,6 +16,7 @@ mod common;
 use common::{fake_driver_library, first, positions, read_calls, Call};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::hsa::HsaBackend;
+use gpurun_hal::kernel_args::KernelArg;
 use gpurun_hal::{Backend, BackendError, LaunchEnd, LaunchShape, LoadOptions};
 use gpurun_image::Image;
 use object::{Object, ObjectSection};
@@ -31,12 +32,27 @@ const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
 const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
 const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
+const MEMORY_ERROR_ENV: &str = "GPURUN_FAKE_HSA_MEMORY_ERROR";
+const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
+const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
+/// Slots the `slots` scenario opens, as a worker with that many concurrent tests does.
+const SLOTS: usize = 6;
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../gpurun-image/tests/data/sample-gfx90a.elf"
 );
-/// The sample's symbol that is renamed to `__gpurun_launch_shape`.
+/// Real code objects of `indirect(x: u32, out: *mut u32)`, whose metadata lists hidden
+/// arguments in the code object v4 and v5 layouts (gpurun-image's tests/data/README.md).
+const HIDDEN_ARGS_V4: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../gpurun-image/tests/data/hidden-args-gfx90a-v4.elf"
+);
+const HIDDEN_ARGS_V5: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../gpurun-image/tests/data/hidden-args-gfx90a-v5.elf"
+);
+/// The sample's symbol that is renamed to `__gpurun_launch_shape` (scenario `retired_shape`).
 const STAND_IN: &str = "__init_array_object_sample_init_hook_101";
 const KERNEL: &str = "_begin";
 const SHAPE: LaunchShape = LaunchShape {
@@ -45,11 +61,16 @@ const SHAPE: LaunchShape = LaunchShape {
 };
 const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
 
-/// The sample code object with [`STAND_IN`] renamed in `.dynstr` and resized in `.dynsym` to be
-/// the launch-shape global.
+/// The sample code object.
 fn code_object() -> Vec<u8> {
-    let mut bytes = std::fs::read(SAMPLE).expect("the committed gfx90a sample");
-    let shape_name = gpurun_abi::symbols::LAUNCH_SHAPE;
+    std::fs::read(SAMPLE).expect("the committed gfx90a sample")
+}
+
+/// The sample code object with [`STAND_IN`] renamed in `.dynstr` and resized in `.dynsym` to be
+/// the 24-byte launch-shape global of older device runtimes.
+fn code_object_with_retired_shape() -> Vec<u8> {
+    let mut bytes = code_object();
+    let shape_name = gpurun_abi::symbols::RETIRED_LAUNCH_SHAPE;
     let (dynsym, dynstr) = {
         let file = object::File::parse(bytes.as_slice()).expect("an ELF file");
         let range = |name: &str| {
@@ -68,7 +89,7 @@ fn code_object() -> Vec<u8> {
             let mut name = shape_name.as_bytes().to_vec();
             name.resize(STAND_IN.len(), 0);
             bytes[name_at..name_at + name.len()].copy_from_slice(&name);
-            let size = gpurun_abi::shape::BYTES as u64;
+            let size = 24u64;
             bytes[entry + 16..entry + 24].copy_from_slice(&size.to_le_bytes());
             renamed = true;
         }
@@ -80,6 +101,11 @@ fn code_object() -> Vec<u8> {
 /// Runs `scenario` in a child process against the fake runtime, with `settings` in its
 /// environment; returns the runtime calls it made, in order.
 fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
+    run_with_output(scenario, settings).0
+}
+
+/// [`run`], also returning what the child printed.
+fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, String) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-hsa");
     std::fs::create_dir_all(&dir).unwrap();
     let log = dir.join(format!("{scenario}-{}.log", std::process::id()));
@@ -93,6 +119,9 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         .env_remove(RUNNING_POLLS_ENV)
         .env_remove(FAULT_ENV)
         .env_remove(QUEUE_ERROR_ENV)
+        .env_remove(MEMORY_ERROR_ENV)
+        .env_remove(COMPUTE_UNITS_ENV)
+        .env_remove(WAVES_PER_CU_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -109,7 +138,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
             .is_some_and(|call| call.function == "hsa_init"),
         "{scenario}: the runtime was not used or hsa_init was not first: {calls:#?}"
     );
-    calls
+    (calls, stdout.into_owned())
 }
 
 fn last(calls: &[Call], function: &str, details: &str) -> usize {
@@ -211,6 +240,112 @@ fn fake_runtime_child() {
             assert!(again.to_string().contains(expected), "{again}");
             drop(module);
         }
+        "hidden_args" => {
+            // Both code object versions; the v5 kernel's stack is dynamic, so it is launched
+            // again from a module that asks for a larger stack than a lane can have.
+            let args = [KernelArg::U32(21), KernelArg::U64(0x7000)];
+            for (path, options) in [
+                (HIDDEN_ARGS_V4, LoadOptions::default()),
+                (HIDDEN_ARGS_V5, LoadOptions::default()),
+                (
+                    HIDDEN_ARGS_V5,
+                    LoadOptions {
+                        stack_size: Some(1 << 20),
+                        ..LoadOptions::default()
+                    },
+                ),
+            ] {
+                let image = Image::read(path).unwrap();
+                let mut module = device.load(&image, &options).unwrap();
+                let end = module
+                    .launch("indirect", SHAPE, &args, LIMIT, &mut sink)
+                    .unwrap();
+                assert_eq!(end, LaunchEnd::Completed);
+            }
+        }
+        "retired_shape" => {
+            let image = Image::parse(code_object_with_retired_shape(), None).unwrap();
+            let error = device
+                .load(&image, &LoadOptions::default())
+                .err()
+                .expect("an image with the retired launch-shape global is refused");
+            assert!(
+                matches!(&error, BackendError::Incompatible(text)
+                    if text.contains("__gpurun_launch_shape") && text.contains("rebuild it")),
+                "{error}"
+            );
+        }
+        "slots" => {
+            // SLOTS slots, each with its device and module, as a worker's, all alive at once;
+            // each runs a one-thread launch. Then one more slot runs a grid that fills the GPU,
+            // whose buffer is what every slot got when buffers were sized for the whole GPU.
+            let mut devices: Vec<_> = (0..SLOTS)
+                .map(|_| HsaBackend::new().open(0).expect("the fake runtime opens"))
+                .collect();
+            let started = std::time::Instant::now();
+            let mut modules: Vec<_> = devices
+                .iter_mut()
+                .map(|device| device.load(&image, &LoadOptions::default()).unwrap())
+                .collect();
+            for module in &mut modules {
+                let end = module
+                    .launch(KERNEL, LaunchShape::SINGLE, &[], LIMIT, &mut sink)
+                    .unwrap();
+                assert_eq!(end, LaunchEnd::Completed);
+            }
+            let per_slot = started.elapsed() / SLOTS as u32;
+            let started = std::time::Instant::now();
+            let mut whole = HsaBackend::new().open(0).unwrap();
+            let mut module = whole.load(&image, &LoadOptions::default()).unwrap();
+            let whole_gpu = LaunchShape {
+                threads: [64, 1, 1],
+                blocks: [304 * 32, 1, 1],
+            };
+            let end = module
+                .launch(KERNEL, whole_gpu, &[], LIMIT, &mut sink)
+                .unwrap();
+            assert_eq!(end, LaunchEnd::Completed);
+            let whole_slot = started.elapsed();
+            println!(
+                "measured: load and one launch per slot {per_slot:?} for one-thread tests, \
+                 {whole_slot:?} for a slot sized for the whole GPU ({:.1}x)",
+                whole_slot.as_secs_f64() / per_slot.as_secs_f64().max(1e-9)
+            );
+            drop(module);
+            drop(whole);
+            drop(modules);
+            drop(devices);
+        }
+        "memory_error" => {
+            // The kernel ends; freeing its arguments fails with ROCr's memory error event.
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let end = module.launch(KERNEL, SHAPE, &[], LIMIT, &mut sink).unwrap();
+            let expected = "GPU memory error at address";
+            match &end {
+                LaunchEnd::Faulted(text) => {
+                    assert!(
+                        text.contains(expected) && text.contains("still uses"),
+                        "{text}"
+                    )
+                }
+                other => panic!("expected a fault, got {other:?}"),
+            }
+            // Another module of the process (another slot, with its own device) dispatches
+            // nothing after it.
+            let mut second = HsaBackend::new().open(0).expect("the fake runtime opens");
+            let mut other = second.load(&image, &LoadOptions::default()).unwrap();
+            let end = other.launch(KERNEL, SHAPE, &[], LIMIT, &mut sink).unwrap();
+            match &end {
+                LaunchEnd::Faulted(text) => assert!(
+                    text.contains(expected) && text.contains("earlier in this process"),
+                    "{text}"
+                ),
+                other => panic!("expected a fault, got {other:?}"),
+            }
+            drop(other);
+            drop(second);
+            drop(module);
+        }
         "load_fails" => {
             let error = device
                 .load(&image, &LoadOptions::default())
@@ -298,14 +433,8 @@ fn launch_calls_come_in_order() {
         calls[client_copy]
     );
 
-    // The launch: shape words, kernel lookup, kernel arguments, signal, slot, doorbell.
-    let shape_words = gpurun_abi::shape::to_bytes(SHAPE.threads, SHAPE.blocks);
-    let shape_hex: String = shape_words.iter().map(|b| format!("{b:02x}")).collect();
-    let shape_copy = first(
-        &calls,
-        "hsa_amd_memory_async_copy",
-        &format!("dst=__gpurun_launch_shape src=fine+0 data={shape_hex}"),
-    );
+    // The launch: kernel lookup, kernel arguments, signal, slot, doorbell. Nothing is copied
+    // into the image for it: kernels read their shape from the dispatch packet.
     let kernel = first(
         &calls,
         "hsa_executable_get_symbol_by_name",
@@ -314,9 +443,13 @@ fn launch_calls_come_in_order() {
     let kernarg = first(&calls, "hsa_amd_memory_pool_allocate", "pool=kernarg");
     let slot = first(&calls, "hsa_queue_add_write_index_relaxed", "add=1 index=0");
     let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
+    assert_eq!(
+        positions(&calls, "hsa_amd_memory_async_copy", "").len(),
+        1,
+        "one copy into the image, the RPC client's, at load: {calls:#?}"
+    );
     for (a, b) in [
-        (client_copy, shape_copy),
-        (shape_copy, kernel),
+        (client_copy, kernel),
         (kernel, kernarg),
         (kernarg, slot),
         (slot, doorbell),
@@ -328,23 +461,20 @@ fn launch_calls_come_in_order() {
     before(&calls, completion, slot);
     let completion_handle = calls[completion].value("signal").unwrap().to_owned();
 
-    // When the doorbell rings the packet is whole: its header (barrier, kernel dispatch,
-    // system-scope fences) and the fields.
+    // When the doorbell rings the packet is whole: its header (kernel dispatch, system-scope
+    // fences, no barrier bit) and the fields.
     let packet = &calls[doorbell].details;
     assert!(
-        packet.contains("index=0 header=0x1502 setup=1 workgroup=64x1x1 grid=128x1x1")
+        packet.contains("index=0 header=0x1402 setup=1 workgroup=64x1x1 grid=128x1x1")
             && packet.contains("kernel=_begin.kd")
             && packet.contains(&format!("completion={completion_handle} "))
             && packet.ends_with(" started"),
         "{packet}"
     );
-    // The kernel arguments: no explicit ones, so the implicit block first: block counts 2,1,1
-    // and workgroup sizes 64,1,1.
+    // The kernel arguments: the 24-byte segment of `_begin(argc, argv, envp)`, none passed; the
+    // metadata lists no hidden argument for it, so nothing follows.
     let kernarg_hex = packet.split("kernarg=").nth(1).unwrap();
-    assert!(
-        kernarg_hex.starts_with("020000000100000001000000400001000100"),
-        "{kernarg_hex}"
-    );
+    assert_eq!(kernarg_hex, format!("{} started", "00".repeat(24)));
 
     // The kernel "runs" for three polls of its completion signal, then ends at 0; nothing
     // more is waited for after that.
@@ -373,11 +503,15 @@ fn launch_calls_come_in_order() {
         &format!("signal={completion_handle}"),
     );
     let kernarg_ptr = calls[kernarg].value("ptr").unwrap().to_owned();
-    let kernarg_freed = first(
+    // The allocator may hand out an address freed before (the client's staging buffer).
+    let kernarg_freed = positions(
         &calls,
         "hsa_amd_memory_pool_free",
         &format!("ptr={kernarg_ptr}"),
-    );
+    )
+    .into_iter()
+    .find(|&at| at > kernarg)
+    .unwrap_or_else(|| panic!("the kernel arguments are never freed: {calls:#?}"));
     before(&calls, ended, signal_gone);
     before(&calls, ended, kernarg_freed);
 
@@ -389,6 +523,81 @@ fn launch_calls_come_in_order() {
     clean_teardown(&calls);
     assert_eq!(positions(&calls, "hsa_shut_down", "").len(), 1);
     assert_eq!(positions(&calls, "hsa_init", "").len(), 1);
+}
+
+/// The doorbell's packets (one per launch), in order.
+fn dispatched(calls: &[Call]) -> Vec<&str> {
+    positions(calls, "hsa_signal_store_screlease", "doorbell ")
+        .into_iter()
+        .map(|at| calls[at].details.as_str())
+        .collect()
+}
+
+/// Real v4 and v5 code objects get their hidden arguments where their metadata puts them (v4:
+/// global offsets stay 0 at 16..40; v5: block counts at 16, group sizes at 28, grid dimensions at
+/// 80, the queue at 216). Their stacks are dynamic: the v4 kernel's static 16,400 bytes already
+/// count LLVM's assumed 16 KiB of stack; the v5 kernel gets 16 KiB beyond its static 16 bytes,
+/// or what `--stack-size` asks for up to what a wave64 lane can have.
+#[test]
+fn hidden_arguments_and_stacks_follow_the_code_object() {
+    let calls = run("hidden_args", &[]);
+    let packets = dispatched(&calls);
+    assert_eq!(packets.len(), 3, "{calls:#?}");
+    let kernarg = |packet: &str| packet.split("kernarg=").nth(1).unwrap().to_owned();
+    let explicit = "15000000000000000070000000000000";
+    // v4: 72 bytes; nothing hidden is non-zero.
+    assert_eq!(
+        kernarg(packets[0]),
+        format!("{explicit}{}", "00".repeat(56) + " started"),
+        "{}",
+        packets[0]
+    );
+    assert!(packets[0].contains(" private=16400 "), "{}", packets[0]);
+    // v5: block counts 2,1,1; group sizes 64,1,1; grid dims 1; the queue pointer.
+    let v5 = kernarg(packets[1]);
+    assert!(
+        v5.starts_with(&format!(
+            "{explicit}020000000100000001000000400001000100000000000000"
+        )),
+        "{v5}"
+    );
+    let byte = |at: usize| &v5[2 * at..2 * at + 2];
+    assert_eq!(byte(80), "01", "grid dims: {v5}");
+    // The queue the second launch went to: the last one created before it.
+    let second = positions(&calls, "hsa_signal_store_screlease", "doorbell ")[1];
+    let queue = positions(&calls, "hsa_queue_create", "agent=0xa200")
+        .into_iter()
+        .rfind(|&at| at < second)
+        .unwrap();
+    let queue_address = u64::from_str_radix(
+        calls[queue]
+            .value("queue")
+            .unwrap()
+            .trim_start_matches("0x"),
+        16,
+    )
+    .unwrap();
+    assert_eq!(
+        &v5[2 * 216..2 * 224],
+        queue_address
+            .to_le_bytes()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+        "queue pointer: {v5}"
+    );
+    assert!(packets[1].contains(" private=16400 "), "{}", packets[1]);
+    assert!(packets[2].contains(" private=131056 "), "{}", packets[2]);
+    clean_teardown(&calls);
+}
+
+/// An image of an older device runtime, whose AMD kernels read their shape from the
+/// `__gpurun_launch_shape` global, is refused before the runtime sees it.
+#[test]
+fn an_image_with_the_retired_launch_shape_global_is_refused() {
+    let calls = run("retired_shape", &[]);
+    assert!(positions(&calls, "hsa_code_object_reader_create_from_memory", "").is_empty());
+    clean_teardown(&calls);
 }
 
 /// A code object the runtime refuses: a clear error naming the call and status; the
@@ -511,4 +720,112 @@ fn queue_error_ends_the_launch_and_keeps_its_memory() {
     );
     before(&calls, doorbell, error);
     nothing_released_after_the_dispatch(&calls);
+}
+
+/// ROCr's memory error event (memory the GPU still holds could not be freed) aborts the process
+/// unless a handler claims it: the backend claims it as a fault. The launch whose kernel
+/// arguments could not be freed ends faulted with it, and no later launch of the process (in
+/// any slot) is dispatched.
+#[test]
+fn a_memory_error_is_a_fault_not_an_abort() {
+    let calls = run(
+        "memory_error",
+        &[(RUNNING_POLLS_ENV, "2"), (MEMORY_ERROR_ENV, "kernarg")],
+    );
+    let event = first(&calls, "fake", "memory error event");
+    assert_eq!(
+        calls[event].status, "HSA_STATUS_SUCCESS",
+        "the handler claims the memory error"
+    );
+    assert_eq!(
+        positions(&calls, "hsa_signal_store_screlease", "doorbell ").len(),
+        1,
+        "the launch after the error dispatched nothing: {calls:#?}"
+    );
+}
+
+/// What a slot costs on an MI300X-sized GPU (304 compute units x 32 waves): each slot's RPC
+/// buffer fits what it launches (a few ports for one-block tests), not the 9,728 wavefronts
+/// the GPU can hold (40 MB at 64 lanes a port), and the slots share at most four queues. The
+/// buffer grows for a launch that fills the GPU, and the smaller one is freed. Prints the RPC
+/// memory per slot and the load-and-launch time of each kind of slot, measured in this run.
+#[test]
+fn rpc_buffers_fit_the_launch_and_slots_share_queues() {
+    let (calls, output) = run_with_output(
+        "slots",
+        &[(COMPUTE_UNITS_ENV, "304"), (WAVES_PER_CU_ENV, "32")],
+    );
+    let client_size = 2096;
+    let layout = |ports: u32| {
+        gpurun_rpc::Layout::for_client_symbol_size(client_size, ports, 64)
+            .unwrap()
+            .allocation_size()
+    };
+    // The sample's largest test is 4 blocks of 64x2 threads: 8 wavefronts, 8 ports.
+    let slot_buffer = layout(8);
+    let whole_gpu_buffer = layout(304 * 32);
+    assert_eq!(whole_gpu_buffer, 40_079_424);
+    let fine: Vec<(usize, String)> = positions(&calls, "hsa_amd_memory_pool_allocate", "pool=fine")
+        .into_iter()
+        .map(|at| {
+            let bytes = calls[at].value("bytes").unwrap().parse().unwrap();
+            (bytes, calls[at].value("ptr").unwrap().to_owned())
+        })
+        .collect();
+    let buffers: Vec<&(usize, String)> = fine
+        .iter()
+        .filter(|(bytes, _)| *bytes == slot_buffer || *bytes == whole_gpu_buffer)
+        .collect();
+    let small = buffers
+        .iter()
+        .filter(|(bytes, _)| *bytes == slot_buffer)
+        .count();
+    let large = buffers
+        .iter()
+        .filter(|(bytes, _)| *bytes == whole_gpu_buffer)
+        .count();
+    assert_eq!(
+        (small, large),
+        (SLOTS + 1, 1),
+        "one small buffer per slot, one grown for the whole-GPU launch: {fine:?}"
+    );
+    assert!(
+        fine.iter().all(|(bytes, _)| *bytes <= whole_gpu_buffer),
+        "{fine:?}"
+    );
+    // The whole-GPU slot's first buffer is freed when it grows, before the launch.
+    let grown_slot_first = &buffers[SLOTS].1;
+    let grown = positions(
+        &calls,
+        "hsa_amd_memory_pool_allocate",
+        &format!("bytes={whole_gpu_buffer}"),
+    )[0];
+    let freed = positions(
+        &calls,
+        "hsa_amd_memory_pool_free",
+        &format!("ptr={grown_slot_first}"),
+    )
+    .into_iter()
+    .find(|&at| at > grown)
+    .expect("the smaller buffer is freed");
+    let doorbells = positions(&calls, "hsa_signal_store_screlease", "doorbell ");
+    assert_eq!(doorbells.len(), SLOTS + 1);
+    before(&calls, freed, doorbells[SLOTS]);
+    // Seven modules, four queues.
+    assert_eq!(
+        positions(&calls, "hsa_queue_create", "").len(),
+        gpurun_hal::hsa::MAX_QUEUES_PER_GPU
+    );
+    clean_teardown(&calls);
+    println!(
+        "measured on the fake runtime (MI300X-sized): RPC memory per slot {slot_buffer} bytes for \
+         one-block tests, {whole_gpu_buffer} bytes sized for the whole GPU ({:.0}x); {} queues \
+         for {} slots",
+        whole_gpu_buffer as f64 / slot_buffer as f64,
+        gpurun_hal::hsa::MAX_QUEUES_PER_GPU,
+        SLOTS + 1
+    );
+    for line in output.lines().filter(|line| line.starts_with("measured:")) {
+        println!("{line}");
+    }
 }

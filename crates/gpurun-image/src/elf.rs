@@ -224,6 +224,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         let metadata = amdgpu_metadata(&elf).and_then(|note| Some((note, msgpack::decode(note)?)));
         if let Some((_, root)) = &metadata {
             set_max_flat_workgroup_sizes(&mut kernels, root);
+            set_hidden_arguments(&mut kernels, root);
         }
         let ident = &elf.elf_header().e_ident;
         let mut undefined_symbols: Vec<String> = elf
@@ -416,6 +417,48 @@ fn set_max_flat_workgroup_sizes(kernels: &mut [Kernel], root: &msgpack::Value<'_
         };
         if let Some(kernel) = kernels.iter_mut().find(|kernel| kernel.name == name) {
             kernel.set_max_threads(u32::try_from(size).ok());
+        }
+    }
+}
+
+/// Each kernel's hidden arguments from its `.args` in the metadata's `amdhsa.kernels` list. A
+/// kernel whose `.args` has a malformed hidden entry (no offset or size) gets none recorded, so
+/// the loader treats it as having no metadata rather than placing arguments wrong.
+fn set_hidden_arguments(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
+    let Some(msgpack::Value::Array(listed)) = root.get("amdhsa.kernels") else {
+        return;
+    };
+    for entry in listed {
+        let Some(name) = entry.get(".name").and_then(|name| name.as_str()) else {
+            continue;
+        };
+        let Some(kernel) = kernels.iter_mut().find(|kernel| kernel.name == name) else {
+            continue;
+        };
+        let arguments = match entry.get(".args") {
+            Some(msgpack::Value::Array(arguments)) => arguments.as_slice(),
+            // No `.args`: a kernel without arguments of any kind.
+            None => &[],
+            Some(_) => continue,
+        };
+        let hidden: Option<Vec<crate::HiddenArgument>> = arguments
+            .iter()
+            .filter_map(|argument| {
+                let kind = argument.get(".value_kind")?.as_str()?;
+                let kind = crate::HiddenArgumentKind::from_value_kind(kind)?;
+                let number = |key: &str| match argument.get(key) {
+                    Some(&msgpack::Value::Uint(value)) => u32::try_from(value).ok(),
+                    _ => None,
+                };
+                Some(
+                    number(".offset")
+                        .zip(number(".size"))
+                        .map(|(offset, size)| crate::HiddenArgument { kind, offset, size }),
+                )
+            })
+            .collect();
+        if let Some(hidden) = hidden {
+            kernel.set_hidden_arguments(hidden);
         }
     }
 }

@@ -22,8 +22,8 @@
 //! assert_eq!(image.kind(), ImageKind::Ptx);
 //! image.require_entry("_start")?; // loader mode needs LLVM libc's entry kernel
 //! for test in image.tests() {
-//!     // `test.kernel` is launched with `test.blocks` x `test.threads`.
-//!     println!("{}: {} {:?} {:?}", test.name, test.kernel, test.blocks, test.threads);
+//!     // `test.kernel` is launched with `test.shape`.
+//!     println!("{}: {} {}", test.name, test.kernel, test.shape);
 //! }
 //! let (ctors, _dtors) = image.ctor_dtor_objects();
 //! assert_eq!(ctors.len(), 2);
@@ -270,6 +270,69 @@ pub struct Kernel {
     max_threads: Option<u32>,
     /// See [`Kernel::signature`].
     signature: Option<KernelSignature>,
+    /// See [`Kernel::hidden_arguments`].
+    hidden_arguments: Option<Vec<HiddenArgument>>,
+}
+
+/// What a hidden (implicit) kernel argument holds, from its AMDGPU metadata `.value_kind`. The
+/// axis of the per-axis kinds is 0 (x), 1 (y) or 2 (z).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HiddenArgumentKind {
+    /// `hidden_block_count_{x,y,z}` (code object v5): workgroups in the grid.
+    BlockCount(u8),
+    /// `hidden_group_size_{x,y,z}` (v5): work-items per workgroup.
+    GroupSize(u8),
+    /// `hidden_remainder_{x,y,z}` (v5): work-items in a partial last workgroup.
+    Remainder(u8),
+    /// `hidden_global_offset_{x,y,z}` (v4 and v5): added to global ids; 0 for CUDA-style grids.
+    GlobalOffset(u8),
+    /// `hidden_grid_dims` (v5): dimensions in use.
+    GridDims,
+    /// `hidden_queue_ptr` (v5): the `amd_queue_t` (which starts with `hsa_queue_t`) of the queue.
+    QueuePtr,
+    /// Any other hidden kind (`hidden_hostcall_buffer`, `hidden_heap_v1`, ...), by its name.
+    Other(String),
+}
+
+impl HiddenArgumentKind {
+    /// The kind a metadata `.value_kind` names, `None` for an explicit argument's kind.
+    pub fn from_value_kind(value_kind: &str) -> Option<HiddenArgumentKind> {
+        let rest = value_kind.strip_prefix("hidden_")?;
+        let per_axis = |prefix: &str| {
+            let axis = rest.strip_prefix(prefix)?;
+            ["x", "y", "z"]
+                .iter()
+                .position(|name| *name == axis)
+                .map(|axis| axis as u8)
+        };
+        Some(if let Some(axis) = per_axis("block_count_") {
+            HiddenArgumentKind::BlockCount(axis)
+        } else if let Some(axis) = per_axis("group_size_") {
+            HiddenArgumentKind::GroupSize(axis)
+        } else if let Some(axis) = per_axis("remainder_") {
+            HiddenArgumentKind::Remainder(axis)
+        } else if let Some(axis) = per_axis("global_offset_") {
+            HiddenArgumentKind::GlobalOffset(axis)
+        } else if rest == "grid_dims" {
+            HiddenArgumentKind::GridDims
+        } else if rest == "queue_ptr" {
+            HiddenArgumentKind::QueuePtr
+        } else {
+            HiddenArgumentKind::Other(value_kind.to_owned())
+        })
+    }
+}
+
+/// A hidden kernel argument the AMDGPU metadata lists for a kernel: what it is and where in the
+/// kernel-argument segment the kernel reads it. Code object v4 and v5 put different kinds at
+/// different offsets; the metadata says which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HiddenArgument {
+    pub kind: HiddenArgumentKind,
+    /// Byte offset in the kernel-argument segment.
+    pub offset: u32,
+    /// Size in bytes.
+    pub size: u32,
 }
 
 impl Kernel {
@@ -280,6 +343,7 @@ impl Kernel {
             descriptor: None,
             max_threads: None,
             signature: None,
+            hidden_arguments: None,
         }
     }
 
@@ -290,6 +354,17 @@ impl Kernel {
         self.descriptor
             .as_ref()
             .map(KernelDescriptor::wavefront_size)
+    }
+
+    /// AMDGPU: the hidden arguments the metadata note lists in the kernel's `.args`, in order
+    /// (empty when the kernel reads none). `None` when the image has no metadata for the kernel
+    /// (other image kinds, a code object without a readable note).
+    pub fn hidden_arguments(&self) -> Option<&[HiddenArgument]> {
+        self.hidden_arguments.as_deref()
+    }
+
+    pub(crate) fn set_hidden_arguments(&mut self, arguments: Vec<HiddenArgument>) {
+        self.hidden_arguments = Some(arguments);
     }
 
     /// The most threads one block of this kernel may have, as compiled: PTX `.maxntid` (or

@@ -462,3 +462,86 @@ fn missing_entry_message_is_bounded() {
     );
     assert!(err.ends_with("`k11` and 28 more"), "{err}");
 }
+
+/// The hidden arguments of `hidden-args-gfx90a-v4.elf` and `-v5.elf`'s kernel, as the metadata
+/// lists them (cross-checked with `llvm-readobj --notes`): code object v4 has global offsets
+/// where v5 has block counts and group sizes.
+#[test]
+fn hidden_arguments_follow_the_code_object_version() {
+    use gpurun_image::{HiddenArgument, HiddenArgumentKind as Kind};
+    let hidden = |name: &str| {
+        let image = load(name);
+        let kernel = image.kernel("indirect").expect("the kernel");
+        kernel
+            .hidden_arguments()
+            .expect("the metadata lists the kernel's arguments")
+            .iter()
+            .map(|HiddenArgument { kind, offset, size }| (kind.clone(), *offset, *size))
+            .collect::<Vec<_>>()
+    };
+    let other = |name: &str| Kind::Other(name.to_owned());
+    assert_eq!(
+        load("hidden-args-gfx90a-v4.elf")
+            .amdgpu()
+            .unwrap()
+            .abi_version,
+        2
+    );
+    assert_eq!(
+        hidden("hidden-args-gfx90a-v4.elf"),
+        [
+            (Kind::GlobalOffset(0), 16, 8),
+            (Kind::GlobalOffset(1), 24, 8),
+            (Kind::GlobalOffset(2), 32, 8),
+            (other("hidden_hostcall_buffer"), 40, 8),
+            (other("hidden_default_queue"), 48, 8),
+            (other("hidden_completion_action"), 56, 8),
+            (other("hidden_multigrid_sync_arg"), 64, 8),
+        ]
+    );
+    assert_eq!(
+        load("hidden-args-gfx90a-v5.elf")
+            .amdgpu()
+            .unwrap()
+            .abi_version,
+        3
+    );
+    assert_eq!(
+        hidden("hidden-args-gfx90a-v5.elf"),
+        [
+            (Kind::BlockCount(0), 16, 4),
+            (Kind::BlockCount(1), 20, 4),
+            (Kind::BlockCount(2), 24, 4),
+            (Kind::GroupSize(0), 28, 2),
+            (Kind::GroupSize(1), 30, 2),
+            (Kind::GroupSize(2), 32, 2),
+            (Kind::Remainder(0), 34, 2),
+            (Kind::Remainder(1), 36, 2),
+            (Kind::Remainder(2), 38, 2),
+            (Kind::GlobalOffset(0), 56, 8),
+            (Kind::GlobalOffset(1), 64, 8),
+            (Kind::GlobalOffset(2), 72, 8),
+            (Kind::GridDims, 80, 2),
+            (other("hidden_hostcall_buffer"), 96, 8),
+            (other("hidden_multigrid_sync_arg"), 104, 8),
+            (other("hidden_heap_v1"), 112, 8),
+            (other("hidden_default_queue"), 120, 8),
+            (other("hidden_completion_action"), 128, 8),
+            (Kind::QueuePtr, 216, 8),
+        ]
+    );
+    // The release samples' kernels read no hidden argument: the metadata says so.
+    let sample = load("sample-gfx90a.elf");
+    assert_eq!(
+        sample.kernel("_start").unwrap().hidden_arguments(),
+        Some(&[][..])
+    );
+    // Other image kinds have no such metadata.
+    assert_eq!(
+        load("sample.ptx")
+            .kernel("_start")
+            .unwrap()
+            .hidden_arguments(),
+        None
+    );
+}

@@ -24,8 +24,9 @@
 //! the device, or decide what a request means for a test (the handlers are `gpurun-hal`'s).
 //!
 //! Mailbox words are accessed with relaxed system-scope atomics plus acquire/release fences; the
-//! lock bits with device-scope read-modify-writes ([`sync`] explains how the scope is forced on
-//! nvptx, where the compiler drops it).
+//! lock bits with device-scope read-modify-writes on nvptx (forced there, where the compiler
+//! drops the scope) and system-scope ones on amdgcn, where Rust cannot name a narrower scope
+//! ([`sync`] says what each costs).
 //!
 //! # Use
 //!

@@ -5,9 +5,17 @@
 //!   emits `ld.relaxed.sys`, `st.relaxed.sys` and `fence.acq_rel.sys` for these (checked on the
 //!   emitted PTX by `tests/ptx_scopes.rs`).
 //! - Lock bits live in the client object in device memory and are contended only by warps of
-//!   the same device: relaxed read-modify-writes at **device** scope. On nvptx the installed
-//!   toolchain lowers `fetch_or`/`fetch_and` to `atom.global.or.b32` with no explicit scope or
-//!   ordering, so there we write `atom.relaxed.gpu.{or,and}.b32` by hand.
+//!   the same device, so LLVM libc updates them with relaxed read-modify-writes at **device**
+//!   scope. On nvptx we do the same: the installed toolchain lowers `fetch_or`/`fetch_and` to
+//!   `atom.global.or.b32` with no explicit scope or ordering, so there we write
+//!   `atom.relaxed.gpu.{or,and}.b32` by hand. On amdgcn we cannot: Rust's atomics carry no
+//!   scope, and `asm!` is rejected on that target, so `fetch_or`/`fetch_and` there are
+//!   **system**-scope RMWs, which order at least as much as device scope. What that costs,
+//!   measured with LLVM 22's `llc` on `atomicrmw or` to global memory: gfx90a and gfx1100 get
+//!   the same instructions at both scopes (a `global_atomic_cmpswap ... glc` loop); gfx942 gets
+//!   a `cmpswap ... sc0 sc1` loop where device scope is one `global_atomic_or ... sc0`, and gfx12
+//!   a `cmpswap` loop where device scope is one `global_atomic_or ... scope:SCOPE_DEV`.
+//!   `tests/gpu_codegen.rs` checks the gfx90a form.
 //!
 //! Under `cfg(loom)` the same functions use loom's atomics so the model checker sees every step.
 
@@ -46,8 +54,9 @@ pub(crate) fn release_fence() {
     fence(Ordering::Release)
 }
 
-/// Relaxed device-scope read-modify-write on a lock word, returning the previous value:
-/// `atom.relaxed.gpu.<ptx_op>.b32` on nvptx, `word.<method>(bits, Relaxed)` elsewhere. A macro
+/// Relaxed read-modify-write on a lock word, returning the previous value: device scope on
+/// nvptx (`atom.relaxed.gpu.<ptx_op>.b32`), `word.<method>(bits, Relaxed)` elsewhere, which is
+/// system scope on amdgcn (see the module docs: Rust cannot name a narrower one there). A macro
 /// because the instruction must be a literal in `asm!`.
 macro_rules! lock_rmw {
     ($word:expr, $bits:expr, $ptx_op:literal, $method:ident) => {{
@@ -77,13 +86,15 @@ macro_rules! lock_rmw {
     }};
 }
 
-/// Relaxed device-scope `fetch_or` on a lock word; returns the previous value.
+/// Relaxed `fetch_or` on a lock word (device scope on nvptx, system scope on amdgcn); returns
+/// the previous value.
 #[inline(always)]
 pub(crate) fn lock_fetch_or(word: &AtomicU32, bits: u32) -> u32 {
     lock_rmw!(word, bits, "or", fetch_or)
 }
 
-/// Relaxed device-scope `fetch_and` on a lock word; returns the previous value.
+/// Relaxed `fetch_and` on a lock word (device scope on nvptx, system scope on amdgcn); returns
+/// the previous value.
 #[inline(always)]
 pub(crate) fn lock_fetch_and(word: &AtomicU32, bits: u32) -> u32 {
     lock_rmw!(word, bits, "and", fetch_and)

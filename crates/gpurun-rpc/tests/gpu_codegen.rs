@@ -232,7 +232,21 @@ fn amdgpu_client_path_builds_with_system_scope_fences() {
     assert!(code
         .iter()
         .any(|l| l.starts_with("flat_load_dword ") && l.ends_with("glc")));
-    assert!(code.iter().any(|l| l.contains("atomic")), "no lock atomics");
+    // The lock bits (at CLIENT_LOCK_OFFSET in the client global): `fetch_or`/`fetch_and` at
+    // system scope (Rust cannot name device scope on amdgcn, src/sync.rs), which LLVM lowers
+    // to a compare-and-swap loop on gfx90a, as it would at device scope.
+    let lock_offset = format!("offset:{}", gpurun_rpc::layout::CLIENT_LOCK_OFFSET);
+    let lock_updates: Vec<&&str> = code
+        .iter()
+        .filter(|l| l.starts_with("global_atomic") && l.contains(&lock_offset))
+        .collect();
+    assert!(!lock_updates.is_empty(), "no lock atomics");
+    for update in &lock_updates {
+        assert!(
+            update.starts_with("global_atomic_cmpswap ") && update.ends_with(" glc"),
+            "unexpected lock update: {update}"
+        );
+    }
     assert!(code.iter().any(|l| l.starts_with("v_readfirstlane_b32")));
     assert!(code.iter().any(|l| l.starts_with("v_mbcnt_hi_u32_b32")));
     assert!(code.iter().any(|l| l.starts_with("s_sleep 2")));

@@ -30,6 +30,10 @@ fn main() -> ExitCode {
         ),
         Trial::test("a_crash_reruns_every_test_in_flight_alone", crash_reruns),
         Trial::test("a_fault_fails_only_the_test_that_faults", fault_reruns),
+        Trial::test(
+            "a_process_wide_fault_reruns_every_test_in_flight_alone",
+            process_fault_reruns,
+        ),
         Trial::test("a_worker_that_cannot_start_fails_each_test", start_failure),
         Trial::test("a_program_runs_through_the_worker_protocol", program),
     ];
@@ -275,6 +279,42 @@ fn fault_reruns() -> Result<(), Failed> {
     check(passed(&runs["bystander"]), || {
         format!("{:?}", runs["bystander"].end)
     })
+}
+
+/// The HSA backend records GPU memory faults for the whole process (ROCr reports them to one
+/// system event handler, without saying which queue), so every slot's launch ends faulted with
+/// the same text. No test is blamed for it: each one in flight runs again alone in a fresh
+/// worker, where the innocent one passes and the faulting one shows the fault as its own.
+fn process_fault_reruns() -> Result<(), Failed> {
+    let fault = "GPU memory access fault at address 0xdead000 (page not present)";
+    let setup = Setup::new(
+        "process-fault",
+        vec![
+            (
+                "faults",
+                vec![Step::SleepMs(100), Step::ProcessFault(fault.into())],
+            ),
+            (
+                "bystander",
+                vec![Step::SleepMs(600), Step::Print("ok\n".into())],
+            ),
+        ],
+    );
+    let runs = setup.run_all(2, Duration::from_secs(30));
+    let faults = &runs["faults"];
+    check(
+        matches!(&faults.end, TestEnd::Ran { end: LaunchEnd::Faulted(error), .. } if error.contains("0xdead000")),
+        || format!("{:?}", faults.end),
+    )?;
+    let bystander = &runs["bystander"];
+    check(passed(bystander) && bystander.stdout == b"ok\n", || {
+        format!("{:?} {:?}", bystander.end, bystander.stdout)
+    })?;
+    for run in [faults, bystander] {
+        let notes = String::from_utf8_lossy(&run.stderr);
+        check(notes.contains("ran again alone"), || notes.to_string())?;
+    }
+    Ok(())
 }
 
 fn start_failure() -> Result<(), Failed> {

@@ -21,7 +21,14 @@
 )]
 #![cfg_attr(
     target_arch = "amdgpu",
-    feature(stdarch_amdgpu, allow_internal_unstable)
+    feature(
+        stdarch_amdgpu,
+        allow_internal_unstable,
+        core_intrinsics,
+        gpu_intrinsics,
+        link_llvm_intrinsics,
+        abi_unadjusted
+    )
 )]
 // `allow_internal_unstable` lets `__gpurun_kernel!` use the kernel ABI in user crates without
 // their own feature gate.
@@ -59,10 +66,6 @@ const _: () = {
     use gpurun_abi::symbols;
     exported_as!(rpc, __llvm_rpc_client, symbols::RPC_CLIENT);
     exported_as!(export, __gpurun_test_abi_version, symbols::TEST_ABI_VERSION);
-    #[cfg(target_arch = "amdgpu")]
-    {
-        exported_as!(arch::imp, __gpurun_launch_shape, symbols::LAUNCH_SHAPE);
-    }
     #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
     {
         exported_as!(

@@ -333,9 +333,38 @@ const _: () = {
     );
 };
 
+/// `HSA_AMD_GPU_MEMORY_ERROR_EVENT` (ROCm 6 and later; not in Debian's headers): ROCr could not
+/// free memory the GPU still uses (`hsa_amd_memory_pool_free` fails). Unless a handler claims it,
+/// ROCr aborts the process.
+pub const HSA_AMD_GPU_MEMORY_ERROR_EVENT: hsa_amd_event_type_t = 2;
+
+/// `HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE`: the one reason bit of a memory error (ROCm 6).
+pub const HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE: u32 = 1;
+
+/// `hsa_amd_gpu_memory_error_info_t` (ROCm 6 and later; not in Debian's headers): the union
+/// member of `hsa_amd_event_t` for `HSA_AMD_GPU_MEMORY_ERROR_EVENT`, laid out like the memory
+/// fault (ROCR-Runtime's `hsa_ext_amd.h`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct hsa_amd_gpu_memory_error_info_t {
+    pub agent: hsa_agent_t,
+    pub virtual_address: u64,
+    /// `hsa_amd_memory_error_reason_t` bits.
+    pub error_reason_mask: u32,
+}
+
+const _: () = {
+    assert!(
+        core::mem::size_of::<hsa_amd_gpu_memory_error_info_t>()
+            == core::mem::size_of::<hsa_amd_gpu_memory_fault_info_t>()
+    );
+    assert!(core::mem::offset_of!(hsa_amd_gpu_memory_error_info_t, error_reason_mask) == 16);
+};
+
 /// `hsa_amd_event_t`. In C the payload is an anonymous union of the memory fault and (newer
-/// runtimes) the hardware exception; the memory fault is the larger member, so a struct with it
-/// has the union's layout. The hardware exception is read from the same bytes.
+/// runtimes) the hardware exception and the memory error; the memory fault is the largest
+/// member (the memory error is as large), so a struct with it has the union's layout. The
+/// others are read from the same bytes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct hsa_amd_event_t {

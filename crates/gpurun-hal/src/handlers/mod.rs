@@ -90,6 +90,23 @@ impl RpcHandlers {
         }
     }
 
+    /// Ports of the buffer this server serves.
+    pub fn port_count(&self) -> u32 {
+        self.server.port_count()
+    }
+
+    /// Takes over `previous`'s host state (the files the device opened, its stdin, what it may
+    /// do), when this server replaces it for a larger buffer of the same module.
+    pub fn keep_host_state_of(&mut self, previous: &mut RpcHandlers) {
+        std::mem::swap(
+            self.host.get_mut().unwrap_or_else(PoisonError::into_inner),
+            previous
+                .host
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+    }
+
     /// Replaces the configuration taken from [`host_access`] at construction.
     pub fn configure(&mut self, config: HostAccess) {
         *self.host.get_mut().unwrap_or_else(PoisonError::into_inner) =

@@ -1,7 +1,12 @@
 //! One kernel launch: kernel arguments in the kernarg pool, an AQL dispatch packet published with
-//! a release store of its header, the doorbell; its state is the completion signal's, a memory
-//! fault the event handler recorded, or the queue's error. The shared loop (`crate::launch_loop`)
-//! does the rest, waiting on the completion signal while the device is quiet.
+//! a release store of its header, the doorbell; its state is the completion signal's, a fault the
+//! event handler recorded, or the queue's error. The shared loop (`crate::launch_loop`) does the
+//! rest, waiting on the completion signal while the device is quiet.
+//!
+//! Faults are the process's, not the launch's: ROCr reports them to one system event handler
+//! without naming a queue, so a fault fails every launch running in the process (each slot's),
+//! and after one no launch is dispatched at all. The runner re-runs the tests that were in flight
+//! alone, each in a fresh worker, where the one that faults shows it as its own.
 
 use super::driver::status_string;
 use super::driver::{calls, runtime_message};
@@ -12,10 +17,10 @@ use crate::launch_loop::{Launch, LaunchState};
 use crate::BackendError;
 use hsa_sys::*;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-/// A memory fault recorded since the launch began, else the queue's error: the launch failed.
+/// A fault recorded since the launch began, else the queue's error: the launch failed.
 pub(crate) fn check_health(
     queue_error: Option<String>,
     faults_before: usize,
@@ -34,13 +39,34 @@ pub(crate) fn duration_to_ticks(duration: Duration, timestamp_hz: u64) -> u64 {
     u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
 }
 
+/// What a launch ends with when an earlier fault of the process was recorded: nothing is
+/// dispatched, since the GPU's state for this process is lost (see the module docs).
+pub(crate) fn earlier_fault(first_fault: &str) -> String {
+    format!("{first_fault} (the GPU reported it earlier in this process; no kernel runs after it)")
+}
+
+/// A launch refused before dispatch: it ends at once as faulted with its text.
+pub(crate) struct RefusedLaunch(pub(crate) String);
+
+impl Launch for RefusedLaunch {
+    fn state(&self) -> LaunchState {
+        LaunchState::Faulted(self.0.clone())
+    }
+
+    fn pause(&self, _pause: Duration) {}
+
+    fn finish(self: Box<Self>, _settled: bool) {}
+}
+
 /// A dispatched kernel.
 pub(crate) struct HsaLaunch {
     pub(crate) lib: Arc<HsaLib>,
     /// Decremented to 0 by the packet processor when the kernel ends.
     pub(crate) done: Signal,
-    /// The kernel's arguments; the kernel reads them until it ends.
-    pub(crate) kernargs: PoolBuffer,
+    /// The kernel's arguments; the kernel reads them until it ends. Freed as soon as the kernel
+    /// is seen to end, so that a memory error in the free (ROCr's event for memory the GPU
+    /// still holds) fails this launch rather than a later one.
+    pub(crate) kernargs: Mutex<Option<PoolBuffer>>,
     pub(crate) queue: Arc<QueueState>,
     /// Memory faults recorded before the launch (the event handler counts them per process).
     pub(crate) faults_before: usize,
@@ -50,7 +76,16 @@ pub(crate) struct HsaLaunch {
 impl Launch for HsaLaunch {
     fn state(&self) -> LaunchState {
         if self.done.load() == 0 {
-            return LaunchState::Done;
+            drop(
+                self.kernargs
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take(),
+            );
+            return match check_health(None, self.faults_before, fault_count(), fault_text) {
+                Some(text) => LaunchState::Faulted(text),
+                None => LaunchState::Done,
+            };
         }
         let queue_error = self.queue.error().map(|status| {
             super::driver::describe_queue_error(status, status_string(&self.lib, status))
@@ -70,7 +105,12 @@ impl Launch for HsaLaunch {
     fn finish(self: Box<Self>, settled: bool) {
         if !settled {
             // The kernel may still read its arguments and decrement its signal.
-            std::mem::forget(self.kernargs);
+            let kernargs = self
+                .kernargs
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            std::mem::forget(kernargs);
             std::mem::forget(self.done);
         }
     }
@@ -100,7 +140,14 @@ impl HsaPrimitives<'_> {
                 "the runtime gave a queue of {size} packets at {base:?}"
             )));
         }
-        // SAFETY: the live queue; only this thread submits to it.
+        // Modules sharing the queue publish one at a time, so the doorbell rings in order.
+        let _submitting = self
+            .res
+            .queue
+            .submit
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // SAFETY: the live queue; submissions to it are serialized by `submit`.
         let index = unsafe { calls::queue_add_write_index(&lib, queue, 1) };
         // Wait for the slot to be free: packets before ours must have been consumed.
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -3,18 +3,24 @@
 //! Internals, following LLVM's AMDHSA loader and the AMDGPU offload plugin:
 //! - One initialised runtime is shared by everything open in the process (`hsa_init` once,
 //!   `hsa_shut_down` when the last user goes), with a system event handler that records GPU
-//!   memory faults instead of letting ROCr abort the process; the launch that faulted ends with
-//!   [`LaunchEnd::Faulted`](crate::LaunchEnd::Faulted) and a queue error callback catches the
+//!   memory faults, hardware exceptions and memory errors instead of letting ROCr abort the
+//!   process. The record is the process's (ROCr names no queue): every launch running in the
+//!   process ends with [`LaunchEnd::Faulted`](crate::LaunchEnd::Faulted), and none is dispatched
+//!   after it; the runner re-runs the tests in flight alone. A queue error callback catches the
 //!   other device errors.
 //! - A device is a GPU agent with kernel dispatch plus the first CPU agent. Host memory the GPU
 //!   reads (kernel arguments, RPC buffer, argv/envp) comes from the CPU's kernarg and
 //!   fine-grained pools; device `malloc` over RPC from the GPU's coarse-grained pool.
-//! - A module is a frozen, validated executable with one queue of its own (one queue per
-//!   concurrently running test: each worker process loads its own module). Kernels are found by
-//!   their descriptors `NAME.kd`; the runtime reports their kernarg, group and private sizes.
-//! - A launch writes explicit then code object v5 implicit arguments, publishes an AQL dispatch
-//!   packet (barrier bit, system-scope fences) with a release store of its header, rings the
-//!   doorbell and waits on a completion signal while serving RPC. A fault, a queue error or the
+//! - A module is a frozen, validated executable (one per concurrently running test: each slot
+//!   of a worker loads its own) with an RPC buffer sized for what it launches
+//!   (`crate::rpc_buffer`). Its queue it shares: a process creates at most
+//!   [`MAX_QUEUES_PER_GPU`] per GPU. Kernels are found by their descriptors `NAME.kd`;
+//!   the runtime reports their kernarg, group and private sizes.
+//! - A launch writes the explicit arguments and the hidden ones where the kernel's metadata puts
+//!   them, publishes an AQL dispatch packet (no barrier bit, system-scope fences, a private
+//!   segment of the static size plus the stack a dynamic-stack kernel needs) with a release
+//!   store of its header, rings the doorbell and waits on a completion signal while serving
+//!   RPC. A fault, a queue error or the
 //!   deadline leaves the module marked broken and its memory leaked, never freed under a kernel;
 //!   the leaked module keeps its reference to the runtime, so `hsa_shut_down` never runs under
 //!   it either.
@@ -39,7 +45,7 @@ mod runtime;
 
 pub use device::arch_from_isa_name;
 pub use driver::HsaError;
-pub use primitives::{kernel_descriptor_name, HsaPrimitives};
+pub use primitives::{kernel_descriptor_name, HsaPrimitives, MAX_QUEUES_PER_GPU};
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
@@ -123,13 +129,33 @@ impl LoadPrimitives for HsaDevice {
     fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
         check_image_kind(image)?;
         let lane_size = rpc_lane_size(image, self.opened.gpu.wavefront_size);
-        primitives::load(&self.opened, image.bytes(), lane_size, opts)
+        primitives::load(
+            &self.opened,
+            image.bytes(),
+            primitives::ImageFacts {
+                lane_size,
+                hidden: hidden_layouts(image),
+            },
+            opts,
+        )
     }
 }
 
 /// Refuses images this backend cannot load, before any runtime call.
 pub fn check_image_kind(image: &Image) -> Result<(), BackendError> {
     if image.kind() == ImageKind::Amdgpu {
+        if image
+            .global(gpurun_abi::symbols::RETIRED_LAUNCH_SHAPE)
+            .is_some()
+        {
+            // Its kernels would read their block and grid sizes from a global nobody writes.
+            return Err(BackendError::Incompatible(format!(
+                "the image was built with an older gpurun crate, whose AMD kernels read their \
+                 block and grid sizes from `{}`, which this loader no longer writes (they come \
+                 from the dispatch packet now): rebuild it",
+                gpurun_abi::symbols::RETIRED_LAUNCH_SHAPE
+            )));
+        }
         // Images built elsewhere get the build's check too: ROCr would refuse them anyway,
         // with a bare VARIABLE_UNDEFINED status.
         return match image
@@ -144,6 +170,49 @@ pub fn check_image_kind(image: &Image) -> Result<(), BackendError> {
         "the HSA backend runs AMDGPU code objects, not {}",
         image.kind().describe()
     )))
+}
+
+/// Where each kernel of a code object reads its hidden arguments (from its metadata; see
+/// [`packet::HiddenLayout::of`]), by kernel name.
+pub fn hidden_layouts(image: &Image) -> HiddenLayouts {
+    let abi_version = image.amdgpu().map_or(0, |amdgpu| amdgpu.abi_version);
+    HiddenLayouts {
+        by_kernel: image
+            .kernels()
+            .iter()
+            .map(|kernel| {
+                (
+                    kernel.name.clone(),
+                    packet::HiddenLayout::of(kernel, abi_version),
+                )
+            })
+            .collect(),
+        abi_version,
+    }
+}
+
+/// [`hidden_layouts`]' answer.
+#[derive(Clone, Debug, Default)]
+pub struct HiddenLayouts {
+    by_kernel: std::collections::HashMap<String, packet::HiddenLayout>,
+    abi_version: u8,
+}
+
+impl HiddenLayouts {
+    /// The image is a code object v4 (EI_ABIVERSION 2), whose static private sizes already
+    /// count LLVM's assumed stack ([`packet::launch_private_size`]).
+    pub fn code_object_v4(&self) -> bool {
+        self.abi_version == 2
+    }
+
+    /// The layout of `kernel` (with or without `.kd`); a kernel the image does not list gets
+    /// the one its code object version implies.
+    pub fn of(&self, kernel: &str) -> packet::HiddenLayout {
+        let name = kernel.strip_suffix(".kd").unwrap_or(kernel);
+        self.by_kernel.get(name).cloned().unwrap_or_else(|| {
+            packet::HiddenLayout::of(&gpurun_image::Kernel::new(name), self.abi_version)
+        })
+    }
 }
 
 /// The RPC lane size: the wavefront size the image's kernels were compiled for (wave32 or

@@ -1,26 +1,33 @@
 //! Pure packing of what a launch writes: the AQL kernel dispatch packet and the kernel-argument
-//! block (explicit arguments followed by the code object v5 implicit arguments). No runtime
-//! calls here, so every byte is unit-tested.
+//! block (explicit arguments, then the hidden arguments where the kernel's metadata puts them).
+//! No runtime calls here, so every byte is unit-tested.
 
 use crate::{BackendError, LaunchShape};
+use gpurun_image::{HiddenArgument, HiddenArgumentKind};
 use hsa_sys::*;
 
 /// Size of the code object v5 implicit-argument block that follows the explicit arguments.
 pub const IMPLICIT_ARGS_SIZE: usize = 256;
-/// Offsets inside the implicit block (AMDGPU code object v5 hidden arguments).
+/// Offsets inside the code object v5 implicit block, for kernels the image has no metadata for.
 pub const IMPLICIT_BLOCK_COUNT_X: usize = 0;
 pub const IMPLICIT_GROUP_SIZE_X: usize = 12;
 pub const IMPLICIT_GRID_DIMS: usize = 64;
-/// Private segment per work-item when the kernel's call stack size is not known statically
-/// (recursion, indirect calls): LLVM's loader uses 16 KiB.
+/// Stack per work-item a kernel whose call stack size is not known statically (recursion,
+/// indirect calls, `dyn` calls such as `core::fmt`'s) gets beyond its static private size,
+/// unless `--stack-size` asks for more: LLVM's loader uses 16 KiB.
 pub const DYNAMIC_STACK_PRIVATE_SIZE: u32 = 16 * 1024;
+/// The most scratch ROCr gives one wavefront (`MAX_WAVE_SCRATCH` in ROCr's `amd_gpu_agent.cpp`,
+/// the largest `COMPUTE_TMPRING_SIZE.WAVESIZE`: 8191 units of 1 KiB); a dispatch asking for more
+/// per wavefront gets no scratch and fails.
+pub const MAX_WAVE_SCRATCH: u32 = 8_387_584;
 
-/// The 16-bit AQL header of a kernel dispatch: the barrier bit (the packet starts only after
-/// the previous one finished), the packet type, and system-scope acquire and release fences so
-/// host-visible memory (RPC buffer, arguments) is coherent at the start and the end.
+/// The 16-bit AQL header of a kernel dispatch: the packet type, and system-scope acquire and
+/// release fences so host-visible memory (RPC buffer, arguments) is coherent at the start and
+/// the end. No barrier bit: a module waits for its launch to end before it publishes the next,
+/// so no packet has to wait for an earlier one, and the launches of modules sharing a queue
+/// (`MAX_QUEUES_PER_GPU`) run side by side instead of one after another.
 pub fn dispatch_header() -> u16 {
-    let header = (1u32 << HSA_PACKET_HEADER_BARRIER)
-        | (HSA_PACKET_TYPE_KERNEL_DISPATCH << HSA_PACKET_HEADER_TYPE)
+    let header = (HSA_PACKET_TYPE_KERNEL_DISPATCH << HSA_PACKET_HEADER_TYPE)
         | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE)
         | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE);
     header as u16
@@ -32,14 +39,47 @@ pub fn header_word(header: u16, setup: u16) -> u32 {
     u32::from(header) | (u32::from(setup) << 16)
 }
 
-/// Private segment size to request: the kernel's static size, or at least
-/// [`DYNAMIC_STACK_PRIVATE_SIZE`] when its stack is dynamic.
-pub fn private_segment_size(static_size: u32, dynamic_stack: bool) -> u32 {
-    if dynamic_stack {
-        static_size.max(DYNAMIC_STACK_PRIVATE_SIZE)
-    } else {
-        static_size
+/// The most private (scratch) memory one work-item can have on an agent with wavefronts of
+/// `wavefront_size` lanes: [`MAX_WAVE_SCRATCH`] shared by the lanes of a wavefront (ROCr sizes
+/// scratch with the agent's wavefront size).
+pub fn lane_private_limit(wavefront_size: u32) -> u32 {
+    MAX_WAVE_SCRATCH / wavefront_size.max(1)
+}
+
+/// Private segment bytes per work-item for a launch of `kernel`: its static size, plus, when its
+/// stack is dynamic, max([`DYNAMIC_STACK_PRIVATE_SIZE`], `stack_size`) for what it calls into
+/// at run time (a debug build's `_start` has about 8 KiB of static frames and recurses through
+/// `core::fmt` from there; on gfx9 an overflow silently corrupts a neighbour's scratch). In code
+/// object v4 (`v4_static_size`) LLVM already counts 16 KiB of stack for the calls it cannot see
+/// in the static size, so only what `stack_size` asks beyond that is added. Clamped to
+/// `lane_limit` ([`lane_private_limit`]), since ROCr refuses a dispatch over it; a kernel whose
+/// static size alone is over it cannot run.
+pub fn launch_private_size(
+    kernel: &KernelFacts,
+    stack_size: Option<usize>,
+    lane_limit: u32,
+    v4_static_size: bool,
+) -> Result<u32, BackendError> {
+    if kernel.private_segment_size > lane_limit {
+        return Err(BackendError::Incompatible(format!(
+            "the kernel needs {} bytes of private memory per thread, more than the {lane_limit} \
+             the GPU gives one",
+            kernel.private_segment_size
+        )));
     }
+    if !kernel.dynamic_stack {
+        return Ok(kernel.private_segment_size);
+    }
+    let requested = stack_size.map_or(0, |bytes| u32::try_from(bytes).unwrap_or(u32::MAX));
+    let stack = if v4_static_size {
+        requested.saturating_sub(DYNAMIC_STACK_PRIVATE_SIZE)
+    } else {
+        requested.max(DYNAMIC_STACK_PRIVATE_SIZE)
+    };
+    Ok(kernel
+        .private_segment_size
+        .saturating_add(stack)
+        .min(lane_limit))
 }
 
 /// What the runtime tells us about a kernel symbol (`NAME.kd`).
@@ -75,21 +115,6 @@ impl KernelFacts {
     }
 }
 
-/// The facts a launch uses when the caller asked for a per-thread stack of `stack_size` bytes
-/// (`LoadOptions::stack_size`): a kernel with a dynamic stack gets at least that much private
-/// memory (and never less than [`DYNAMIC_STACK_PRIVATE_SIZE`]); a static stack is exact already.
-pub fn with_stack_size(facts: KernelFacts, stack_size: Option<usize>) -> KernelFacts {
-    match stack_size {
-        Some(bytes) if facts.dynamic_stack => KernelFacts {
-            private_segment_size: facts
-                .private_segment_size
-                .max(u32::try_from(bytes).unwrap_or(u32::MAX)),
-            ..facts
-        },
-        _ => facts,
-    }
-}
-
 /// Checks a launch shape against AQL's field widths (workgroup sizes are 16-bit, grid sizes
 /// 32-bit in work-items) and rejects empty dimensions.
 pub fn check_shape(shape: &LaunchShape) -> Result<(), BackendError> {
@@ -117,10 +142,12 @@ pub fn check_shape(shape: &LaunchShape) -> Result<(), BackendError> {
 }
 
 /// The dispatch packet for `shape`, with its header word left 0 (the caller publishes it last
-/// with [`header_word`]). `setup` carries the number of dimensions.
+/// with [`header_word`]). `setup` carries the number of dimensions; `private_size` is the
+/// private segment per work-item ([`launch_private_size`]).
 pub fn dispatch_packet(
     shape: &LaunchShape,
     kernel: &KernelFacts,
+    private_size: u32,
     kernarg_address: u64,
     completion_signal: hsa_signal_t,
 ) -> Result<hsa_kernel_dispatch_packet_t, BackendError> {
@@ -138,10 +165,7 @@ pub fn dispatch_packet(
         grid_size_x: bx * tx,
         grid_size_y: by * ty,
         grid_size_z: bz * tz,
-        private_segment_size: private_segment_size(
-            kernel.private_segment_size,
-            kernel.dynamic_stack,
-        ),
+        private_segment_size: private_size,
         group_segment_size: kernel.group_segment_size,
         kernel_object: kernel.kernel_object,
         kernarg_address,
@@ -182,14 +206,99 @@ pub fn implicit_args_offset(explicit_len: usize) -> usize {
     explicit_len.div_ceil(8) * 8
 }
 
+/// Where a kernel reads its hidden arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HiddenLayout {
+    /// Where the kernel's metadata (`.args`) lists them: code object v4 or v5 alike.
+    Listed(Vec<HiddenArgument>),
+    /// Code object v5's implicit block right after the explicit arguments: for a v5 kernel the
+    /// image has no metadata for (the v5 layout is fixed relative to the block's start).
+    V5Block,
+    /// Not known: a code object v4 kernel without metadata, whose hidden arguments (global
+    /// offsets, ...) have no fixed place. Launching it is an error with this reason.
+    Unknown(String),
+}
+
+impl HiddenLayout {
+    /// The layout of `kernel` in a code object of EI_ABIVERSION `abi_version` (v4: 2, v5: 3).
+    pub fn of(kernel: &gpurun_image::Kernel, abi_version: u8) -> HiddenLayout {
+        match kernel.hidden_arguments() {
+            Some(listed) => HiddenLayout::Listed(listed.to_vec()),
+            None if abi_version >= 3 => HiddenLayout::V5Block,
+            None => HiddenLayout::Unknown(format!(
+                "`{}` is a code object v{} kernel without argument metadata: where its hidden \
+                 arguments go is not known",
+                kernel.name,
+                u32::from(abi_version) + 2
+            )),
+        }
+    }
+
+    /// The hidden arguments at their offsets for explicit arguments of `explicit_len` bytes.
+    fn arguments(&self, explicit_len: usize) -> Result<Vec<HiddenArgument>, BackendError> {
+        match self {
+            HiddenLayout::Listed(listed) => Ok(listed.clone()),
+            HiddenLayout::V5Block => {
+                let start = u32::try_from(implicit_args_offset(explicit_len)).map_err(|_| {
+                    BackendError::InvalidArgument("kernel arguments too large".into())
+                })?;
+                let at = |offset: usize| start + offset as u32;
+                // The whole block is read; first so the values below land on its zeros.
+                let mut arguments = vec![HiddenArgument {
+                    kind: HiddenArgumentKind::Other("hidden_none".into()),
+                    offset: start,
+                    size: IMPLICIT_ARGS_SIZE as u32,
+                }];
+                for axis in 0..3u8 {
+                    let step = usize::from(axis);
+                    arguments.push(HiddenArgument {
+                        kind: HiddenArgumentKind::BlockCount(axis),
+                        offset: at(IMPLICIT_BLOCK_COUNT_X + 4 * step),
+                        size: 4,
+                    });
+                    arguments.push(HiddenArgument {
+                        kind: HiddenArgumentKind::GroupSize(axis),
+                        offset: at(IMPLICIT_GROUP_SIZE_X + 2 * step),
+                        size: 2,
+                    });
+                }
+                arguments.push(HiddenArgument {
+                    kind: HiddenArgumentKind::GridDims,
+                    offset: at(IMPLICIT_GRID_DIMS),
+                    size: 2,
+                });
+                Ok(arguments)
+            }
+            HiddenLayout::Unknown(reason) => Err(BackendError::Incompatible(reason.clone())),
+        }
+    }
+}
+
+/// The value a hidden argument of `kind` holds in a launch of `shape` on the queue at
+/// `queue_address`: block counts, workgroup sizes and the grid's dimensions; 0 for remainders
+/// (every workgroup is whole) and global offsets (grids start at 0), and for what this loader
+/// does not provide (hostcall and printf buffers, heap, default queue, ...).
+fn hidden_value(kind: &HiddenArgumentKind, shape: &LaunchShape, queue_address: u64) -> u64 {
+    match kind {
+        HiddenArgumentKind::BlockCount(axis) => u64::from(shape.blocks[usize::from(*axis % 3)]),
+        HiddenArgumentKind::GroupSize(axis) => u64::from(shape.threads[usize::from(*axis % 3)]),
+        HiddenArgumentKind::GridDims => u64::from(shape.dimensions()),
+        HiddenArgumentKind::QueuePtr => queue_address,
+        HiddenArgumentKind::Remainder(_)
+        | HiddenArgumentKind::GlobalOffset(_)
+        | HiddenArgumentKind::Other(_) => 0,
+    }
+}
+
 /// The whole kernel-argument block: the explicit arguments (laid out as the kernel's C
-/// signature), zero padding, then the code object v5 implicit arguments: block counts (u32 x, y,
-/// z), workgroup sizes (u16 x, y, z), grid dimensions (u16 at offset 64); the rest stays zero.
-/// At least `kernarg_segment_size` bytes long, so the kernel never reads past it.
+/// signature) at offset 0, then each hidden argument `layout` names at its offset, the rest
+/// zero. At least `kernarg_segment_size` bytes long, so the kernel never reads past it.
 pub fn kernarg_block(
     explicit: &[u8],
     shape: &LaunchShape,
     kernarg_segment_size: u32,
+    layout: &HiddenLayout,
+    queue_address: u64,
 ) -> Result<Vec<u8>, BackendError> {
     check_shape(shape)?;
     let segment = kernarg_segment_size as usize;
@@ -199,24 +308,37 @@ pub fn kernarg_block(
             explicit.len()
         )));
     }
-    let implicit = implicit_args_offset(explicit.len());
-    let mut block = vec![0u8; segment.max(implicit + IMPLICIT_ARGS_SIZE)];
-    block[..explicit.len()].copy_from_slice(explicit);
-    for axis in 0..3 {
-        let at = implicit + IMPLICIT_BLOCK_COUNT_X + 4 * axis;
-        block[at..at + 4].copy_from_slice(&shape.blocks[axis].to_le_bytes());
-        let at = implicit + IMPLICIT_GROUP_SIZE_X + 2 * axis;
-        // check_shape bounded threads to 16 bits.
-        block[at..at + 2].copy_from_slice(&(shape.threads[axis] as u16).to_le_bytes());
+    let hidden = layout.arguments(explicit.len())?;
+    if let Some(first) = hidden.iter().map(|argument| argument.offset as usize).min() {
+        if first < explicit.len() {
+            return Err(BackendError::InvalidArgument(format!(
+                "{} bytes of kernel arguments overlap the kernel's hidden arguments, which start \
+                 at byte {first}: the arguments do not match the kernel",
+                explicit.len()
+            )));
+        }
     }
-    let at = implicit + IMPLICIT_GRID_DIMS;
-    block[at..at + 2].copy_from_slice(&(shape.dimensions() as u16).to_le_bytes());
+    let end = hidden
+        .iter()
+        .map(|argument| argument.offset as usize + argument.size as usize)
+        .max()
+        .unwrap_or(0);
+    let mut block = vec![0u8; segment.max(end).max(explicit.len())];
+    block[..explicit.len()].copy_from_slice(explicit);
+    for argument in &hidden {
+        let value = hidden_value(&argument.kind, shape, queue_address).to_le_bytes();
+        let at = argument.offset as usize;
+        let len = (argument.size as usize).min(value.len());
+        block[at..at + len].copy_from_slice(&value[..len]);
+    }
     Ok(block)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const V5: HiddenLayout = HiddenLayout::V5Block;
 
     fn shape(threads: [u32; 3], blocks: [u32; 3]) -> LaunchShape {
         LaunchShape { threads, blocks }
@@ -235,16 +357,20 @@ mod tests {
     }
 
     #[test]
-    fn header_has_barrier_dispatch_type_and_system_fences() {
+    fn header_has_dispatch_type_system_fences_and_no_barrier() {
         // hsa.h: type in bits 0-7 (KERNEL_DISPATCH = 2), barrier bit 8, acquire scope bits 9-10,
         // release scope bits 11-12 (SYSTEM = 2).
         let header = dispatch_header();
         assert_eq!(header & 0xff, 2);
-        assert_eq!((header >> 8) & 1, 1);
+        assert_eq!(
+            (header >> 8) & 1,
+            0,
+            "modules sharing a queue run side by side"
+        );
         assert_eq!((header >> 9) & 3, 2);
         assert_eq!((header >> 11) & 3, 2);
-        assert_eq!(header, 0x1502);
-        assert_eq!(header_word(header, 3), 0x0003_1502);
+        assert_eq!(header, 0x1402);
+        assert_eq!(header_word(header, 3), 0x0003_1402);
     }
 
     #[test]
@@ -260,6 +386,7 @@ mod tests {
         let mut packet = dispatch_packet(
             &shape([64, 2, 1], [10, 3, 1]),
             &kernel,
+            64,
             0x7f00_0000_2000,
             hsa_signal_t { handle: 0xabcd },
         )
@@ -268,7 +395,7 @@ mod tests {
         let bytes = packet_bytes(&packet);
         // Offsets of hsa_kernel_dispatch_packet_t in hsa.h (checked against the header by
         // hsa-sys's layout test).
-        assert_eq!(u16_at(&bytes, 0), 0x1502);
+        assert_eq!(u16_at(&bytes, 0), 0x1402);
         assert_eq!(u16_at(&bytes, 2), 2, "setup: two dimensions");
         assert_eq!(u16_at(&bytes, 4), 64);
         assert_eq!(u16_at(&bytes, 6), 2);
@@ -292,40 +419,92 @@ mod tests {
     }
 
     #[test]
-    fn dynamic_stack_gets_sixteen_kib_of_private_memory() {
-        assert_eq!(private_segment_size(48, false), 48);
-        assert_eq!(private_segment_size(48, true), 16 * 1024);
-        assert_eq!(private_segment_size(40_000, true), 40_000);
-        let kernel = KernelFacts {
+    fn a_dynamic_stack_gets_sixteen_kib_beyond_its_static_frames() {
+        let limit = lane_private_limit(64);
+        let fixed = KernelFacts {
             private_segment_size: 48,
-            dynamic_stack: true,
-            kernarg_segment_size: 256,
+            dynamic_stack: false,
             ..KernelFacts::default()
         };
-        let packet =
-            dispatch_packet(&LaunchShape::SINGLE, &kernel, 0, hsa_signal_t::default()).unwrap();
-        assert_eq!(packet.private_segment_size, 16 * 1024);
-        assert_eq!(packet.setup, 1);
-    }
-
-    #[test]
-    fn a_requested_stack_size_raises_dynamic_stacks_only() {
-        let dynamic = KernelFacts {
-            private_segment_size: 96,
+        assert_eq!(launch_private_size(&fixed, None, limit, false).unwrap(), 48);
+        assert_eq!(
+            launch_private_size(&fixed, Some(64 * 1024), limit, false).unwrap(),
+            48,
+            "a static stack is exact"
+        );
+        // A debug build's `_start`: 7,856 bytes of static frames, then `core::fmt` at run time.
+        let start = KernelFacts {
+            private_segment_size: 7_856,
             dynamic_stack: true,
             ..KernelFacts::default()
         };
         assert_eq!(
-            with_stack_size(dynamic, Some(64 * 1024)).private_segment_size,
-            64 * 1024
+            launch_private_size(&start, None, limit, false).unwrap(),
+            7_856 + 16 * 1024
         );
-        assert_eq!(with_stack_size(dynamic, Some(32)).private_segment_size, 96);
-        assert_eq!(with_stack_size(dynamic, None), dynamic);
-        let fixed = KernelFacts {
-            dynamic_stack: false,
-            ..dynamic
+        let packet = dispatch_packet(
+            &LaunchShape::SINGLE,
+            &start,
+            launch_private_size(&start, None, limit, false).unwrap(),
+            0,
+            hsa_signal_t::default(),
+        )
+        .unwrap();
+        assert_eq!(packet.private_segment_size, 7_856 + 16 * 1024);
+        assert_eq!(packet.setup, 1);
+    }
+
+    #[test]
+    fn a_v4_static_size_already_counts_sixteen_kib_of_stack() {
+        let indirect = KernelFacts {
+            private_segment_size: 16_400,
+            dynamic_stack: true,
+            ..KernelFacts::default()
         };
-        assert_eq!(with_stack_size(fixed, Some(64 * 1024)), fixed);
+        let limit = lane_private_limit(64);
+        assert_eq!(
+            launch_private_size(&indirect, None, limit, true).unwrap(),
+            16_400
+        );
+        assert_eq!(
+            launch_private_size(&indirect, Some(64 * 1024), limit, true).unwrap(),
+            16_400 + 48 * 1024
+        );
+    }
+
+    #[test]
+    fn a_requested_stack_size_adds_to_the_static_frames_up_to_the_lane_limit() {
+        let start = KernelFacts {
+            private_segment_size: 96,
+            dynamic_stack: true,
+            ..KernelFacts::default()
+        };
+        let limit = lane_private_limit(64);
+        assert_eq!(limit, 131_056, "ROCr: 8,387,584 bytes per wave64 wavefront");
+        assert_eq!(lane_private_limit(32), 262_112);
+        assert_eq!(
+            launch_private_size(&start, Some(64 * 1024), limit, false).unwrap(),
+            96 + 64 * 1024
+        );
+        assert_eq!(
+            launch_private_size(&start, Some(32), limit, false).unwrap(),
+            96 + 16 * 1024,
+            "never less than 16 KiB of stack"
+        );
+        assert_eq!(
+            launch_private_size(&start, Some(1 << 30), limit, false).unwrap(),
+            limit,
+            "clamped to what a lane can have"
+        );
+        let too_big = KernelFacts {
+            private_segment_size: limit + 1,
+            ..start
+        };
+        let error = launch_private_size(&too_big, None, limit, false).unwrap_err();
+        assert!(
+            error.to_string().contains("131057 bytes of private memory"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -333,6 +512,7 @@ mod tests {
         let packet = dispatch_packet(
             &shape([4, 4, 4], [2, 2, 2]),
             &KernelFacts::default(),
+            0,
             0,
             hsa_signal_t::default(),
         )
@@ -354,7 +534,7 @@ mod tests {
             shape([65536, 1, 1], [1, 1, 1]),
             shape([1024, 1, 1], [1 << 23, 1, 1]),
         ] {
-            let error = dispatch_packet(&bad, &facts, 0, signal).unwrap_err();
+            let error = dispatch_packet(&bad, &facts, 0, 0, signal).unwrap_err();
             assert!(
                 matches!(error, BackendError::InvalidArgument(_)),
                 "{bad}: {error}"
@@ -369,7 +549,7 @@ mod tests {
             2, 0x1000, 0x2000, 0x3000,
         ));
         assert_eq!(explicit.len(), 32);
-        let block = kernarg_block(&explicit, &shape([32, 1, 1], [4, 2, 1]), 288).unwrap();
+        let block = kernarg_block(&explicit, &shape([32, 1, 1], [4, 2, 1]), 288, &V5, 0).unwrap();
         assert_eq!(block.len(), 32 + 256);
         assert_eq!(&block[..32], &explicit[..]);
         assert_eq!(u32_at(&block, 32), 4, "block count x");
@@ -392,7 +572,7 @@ mod tests {
 
     #[test]
     fn kernels_without_arguments_start_implicit_args_at_zero() {
-        let block = kernarg_block(&[], &LaunchShape::SINGLE, 256).unwrap();
+        let block = kernarg_block(&[], &LaunchShape::SINGLE, 256, &V5, 0).unwrap();
         assert_eq!(block.len(), 256);
         assert_eq!(u32_at(&block, 0), 1);
         assert_eq!(u16_at(&block, 12), 1);
@@ -404,7 +584,8 @@ mod tests {
         assert_eq!(implicit_args_offset(0), 0);
         assert_eq!(implicit_args_offset(4), 8);
         assert_eq!(implicit_args_offset(24), 24);
-        let block = kernarg_block(&[1, 2, 3, 4], &shape([2, 1, 1], [3, 1, 1]), 264).unwrap();
+        let block =
+            kernarg_block(&[1, 2, 3, 4], &shape([2, 1, 1], [3, 1, 1]), 264, &V5, 0).unwrap();
         assert_eq!(&block[4..8], &[0; 4]);
         assert_eq!(u32_at(&block, 8), 3);
         assert_eq!(block.len(), 264);
@@ -412,16 +593,58 @@ mod tests {
 
     #[test]
     fn a_larger_segment_is_kept_whole() {
-        let block = kernarg_block(&[7; 8], &LaunchShape::SINGLE, 1024).unwrap();
+        let block = kernarg_block(&[7; 8], &LaunchShape::SINGLE, 1024, &V5, 0).unwrap();
         assert_eq!(block.len(), 1024);
     }
 
     #[test]
     fn more_arguments_than_the_segment_holds_is_an_error() {
-        let error = kernarg_block(&[0; 40], &LaunchShape::SINGLE, 32).unwrap_err();
+        let error = kernarg_block(&[0; 40], &LaunchShape::SINGLE, 32, &V5, 0).unwrap_err();
         assert!(
             error.to_string().contains("40 bytes of kernel arguments"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn listed_hidden_arguments_land_at_their_offsets() {
+        let listed = HiddenLayout::Listed(vec![
+            HiddenArgument {
+                kind: HiddenArgumentKind::GlobalOffset(0),
+                offset: 8,
+                size: 8,
+            },
+            HiddenArgument {
+                kind: HiddenArgumentKind::GroupSize(1),
+                offset: 16,
+                size: 2,
+            },
+            HiddenArgument {
+                kind: HiddenArgumentKind::QueuePtr,
+                offset: 24,
+                size: 8,
+            },
+        ]);
+        let block =
+            kernarg_block(&[9; 4], &shape([8, 4, 1], [2, 1, 1]), 16, &listed, 0xabc).unwrap();
+        assert_eq!(block.len(), 32, "up to the last hidden argument");
+        assert_eq!(&block[..8], &[9, 9, 9, 9, 0, 0, 0, 0]);
+        assert_eq!(u64_at(&block, 8), 0, "global offset");
+        assert_eq!(u16_at(&block, 16), 4, "group size y");
+        assert_eq!(u64_at(&block, 24), 0xabc, "queue");
+    }
+
+    #[test]
+    fn explicit_arguments_over_the_hidden_ones_are_an_error() {
+        let listed = HiddenLayout::Listed(vec![HiddenArgument {
+            kind: HiddenArgumentKind::BlockCount(0),
+            offset: 8,
+            size: 4,
+        }]);
+        let error = kernarg_block(&[0; 12], &LaunchShape::SINGLE, 64, &listed, 0).unwrap_err();
+        assert!(error.to_string().contains("start at byte 8"), "{error}");
+        let unknown = HiddenLayout::Unknown("no metadata".into());
+        let error = kernarg_block(&[], &LaunchShape::SINGLE, 64, &unknown, 0).unwrap_err();
+        assert!(matches!(error, BackendError::Incompatible(_)), "{error}");
     }
 }

@@ -5,12 +5,13 @@
 use super::device::Opened;
 use super::driver::runtime;
 use super::driver::{calls, HsaError};
-use super::launch::HsaLaunch;
+use super::launch::{earlier_fault, HsaLaunch, RefusedLaunch};
 use super::memory::{copy_and_wait, PoolBuffer, Signal};
 use super::packet::{
-    dispatch_header, dispatch_packet, header_word, kernarg_block, with_stack_size, KernelFacts,
+    dispatch_header, dispatch_packet, header_word, kernarg_block, lane_private_limit,
+    launch_private_size, KernelFacts,
 };
-use super::runtime::{fault_count, Runtime};
+use super::runtime::{fault_count, fault_text, Runtime};
 use crate::handlers::DeviceMemory;
 use crate::kernel_args::{pack_c_struct, KernelArg};
 use crate::module::{Primitives, Started};
@@ -18,7 +19,7 @@ use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
 use hsa_sys::*;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 /// An executable, destroyed on drop.
 struct Executable {
@@ -51,14 +52,60 @@ impl QueueState {
     }
 }
 
-/// A user-mode AQL queue on the GPU agent, destroyed on drop.
+/// A user-mode AQL queue on the GPU agent, destroyed on drop (when the last module sharing it
+/// goes).
 pub(crate) struct Queue {
     lib: Arc<HsaLib>,
     pub raw: *mut hsa_queue_t,
     pub state: Arc<QueueState>,
+    /// Held from reserving a packet slot to ringing the doorbell, so that the modules sharing
+    /// the queue publish their packets, and ring, in index order.
+    pub submit: Mutex<()>,
 }
 
+// SAFETY: the queue descriptor is the runtime's, valid until `hsa_queue_destroy`; submissions
+// go through `submit` and the runtime's atomic write index, so the queue may be shared by the
+// modules of several threads.
+unsafe impl Send for Queue {}
+// SAFETY: as above.
+unsafe impl Sync for Queue {}
+
+/// Queues this process creates on one GPU at most: the modules of further slots share them, as
+/// HIP's runtime shares its default of four hardware queues per device (`GPU_MAX_HW_QUEUES`)
+/// among streams. One queue per concurrent test (192 with `--test-threads` = CPUs on a large
+/// node) would oversubscribe the GPU's hardware queues.
+pub const MAX_QUEUES_PER_GPU: usize = 4;
+
+/// Whose a queue is: the runtime library's address and the GPU agent's handle.
+type QueueOwner = (usize, u64);
+
+/// The queues this process has created, for sharing.
+static QUEUES: Mutex<Vec<(QueueOwner, Weak<Queue>)>> = Mutex::new(Vec::new());
+
 impl Queue {
+    /// A queue for a new module on `gpu`: a new one while the process has fewer than
+    /// [`MAX_QUEUES_PER_GPU`] there, else the one the fewest modules share. Packets carry no
+    /// barrier bit, so the launches of modules sharing a queue run side by side (each module
+    /// waits for its launch to end before it starts the next).
+    pub(crate) fn shared(lib: &Arc<HsaLib>, gpu: hsa_agent_t) -> Result<Arc<Queue>, HsaError> {
+        let key = (Arc::as_ptr(lib) as usize, gpu.handle);
+        let mut queues = QUEUES.lock().unwrap_or_else(PoisonError::into_inner);
+        queues.retain(|(_, queue)| queue.strong_count() > 0);
+        let live: Vec<Arc<Queue>> = queues
+            .iter()
+            .filter(|(owner, _)| *owner == key)
+            .filter_map(|(_, queue)| queue.upgrade())
+            .collect();
+        if live.len() >= MAX_QUEUES_PER_GPU {
+            if let Some(least_shared) = live.into_iter().min_by_key(Arc::strong_count) {
+                return Ok(least_shared);
+            }
+        }
+        let queue = Arc::new(Queue::create(lib, gpu)?);
+        queues.push((key, Arc::downgrade(&queue)));
+        Ok(queue)
+    }
+
     fn create(lib: &Arc<HsaLib>, gpu: hsa_agent_t) -> Result<Queue, HsaError> {
         // SAFETY: QUEUE_MIN_SIZE and QUEUE_MAX_SIZE are uint32_t.
         let min: u32 = unsafe { calls::agent_info(lib, gpu, HSA_AGENT_INFO_QUEUE_MIN_SIZE) }?;
@@ -88,6 +135,7 @@ impl Queue {
             lib: Arc::clone(lib),
             raw,
             state,
+            submit: Mutex::new(()),
         })
     }
 }
@@ -160,15 +208,16 @@ pub struct HsaPrimitives<'d> {
     /// timed out (see `Drop`).
     pub(crate) res: Resources,
     kernels: HashMap<String, KernelFacts>,
-    /// RPC lanes: the wavefront size the image was built for.
-    lane_size: u32,
-    /// `LoadOptions::stack_size`: the private memory a dynamic-stack kernel gets at least.
+    /// What the image says that the runtime does not.
+    facts: ImageFacts,
+    /// `LoadOptions::stack_size`: the stack a dynamic-stack kernel gets beyond its static frames
+    /// (at least 16 KiB, `launch_private_size`).
     pub(crate) stack_size: Option<usize>,
 }
 
 /// The objects of a module, dropped in field order: the queue before what its kernels use.
 pub(crate) struct Resources {
-    pub queue: Queue,
+    pub queue: Arc<Queue>,
     pub heap: DeviceHeap,
     shared: Vec<PoolBuffer>,
     executable: Executable,
@@ -178,17 +227,25 @@ pub(crate) struct Resources {
     _runtime: Arc<Runtime>,
 }
 
+/// What a module needs from its image beyond the code object's bytes.
+pub(crate) struct ImageFacts {
+    /// RPC lanes: the wavefront size the image was built for.
+    pub lane_size: u32,
+    /// Where each kernel reads its hidden arguments.
+    pub hidden: super::HiddenLayouts,
+}
+
 /// Loads `code_object` on the device: read, create, load, freeze and validate the executable;
 /// then the queue.
 pub(crate) fn load<'d>(
     device: &'d Opened,
     code_object: &[u8],
-    lane_size: u32,
+    facts: ImageFacts,
     options: &LoadOptions,
 ) -> Result<HsaPrimitives<'d>, BackendError> {
     let lib = Arc::clone(device.runtime.lib_arc());
     let executable = load_executable(&lib, device, code_object)?;
-    let queue = Queue::create(&lib, device.gpu.agent).map_err(runtime)?;
+    let queue = Queue::shared(&lib, device.gpu.agent).map_err(runtime)?;
     let heap = DeviceHeap {
         lib: Arc::clone(&lib),
         pool: device.pools.coarse_grained,
@@ -205,7 +262,7 @@ pub(crate) fn load<'d>(
             _runtime: Arc::clone(&device.runtime),
         },
         kernels: HashMap::new(),
-        lane_size,
+        facts,
         stack_size: options.stack_size,
     })
 }
@@ -467,11 +524,22 @@ impl<'d> HsaPrimitives<'d> {
 
 impl Primitives for HsaPrimitives<'_> {
     fn rpc_lane_size(&self) -> u32 {
-        self.lane_size
+        self.facts.lane_size
     }
 
-    fn rpc_ports(&self, requested: u32) -> u32 {
-        rpc_port_count(requested, self.device.gpu.max_resident_waves)
+    fn rpc_ports_for(&self, shape: &LaunchShape) -> Option<u32> {
+        Some(rpc_port_count(
+            shape,
+            self.facts.lane_size,
+            self.device.gpu.max_resident_waves,
+        ))
+    }
+
+    fn release_host_visible(&mut self, block: &SharedAlloc) {
+        // Dropping the buffer frees it.
+        self.res
+            .shared
+            .retain(|buffer| buffer.address() != block.device);
     }
 
     fn clock_frequency(&self) -> Option<u64> {
@@ -516,8 +584,24 @@ impl Primitives for HsaPrimitives<'_> {
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
-        let facts = with_stack_size(self.kernel(kernel)?, self.stack_size);
-        let block = kernarg_block(&pack_c_struct(args), &shape, facts.kernarg_segment_size)?;
+        let faults_before = fault_count();
+        if let Some(first) = (faults_before > 0).then(|| fault_text(0)).flatten() {
+            return Ok(Box::new(RefusedLaunch(earlier_fault(&first))));
+        }
+        let facts = self.kernel(kernel)?;
+        let private_size = launch_private_size(
+            &facts,
+            self.stack_size,
+            lane_private_limit(self.device.gpu.wavefront_size),
+            self.facts.hidden.code_object_v4(),
+        )?;
+        let block = kernarg_block(
+            &pack_c_struct(args),
+            &shape,
+            facts.kernarg_segment_size,
+            &self.facts.hidden.of(kernel),
+            self.res.queue.raw as u64,
+        )?;
         let lib = Arc::clone(self.lib());
         let gpu = self.device.gpu.agent;
         let kernargs =
@@ -525,13 +609,18 @@ impl Primitives for HsaPrimitives<'_> {
         // SAFETY: kernarg memory is host-accessible and no kernel uses this block yet.
         unsafe { kernargs.write_host(&block) };
         let done = Signal::new(&lib, 1).map_err(runtime)?;
-        let packet = dispatch_packet(&shape, &facts, kernargs.address(), done.handle)?;
-        let faults_before = fault_count();
+        let packet = dispatch_packet(
+            &shape,
+            &facts,
+            private_size,
+            kernargs.address(),
+            done.handle,
+        )?;
         self.publish(&packet, header_word(dispatch_header(), packet.setup))?;
         Ok(Box::new(HsaLaunch {
             lib,
             done,
-            kernargs,
+            kernargs: Mutex::new(Some(kernargs)),
             queue: Arc::clone(&self.res.queue.state),
             faults_before,
             timestamp_hz: self.device.runtime.timestamp_hz(),
@@ -543,11 +632,22 @@ impl Primitives for HsaPrimitives<'_> {
     }
 }
 
-/// RPC ports to create: at least one per wave the GPU can hold, as LLVM's offload plugin sizes
-/// them (a wave that finds no free port spins, and on a full GPU the waves holding ports may
-/// not get to run), and at least what the caller asked for. The layout clamps it to its maximum.
-pub fn rpc_port_count(requested: u32, max_resident_waves: u32) -> u32 {
-    requested.max(max_resident_waves).max(1)
+/// RPC ports a launch of `shape` needs: one per wavefront of `lane_size` lanes of it that the
+/// GPU can hold at once (`max_resident_waves`, when the agent says). A wavefront that finds no
+/// free port spins, and on a full GPU the ones holding ports might not get to run: LLVM's
+/// offload plugin therefore creates one port per wavefront of the whole GPU; a module serves one
+/// launch at a time, so one per wavefront of that launch keeps the guarantee
+/// (`crate::rpc_buffer`). The layout clamps it to its maximum.
+pub fn rpc_port_count(shape: &LaunchShape, lane_size: u32, max_resident_waves: u32) -> u32 {
+    let per_block = shape
+        .threads_per_block()
+        .div_ceil(u64::from(lane_size.max(1)));
+    let waves = per_block.saturating_mul(shape.block_count());
+    let resident = match max_resident_waves {
+        0 => waves,
+        known => u64::from(known),
+    };
+    u32::try_from(waves.min(resident).max(1)).unwrap_or(u32::MAX)
 }
 
 /// `NAME.kd`: HSA looks kernels up by their descriptor symbol.
@@ -581,16 +681,31 @@ mod tests {
     }
 
     #[test]
-    fn rpc_ports_cover_every_resident_wave() {
-        // MI210: 104 CUs x 32 waves.
-        assert_eq!(rpc_port_count(1024, 104 * 32), 3328);
+    fn rpc_ports_cover_the_launchs_resident_waves() {
+        let shape = |threads: u32, blocks: u32| LaunchShape {
+            threads: [threads, 1, 1],
+            blocks: [blocks, 1, 1],
+        };
+        // MI300X: 304 CUs x 32 waves.
+        let mi300x = 304 * 32;
+        assert_eq!(rpc_port_count(&LaunchShape::SINGLE, 64, mi300x), 1);
+        assert_eq!(rpc_port_count(&shape(64, 2), 64, mi300x), 2);
         assert_eq!(
-            rpc_port_count(1024, 0),
-            1024,
-            "unknown occupancy keeps the request"
+            rpc_port_count(&shape(65, 2), 64, mi300x),
+            4,
+            "partial waves"
         );
-        assert_eq!(rpc_port_count(8192, 120), 8192);
-        assert_eq!(rpc_port_count(0, 0), 1);
+        assert_eq!(rpc_port_count(&shape(1024, 1), 32, mi300x), 32, "wave32");
+        assert_eq!(
+            rpc_port_count(&shape(256, 100_000), 64, mi300x),
+            mi300x,
+            "no more than the GPU holds at once"
+        );
+        assert_eq!(
+            rpc_port_count(&shape(256, 3), 64, 0),
+            12,
+            "unknown occupancy: the whole launch"
+        );
     }
 
     #[test]

@@ -130,10 +130,11 @@ fn register_fault_handler(lib: &HsaLib) -> Result<(), HsaError> {
     }
 }
 
-/// Records a GPU memory fault or hardware exception (a hang the GPU was reset for, an ECC error)
-/// and claims it as handled (`HSA_STATUS_SUCCESS`), so that ROCr does not abort the process: the
-/// launch that faulted fails with the text, the worker is replaced, and the rest of the run goes
-/// on. (LLVM's loader returns an error here, letting ROCr abort.) Other events are not ours.
+/// Records a GPU memory fault, a hardware exception (a hang the GPU was reset for, an ECC error)
+/// or a memory error (ROCr could not free memory the GPU still uses) and claims it as handled
+/// (`HSA_STATUS_SUCCESS`), so that ROCr does not abort the process: the launch that is running
+/// or the next one fails with the text, the worker is replaced, and the rest of the run goes on.
+/// (LLVM's loader returns an error here, letting ROCr abort.) Other events are not ours.
 unsafe extern "C" fn on_system_event(
     event: *const hsa_amd_event_t,
     _data: *mut c_void,
@@ -152,12 +153,32 @@ unsafe extern "C" fn on_system_event(
                 unsafe { std::mem::transmute_copy(&event.memory_fault) };
             describe_hw_exception(&exception)
         }
+        HSA_AMD_GPU_MEMORY_ERROR_EVENT => {
+            // SAFETY: for this event the union holds the memory error, laid out like the memory
+            // fault whose bytes we copied (sizes asserted in hsa-sys).
+            let error: hsa_amd_gpu_memory_error_info_t =
+                unsafe { std::mem::transmute_copy(&event.memory_fault) };
+            describe_memory_error(&error)
+        }
         _ => return HSA_STATUS_ERROR,
     };
     if let Ok(mut faults) = FAULTS.lock() {
         faults.push(text);
     }
     HSA_STATUS_SUCCESS
+}
+
+/// A memory error in words.
+fn describe_memory_error(error: &hsa_amd_gpu_memory_error_info_t) -> String {
+    let reason = if error.error_reason_mask & HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE != 0 {
+        "memory the GPU still uses could not be freed".to_owned()
+    } else {
+        format!("reason mask {:#x}", error.error_reason_mask)
+    };
+    format!(
+        "GPU memory error at address {:#x} on agent {:#x}: {reason}",
+        error.virtual_address, error.agent.handle
+    )
 }
 
 /// A hardware exception in words.
@@ -249,5 +270,22 @@ mod tests {
             ..hsa_amd_event_t::default()
         };
         assert_ne!(handle(&other).0, HSA_STATUS_SUCCESS);
+    }
+
+    /// ROCr aborts the process on a memory error no handler claims: it is a fault of ours.
+    #[test]
+    fn memory_errors_are_faults_and_claimed() {
+        let event = hsa_amd_event_t {
+            event_type: HSA_AMD_GPU_MEMORY_ERROR_EVENT,
+            memory_fault: hsa_amd_gpu_memory_fault_info_t {
+                agent: hsa_agent_t { handle: 9 },
+                virtual_address: 0x7f00_1000,
+                fault_reason_mask: HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE,
+            },
+        };
+        assert_claimed_fault(
+            &event,
+            &["memory error at address 0x7f001000", "still uses"],
+        );
     }
 }

@@ -180,27 +180,27 @@ fn entry_kernel_arguments_fit_the_code_objects_descriptors() {
             explicit.len(),
             "{kernel}: the descriptor's kernarg size"
         );
-        let block = packet::kernarg_block(&explicit, &shape, facts.kernarg_segment_size).unwrap();
-        assert_eq!(&block[..explicit.len()], &explicit[..], "{kernel}");
-        let implicit = packet::implicit_args_offset(explicit.len());
-        assert_eq!(
-            block.len(),
-            implicit + packet::IMPLICIT_ARGS_SIZE,
-            "{kernel}"
-        );
-        assert_eq!(
-            block[implicit..implicit + 4],
-            3u32.to_le_bytes(),
-            "{kernel}: block count x"
-        );
-        let packet =
-            packet::dispatch_packet(&shape, &facts, 0x5000, hsa_sys::hsa_signal_t { handle: 9 })
+        // The release sample's entry kernels read no hidden argument (their metadata says so),
+        // so the block is exactly the explicit arguments.
+        let layout = hidden_layouts(&image).of(kernel);
+        assert_eq!(layout, packet::HiddenLayout::Listed(Vec::new()), "{kernel}");
+        let block =
+            packet::kernarg_block(&explicit, &shape, facts.kernarg_segment_size, &layout, 0)
                 .unwrap();
+        assert_eq!(block, explicit, "{kernel}");
+        let private =
+            packet::launch_private_size(&facts, None, packet::lane_private_limit(64), false)
+                .unwrap();
+        let packet = packet::dispatch_packet(
+            &shape,
+            &facts,
+            private,
+            0x5000,
+            hsa_sys::hsa_signal_t { handle: 9 },
+        )
+        .unwrap();
         assert_eq!(packet.grid_size_x, 192, "{kernel}");
-        assert_eq!(
-            packet.private_segment_size,
-            packet::private_segment_size(facts.private_segment_size, facts.dynamic_stack)
-        );
+        assert_eq!(packet.private_segment_size, private, "{kernel}");
     }
 }
 
@@ -210,4 +210,86 @@ fn only_amdgpu_code_objects_are_accepted() {
     let error = check_image_kind(&sample("sample.ptx")).unwrap_err();
     assert!(matches!(error, BackendError::Incompatible(_)), "{error:?}");
     assert_message_starts(&error, "the HSA backend runs AMDGPU code objects, not ");
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap())
+}
+
+/// Code object v4 puts global offsets where v5 puts block counts and workgroup sizes: both
+/// real code objects of `indirect(x: u32, out: *mut u32)` get their hidden arguments where their
+/// metadata says, so a v4 kernel's global offsets stay 0.
+#[test]
+fn hidden_arguments_are_placed_per_code_object_version() {
+    use crate::kernel_args::{pack_c_struct, KernelArg};
+    let explicit = pack_c_struct(&[KernelArg::U32(21), KernelArg::U64(0x7000)]);
+    assert_eq!(explicit.len(), 16);
+    let shape = LaunchShape {
+        threads: [64, 2, 1],
+        blocks: [5, 3, 1],
+    };
+    let block = |name: &str| {
+        let image = sample(name);
+        let kernel = image.kernel("indirect").unwrap();
+        let segment = kernel.descriptor.unwrap().kernarg_size;
+        packet::kernarg_block(
+            &explicit,
+            &shape,
+            segment,
+            &hidden_layouts(&image).of("indirect.kd"),
+            0x5100,
+        )
+        .unwrap()
+    };
+    let v4 = block("hidden-args-gfx90a-v4.elf");
+    assert_eq!(v4.len(), 72);
+    assert_eq!(&v4[..16], &explicit[..]);
+    assert!(
+        v4[16..].iter().all(|&byte| byte == 0),
+        "global offsets (16..40) and the buffers after them stay 0: {:?}",
+        &v4[16..]
+    );
+    let v5 = block("hidden-args-gfx90a-v5.elf");
+    assert_eq!(v5.len(), 272);
+    assert_eq!(&v5[..16], &explicit[..]);
+    let u32_at = |at: usize| u32::from_le_bytes(v5[at..at + 4].try_into().unwrap());
+    let u16_at = |at: usize| u16::from_le_bytes([v5[at], v5[at + 1]]);
+    assert_eq!(
+        [u32_at(16), u32_at(20), u32_at(24)],
+        [5, 3, 1],
+        "block counts"
+    );
+    assert_eq!(
+        [u16_at(28), u16_at(30), u16_at(32)],
+        [64, 2, 1],
+        "group sizes"
+    );
+    assert_eq!(
+        [u16_at(34), u16_at(36), u16_at(38)],
+        [0, 0, 0],
+        "remainders"
+    );
+    assert_eq!(
+        [u64_at(&v5, 56), u64_at(&v5, 64), u64_at(&v5, 72)],
+        [0, 0, 0]
+    );
+    assert_eq!(u16_at(80), 2, "grid dims");
+    assert_eq!(u64_at(&v5, 216), 0x5100, "queue");
+}
+
+/// A code object v4 kernel the metadata does not describe is refused at launch, not guessed.
+#[test]
+fn a_v4_kernel_without_metadata_is_an_error() {
+    let layout = packet::HiddenLayout::of(&gpurun_image::Kernel::new("k"), 2);
+    let error = packet::kernarg_block(&[], &LaunchShape::SINGLE, 64, &layout, 0).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("code object v4 kernel without argument metadata"),
+        "{error}"
+    );
+    assert_eq!(
+        packet::HiddenLayout::of(&gpurun_image::Kernel::new("k"), 3),
+        packet::HiddenLayout::V5Block
+    );
 }

@@ -15,8 +15,6 @@ pub struct ImageSpec {
     pub kernels: Vec<String>,
     /// Whether the image has the RPC client global (every image of the gpurun crate does).
     pub rpc_client: bool,
-    /// Whether the image has the AMD launch-shape global.
-    pub launch_shape: bool,
     /// Kernels that declare a block-size bound (PTX `.maxntid N, 1, 1`).
     pub max_threads: Vec<(String, u32)>,
 }
@@ -64,14 +62,6 @@ impl ImageSpec {
                 ".visible .global .align 8 .b8 {}[{}];",
                 symbols::RPC_CLIENT,
                 gpurun_rpc::CLIENT_SIZE
-            );
-        }
-        if self.launch_shape {
-            let _ = writeln!(
-                text,
-                ".visible .global .align 4 .b8 {}[{}];",
-                symbols::LAUNCH_SHAPE,
-                gpurun_abi::shape::BYTES
             );
         }
         for kernel in kernels {

@@ -15,6 +15,16 @@ struct ClientPtr(*const Client);
 // SAFETY: `Client` is `Sync`; the pointer is only dereferenced while the module keeps it alive.
 unsafe impl Send for ClientPtr {}
 
+/// The [`Step::ProcessFault`] recorded in this process, if any.
+static PROCESS_FAULT: Mutex<Option<String>> = Mutex::new(None);
+
+fn process_fault() -> Option<String> {
+    PROCESS_FAULT
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone()
+}
+
 pub(crate) struct ScriptedLaunch {
     state: Arc<Mutex<LaunchState>>,
     thread: Option<JoinHandle<()>>,
@@ -117,6 +127,13 @@ fn play_thread<'s>(
                 break;
             }
             Step::Fault(text) => return LaunchState::Faulted(text.clone()),
+            Step::ProcessFault(text) => {
+                PROCESS_FAULT
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get_or_insert_with(|| text.clone());
+                return LaunchState::Faulted(text.clone());
+            }
             Step::Hang => hang(),
             Step::StallMidMessage(announced) => {
                 if let Some(mut port) = client.and_then(|c| c.open(&lane, opcode::WRITE_TO_STDOUT))
@@ -149,6 +166,9 @@ fn hang() -> ! {
 
 impl Launch for ScriptedLaunch {
     fn state(&self) -> LaunchState {
+        if let Some(text) = process_fault() {
+            return LaunchState::Faulted(text);
+        }
         self.state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -42,6 +42,10 @@ pub enum Step {
     Abort,
     /// The device faults with this text (as a driver would report it).
     Fault(String),
+    /// The device faults with this text, and the fault is recorded for the whole process, as
+    /// the HSA backend's event handler records GPU memory faults: every launch of the process
+    /// that is running or starts afterwards ends faulted with it, in every slot.
+    ProcessFault(String),
     /// Never ends.
     Hang,
     /// Starts a message announcing this many bytes and never sends the rest (the thread goes on

@@ -16,7 +16,6 @@ fn setup(steps: Vec<Step>) -> (ScriptedBackend, Image) {
     let spec = ImageSpec {
         kernels: vec!["k".into()],
         rpc_client: true,
-        launch_shape: true,
         ..ImageSpec::default()
     };
     let script = Script {
@@ -219,24 +218,6 @@ fn rpc_malloc_and_free_are_served() {
     );
     assert_eq!(end.unwrap(), LaunchEnd::Completed);
     assert!(reusable);
-}
-
-#[test]
-fn the_launch_shape_global_holds_the_shape_of_each_launch() {
-    let (backend, image) = setup(vec![]);
-    let mut device = backend.open(0).unwrap();
-    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
-    let shape = LaunchShape {
-        threads: [64, 2, 1],
-        blocks: [3, 1, 1],
-    };
-    module
-        .launch("k", shape, &[], None, &mut Collect::default())
-        .unwrap();
-    let words = module
-        .read_global(gpurun_abi::symbols::LAUNCH_SHAPE, gpurun_abi::shape::BYTES)
-        .unwrap();
-    assert_eq!(words, gpurun_abi::shape::to_bytes([64, 2, 1], [3, 1, 1]));
 }
 
 #[test]

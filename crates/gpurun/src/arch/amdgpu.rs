@@ -1,24 +1,46 @@
 //! AMD: ids, barrier and wave end through `core::arch::amdgpu` (inline asm is rejected on this
-//! target); block and grid sizes from a global the loader writes.
+//! target); block and grid sizes from the kernel's AQL dispatch packet.
 
 use core::arch::amdgpu;
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
+use gpurun_abi::shape::dispatch_packet::{GRID_SIZE_X, WORKGROUP_SIZE_X};
 
 pub(crate) type Lanes = gpurun_rpc::lanes::Warp;
 
-/// Block and grid sizes of the current launch: `[threads x, y, z, blocks x, y, z]`, written by
-/// the loader before every launch (`docs/abi.md`). The dispatch packet holds them too, but this
-/// nightly cannot declare `llvm.amdgcn.dispatch.ptr` (its address-space-4 return type), and asm
-/// is rejected on this target.
-#[unsafe(no_mangle)]
-pub static __gpurun_launch_shape: LaunchShape = LaunchShape([const { AtomicU32::new(1) }; 6]);
+unsafe extern "unadjusted" {
+    /// `s_waitcnt`: `core::arch::amdgpu` has no wrapper. The immediate must be a constant.
+    #[link_name = "llvm.amdgcn.s.waitcnt"]
+    fn llvm_s_waitcnt(counters: i32);
+}
 
-/// See [`__gpurun_launch_shape`].
-#[repr(C)]
-pub struct LaunchShape([AtomicU32; 6]);
+/// The packet this launch was dispatched with: the loader fills in its workgroup and grid sizes
+/// (docs/abi.md), and it stays valid, unchanged, while the kernel runs.
+fn dispatch_packet() -> *const u8 {
+    core::intrinsics::gpu::amdgpu_dispatch_ptr().cast()
+}
 
-fn shape(index: usize) -> u32 {
-    __gpurun_launch_shape.0[index].load(Ordering::Relaxed)
+/// Threads per workgroup along `axis` (the packet's u16 `workgroup_size_*`).
+fn workgroup_size(axis: usize) -> u32 {
+    // SAFETY: the dispatch packet is 64 bytes, 64-aligned, readable for the whole launch; the
+    // field is an aligned u16 inside it.
+    let size = unsafe {
+        dispatch_packet()
+            .add(WORKGROUP_SIZE_X + 2 * axis)
+            .cast::<u16>()
+            .read()
+    };
+    u32::from(size)
+}
+
+/// Work-items in the grid along `axis` (the packet's u32 `grid_size_*`).
+fn grid_size(axis: usize) -> u32 {
+    // SAFETY: as in `workgroup_size`; an aligned u32 field of the packet.
+    unsafe {
+        dispatch_packet()
+            .add(GRID_SIZE_X + 4 * axis)
+            .cast::<u32>()
+            .read()
+    }
 }
 
 pub fn thread_idx() -> [u32; 3] {
@@ -38,11 +60,13 @@ pub fn block_idx() -> [u32; 3] {
 }
 
 pub fn block_dim() -> [u32; 3] {
-    [shape(0), shape(1), shape(2)]
+    [workgroup_size(0), workgroup_size(1), workgroup_size(2)]
 }
 
 pub fn grid_dim() -> [u32; 3] {
-    [shape(3), shape(4), shape(5)]
+    // The packet counts the grid in work-items; a partial last workgroup counts as one, as
+    // HIP's `gridDim` does (the loader only makes whole ones).
+    [0, 1, 2].map(|axis| grid_size(axis).div_ceil(workgroup_size(axis).max(1)))
 }
 
 pub fn lane_size() -> u32 {
@@ -58,15 +82,35 @@ pub fn lane_id() -> u32 {
     }
 }
 
-/// A block barrier with HIP `__syncthreads` semantics: writes before it are visible to every
-/// thread of the block after it. `s_barrier` alone only synchronizes execution (and LLVM may move
-/// memory accesses across it), so it sits between a release and an acquire fence. Rust has no
-/// workgroup-scope fence; these are system-scope, which orders at least as much (at some cost:
-/// on gfx90a an L2 write-back before and an invalidate after).
+/// A block barrier with HIP `__syncthreads` semantics: memory accesses before it are visible to
+/// every thread of the block after it. `s_barrier` alone only synchronizes execution (and LLVM
+/// may move memory accesses across it), so it needs a release before and an acquire after, at
+/// workgroup scope as HIP's. Rust has no scoped fences, so the build tells which form is right
+/// for the architecture (`gpurun_amdgpu_workgroup_in_one_cu`, see docs/abi.md):
+/// - gfx9 (gfx90a, gfx942, ...): a workgroup runs on one compute unit, whose vector L1 every
+///   wavefront of it shares, so workgroup scope needs only this wavefront's own memory operations
+///   to have completed: compiler fences keep LLVM from moving accesses across, `s_waitcnt 0`
+///   waits for them (loads, stores and LDS), and nothing is written back or invalidated.
+/// - everything else (gfx10 and later run a workgroup on two compute units of a WGP with separate
+///   L0 caches, and builds that do not say): system-scope fences, which order at least as much
+///   (on gfx10/gfx11 this costs one L1 invalidate more than workgroup scope).
+#[inline]
 pub fn barrier() {
-    core::sync::atomic::fence(Ordering::Release);
-    amdgpu::s_barrier();
-    core::sync::atomic::fence(Ordering::Acquire);
+    #[cfg(gpurun_amdgpu_workgroup_in_one_cu)]
+    {
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        // SAFETY: waits until this wavefront's outstanding memory operations are done (an
+        // immediate of 0: vmcnt, expcnt and lgkmcnt all 0); no other effect.
+        unsafe { llvm_s_waitcnt(0) };
+        amdgpu::s_barrier();
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    }
+    #[cfg(not(gpurun_amdgpu_workgroup_in_one_cu))]
+    {
+        core::sync::atomic::fence(Ordering::Release);
+        amdgpu::s_barrier();
+        core::sync::atomic::fence(Ordering::Acquire);
+    }
 }
 
 /// Ends this wavefront's thread with `s_endpgm`, so the queue stays usable.
