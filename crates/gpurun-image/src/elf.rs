@@ -193,7 +193,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
     let e_flags = elf.elf_header().e_flags(endian);
     let (kind, mut kernels, symbols) = match raw.machine {
         EM_AMDGPU => (ImageKind::Amdgpu, amdgpu_kernels(&elf, &symbols)?, symbols),
-        EM_CUDA => (ImageKind::Cubin, cubin_kernels(&symbols), symbols),
+        EM_CUDA => (ImageKind::Cubin, cubin_kernels(&elf, &symbols), symbols),
         _ => {
             // A host image is used through dlopen/dlsym, so only its exports count. This also
             // keeps ordinary executables (whose `.symtab` has a `_start`) out.
@@ -224,6 +224,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         let metadata = amdgpu_metadata(&elf).and_then(|note| Some((note, msgpack::decode(note)?)));
         if let Some((_, root)) = &metadata {
             set_max_flat_workgroup_sizes(&mut kernels, root);
+            set_explicit_arg_bytes(&mut kernels, root);
         }
         let ident = &elf.elf_header().e_ident;
         let mut undefined_symbols: Vec<String> = elf
@@ -420,12 +421,84 @@ fn set_max_flat_workgroup_sizes(kernels: &mut [Kernel], root: &msgpack::Value<'_
     }
 }
 
-fn cubin_kernels(symbols: &[Sym]) -> Vec<Kernel> {
+/// Each kernel's explicit argument bytes from the metadata's `amdhsa.kernels` list: the end of
+/// the last `.args` entry that is not a `hidden_*` one (implicit arguments follow those).
+fn set_explicit_arg_bytes(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
+    let Some(msgpack::Value::Array(listed)) = root.get("amdhsa.kernels") else {
+        return;
+    };
+    for entry in listed {
+        let Some(name) = entry.get(".name").and_then(|name| name.as_str()) else {
+            continue;
+        };
+        let bytes = match entry.get(".args") {
+            None => Some(0),
+            Some(msgpack::Value::Array(args)) => args
+                .iter()
+                .filter(|arg| {
+                    arg.get(".value_kind")
+                        .and_then(|kind| kind.as_str())
+                        .is_some_and(|kind| !kind.starts_with("hidden_"))
+                })
+                .try_fold(0u64, |end, arg| {
+                    let (Some(&msgpack::Value::Uint(offset)), Some(&msgpack::Value::Uint(size))) =
+                        (arg.get(".offset"), arg.get(".size"))
+                    else {
+                        return None;
+                    };
+                    Some(end.max(offset.checked_add(size)?))
+                }),
+            Some(_) => None,
+        };
+        if let Some(kernel) = kernels.iter_mut().find(|kernel| kernel.name == name) {
+            kernel.set_param_bytes(bytes);
+        }
+    }
+}
+
+fn cubin_kernels(elf: &ElfFile64<'_, Endianness>, symbols: &[Sym]) -> Vec<Kernel> {
     symbols
         .iter()
         .filter(|s| s.st_type == STT_FUNC && s.st_other & STO_CUDA_ENTRY != 0)
-        .map(|s| Kernel::new(s.name.clone()))
+        .map(|s| {
+            let mut kernel = Kernel::new(s.name.clone());
+            let info = elf
+                .section_by_name(&format!(".nv.info.{}", s.name))
+                .and_then(|section| section.data().ok());
+            kernel.set_param_bytes(info.and_then(cubin_param_bytes));
+            kernel
+        })
         .collect()
+}
+
+/// `EIATTR_CBANK_PARAM_SIZE`: a kernel's parameter bytes, in its `.nv.info.NAME` section.
+const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
+/// Record formats of `.nv.info`: no value, a byte, a half-word (all in the 4-byte record), and a
+/// sized payload that follows the record.
+const EIFMT_NVAL: u8 = 1;
+const EIFMT_BVAL: u8 = 2;
+const EIFMT_HVAL: u8 = 3;
+const EIFMT_SVAL: u8 = 4;
+
+/// The parameter bytes a cubin kernel's `.nv.info.NAME` records (ptxas writes
+/// `EIATTR_CBANK_PARAM_SIZE` for every kernel with parameters, none for one without); `None` when
+/// the section does not parse.
+fn cubin_param_bytes(info: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    let mut bytes = 0;
+    while at < info.len() {
+        let record = info.get(at..at + 4)?;
+        let (format, attribute) = (record[0], record[1]);
+        let value = u16::from_le_bytes([record[2], record[3]]);
+        at += 4;
+        match format {
+            EIFMT_HVAL if attribute == EIATTR_CBANK_PARAM_SIZE => bytes = u64::from(value),
+            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => {}
+            EIFMT_SVAL => at += usize::from(value),
+            _ => return None,
+        }
+    }
+    (at == info.len()).then_some(bytes)
 }
 
 /// Names a host emulation image exports as entry points (see docs/abi.md).
@@ -471,4 +544,26 @@ fn amdgpu_metadata<'data>(elf: &ElfFile64<'data, Endianness>) -> Option<&'data [
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cubin_param_bytes;
+
+    #[test]
+    fn cubin_parameter_size_record() {
+        // `.nv.info.fill` of `fill(.u64, .u64, .u32)` from ptxas 12.9, sm_70: the 0x19 record
+        // says 0x14 (20) bytes; SVAL records (0x04) carry payloads to skip.
+        let fill = [
+            0x04, 0x36, 0x04, 0x00, 0x01, 0x00, 0x00, 0x00, 0x04, 0x0a, 0x08, 0x00, 0x08, 0x00,
+            0x00, 0x00, 0x60, 0x01, 0x14, 0x00, 0x03, 0x19, 0x14, 0x00, 0x03, 0x1b, 0xff, 0x00,
+        ];
+        assert_eq!(cubin_param_bytes(&fill), Some(20));
+        // A kernel without parameters has no such record.
+        assert_eq!(cubin_param_bytes(&[0x03, 0x1b, 0xff, 0x00]), Some(0));
+        // A payload running past the section, an unknown format: not understood.
+        assert_eq!(cubin_param_bytes(&[0x04, 0x36, 0x08, 0x00, 0x01]), None);
+        assert_eq!(cubin_param_bytes(&[0x09, 0x19, 0x14, 0x00]), None);
+        assert_eq!(cubin_param_bytes(&[0x03, 0x19]), None);
+    }
 }

@@ -122,9 +122,11 @@ impl Pipe {
         let _ = lock(&self.pending).frames.push(slot, event);
         self.flush();
         let _out = lock(&self.out);
-        // Threads of a host-emulated kernel or other slots may still be running: leave without
-        // unwinding into them.
-        std::process::exit(0);
+        // Other slots may be inside the driver and a timed-out kernel may still run: `exit`
+        // would run the driver's exit-time teardown (libcuda registers one) under them, and
+        // could hang or crash after the report. Everything owed to the parent is flushed above.
+        // SAFETY: `_exit` ends the process at once; nothing after it runs.
+        unsafe { libc::_exit(0) }
     }
 
     /// Writes what is buffered from a signal handler: only try-locks (bounded waits for the
@@ -425,8 +427,9 @@ impl SlotSetup {
             },
         );
         let mut sink = SlotSink { pipe, slot };
+        let end_params = self.image.kernel("_end").and_then(|end| end.param_bytes());
         for command in commands {
-            let end = run_command(module.as_mut(), command, &mut sink);
+            let end = run_command(module.as_mut(), command, end_params, &mut sink);
             // After these the module (or its threads, or the whole context) cannot be trusted.
             let fatal = !matches!(end, RunEnd::Completed { .. } | RunEnd::Failed { .. });
             if fatal || pipe.broken.load(Ordering::Relaxed) {
@@ -464,7 +467,14 @@ impl SlotSetup {
     }
 }
 
-fn run_command(module: &mut dyn Module, command: Command, sink: &mut dyn Sink) -> RunEnd {
+/// Runs one command; `end_params`: the parameter bytes of the image's `_end` (see
+/// [`kernel_args::end_args`]).
+fn run_command(
+    module: &mut dyn Module,
+    command: Command,
+    end_params: Option<u64>,
+    sink: &mut dyn Sink,
+) -> RunEnd {
     match command {
         Command::RunTest {
             kernel,
@@ -486,6 +496,7 @@ fn run_command(module: &mut dyn Module, command: Command, sink: &mut dyn Sink) -
                 shape: LaunchShape { threads, blocks },
                 kernels,
                 print_resource_usage,
+                end_params,
             },
             sink,
         ),
@@ -524,6 +535,7 @@ struct MainRun {
     shape: LaunchShape,
     kernels: Vec<String>,
     print_resource_usage: bool,
+    end_params: Option<u64>,
 }
 
 fn run_main(module: &mut dyn Module, run: &MainRun, sink: &mut dyn Sink) -> RunEnd {
@@ -595,7 +607,8 @@ fn try_run_main(
     }
     let word = module.read_device(ret_address, 4)?;
     let status = <[u8; 4]>::try_from(word.as_slice()).map_or(0, i32::from_le_bytes);
-    match module.launch("_end", LaunchShape::SINGLE, &[], None, sink) {
+    let end_args = kernel_args::end_args(status, run.end_params);
+    match module.launch("_end", LaunchShape::SINGLE, &end_args, None, sink) {
         Ok(LaunchEnd::Completed) | Err(BackendError::MissingSymbol { .. }) => {}
         Ok(other) => return Ok(from_launch(other, status)),
         Err(error) => return Err(error),
