@@ -140,7 +140,7 @@ const STDOUT: u64 = 0x2000 | 2;
 const STDERR: u64 = 0x3000 | 3;
 
 fn open(client: &Client, code: u32) -> Port<'_, HostLane> {
-    client.open(&LANE, code).expect("client has ports")
+    client.open_on_host(&LANE, code).expect("client has ports")
 }
 
 fn reply(port: &mut Port<'_, HostLane>) -> u64 {

@@ -23,8 +23,9 @@
 //! Owns: the protocol, layout-compatible with LLVM libc. Must not: know any backend, allocate on
 //! the device, or decide what a request means for a test (the handlers are `gpurun-hal`'s).
 //!
-//! Mailbox words are accessed with relaxed system-scope atomics plus acquire/release fences; the
-//! lock bits with device-scope read-modify-writes ([`sync`] explains how the scope is forced on
+//! Mailbox words are accessed with relaxed system-scope atomics plus acquire/release fences (every
+//! lane fences and stores the outbox flip itself, as LLVM's client); the lock bits with
+//! device-scope read-modify-writes and device-scope fences ([`sync`] explains how the scope is forced on
 //! nvptx, where the compiler drops it).
 //!
 //! # Use
@@ -41,8 +42,10 @@
 //! (`Server::wait_for_request`, with the `std` feature).
 //!
 //! Device: `#[no_mangle] static __llvm_rpc_client: Client = Client::uninit();`, then
-//! `__llvm_rpc_client.open(&lanes::Warp, opcode)` (or a [`HostLane`] in the host emulation, where
-//! each emulated GPU thread talks alone in its own lane slot) and the sequence of
+//! `__llvm_rpc_client.open::<{ opcode::X }, _>(&lanes::Warp)` (the opcode a constant, as in
+//! LLVM's client, so that lanes of different calls never share a port; a [`HostLane`] in the
+//! host emulation, where each emulated GPU thread talks alone in its own lane slot, may use
+//! [`Client::open_on_host`] with an opcode chosen at run time) and the sequence of
 //! `send`/`recv`/`send_n`/`recv_n` documented for that opcode. The client path never panics, so
 //! the panic handler can use it.
 #![no_std]

@@ -5,9 +5,10 @@
 //!   emits `ld.relaxed.sys`, `st.relaxed.sys` and `fence.acq_rel.sys` for these (checked on the
 //!   emitted PTX by `tests/ptx_scopes.rs`).
 //! - Lock bits live in the client object in device memory and are contended only by warps of
-//!   the same device: relaxed read-modify-writes at **device** scope. On nvptx the installed
-//!   toolchain lowers `fetch_or`/`fetch_and` to `atom.global.or.b32` with no explicit scope or
-//!   ordering, so there we write `atom.relaxed.gpu.{or,and}.b32` by hand.
+//!   the same device: relaxed read-modify-writes at **device** scope, ordered by device-scope
+//!   fences (as LLVM's client). On nvptx the installed toolchain lowers `fetch_or`/`fetch_and`
+//!   to `atom.global.or.b32` with no explicit scope or ordering, and every fence to `.sys`, so
+//!   there we write `atom.relaxed.gpu.{or,and}.b32` and `fence.acq_rel.gpu` by hand.
 //!
 //! Under `cfg(loom)` the same functions use loom's atomics so the model checker sees every step.
 
@@ -44,6 +45,35 @@ pub(crate) fn acquire_fence() {
 #[inline(always)]
 pub(crate) fn release_fence() {
     fence(Ordering::Release)
+}
+
+/// Acquire fence after taking a port's lock, at device scope: the lock bits are contended only
+/// by warps of this device (LLVM's client uses `__MEMORY_SCOPE_DEVICE` here). `fence.acq_rel.gpu`
+/// on nvptx, where a plain fence would be system-scope; a plain fence elsewhere.
+#[inline(always)]
+pub(crate) fn lock_acquire_fence() {
+    device_fence(Ordering::Acquire)
+}
+
+/// Release fence before dropping a port's lock, at device scope (see [`lock_acquire_fence`]).
+#[inline(always)]
+pub(crate) fn lock_release_fence() {
+    device_fence(Ordering::Release)
+}
+
+#[inline(always)]
+fn device_fence(order: Ordering) {
+    #[cfg(all(target_arch = "nvptx64", not(loom)))]
+    {
+        let _ = order;
+        // SAFETY: a memory fence with acquire-release semantics at GPU scope; it touches no
+        // memory itself (not `nomem`: it orders the accesses around it).
+        unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+    }
+    #[cfg(not(all(target_arch = "nvptx64", not(loom))))]
+    {
+        fence(order)
+    }
 }
 
 /// Relaxed device-scope read-modify-write on a lock word, returning the previous value:
