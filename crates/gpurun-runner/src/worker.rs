@@ -119,12 +119,17 @@ impl Pipe {
     /// timeout), then ends the process while still holding the pipe, so no other slot can start
     /// a frame it would not finish.
     fn send_last(&self, slot: Slot, event: &Event) -> ! {
+        // The files the device opened are C streams: flushed first, because the parent may
+        // answer the report by killing this process.
+        // SAFETY: `fflush(NULL)` flushes every open C output stream, taking each one's lock as
+        // any `fflush` does.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
         let _ = lock(&self.pending).frames.push(slot, event);
         self.flush();
         let _out = lock(&self.out);
         // Other slots may be inside the driver and a timed-out kernel may still run: `exit`
         // would run the driver's exit-time teardown (libcuda registers one) under them, and
-        // could hang or crash after the report. Everything owed to the parent is flushed above.
+        // could hang or crash after the report. Everything owed is flushed above.
         // SAFETY: `_exit` ends the process at once; nothing after it runs.
         unsafe { libc::_exit(0) }
     }
