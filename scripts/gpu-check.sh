@@ -499,7 +499,7 @@ run_row() {
     case "$kind" in
         run) program=("$dir/cargo-gpurun" gpurun run --backend "$backend") ;;
         launch) program=("$dir/launch-check") ;;
-        nvcc) program=(nvcc -O2 "-arch=$arch" -o "$work/$fixture" "$root/scripts/gpu-baselines/$fixture.cu") ;;
+        nvcc) program=(nvcc -O2 "-arch=$gpu_arch" -o "$work/$fixture" "$root/scripts/gpu-baselines/$fixture.cu") ;;
         printf|pingpong) program=("$work/$fixture") ;;
         cupy) program=(python3 "$root/scripts/gpu-baselines/$fixture.py") ;;
     esac
@@ -526,6 +526,8 @@ run_cases() {
     local -A M=()
     total=$(cases | wc -l)
     work="$dir/work"
+    # The baselines are built for the GPU present (the images for the bundle's architecture).
+    gpu_arch=$(detect_arch)
     mkdir -p "$work/logs" "$out" || exit 2
     rm -f "$out/failures.txt"
     gpu_info >"$out/gpu.txt" 2>&1
