@@ -665,7 +665,7 @@ self_test() {
     out="$tmp/out"
     export FAKE_WRONG="run hello " FAKE_HANG="run recovery --test-timeout 5 --skip b_faults" \
         FAKE_HANG_FILE="$tmp/hanging"
-    GPURUN_CHECK_RUNNER="$tmp/fake-runner" GPURUN_CHECK_MAX_LIMIT=6 run_cases >"$tmp/printed" 2>/dev/null &
+    GPURUN_CHECK_RUNNER="$tmp/fake-runner" GPURUN_CHECK_MAX_LIMIT=15 run_cases >"$tmp/printed" 2>/dev/null &
     local runner=$! waited=0
     while [[ ! -e "$FAKE_HANG_FILE" ]] && ((waited < 600)); do sleep 0.1; waited=$((waited + 1)); done
     # The hanging row is running: the table holds the rows before it and no row after it.
@@ -693,8 +693,8 @@ fail() { echo "self-test: $1" >&2; return 1; }
 self_test_checks() {
     local tmp="$1" table="$2" status="$3" rows name offset files
     [[ $status != 0 ]] || { fail "a mismatching row did not fail the run"; return; }
-    grep -Eq '^run +hello +- +- +0 +6s +7 .* MISMATCH$' <<<"$table" || { fail "mismatch not flagged"; return; }
-    grep -Eq '^run +recovery +- +--test-timeout 5 --skip b_faults +101 +6s +(124|137) .* TIMED OUT \(6 s limit\)$' <<<"$table" ||
+    grep -Eq '^run +hello +- +- +0 +15s +7 .* MISMATCH$' <<<"$table" || { fail "mismatch not flagged"; return; }
+    grep -Eq '^run +recovery +- +--test-timeout 5 --skip b_faults +101 +15s +(124|137) .* TIMED OUT \(15 s limit\)$' <<<"$table" ||
         { fail "the hanging row was not stopped at its limit"; return; }
     grep -Eq '^run +recovery +- +--test-timeout 5 --skip d_hangs +101 .* fault +ok$' <<<"$table" ||
         { fail "the fault row is wrong"; return; }
