@@ -1,40 +1,46 @@
 #!/usr/bin/env bash
-# Runs every fixture on the CUDA backend of a machine with an NVIDIA GPU (or, with --target amdgcn,
-# on the HSA backend of one with an AMD GPU) and prints one table
-# (fixture, launch options, arguments, expected exit status, actual, time, measurement, verdict)
-# for the issue note; the measurements are the per-test overhead of the 1000-test fixture and
-# device print throughput in MB/s from 1 and from 1024 threads.
+# The GPU check: every fixture on the CUDA backend of a machine with an NVIDIA GPU (or, with
+# --target amdgcn, on the HSA backend of one with an AMD GPU), plus measurements beside
+# baselines taken in the same run on the same GPU, as one table of rows, each with a verdict.
 #
-#   scripts/gpu-check.sh                      build cargo-gpurun and the fixtures here, then run
-#   scripts/gpu-check.sh --make-bundle DIR    only build: DIR gets the binary, the images and
-#                                             this script (copy DIR to a GPU machine)
-#   scripts/gpu-check.sh --bundle DIR         run from a bundle; needs no Rust on that machine
-#   scripts/gpu-check.sh --self-test          check this script's table and verdicts against a
-#                                             fake runner (no GPU, no build)
+#   scripts/gpu-check.sh --make-bundle DIR   build here (Rust, nightly, ptxas from scripts/setup.sh):
+#                                            a release, stripped cargo-gpurun, the host-launch
+#                                            check and every fixture's image and cubin into DIR
+#                                            (inside this repository, ignored by git); prints its
+#                                            size and the one command to run on the GPU machine
+#   scripts/gpu-check.sh --bundle DIR        run from a bundle (needs no Rust on that machine)
+#   scripts/gpu-check.sh                     build a bundle in a temporary directory, then run it
+#   scripts/gpu-check.sh --self-test         check this script against a fake runner (no GPU, no
+#                                            build): rows, verdicts, time limits, output folder
 #
-# Options: --target nvptx|amdgcn (default nvptx: CUDA; amdgcn: HSA, images are code objects),
-# --arch sm_NN or gfxNNN (default: the first GPU's, from nvidia-smi or rocminfo; else sm_90
-# for nvptx).
-# Rows check more than exit statuses: basic's failing assert must be reported with its message
-# (no --stack-size is passed, so this checks the default stack fits the panic path) and exactly
-# its 4 failing tests fail (on AMD this covers block_dim()); big-block runs a 1024-thread block;
-# fault-mid-print's fault, in the middle of a 1 MiB print, must fail its test as a fault well
-# before the 60 s test timeout.
-# GPURUN_CHECK_RUNNER replaces the runner command (for testing this script without a GPU): it is
-# called as `RUNNER [LAUNCH OPTIONS] IMAGE ARGS...` and its exit status is compared with the
-# expectation.
+# Options: --target nvptx|amdgcn (default nvptx: CUDA; amdgcn: HSA, images are code objects,
+# no baselines), --arch sm_NN or gfxNNN (default: the first GPU's, from nvidia-smi or rocminfo;
+# else sm_90, the H100), --out DIR (default $OUT when set, else DIR/out of the bundle),
+# --budget SECONDS (default 450: rows that would start later are not run).
+#
+# Every row has its own time limit (`timeout`, the whole process group); the run stops starting
+# rows when the budget is spent, so it ends within 8 minutes. The table (table.txt), the heads
+# of each failing row's logs (failures.txt) and the GPU's nvidia-smi line (gpu.txt) go to the
+# output folder, the table rewritten as each row finishes (a hang leaves the rows before it).
+#
+# GPURUN_CHECK_RUNNER replaces every row's program (for testing this script without a GPU): it is
+# called as `RUNNER KIND ARGS...` (see run_row) and its exit status and output are judged as the
+# real program's. GPURUN_CHECK_MAX_LIMIT caps every row's time limit (seconds).
 # Exit status: 0 when every row matches, 1 otherwise, 2 on bad usage or a failed build.
 set -uo pipefail
 
-usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
-bundle="" make_bundle="" arch="" self_test="" target=nvptx
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bundle="" make_bundle="" arch="" self_test="" target=nvptx out="" budget=450
 while (($#)); do
     case "$1" in
         --target) target="${2:?--target needs nvptx or amdgcn}"; shift 2 ;;
         --bundle) bundle="${2:?--bundle needs a directory}"; shift 2 ;;
         --make-bundle) make_bundle="${2:?--make-bundle needs a directory}"; shift 2 ;;
-        --arch) arch="${2:?--arch needs sm_NN}"; shift 2 ;;
+        --arch) arch="${2:?--arch needs sm_NN or gfxNNN}"; shift 2 ;;
+        --out) out="${2:?--out needs a directory}"; shift 2 ;;
+        --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
         --self-test) self_test=1; shift ;;
         -h|--help) usage ;;
         *) echo "gpu-check: unknown argument '$1'" >&2; usage ;;
@@ -45,33 +51,56 @@ case "$target" in
     amdgcn|amdgcn-amd-amdhsa) target=amdgcn triple=amdgcn-amd-amdhsa ext=elf backend=hsa ;;
     *) echo "gpu-check: unknown target '$target' (nvptx or amdgcn)" >&2; usage ;;
 esac
+[[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu-check: --budget takes whole seconds" >&2; exit 2; }
 
-# Expected outcomes, as data: fixture | launch options (runner flags before the image) |
-# arguments (after the image) | expected exit status (a number, or "nonzero"). Test images exit
-# 0 when every test passes and 101 when one fails, as libtest. Two rows also measure: many-tests
-# (wall time per test) and print-throughput (MB/s; its --bytes 0 rows are the start-up time
-# that the printing rows' MB/s is also shown without). Their output is checked, not only the
-# exit status. 1024 threads run as 4 blocks of 256: print-throughput's `_start` needs 72
-# registers per thread (ptxas, sm_90), too many for 1024 threads in one block (64K registers).
+# The rows, as data: kind | fixture (or program) | launch options | arguments | expected exit
+# status (a number or "nonzero") | time limit in seconds.
+#   run       `cargo gpurun run --backend B LAUNCH images/FIXTURE ARGS`
+#   launch    the host-launch check (crates/gpurun-test/examples/launch_check.rs) on FIXTURE's image
+#   nvcc      builds scripts/gpu-baselines/FIXTURE.cu with nvcc for the GPU (baseline programs)
+#   printf    the nvcc-built printf_lines ARGS (CUDA's printf printing what print-throughput prints)
+#   pingpong  the nvcc-built pingpong ARGS (a bare host-pinned-memory round trip)
+#   cupy      scripts/gpu-baselines/cupy_launches.py ARGS (CuPy: empty kernel + synchronize)
+# Test images exit 0 when every test passes and 101 when one fails, as libtest. Outputs are
+# checked, not only exit statuses (see judge). The measurement rows come in pairs whose
+# difference removes process start-up and module load: many-tests with 1 and 1000 tests (one
+# test at a time, as CuPy launches), print-throughput and printf_lines with 0 and N bytes,
+# rpc-latency with 0 and N round trips. 1024 threads run as 4 blocks of 256: print-throughput's
+# `_start` needs 72 registers per thread (ptxas, sm_90), too many for 1024 threads in one block.
 CASES='
-hello|||0
-alloc|||0
-args-env-exit||exit 3|3
-args-env-exit||return 5|5
-args-env-exit||abort|nonzero
-panics|||nonzero
-basic|||101
-big-block|||0
-fault-mid-print||--test-timeout 60|101
-recovery||--test-timeout 5|101
-many-tests|||0
-concurrency||--test-threads 8|0
-concurrency||--test-threads 11 --include-ignored|101
-print-throughput||--bytes 0|0
-print-throughput||--bytes 8388608|0
-print-throughput|--threads 256 --blocks 4|--bytes 0|0
-print-throughput|--threads 256 --blocks 4|--bytes 33554432|0
+run|hello|||0|30
+run|alloc|||0|30
+run|args-env-exit||exit 3|3|30
+run|args-env-exit||return 5|5|30
+run|args-env-exit||abort|nonzero|30
+run|panics|||nonzero|30
+run|basic|||101|60
+run|big-block|||0|30
+launch|host-app-kernels|||0|60
+run|concurrency||--test-threads 8|0|90
+run|concurrency||--test-threads 11 --include-ignored|101|90
+run|fault-mid-print||--test-timeout 60|101|90
+run|recovery||--test-timeout 5 --skip d_hangs|101|60
+run|recovery||--test-timeout 5 --skip b_faults|101|60
+run|many-tests||--test-threads 1 --exact trivial_0000|0|60
+run|many-tests||--test-threads 1|0|120
+cupy|cupy_launches||1000|0|90
+run|print-throughput||--bytes 0|0|60
+run|print-throughput||--bytes 8388608|0|120
+run|print-throughput|--threads 256 --blocks 4|--bytes 0|0|60
+run|print-throughput|--threads 256 --blocks 4|--bytes 33554432|0|120
+nvcc|printf_lines|||0|120
+printf|printf_lines||0 1 1|0|60
+printf|printf_lines||8388608 1 1|0|120
+printf|printf_lines||0 256 4|0|60
+printf|printf_lines||33554432 256 4|0|120
+run|rpc-latency||--round-trips 0|0|60
+run|rpc-latency||--round-trips 100000|0|120
+nvcc|pingpong|||0|120
+pingpong|pingpong||100000|0|60
 '
+# Kinds that only exist for CUDA (baselines); an amdgcn run leaves them out.
+CUDA_ONLY_KINDS="nvcc printf pingpong cupy"
 # Rows only `--target amdgcn` runs (what the HSA path promises and only an AMD GPU can show):
 # launch-checks' panic deep in a call stack must come back with its message under the default
 # stack (dynamic-stack kernels get 16 KiB beyond their static frames), its launches of ten
@@ -79,13 +108,18 @@ print-throughput|--threads 256 --blocks 4|--bytes 33554432|0
 # packet), and 64 rounds of barriers between the wavefronts of 256-thread blocks must order
 # their memory (a workgroup-scope barrier on gfx9).
 AMDGCN_CASES='
-launch-checks||deep_panic|0
-launch-checks||dims_ --test-threads 1|0
-launch-checks||barrier_heavy|0
+run|launch-checks||deep_panic|0|60
+run|launch-checks||dims_ --test-threads 1|0|60
+run|launch-checks||barrier_heavy|0|60
 '
 [[ "$target" != amdgcn ]] || CASES+="$AMDGCN_CASES"
-# The print-throughput fixture's line size (its default).
+# The print-throughput fixture's line size (its default); printf_lines prints the same lines.
 PRINT_LINE_BYTES=64
+# Where a bundle's directory is carried from, and what the paste command gives the device tool.
+DEFAULT_BUNDLE=.gpu-bundle
+RUN_TIMEOUT_S=540
+
+in_ci() { [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; }
 
 detect_arch() {
     local cc gfx
@@ -99,40 +133,90 @@ detect_arch() {
     if [[ "$cc" =~ ^[0-9]+$ ]]; then echo "sm_$cc"; else echo "sm_90"; fi
 }
 
+# The rows that apply to this target, one a line.
+cases() {
+    local kind rest
+    while IFS='|' read -r kind rest; do
+        [[ -n "$kind" ]] || continue
+        if [[ "$target" == amdgcn && " $CUDA_ONLY_KINDS " == *" $kind "* ]]; then continue; fi
+        echo "$kind|$rest"
+    done <<<"$CASES"
+}
+
+# The fixtures whose images a bundle needs.
+fixture_names() {
+    awk -F'|' '$1 == "run" || $1 == "launch" { print $2 }' <<<"$CASES" | sort -u
+}
+
+# Bytes of DIR (all files, recursively).
+bytes_of() { du -sb "$1" | cut -f1; }
+
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+
+# The command that runs the check on the GPU machine from the bundle at BUNDLE (a path relative
+# to the repository root): what the device tool's `run` gets.
+paste_command() {
+    echo "bash scripts/gpu-check.sh --bundle $1 --out \"\$OUT\""
+}
+
 build_bundle() {
-    local dir="$1" root fixture json path cubin
-    root="$(cd "$(dirname "$0")/.." && pwd)"
+    local dir="$1" json target_dir fixture image cubin packages=() missing=0
     [[ -n "$arch" ]] || arch=$(detect_arch)
     mkdir -p "$dir/images" || exit 2
-    echo "gpu-check: building cargo-gpurun (release)" >&2
-    (cd "$root" && cargo build --release --locked -p cargo-gpurun) >&2 || exit 2
-    local target_dir
+    echo "gpu-check: building cargo-gpurun and the host-launch check (release, stripped)" >&2
+    (cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked \
+        -p cargo-gpurun -p gpurun-test --bin cargo-gpurun --example launch_check) >&2 || exit 2
     target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])') || exit 2
     cp "$target_dir/release/cargo-gpurun" "$dir/" || exit 2
+    cp "$target_dir/release/examples/launch_check" "$dir/launch-check" || exit 2
+    for fixture in $(fixture_names); do packages+=(-p "$fixture"); done
+    echo "gpu-check: building ${#packages[@]} fixture packages for $arch (release)" >&2
+    json=$("$dir/cargo-gpurun" gpurun build --manifest-path "$root/fixtures/Cargo.toml" \
+        "${packages[@]}" --target "$triple" --arch "$arch" --release --message-format json) || exit 2
     for fixture in $(fixture_names); do
-        echo "gpu-check: building fixture $fixture for $arch" >&2
-        json=$("$dir/cargo-gpurun" gpurun build --manifest-path "$root/fixtures/Cargo.toml" \
-            -p "$fixture" --target "$triple" --arch "$arch" --release \
-            --message-format json) || exit 2
-        path=$(python3 -c 'import json,sys
+        read -r image cubin < <(python3 -c 'import json,sys
 for line in sys.stdin:
     v = json.loads(line)
-    if v.get("reason") == "gpurun-image": print(v["path"]); break' <<<"$json")
-        cubin=$(python3 -c 'import json,sys
-for line in sys.stdin:
-    v = json.loads(line)
-    if v.get("reason") == "gpurun-image" and v.get("cubin"): print(v["cubin"]); break' <<<"$json")
-        [[ -n "$path" ]] || { echo "gpu-check: no image reported for $fixture" >&2; exit 2; }
-        cp "$path" "$dir/images/$fixture.$ext" || exit 2
-        [[ -z "$cubin" ]] || cp "$cubin" "$dir/images/$fixture.cubin" || exit 2
+    if v.get("reason") == "gpurun-image" and v.get("kind") == "lib" and v.get("package") == sys.argv[1]:
+        print(v["path"], v.get("cubin") or "-"); break' "$fixture" <<<"$json")
+        [[ -n "${image:-}" ]] || { echo "gpu-check: no image reported for $fixture" >&2; exit 2; }
+        cp -p "$image" "$dir/images/$fixture.$ext" || exit 2
+        if [[ "$target" == nvptx ]]; then
+            if [[ "$cubin" == - ]]; then
+                echo "gpu-check: no cubin for $fixture: ptxas is missing (scripts/setup.sh installs it)" >&2
+                missing=1
+            else
+                cp -p "$cubin" "$dir/images/$fixture.cubin" || exit 2
+            fi
+        fi
     done
-    cp "$0" "$dir/gpu-check.sh"
-    echo "$target" >"$dir/target"
+    ((missing == 0)) || exit 2
+    { echo "arch $arch"; echo "target $target"
+      echo "commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"; } >"$dir/bundle-info"
 }
 
-fixture_names() {
-    awk -F'|' 'NF >= 4 { print $1 }' <<<"$CASES" | sort -u
+# After --make-bundle: the bundle's size, the tree's, and the command for the GPU machine.
+report_bundle() {
+    local dir="$1" relative bundle_bytes tree_bytes
+    relative=$(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$dir" "$root")
+    bundle_bytes=$(bytes_of "$dir")
+    tree_bytes=$(cd "$root" && git ls-files -z -co --exclude-standard |
+        du -cb --files0-from=- 2>/dev/null | tail -n1 | cut -f1)
+    echo "gpu-check: bundle $relative: $(mib "$bundle_bytes"); with the working tree that travels" \
+        "($(mib "$tree_bytes")): $(mib $((bundle_bytes + tree_bytes))) of 64 MiB" >&2
+    if ((bundle_bytes + tree_bytes > 64 * 1048576)); then
+        echo "gpu-check: too big to travel" >&2
+        exit 2
+    fi
+    if [[ "$relative" == ..* ]] || ! (cd "$root" && git check-ignore -q "$relative"); then
+        echo "gpu-check: $relative must be a git-ignored folder inside the repository (as $DEFAULT_BUNDLE is), so that it travels only when carried" >&2
+        exit 2
+    fi
+    echo "gpu-check: on the GPU machine (device tool run):" >&2
+    echo "  command:   $(paste_command "$relative")"
+    echo "  carry:     [\"$relative\"]"
+    echo "  timeout_s: $RUN_TIMEOUT_S"
 }
 
 # Checks that FILE is exactly what print-throughput prints for `--bytes BYTES` on THREADS
@@ -172,6 +256,9 @@ failed_tests() {
     sed -n 's/^test \(.*\) \.\.\. FAILED$/\1/p' "$1" | sed 's/ - should panic$//' | sort
 }
 
+# Whether FILE reports test NAME as passed.
+passed_test() { grep -q "^test $2 \.\.\. ok$" "$1"; }
+
 # basic's 4 failures are on purpose; any other (block_dim() on AMD, a lost panic report) is
 # wrong, and the failed assert's message must have come back. Says what is wrong.
 check_basic_output() {
@@ -193,6 +280,32 @@ check_fault_output() {
     grep -qi 'fault' "$file" || { echo "no fault reported"; return 1; }
 }
 
+# recovery without d_hangs: b_faults poisons its context and fails as a fault; c_passes_between
+# still passes (in a fresh worker), and e_fails_after fails with its own message.
+# recovery without b_faults: d_hangs fails as a timeout after 5 s; f_passes_after still passes.
+check_recovery_output() {
+    local file="$1" mode="$2" failed
+    failed=$(failed_tests "$file" | tr '\n' ' ')
+    grep -q 'a real failure after the hang' "$file" || { echo "no message from e_fails_after"; return 1; }
+    if [[ "$mode" == fault ]]; then
+        [[ "$failed" == "b_faults e_fails_after " ]] || { echo "failed: ${failed:-none}"; return 1; }
+        grep -q 'device fault' "$file" || { echo "no device fault reported"; return 1; }
+        ! grep -q 'timed out' "$file" || { echo "a timeout reported"; return 1; }
+        passed_test "$file" c_passes_between || { echo "c_passes_between did not pass after the fault"; return 1; }
+    else
+        [[ "$failed" == "d_hangs e_fails_after " ]] || { echo "failed: ${failed:-none}"; return 1; }
+        grep -q 'timed out after 5s' "$file" || { echo "no 5 s timeout reported"; return 1; }
+        passed_test "$file" f_passes_after || { echo "f_passes_after did not pass after the hang"; return 1; }
+    fi
+}
+
+# The tests libtest's summary line in FILE counts as run (passed + failed), or nothing.
+tests_run() {
+    awk '/^test result:/ { for (i = 1; i < NF; i++) {
+            if ($(i + 1) ~ /^passed;/) p = $i; if ($(i + 1) ~ /^failed;/) f = $i }
+            n = p + f } END { if (n > 0) print n }' "$1"
+}
+
 # The value after FLAG in the words of TEXT (empty when absent).
 flag_value() {
     local flag="$1" previous="" word
@@ -205,88 +318,123 @@ flag_value() {
     done
 }
 
-# Runs every case, then prints one table whose column widths fit its content; the exit status
-# says whether every row matched.
-run_cases() {
-    local dir="$1" fixture launch args expected image log start end got ms verdict measured
-    local failures=0 threads blocks bytes tests problem start_up
-    local -a runner rows=() widths=()
-    local -A start_up_ms=()
-    if [[ -n "${GPURUN_CHECK_RUNNER:-}" ]]; then
-        read -r -a runner <<<"$GPURUN_CHECK_RUNNER"
-    else
-        runner=("$dir/cargo-gpurun" gpurun run --backend "$backend")
-    fi
-    rows+=("fixture|launch|args|expected|got|time|measured|result")
-    while IFS='|' read -r fixture launch args expected; do
-        [[ -n "$fixture" ]] || continue
-        image="$dir/images/$fixture.$ext"
-        if [[ ! -e "$image" ]]; then
-            rows+=("$fixture|${launch:--}|${args:--}|$expected|-|-|-|MISSING IMAGE")
-            failures=$((failures + 1))
-            continue
-        fi
-        log="$dir/$fixture.${launch// /_}.${args// /_}"
-        echo "gpu-check: $fixture ${launch:+$launch }${args}" >&2
-        start=$(date +%s%N)
-        # shellcheck disable=SC2086 # the launch and arguments columns are split on spaces on purpose
-        "${runner[@]}" $launch "$image" $args >"$log.out" 2>"$log.err" </dev/null
-        got=$?
-        end=$(date +%s%N)
-        ms=$(((end - start) / 1000000))
-        measured=-
-        if [[ "$expected" == nonzero && "$got" != 0 ]] || [[ "$got" == "$expected" ]]; then
-            verdict=ok
-        else
-            verdict=MISMATCH
-        fi
-        if [[ "$verdict" == ok && "$fixture" == basic ]]; then
-            problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)"
-        elif [[ "$verdict" == ok && "$fixture" == fault-mid-print ]]; then
+# The number after KEY on a `KEY NUMBER` line of FILE (empty when absent).
+keyed_number() { awk -v key="$2" '$1 == key && $2 ~ /^[0-9.]+$/ { print $2; exit }' "$1"; }
+
+# A division formatted with 3 decimals.
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.3f", a / b; else print "-" }'; }
+
+# Judges one finished row from its logs ($log.out, $log.err): sets `verdict` and `measured`,
+# and records measurements in M (by name) for the summary.
+judge() {
+    local kind="$1" fixture="$2" launch="$3" args="$4" log="$5" ms="$6" problem threads blocks bytes
+    local tests startup key value
+    case "$kind:$fixture" in
+        run:basic) problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)" ;;
+        run:fault-mid-print)
             if ! problem=$(check_fault_output "$log.out"); then
                 verdict="BAD OUTPUT ($problem)"
             elif ((ms >= 60000)); then
-                verdict="TOO SLOW (the fault was not seen before the timeout)"
-            fi
-        elif [[ "$verdict" == ok && "$fixture" == many-tests ]]; then
-            # libtest's summary line: the tests that ran are the passed and the failed ones.
-            tests=$(awk '/^test result:/ { for (i = 1; i < NF; i++) {
-                    if ($(i + 1) ~ /^passed;/) p = $i; if ($(i + 1) ~ /^failed;/) f = $i }
-                    n = p + f } END { if (n > 0) print n }' "$log.out")
-            if [[ -n "$tests" ]]; then
-                measured=$(awk -v ms="$ms" -v n="$tests" 'BEGIN { printf "%.3f ms/test (%d tests)", ms / n, n }')
-            else
+                verdict="TOO SLOW (the fault was not seen before the test timeout)"
+            fi ;;
+        run:recovery)
+            local mode=timeout
+            [[ "$args" != *"--skip d_hangs"* ]] || mode=fault
+            problem=$(check_recovery_output "$log.out" "$mode") || verdict="BAD OUTPUT ($problem)"
+            measured="$mode" ;;
+        launch:*)
+            grep -q 'match the CPU' "$log.out" || verdict="BAD OUTPUT (no match line)"
+            measured="fill (ptr, u64, u32), saxpy" ;;
+        run:many-tests)
+            tests=$(tests_run "$log.out")
+            if [[ -z "$tests" ]]; then
                 verdict="BAD OUTPUT (no test result line)"
+            elif [[ "$args" == *--exact* ]]; then
+                [[ "$tests" == 1 ]] || verdict="BAD OUTPUT ($tests tests, not 1)"
+                M[tests_startup_ms]=$ms
+                measured="start-up (1 test)"
+            elif [[ "$tests" != 1000 ]]; then
+                verdict="BAD OUTPUT ($tests tests, not 1000)"
+            else
+                startup=${M[tests_startup_ms]:-}
+                if [[ -n "$startup" ]] && ((ms > startup)); then
+                    value=$(awk -v ms="$ms" -v s="$startup" 'BEGIN { printf "%.4f", (ms - s) / 999 }')
+                    M[per_test_ms]=$value
+                    measured="$value ms/test (1000 tests, start-up taken off)"
+                else
+                    measured=$(awk -v ms="$ms" 'BEGIN { printf "%.4f ms/test (with start-up)", ms / 1000 }')
+                fi
+            fi ;;
+        cupy:*)
+            value=$(keyed_number "$log.out" ms_per_launch)
+            if [[ -z "$value" ]]; then verdict="BAD OUTPUT (no ms_per_launch)"; else
+                M[cupy_ms]=$value; measured="$value ms/launch+sync"; fi ;;
+        run:print-throughput|printf:*)
+            if [[ "$kind" == printf ]]; then
+                read -r bytes threads blocks <<<"$args"
+            else
+                threads=$(flag_value --threads "$launch"); blocks=$(flag_value --blocks "$launch")
+                bytes=$(flag_value --bytes "$args")
             fi
-        elif [[ "$verdict" == ok && "$fixture" == print-throughput ]]; then
-            threads=$(flag_value --threads "$launch")
-            blocks=$(flag_value --blocks "$launch")
             threads=$((${threads:-1} * ${blocks:-1}))
-            bytes=$(flag_value --bytes "$args")
+            key="$kind-$threads"
             if ! problem=$(check_print_output "$log.out" "$bytes" "$threads"); then
                 verdict="BAD OUTPUT ($problem)"
             elif ((bytes == 0)); then
-                start_up_ms[$threads]=$ms
+                M[$key-startup]=$ms
                 measured="start-up"
             else
-                start_up=${start_up_ms[$threads]:-}
-                measured=$(awk -v bytes="$bytes" -v ms="$ms" -v start_up="$start_up" 'BEGIN {
-                    printf "%.3f MB/s", bytes / ms / 1000
-                    if (start_up != "" && ms > start_up)
-                        printf " (%.3f without start-up)", bytes / (ms - start_up) / 1000 }')
-            fi
-        fi
-        [[ "$verdict" == ok ]] || failures=$((failures + 1))
-        rows+=("$fixture|${launch:--}|${args:--}|$expected|$got|${ms}ms|$measured|$verdict")
-    done <<<"$CASES"
-    print_table "${rows[@]}"
-    echo "MB = 10^6 bytes; times are wall time, process start and module load included"
-    echo "logs: $dir/*.out, $dir/*.err"
-    ((failures == 0))
+                startup=${M[$key-startup]:-}
+                value=$(awk -v bytes="$bytes" -v ms="$ms" -v s="$startup" 'BEGIN {
+                    if (s != "" && ms > s) printf "%.3f", bytes / (ms - s) / 1000
+                    else printf "%.3f", bytes / ms / 1000 }')
+                M[$key]=$value
+                if [[ -n "$startup" ]] && ((ms > startup)); then
+                    measured="$value MB/s (start-up taken off)"
+                else
+                    measured="$value MB/s (with start-up)"
+                fi
+            fi ;;
+        run:rpc-latency)
+            value=$(flag_value --round-trips "$args")
+            if [[ -s "$log.out" ]]; then
+                verdict="BAD OUTPUT (printed something)"
+            elif ((value == 0)); then
+                M[rpc_startup_ms]=$ms
+                measured="start-up"
+            elif startup=${M[rpc_startup_ms]:-} && [[ -n "$startup" ]] && ((ms > startup)); then
+                M[rpc_us]=$(awk -v ms="$ms" -v s="$startup" -v n="$value" \
+                    'BEGIN { printf "%.3f", (ms - s) * 1000 / n }')
+                measured="${M[rpc_us]} us/round trip (start-up taken off)"
+            else
+                measured="no start-up time to take off"
+            fi ;;
+        pingpong:*)
+            value=$(keyed_number "$log.out" ns_per_round_trip)
+            if [[ -z "$value" ]]; then verdict="BAD OUTPUT (no ns_per_round_trip)"; else
+                M[pingpong_us]=$(awk -v ns="$value" 'BEGIN { printf "%.3f", ns / 1000 }')
+                measured="${M[pingpong_us]} us/round trip"; fi ;;
+    esac
 }
 
-# Prints rows of `|`-separated cells as columns as wide as their widest cell (the time column
-# right-aligned, the last column unpadded).
+# The measurements beside their baselines, from what the rows recorded in M.
+summary_rows() {
+    echo "measurement|ours|baseline (same run, same GPU)|ours / baseline"
+    summary_row "per-test overhead, many-tests" "${M[per_test_ms]:-}" "${M[cupy_ms]:-}" \
+        "ms/test" "ms/launch (CuPy, empty kernel + synchronize)"
+    summary_row "print, 1 thread" "${M[run-1]:-}" "${M[printf-1]:-}" "MB/s" "MB/s (CUDA printf)"
+    summary_row "print, 1024 threads" "${M[run-1024]:-}" "${M[printf-1024]:-}" "MB/s" "MB/s (CUDA printf)"
+    summary_row "RPC round trip" "${M[rpc_us]:-}" "${M[pingpong_us]:-}" "us" "us (pinned-memory ping-pong)"
+}
+
+summary_row() {
+    local what="$1" ours="$2" base="$3" unit="$4" base_unit="$5"
+    echo "$what|${ours:-not measured}${ours:+ $unit}|${base:-not measured}${base:+ $base_unit}|$(
+        [[ -n "$ours" && -n "$base" ]] && ratio "$ours" "$base" || echo -)"
+}
+
+# Prints rows of `|`-separated cells as columns as wide as their widest cell (the last column
+# unpadded).
 print_table() {
     local row column line
     local -a cells widths=()
@@ -302,8 +450,6 @@ print_table() {
         for column in "${!cells[@]}"; do
             if ((column == ${#cells[@]} - 1)); then
                 line+="${cells[column]}"
-            elif ((column == 5)); then
-                line+=$(printf '%*s  ' "${widths[column]}" "${cells[column]}")
             else
                 line+=$(printf '%-*s  ' "${widths[column]}" "${cells[column]}")
             fi
@@ -312,35 +458,167 @@ print_table() {
     done
 }
 
-# A fake bundle whose runner exits as each fixture should and prints what the measured rows
-# need, except one row that must be flagged; the table must show both verdicts, line up, and
-# the run must fail. Then the print-output check must reject broken output.
-self_test() {
-    local dir fixture table status
-    dir=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-self-test.XXXXXX")
-    mkdir -p "$dir/images"
-    for fixture in $(fixture_names); do : >"$dir/images/$fixture.$ext"; done
-    cat >"$dir/fake-runner" <<'FAKE'
+# Writes the table of the rows so far, the verdict line and the measurements to FILE.
+write_table() {
+    local file="$1" failures="$2" done_rows="$3" total="$4"
+    local -a summary=()
+    mapfile -t summary < <(summary_rows)
+    {
+        echo "gpu-check $target ($arch), bundle $(tr '\n' ' ' <"$dir/bundle-info" 2>/dev/null)"
+        print_table "${rows[@]}"
+        echo
+        echo "rows: $done_rows of $total done, $failures not as expected"
+        echo
+        print_table "${summary[@]}"
+        echo "MB = 10^6 bytes; times are wall times of whole processes; start-up (process start,"
+        echo "context and module load) is taken off where its row ran: the difference of the pair."
+        echo "ours / baseline: for times lower is better, for MB/s higher."
+    } >"$file.tmp" && mv "$file.tmp" "$file"
+}
+
+# Appends the heads of a failing row's logs to FILE.
+record_failure() {
+    local file="$1" title="$2" log="$3" stream
+    {
+        echo "=== $title ==="
+        for stream in out err; do
+            echo "--- std$stream ($(wc -c <"$log.$stream") bytes, first 60 lines, at most 4000 bytes) ---"
+            head -n 60 "$log.$stream" | head -c 4000
+            echo
+        done
+    } >>"$file"
+}
+
+# The GPU and its software, for gpu.txt.
+gpu_info() {
+    echo "date $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    if [[ "$target" == amdgcn ]]; then
+        rocminfo 2>&1 | grep -m3 -E 'Marketing Name|gfx' || echo "rocminfo: not available"
+        return
+    fi
+    nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.max.sm \
+        --format=csv 2>&1 || echo "nvidia-smi: not available"
+    echo "nvcc: $(nvcc --version 2>/dev/null | tail -n1 || true)"
+    echo "cupy: $(python3 -c 'import cupy; print(cupy.__version__)' 2>&1 | tail -n1)"
+}
+
+# Runs one row: its program under its time limit (the whole process group is killed at the
+# limit), output to $log.out/.err. Sets `got`.
+run_row() {
+    local kind="$1" fixture="$2" launch="$3" args="$4" limit="$5" log="$6" image
+    local -a program
+    image="$dir/images/$fixture.$ext"
+    case "$kind" in
+        run) program=("$dir/cargo-gpurun" gpurun run --backend "$backend") ;;
+        launch) program=("$dir/launch-check") ;;
+        nvcc) program=(nvcc -O2 "-arch=$gpu_arch" -o "$work/$fixture" "$root/scripts/gpu-baselines/$fixture.cu") ;;
+        printf|pingpong) program=("$work/$fixture") ;;
+        cupy) program=(python3 "$root/scripts/gpu-baselines/$fixture.py") ;;
+    esac
+    if [[ -n "${GPURUN_CHECK_RUNNER:-}" ]]; then
+        read -r -a program <<<"$GPURUN_CHECK_RUNNER"
+        program+=("$kind")
+    fi
+    # shellcheck disable=SC2086 # the launch and arguments columns are split on spaces on purpose
+    case "$kind" in
+        run) timeout -k 5 "$limit" "${program[@]}" $launch "$image" $args ;;
+        launch) timeout -k 5 "$limit" "${program[@]}" "$image" ;;
+        nvcc) timeout -k 5 "$limit" "${program[@]}" ;;
+        *) timeout -k 5 "$limit" "${program[@]}" $args ;;
+    esac >"$log.out" 2>"$log.err" </dev/null
+    got=$?
+}
+
+# Runs every row, writing the table to the output folder as each finishes; prints the table.
+# The exit status says whether every row matched.
+run_cases() {
+    local kind fixture launch args expected limit log start end got ms verdict measured
+    local failures=0 done_rows=0 total title started elapsed left slug
+    local -a rows=()
+    local -A M=()
+    total=$(cases | wc -l)
+    work="$dir/work"
+    # The baselines are built for the GPU present (the images for the bundle's architecture).
+    gpu_arch=$(detect_arch)
+    mkdir -p "$work/logs" "$out" || exit 2
+    rm -f "$out/failures.txt"
+    gpu_info >"$out/gpu.txt" 2>&1
+    rows+=("kind|fixture|launch|args|expected|limit|got|time|measured|verdict")
+    started=$(date +%s)
+    while IFS='|' read -r kind fixture launch args expected limit; do
+        slug="$kind.$fixture.${launch// /_}.${args// /_}"
+        log="$work/logs/${slug//\//_}"
+        title="$kind $fixture${launch:+ $launch}${args:+ $args}"
+        elapsed=$(($(date +%s) - started))
+        left=$((budget - elapsed))
+        ((limit <= ${GPURUN_CHECK_MAX_LIMIT:-$limit})) || limit=$GPURUN_CHECK_MAX_LIMIT
+        ((limit <= left)) || limit=$left
+        measured=-
+        verdict=ok
+        if ((limit < 5)); then
+            got=- ms=-
+            verdict="NOT RUN (out of the ${budget} s budget)"
+        elif [[ "$kind" == run || "$kind" == launch ]] && [[ ! -e "$dir/images/$fixture.$ext" ]]; then
+            got=- ms=-
+            verdict="MISSING IMAGE"
+        elif [[ "$kind" == printf || "$kind" == pingpong ]] && [[ -z "${GPURUN_CHECK_RUNNER:-}" && ! -x "$work/$fixture" ]]; then
+            got=- ms=-
+            verdict="NOT RUN (its nvcc row failed)"
+        else
+            echo "gpu-check: $title (limit ${limit}s)" >&2
+            start=$(date +%s%N)
+            run_row "$kind" "$fixture" "$launch" "$args" "$limit" "$log"
+            end=$(date +%s%N)
+            ms=$(((end - start) / 1000000))
+            if ((got == 124 || got == 137)); then
+                verdict="TIMED OUT (${limit} s limit)"
+            elif [[ "$expected" == nonzero && "$got" != 0 ]] || [[ "$got" == "$expected" ]]; then
+                judge "$kind" "$fixture" "$launch" "$args" "$log" "$ms"
+            else
+                verdict=MISMATCH
+            fi
+            ms="${ms}ms"
+            [[ "$verdict" == ok ]] || record_failure "$out/failures.txt" "$title: $verdict" "$log"
+        fi
+        [[ "$verdict" == ok ]] || failures=$((failures + 1))
+        done_rows=$((done_rows + 1))
+        rows+=("$kind|$fixture|${launch:--}|${args:--}|$expected|${limit}s|$got|$ms|$measured|$verdict")
+        write_table "$out/table.txt" "$failures" "$done_rows" "$total"
+    done < <(cases)
+    cat "$out/table.txt"
+    echo "logs: $work/logs; table, failing logs and the GPU: $out"
+    ((failures == 0))
+}
+
+# The self-test's fake runner: `fake-runner KIND ARGS...` behaves as each row's program should,
+# except the rows named in FAKE_WRONG (a mismatch) and FAKE_HANG (hangs; touches FAKE_HANG_FILE).
+write_fake_runner() {
+    cat >"$1" <<'FAKE'
 #!/usr/bin/env bash
+kind="$1"; shift
 threads=1 blocks=1
-while (($#)) && [[ "$1" != *.ptx && "$1" != *.elf ]]; do
-    [[ "$1" != --threads ]] || threads="$2"
-    [[ "$1" != --blocks ]] || blocks="$2"
-    shift
-done
-threads=$((threads * blocks))
-case "$(basename "$(basename "$1" .ptx)" .elf) ${2:-} ${3:-}" in
-    "hello  ") exit 0 ;;
-    "big-block  ") exit 0 ;;
-    "fault-mid-print --test-timeout 60")
-        printf 'test a_passes_before ... ok\ntest b_faults_during_a_long_print ... FAILED\n'
-        printf 'note: device fault: CUDA_ERROR_ILLEGAL_ADDRESS\n'
-        exit 101 ;;
-    "args-env-exit exit 3") exit 3 ;;
-    "args-env-exit return 5") exit 5 ;;
-    "args-env-exit abort ") exit 134 ;;
-    "panics  ") exit 1 ;;
-    "basic  ")
+if [[ "$kind" == run ]]; then
+    while (($#)) && [[ "$1" != *.ptx && "$1" != *.elf ]]; do
+        [[ "$1" != --threads ]] || threads="$2"
+        [[ "$1" != --blocks ]] || blocks="$2"
+        shift
+    done
+fi
+image=$(basename "$(basename "${1:-}" .ptx)" .elf)
+shift
+row="$kind $image $*"
+[[ "$row" != "${FAKE_HANG:-none}" ]] || { touch "$FAKE_HANG_FILE"; sleep 300; }
+[[ "$row" != "${FAKE_WRONG:-none}" ]] || exit 7
+print_lines() {
+    awk -v lines=$(($1 / 64)) -v threads="$2" 'BEGIN {
+        for (n = 0; n < lines; n++) printf "t%06d n%010d %s\n", n % threads, n,
+            "..........................................." }'
+}
+tests() { for name in "$@"; do echo "test ${name%=*} ... ${name#*=}"; done; }
+case "$kind:$image" in
+    run:args-env-exit) case "$1" in exit) exit 3 ;; return) exit 5 ;; abort) exit 134 ;; esac ;;
+    run:panics) exit 1 ;;
+    run:basic)
         for name in passes fails_with_assert should_panic_expected_differs should_panic_but_returns \
             one_thread_panics grid_ids_are_in_range; do
             case "$name" in
@@ -351,82 +629,183 @@ case "$(basename "$(basename "$1" .ptx)" .elf) ${2:-} ${3:-}" in
         done
         echo "assertion \`left == right\` failed: arithmetic is broken"
         exit 101 ;;
-    "recovery --test-timeout 5") exit 0 ;;   # wrong on purpose: expected 101
-    "concurrency --test-threads 11") exit 101 ;;
-    "many-tests  ")
-        echo "test result: ok. 1000 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.50s"
+    run:fault-mid-print)
+        tests a_passes_before=ok b_faults_during_a_long_print=FAILED
+        echo "device fault: CUDA_ERROR_ILLEGAL_ADDRESS"
+        exit 101 ;;
+    run:recovery)
+        if [[ "$*" == *"--skip d_hangs"* ]]; then
+            tests a_passes_before=ok b_faults=FAILED c_passes_between=ok e_fails_after=FAILED f_passes_after=ok
+            echo "device fault: CUDA_ERROR_ILLEGAL_ADDRESS"
+        else
+            tests a_passes_before=ok c_passes_between=ok d_hangs=FAILED e_fails_after=FAILED f_passes_after=ok
+            echo "test timed out after 5s"
+        fi
+        echo "a real failure after the hang"
+        exit 101 ;;
+    run:concurrency) [[ "$*" == *include-ignored* ]] && exit 101; exit 0 ;;
+    run:many-tests)
+        if [[ "$*" == *--exact* ]]; then n=1; else n=1000; sleep 0.3; fi
+        echo "test result: ok. $n passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.50s"
         exit 0 ;;
-    "print-throughput --bytes "*)
-        awk -v lines=$(($3 / 64)) -v threads="$threads" 'BEGIN {
-            for (n = 0; n < lines; n++) printf "t%06d n%010d %s\n", n % threads, n,
-                "..........................................." }'
-        exit 0 ;;
+    run:print-throughput) print_lines "$2" $((threads * blocks)); exit 0 ;;
+    run:rpc-latency) [[ "$2" == 0 ]] || sleep 0.2; exit 0 ;;
+    launch:*) echo "launch_check: fill (ptr, u64, u32) and saxpy match the CPU"; exit 0 ;;
+    cupy:*) echo "ms_per_launch 0.0125"; exit 0 ;;
+    printf:*) print_lines "$image" $(($1 * $2)); exit 0 ;;
+    pingpong:*) echo "ns_per_round_trip 1850.0"; exit 0 ;;
     *) exit 0 ;;
 esac
 FAKE
-    chmod +x "$dir/fake-runner"
-    table=$(GPURUN_CHECK_RUNNER="$dir/fake-runner" run_cases "$dir" 2>/dev/null)
+    chmod +x "$1"
+}
+
+# A fake bundle run through the real rows with a fake runner: one row mismatches on purpose and
+# one hangs past its (capped) limit; the table must show each verdict, the output folder must
+# hold the table (written before the hanging row finished), the failing rows' logs and the GPU
+# line, at most 8 files; a spent budget must leave rows not run. Then the output checks must
+# reject broken output, the paste command must be short, and the baselines must compile.
+self_test() {
+    local tmp status table
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-self-test.XXXXXX")
+    dir="$tmp/bundle"
+    mkdir -p "$dir/images"
+    arch=sm_90
+    for fixture in $(fixture_names); do : >"$dir/images/$fixture.$ext"; done
+    echo "arch sm_90" >"$dir/bundle-info"
+    write_fake_runner "$tmp/fake-runner"
+    out="$tmp/out"
+    export FAKE_WRONG="run hello " FAKE_HANG="run recovery --test-timeout 5 --skip b_faults" \
+        FAKE_HANG_FILE="$tmp/hanging"
+    GPURUN_CHECK_RUNNER="$tmp/fake-runner" GPURUN_CHECK_MAX_LIMIT=15 run_cases >"$tmp/printed" 2>/dev/null &
+    local runner=$! waited=0
+    while [[ ! -e "$FAKE_HANG_FILE" ]] && ((waited < 600)); do sleep 0.1; waited=$((waited + 1)); done
+    # The hanging row is running: the table holds the rows before it and no row after it.
+    cp "$out/table.txt" "$tmp/table-while-hanging" 2>/dev/null
+    wait "$runner"
     status=$?
-    echo "gpu-check self-test against a fake runner (the recovery row mismatches on purpose):"
+    table=$(cat "$tmp/printed")
+    echo "gpu-check self-test against a fake runner (hello mismatches and one recovery row hangs on purpose):"
     echo "$table"
-    self_test_checks "$dir" "$table" "$status"
+    self_test_checks "$tmp" "$table" "$status"
     status=$?
-    rm -rf "$dir"
+    if ((status == 0)); then
+        self_test_budget "$tmp" && self_test_output_checks "$tmp" && self_test_paste_command &&
+            self_test_baselines_compile "$tmp"
+        status=$?
+    fi
+    rm -rf "$tmp"
     ((status == 0)) && echo "self-test: ok" >&2
     return "$status"
 }
 
-# The self-test's verdicts on TABLE (and the exit STATUS of the run that printed it); DIR has
-# the fake runner. Says what is wrong and fails at the first problem.
+fail() { echo "self-test: $1" >&2; return 1; }
+
+# The verdicts on TABLE (and the exit STATUS of the run that printed it).
 self_test_checks() {
-    local dir="$1" table="$2" status="$3" rows name offset file
-    fail() { echo "self-test: $1" >&2; return 1; }
+    local tmp="$1" table="$2" status="$3" rows name offset files total args
     [[ $status != 0 ]] || { fail "a mismatching row did not fail the run"; return; }
-    grep -Eq '^hello +- +- +0 +0 .* ok$' <<<"$table" || { fail "hello row wrong"; return; }
-    grep -Eq '^args-env-exit +- +abort +nonzero +134 .* ok$' <<<"$table" ||
+    grep -Eq '^run +hello +- +- +0 +15s +7 .* MISMATCH$' <<<"$table" || { fail "mismatch not flagged"; return; }
+    grep -Eq '^run +recovery +- +--test-timeout 5 --skip b_faults +101 +15s +(124|137) .* TIMED OUT \(15 s limit\)$' <<<"$table" ||
+        { fail "the hanging row was not stopped at its limit"; return; }
+    grep -Eq '^run +recovery +- +--test-timeout 5 --skip d_hangs +101 .* fault +ok$' <<<"$table" ||
+        { fail "the fault row is wrong"; return; }
+    grep -Eq '^run +args-env-exit +- +abort +nonzero .* 134 .* ok$' <<<"$table" ||
         { fail "nonzero expectation not honoured"; return; }
-    grep -Eq '^recovery +- +--test-timeout 5 +101 +0 .* MISMATCH$' <<<"$table" ||
-        { fail "mismatch not flagged"; return; }
-    grep -Eq '^many-tests +- +- +0 +0 +[0-9]+ms +[0-9]+\.[0-9]{3} ms/test \(1000 tests\) +ok$' <<<"$table" ||
+    grep -Eq '^launch +host-app-kernels .* fill \(ptr, u64, u32\), saxpy +ok$' <<<"$table" ||
+        { fail "no host-launch row"; return; }
+    grep -Eq '^run +concurrency +- +--test-threads 8 .* ok$' <<<"$table" || { fail "no concurrent-slots row"; return; }
+    grep -Eq '^run +many-tests .* [0-9.]+ ms/test \(1000 tests, start-up taken off\) +ok$' <<<"$table" ||
         { fail "many-tests row has no per-test time"; return; }
-    [[ $(grep -Ec '^print-throughput .* start-up +ok$' <<<"$table") == 2 ]] ||
-        { fail "expected 2 print-throughput start-up rows"; return; }
-    grep -Eq '^print-throughput +- +--bytes 8388608 +0 +0 .* [0-9.]+ MB/s \([0-9.]+ without start-up\) +ok$' <<<"$table" ||
-        { fail "1-thread print-throughput row has no MB/s"; return; }
-    grep -Eq '^print-throughput +--threads 256 --blocks 4 +--bytes 33554432 +0 +0 .* [0-9.]+ MB/s.* ok$' <<<"$table" ||
-        { fail "1024-thread print-throughput row has no MB/s"; return; }
-    rows=$(($(awk -F'|' 'NF >= 4' <<<"$CASES" | wc -l) - 1))
-    [[ $(grep -c ' ok$' <<<"$table") == "$rows" ]] || { fail "expected $rows ok rows"; return; }
-    [[ "$target" != amdgcn ]] || grep -Eq '^launch-checks +- +dims_ --test-threads 1 +0 +0 .* ok$' <<<"$table" ||
-        { fail "no amdgcn launch-checks rows"; return; }
-    grep -Eq '^basic +- +- +101 +101 .* ok$' <<<"$table" || { fail "basic row wrong"; return; }
-    grep -Eq '^fault-mid-print +- +--test-timeout 60 +101 +101 .* ok$' <<<"$table" ||
-        { fail "fault-mid-print row wrong"; return; }
-    # The output checks reject a basic run with another failure or without the assert message,
-    # and a fault reported as a timeout.
-    file="$dir/basic.out"
-    "$dir/fake-runner" "$dir/images/basic.ptx" >"$file"
-    check_basic_output "$file" >/dev/null || { fail "good basic output rejected"; return; }
-    sed 's/^test grid_ids_are_in_range ... ok$/test grid_ids_are_in_range ... FAILED/' "$file" >"$file.extra"
-    ! check_basic_output "$file.extra" >/dev/null || { fail "a fifth failure accepted"; return; }
-    grep -v 'arithmetic is broken' "$file" >"$file.silent"
-    ! check_basic_output "$file.silent" >/dev/null || { fail "a lost assert message accepted"; return; }
-    file="$dir/fault.out"
-    "$dir/fake-runner" "$dir/images/fault-mid-print.ptx" --test-timeout 60 >"$file"
-    check_fault_output "$file" >/dev/null || { fail "good fault output rejected"; return; }
-    sed 's/device fault: .*/test timed out after 60s/' "$file" >"$file.timeout"
-    ! check_fault_output "$file.timeout" >/dev/null || { fail "a timeout accepted as a fault"; return; }
+    grep -Eq '^run +rpc-latency .* [0-9.]+ us/round trip \(start-up taken off\) +ok$' <<<"$table" ||
+        { fail "no RPC latency"; return; }
+    total=$(cases | wc -l)
+    [[ $(grep -c ' ok$' <<<"$table") == $((total - 2)) ]] || { fail "expected $((total - 2)) ok rows"; return; }
+    grep -q "^rows: $total of $total done, 2 not as expected$" <<<"$table" || { fail "no verdict line"; return; }
+    if [[ "$target" == amdgcn ]]; then
+        # No CUDA baselines; the HSA-only rows run.
+        [[ $(grep -Ec ' start-up +ok$' <<<"$table") == 3 ]] || { fail "expected 3 start-up rows"; return; }
+        ! grep -Eq '^(cupy|pingpong|printf|nvcc) ' <<<"$table" || { fail "a CUDA baseline ran for amdgcn"; return; }
+        for args in deep_panic "dims_ --test-threads 1" barrier_heavy; do
+            grep -Eq "^run +launch-checks +- +$args +0 .* ok$" <<<"$table" ||
+                { fail "no amdgcn launch-checks row for $args"; return; }
+        done
+    else
+        [[ $(grep -Ec ' start-up +ok$' <<<"$table") == 5 ]] || { fail "expected 5 start-up rows"; return; }
+        [[ $(grep -Ec ' MB/s \(start-up taken off\) +ok$' <<<"$table") == 4 ]] ||
+            { fail "expected 4 MB/s rows (ours and CUDA printf, 1 and 1024 threads)"; return; }
+        grep -Eq '^pingpong .* 1\.850 us/round trip +ok$' <<<"$table" || { fail "no ping-pong baseline"; return; }
+        grep -Eq '^cupy .* 0\.0125 ms/launch\+sync +ok$' <<<"$table" || { fail "no CuPy baseline"; return; }
+        ! grep -Eq '^run +launch-checks ' <<<"$table" || { fail "an amdgcn-only row ran for nvptx"; return; }
+        for name in "per-test overhead, many-tests" "print, 1 thread" "print, 1024 threads" "RPC round trip"; do
+            grep -Eq "^$name +[0-9.]+ [^|]+ +[0-9.]+ .* [0-9]+\.[0-9]{3}$" <<<"$table" ||
+                { fail "no ratio for $name"; return; }
+        done
+    fi
     # Every left-aligned column starts where its header does, however long a cell is.
-    rows=$(sed -n '/^fixture /,/^MB = /p' <<<"$table" | sed '$d')
-    for name in launch args expected got measured result; do
+    rows=$(sed -n '/^kind /,/^$/p' <<<"$table" | sed '$d')
+    for name in fixture launch args expected limit got time measured verdict; do
         offset=$(head -n1 <<<"$rows" | awk -v name="$name" '{ print index($0, " " name " ") + 1 }')
         ((offset > 1)) || offset=$(head -n1 <<<"$rows" | awk -v name="$name" '{ print index($0, " " name) + 1 }')
         awk -v at="$offset" 'substr($0, at - 1, 1) != " " || substr($0, at, 1) == " " { exit 1 }' \
             <<<"$rows" || { fail "column $name does not line up"; return; }
     done
-    # The output check accepts good print output and rejects broken output.
-    file="$dir/print.out"
-    "$dir/fake-runner" --threads 2 --blocks 2 "$dir/images/print-throughput.ptx" --bytes 640 >"$file"
+    # The output folder: the table as printed, the failing rows' logs, the GPU line.
+    files=$(find "$tmp/out" -type f | wc -l)
+    ((files >= 3 && files <= 8)) || { fail "$files files in the output folder"; return; }
+    ! find "$tmp/out" -type f | grep -q '[^A-Za-z0-9._/-]' || { fail "odd file names in the output folder"; return; }
+    diff -q <(sed '/^logs: /d' <<<"$table") "$tmp/out/table.txt" >/dev/null || { fail "table.txt differs"; return; }
+    if ! { grep -q '^=== run hello: MISMATCH ===$' "$tmp/out/failures.txt" &&
+        grep -q '^=== run recovery --test-timeout 5 --skip b_faults: TIMED OUT' "$tmp/out/failures.txt"; }; then
+        fail "failing rows' logs missing"
+        return
+    fi
+    [[ $(grep -c '^===' "$tmp/out/failures.txt") == 2 ]] || { fail "passing rows in failures.txt"; return; }
+    grep -q '^date ' "$tmp/out/gpu.txt" || { fail "no gpu.txt"; return; }
+    # Written while the hanging row ran: the rows before it, none after.
+    if ! { grep -q '^run  *recovery .*--skip d_hangs' "$tmp/table-while-hanging" &&
+        ! grep -q '^run  *many-tests' "$tmp/table-while-hanging"; }; then
+        fail "the table was not written as rows finished"
+        return
+    fi
+}
+
+# With a budget of 0 s no row runs, and each says so.
+self_test_budget() {
+    local tmp="$1" table
+    out="$tmp/out-budget"
+    table=$(budget=0 GPURUN_CHECK_RUNNER="$tmp/fake-runner" run_cases 2>/dev/null)
+    [[ $(grep -c 'NOT RUN (out of the 0 s budget)$' <<<"$table") == $(cases | wc -l) ]] ||
+        { fail "a spent budget still ran rows"; return; }
+}
+
+# The output checks accept good output and reject broken output.
+self_test_output_checks() {
+    local tmp="$1" file
+    file="$tmp/basic.out"
+    "$tmp/fake-runner" run "$dir/images/basic.ptx" >"$file"
+    check_basic_output "$file" >/dev/null || { fail "good basic output rejected"; return; }
+    sed 's/^test grid_ids_are_in_range ... ok$/test grid_ids_are_in_range ... FAILED/' "$file" >"$file.extra"
+    ! check_basic_output "$file.extra" >/dev/null || { fail "a fifth failure accepted"; return; }
+    grep -v 'arithmetic is broken' "$file" >"$file.silent"
+    ! check_basic_output "$file.silent" >/dev/null || { fail "a lost assert message accepted"; return; }
+    file="$tmp/fault.out"
+    "$tmp/fake-runner" run "$dir/images/fault-mid-print.ptx" --test-timeout 60 >"$file"
+    check_fault_output "$file" >/dev/null || { fail "good fault output rejected"; return; }
+    sed 's/device fault: .*/test timed out after 60s/' "$file" >"$file.timeout"
+    ! check_fault_output "$file.timeout" >/dev/null || { fail "a timeout accepted as a fault"; return; }
+    file="$tmp/recovery-fault.out"
+    "$tmp/fake-runner" run "$dir/images/recovery.ptx" --test-timeout 5 --skip d_hangs >"$file"
+    check_recovery_output "$file" fault >/dev/null || { fail "good fault row rejected"; return; }
+    sed 's/^test c_passes_between ... ok$/test c_passes_between ... FAILED/' "$file" >"$file.poisoned"
+    ! check_recovery_output "$file.poisoned" fault >/dev/null || { fail "a poisoned next test accepted"; return; }
+    file="$tmp/recovery-hang.out"
+    FAKE_HANG=none "$tmp/fake-runner" run "$dir/images/recovery.ptx" --test-timeout 5 --skip b_faults >"$file"
+    check_recovery_output "$file" timeout >/dev/null || { fail "good timeout row rejected"; return; }
+    grep -v 'timed out' "$file" >"$file.silent"
+    ! check_recovery_output "$file.silent" timeout >/dev/null || { fail "a lost timeout accepted"; return; }
+    file="$tmp/print.out"
+    "$tmp/fake-runner" run --threads 2 --blocks 2 "$dir/images/print-throughput.ptx" --bytes 640 >"$file"
     check_print_output "$file" 640 4 >/dev/null || { fail "good print output rejected"; return; }
     ! check_print_output "$file" 640 2 >/dev/null || { fail "wrong threads accepted"; return; }
     head -c 576 "$file" >"$file.short"
@@ -437,24 +816,67 @@ self_test_checks() {
     ! check_print_output "$file.garbled" 640 4 >/dev/null || { fail "garbled line accepted"; return; }
 }
 
+# The command to paste runs from the default bundle and fits the device tool's 2,000 characters.
+self_test_paste_command() {
+    local command
+    command=$(paste_command "$DEFAULT_BUNDLE")
+    [[ "$command" == "bash scripts/gpu-check.sh --bundle $DEFAULT_BUNDLE --out \"\$OUT\"" ]] ||
+        { fail "paste command: $command"; return; }
+    ((${#command} < 2000)) || { fail "paste command too long"; return; }
+    (cd "$root" && git check-ignore -q "$DEFAULT_BUNDLE") || { fail "$DEFAULT_BUNDLE is not ignored by git"; return; }
+}
+
+# The CUDA baselines compile (nvcc 13 from scripts/setup.sh, with a host C++ compiler): what the
+# GPU machine's nvcc rows will do.
+self_test_baselines_compile() {
+    local tmp="$1" nvcc program
+    nvcc=$(command -v nvcc || echo "$HOME/.local/share/gpurun/cuda-nvcc-13/nvidia/cu13/bin/nvcc")
+    if [[ ! -x "$nvcc" ]]; then
+        in_ci && { fail "CI=true but nvcc is missing (scripts/setup.sh installs it)"; return; }
+        echo "self-test: not checked: the baselines compile (no nvcc; scripts/setup.sh installs it)" >&2
+        return 0
+    fi
+    if ! command -v g++ >/dev/null; then
+        echo "self-test: not checked: the baselines compile (nvcc needs a host C++ compiler, g++)" >&2
+        return 0
+    fi
+    for program in printf_lines pingpong; do
+        "$nvcc" -O2 -arch=sm_90 -c -o "$tmp/$program.o" "$root/scripts/gpu-baselines/$program.cu" ||
+            { fail "scripts/gpu-baselines/$program.cu does not compile"; return; }
+    done
+    python3 -m py_compile "$root/scripts/gpu-baselines/cupy_launches.py" ||
+        { fail "cupy_launches.py does not compile"; return; }
+}
+
 if [[ -n "$self_test" ]]; then
     self_test
     exit $?
 fi
 if [[ -n "$make_bundle" ]]; then
+    mkdir -p "$make_bundle" || exit 2
+    make_bundle=$(cd "$make_bundle" && pwd)
     build_bundle "$make_bundle"
-    echo "gpu-check: bundle ready in $make_bundle (run: $make_bundle/gpu-check.sh --bundle $make_bundle)" >&2
+    report_bundle "$make_bundle"
     exit 0
 fi
 if [[ -z "$bundle" ]]; then
     bundle=$(mktemp -d "${TMPDIR:-/tmp}/gpu-check.XXXXXX")
     build_bundle "$bundle"
-elif [[ -e "$bundle/target" && "$(cat "$bundle/target")" != "$target" ]]; then
-    echo "gpu-check: $bundle was made for $(cat "$bundle/target"); pass --target $(cat "$bundle/target")" >&2
+elif [[ -e "$bundle/bundle-info" ]] && ! grep -qx "target $target" "$bundle/bundle-info"; then
+    echo "gpu-check: $bundle was not made for $target (see $bundle/bundle-info)" >&2
     exit 2
 fi
-if [[ -z "${GPURUN_CHECK_RUNNER:-}" && ! -x "$bundle/cargo-gpurun" ]]; then
-    echo "gpu-check: $bundle/cargo-gpurun is missing (make one with --make-bundle)" >&2
+dir=$(cd "$bundle" && pwd)
+if [[ -z "${GPURUN_CHECK_RUNNER:-}" && ! -x "$dir/cargo-gpurun" ]]; then
+    echo "gpu-check: $dir/cargo-gpurun is missing (make one with --make-bundle)" >&2
     exit 2
 fi
-if run_cases "$bundle"; then exit 0; else exit 1; fi
+[[ -n "$arch" ]] || arch=$(awk '$1 == "arch" { print $2 }' "$dir/bundle-info" 2>/dev/null)
+[[ -n "$arch" ]] || arch=$(detect_arch)
+[[ -n "$out" ]] || out="${OUT:-$dir/out}"
+# A copied bundle may give a cubin an older time than its PTX, and the loader would take that
+# cubin for stale and JIT the PTX in every slot: the cubins are as new as the images here.
+for cubin in "$dir"/images/*.cubin; do
+    [[ ! -e "$cubin" ]] || touch "$cubin"
+done
+if run_cases; then exit 0; else exit 1; fi

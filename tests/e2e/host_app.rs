@@ -330,3 +330,27 @@ fn nextest_runs_each_trial_in_its_own_process() {
         describe(&output)
     );
 }
+
+/// The GPU check's host-launch row (`crates/gpurun-test/examples/launch_check.rs`), here on the
+/// host emulation: `fill` with its `(ptr, u64, u32)` parameters and `saxpy` match the CPU.
+#[test]
+fn launch_check_example_passes_on_the_host_emulation() {
+    let example = escargot::CargoBuild::new()
+        .package("gpurun-test")
+        .example("launch_check")
+        .manifest_path(repo_root().join("Cargo.toml"))
+        .current_target()
+        .run()
+        .unwrap_or_else(|e| panic!("building launch_check failed: {e}"));
+    let output = example
+        .command()
+        .arg(gpurun_tests::host_image("host-app-kernels"))
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(
+        text(&output.stdout).contains("fill (ptr, u64, u32) and saxpy match the CPU"),
+        "{}",
+        describe(&output)
+    );
+}

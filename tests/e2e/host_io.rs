@@ -71,6 +71,19 @@ fn device_reads_and_writes_files_it_names() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A device that ends the program with a file still open loses nothing: the worker leaves with
+/// `_exit` (so no exit-time handler runs under other slots), having flushed the C streams before
+/// its last report, which the parent may answer by killing it.
+#[test]
+fn exit_with_a_file_open_keeps_what_was_written() {
+    let dir = scratch("exit-open");
+    let path = dir.join("out.txt");
+    let output = run_host_io(&[], &["write-then-exit", path.to_str().unwrap(), "kept"]);
+    assert_eq!(output.status.code(), Some(7), "{}", describe(&output));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "kept");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[test]
 fn system_needs_allow_system() {
     let dir = scratch("system");

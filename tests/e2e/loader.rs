@@ -236,3 +236,25 @@ fn a_gpu_image_without_that_gpu_names_the_fix() {
     let output = run_path(&path);
     assert_clear_error(&output, "--target host");
 }
+
+/// fixtures/rpc-latency, the GPU check's RPC latency row: N empty prints from thread 0 print
+/// nothing and exit 0; wrong arguments get a message and status 2.
+#[test]
+fn rpc_latency_makes_silent_round_trips() {
+    let output = run_fixture(
+        &["--threads", "4"],
+        "rpc-latency",
+        &["--round-trips", "200"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    assert!(output.stdout.is_empty(), "{}", describe(&output));
+    let output = run("rpc-latency", &["--round-trips", "many"]);
+    assert_eq!(output.status.code(), Some(2), "{}", describe(&output));
+    assert_contains(
+        &text(&output.stderr),
+        "rpc-latency: --round-trips takes a number",
+        &output,
+    );
+}

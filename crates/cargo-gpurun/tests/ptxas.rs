@@ -204,3 +204,80 @@ fn a_1024_thread_test_kernel_fits_1024_threads() {
     }
     assert!(checked >= 2);
 }
+
+/// The RPC opcode number in an instruction operand, if it is one: LLVM libc's opcodes are
+/// `'c' << 24 | n`, ours `'g' << 24 | n` (`gpurun_rpc::opcode`), n below 256.
+fn rpc_opcode(operand: &str) -> Option<u32> {
+    let value: u32 = operand.trim_end_matches([';', ',']).parse().ok()?;
+    let class = value >> 24;
+    ((class == u32::from(b'c') || class == u32::from(b'g')) && value & 0x00ff_ff00 == 0)
+        .then_some(value)
+}
+
+/// The instructions of `ptx` that hold an RPC opcode number anywhere but as the constant of
+/// the store that writes a port header's opcode (`st.b32 [%rdN+8], OPCODE;`).
+fn opcodes_outside_header_stores(ptx: &str) -> (Vec<String>, usize) {
+    let (mut loose, mut stored) = (Vec::new(), 0);
+    for line in ptx.lines().map(str::trim) {
+        if line.starts_with("//") || line.starts_with('.') {
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some(at) = words.iter().position(|word| rpc_opcode(word).is_some()) else {
+            continue;
+        };
+        let header_store = words.len() == 3
+            && at == 2
+            && ["st.b32", "st.u32", "st.global.b32", "st.global.u32"].contains(&words[0])
+            && words[1].ends_with("+8],");
+        if header_store {
+            stored += 1;
+        } else {
+            loose.push(line.to_owned());
+        }
+    }
+    (loose, stored)
+}
+
+/// Issue 22, item 4: the device runtime opens every port with a constant opcode, as LLVM's client
+/// (`open<opcode>()`). Lanes of one warp that diverged into a `println` and an `eprintln` then
+/// run different code and can never be regrouped into one port whose header names only one
+/// stream. In the PTX: every opcode number is the immediate of a header store, never a value
+/// in a register (a `selp` between stdout and stderr, a parameter) that one store writes.
+#[test]
+fn every_fixture_opens_ports_with_constant_opcodes() {
+    if nightly().is_none() {
+        return;
+    }
+    let mut stored_total = 0;
+    for ptx in fixture_ptx() {
+        let text = std::fs::read_to_string(&ptx).unwrap();
+        let (loose, stored) = opcodes_outside_header_stores(&text);
+        assert!(
+            loose.is_empty(),
+            "{}: opcodes used as values:\n{}",
+            ptx.display(),
+            loose.join("\n")
+        );
+        stored_total += stored;
+    }
+    assert!(
+        stored_total > 0,
+        "no header stores found: the check saw nothing"
+    );
+}
+
+#[test]
+fn opcode_values_are_recognised() {
+    // print-throughput as the runtime compiled it before the fix: one store of a register
+    // that picked stdout or stderr.
+    let before = "\tselp.b32 \t%r1, 1660944387, 1660944386, %p1;\n\tst.b32 \t[%rd3+8], %r1;\n";
+    let (loose, stored) = opcodes_outside_header_stores(before);
+    assert_eq!((loose.len(), stored), (1, 0));
+    let after = "\tst.b32 \t[%rd35+8], 1660944387;\n\tst.b32 \t[%rd221+8], 1660944386;\n\
+                 \tmov.b32 \t%r2, 7;\n\tst.b32 \t[%rd1+8], 1728053249;\n";
+    assert_eq!(opcodes_outside_header_stores(after), (vec![], 3));
+    assert_eq!(rpc_opcode("1660944386;"), Some(0x6300_0002));
+    assert_eq!(rpc_opcode("1660944640"), None, "n is below 256");
+    assert_eq!(rpc_opcode("%r1"), None);
+}

@@ -8,6 +8,16 @@
 //! A launch records its shape and parameter bytes; its stream then answers `cuStreamQuery` with
 //! `CUDA_ERROR_NOT_READY` for a while (the kernel "runs"), then success or the chosen fault.
 //!
+//! Rules of the real driver that the fake enforces, so a backend that breaks them fails here:
+//! - A launch's parameter buffer (`CU_LAUNCH_PARAM_BUFFER_SIZE`) must end at the kernel's last
+//!   parameter, as declared in the PTX: a size with the struct's tail padding fails with
+//!   `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES` ("too many resources requested for launch"), a short
+//!   one with `CUDA_ERROR_INVALID_VALUE`.
+//! - A copy to the device is ordered only on its own stream: a `cuMemcpyHtoD` (the legacy
+//!   stream) or a `cuMemcpyHtoDAsync` on another stream that no `cuStreamSynchronize` of that
+//!   stream has completed may still be in flight when a kernel on a non-blocking stream starts.
+//!   Such a launch is refused with `CUDA_ERROR_ILLEGAL_STATE`, naming the copy in the log.
+//!
 //! Set by the test (all optional):
 //! - [`FAIL_ENV`]: `cuCtxSetLimit=CUDA_ERROR_INVALID_VALUE,...`: those functions fail with that
 //!   status, doing nothing else (a failed `cuModuleLoadDataEx` writes a line to the JIT error
@@ -24,7 +34,7 @@
 use crate::record::{hex, record};
 use cudarc::driver::sys::{
     CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUfunction, CUfunction_attribute,
-    CUjit_option, CUlimit, CUmodule, CUresult, CUstream,
+    CUjit_option, CUlimit, CUmodule, CUresult, CUstream, CUstream_flags,
 };
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
@@ -108,12 +118,23 @@ struct Block {
 
 struct Module {
     globals: HashMap<String, (u64, usize)>,
-    /// Kernel names (`.entry`); `None` for a cubin (every name is found).
-    entries: Option<Vec<String>>,
+    /// Kernels (`.entry`) and their parameter bytes; `None` for a cubin (every name is found,
+    /// any parameter size is taken).
+    entries: Option<HashMap<String, usize>>,
+}
+
+/// A copy to the device that may still be in flight.
+struct PendingCopy {
+    /// The stream it is ordered on; 0 for the legacy stream.
+    stream: usize,
+    /// Where it went, as the log names it.
+    place: String,
 }
 
 #[derive(Default)]
 struct Stream {
+    /// Created with `CU_STREAM_NON_BLOCKING`: not ordered after the legacy stream.
+    non_blocking: bool,
     /// `cuStreamQuery` calls left before the running kernel ends.
     running: u64,
     /// How the last kernel ended, once it has: a sticky fault.
@@ -125,8 +146,10 @@ struct State {
     next_handle: usize,
     blocks: BTreeMap<u64, Block>,
     modules: HashMap<usize, Module>,
-    functions: HashMap<usize, String>,
+    /// Each function handle's kernel name and, from PTX, its parameter bytes.
+    functions: HashMap<usize, (String, Option<usize>)>,
     streams: HashMap<usize, Stream>,
+    pending_copies: Vec<PendingCopy>,
     error_names: HashMap<CUresult, &'static CStr>,
 }
 
@@ -221,15 +244,23 @@ fn pointer_of<T>(handle: usize) -> *mut T {
     handle as *mut T
 }
 
-/// The `.global` variables (name, bytes) and `.entry` kernels of PTX text.
-pub fn ptx_symbols(ptx: &str) -> (Vec<(String, usize)>, Vec<String>) {
+/// Names with a byte count: a global's size, a kernel's parameter bytes.
+pub type NamedSizes = Vec<(String, usize)>;
+
+/// The `.global` variables (name, bytes) and `.entry` kernels (name, parameter bytes) of PTX
+/// text.
+pub fn ptx_symbols(ptx: &str) -> (NamedSizes, NamedSizes) {
     let (mut globals, mut entries) = (Vec::new(), Vec::new());
-    for line in ptx.lines() {
-        let line = line.split("//").next().unwrap_or_default().trim();
+    let lines: Vec<&str> = ptx
+        .lines()
+        .map(|line| line.split("//").next().unwrap_or_default().trim())
+        .collect();
+    for (at_line, line) in lines.iter().enumerate() {
         let words: Vec<&str> = line.split_whitespace().collect();
         if let Some(at) = words.iter().position(|word| *word == ".entry") {
             if let Some(name) = words.get(at + 1) {
-                entries.push(name.split('(').next().unwrap_or(name).to_owned());
+                let name = name.split('(').next().unwrap_or(name).to_owned();
+                entries.push((name, entry_param_bytes(&lines[at_line..])));
             }
             continue;
         }
@@ -237,24 +268,86 @@ pub fn ptx_symbols(ptx: &str) -> (Vec<(String, usize)>, Vec<String>) {
             continue;
         }
         let declaration = line.split(['=', ';']).next().unwrap_or_default();
-        let words: Vec<&str> = declaration.split_whitespace().collect();
-        let element = words.iter().find_map(|word| match *word {
-            ".b8" | ".u8" | ".s8" => Some(1),
-            ".b16" | ".u16" | ".s16" | ".f16" => Some(2),
-            ".b32" | ".u32" | ".s32" | ".f32" => Some(4),
-            ".b64" | ".u64" | ".s64" | ".f64" => Some(8),
-            _ => None,
-        });
-        let (Some(element), Some(last)) = (element, words.last()) else {
-            continue;
-        };
-        let (name, count) = match last.split_once('[') {
-            Some((name, rest)) => (name, rest.trim_end_matches(']').parse().unwrap_or(1)),
-            None => (*last, 1usize),
-        };
-        globals.push((name.to_owned(), element * count));
+        if let Some((name, size)) = variable(declaration) {
+            globals.push((name, size));
+        }
     }
     (globals, entries)
+}
+
+/// Element size of a PTX type word (`.u32` -> 4).
+fn element_size(word: &str) -> Option<usize> {
+    match word {
+        ".b8" | ".u8" | ".s8" => Some(1),
+        ".b16" | ".u16" | ".s16" | ".f16" => Some(2),
+        ".b32" | ".u32" | ".s32" | ".f32" => Some(4),
+        ".b64" | ".u64" | ".s64" | ".f64" => Some(8),
+        _ => None,
+    }
+}
+
+/// `(name, bytes)` of a declaration like `.global .align 4 .b32 words[3]`.
+fn variable(declaration: &str) -> Option<(String, usize)> {
+    let words: Vec<&str> = declaration.split_whitespace().collect();
+    let element = words.iter().find_map(|word| element_size(word))?;
+    let last = words.last()?;
+    let (name, count) = match last.split_once('[') {
+        Some((name, rest)) => (name, rest.trim_end_matches(']').parse().unwrap_or(1)),
+        None => (*last, 1usize),
+    };
+    Some((name.to_owned(), element * count))
+}
+
+/// The parameter bytes of the `.entry` starting at `lines[0]`, as the driver counts them: the
+/// end of the last parameter, each at its alignment (`.align N`, else its element size), with no
+/// padding after it.
+fn entry_param_bytes(lines: &[&str]) -> usize {
+    let mut header = String::new();
+    for line in lines {
+        header.push_str(line);
+        header.push(' ');
+        if line.contains(')') || line.contains('{') {
+            break;
+        }
+    }
+    let Some(list) = header
+        .split_once('(')
+        .and_then(|(_, rest)| rest.split(')').next())
+    else {
+        return 0;
+    };
+    let mut end = 0usize;
+    for param in list.split(',').filter(|param| param.contains(".param")) {
+        let words: Vec<&str> = param.split_whitespace().collect();
+        let Some((_, size)) = variable(param) else {
+            continue;
+        };
+        let type_at = words
+            .iter()
+            .position(|word| element_size(word).is_some())
+            .unwrap_or(0);
+        let element = element_size(words[type_at]).unwrap_or(1);
+        // Only an `.align` before the type aligns the parameter (after `.ptr` it is the
+        // pointee's).
+        let align = words[..type_at]
+            .iter()
+            .position(|word| *word == ".align")
+            .and_then(|at| words.get(at + 1)?.parse().ok())
+            .unwrap_or(element);
+        end = end.next_multiple_of(align.max(1)) + size;
+    }
+    end
+}
+
+/// How the driver answers a parameter buffer of `given` bytes for a kernel that takes
+/// `expected`: exactly that many, or the error the real driver gives.
+pub fn parameter_size_status(expected: usize, given: usize) -> CUresult {
+    match given.cmp(&expected) {
+        std::cmp::Ordering::Equal => CUresult::CUDA_SUCCESS,
+        // What a struct's tail padding gets from the real driver.
+        std::cmp::Ordering::Greater => CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+        std::cmp::Ordering::Less => CUresult::CUDA_ERROR_INVALID_VALUE,
+    }
 }
 
 #[no_mangle]
@@ -423,7 +516,14 @@ pub unsafe extern "C" fn cuStreamCreate(stream: *mut CUstream, flags: c_uint) ->
     call("cuStreamCreate", format!("flags={flags}"), || {
         let mut state = state();
         let handle = state.handle();
-        state.streams.insert(handle, Stream::default());
+        let non_blocking = flags & CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint != 0;
+        state.streams.insert(
+            handle,
+            Stream {
+                non_blocking,
+                ..Stream::default()
+            },
+        );
         // SAFETY: an out-pointer per the API.
         unsafe { put(stream, pointer_of(handle)) }
     })
@@ -467,7 +567,9 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
             return CUresult::CUDA_ERROR_INVALID_HANDLE;
         };
         stream.running = 0;
-        stream.fault.unwrap_or(CUresult::CUDA_SUCCESS)
+        let status = stream.fault.unwrap_or(CUresult::CUDA_SUCCESS);
+        state.pending_copies.retain(|copy| copy.stream != handle);
+        status
     })
 }
 
@@ -531,7 +633,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
                 };
                 loaded.globals.insert(name, (address, size));
             }
-            loaded.entries = Some(entries);
+            loaded.entries = Some(entries.into_iter().collect());
         }
         state.modules.insert(handle, loaded);
         // SAFETY: an out-pointer per the API.
@@ -631,15 +733,15 @@ pub unsafe extern "C" fn cuModuleGetFunction(
         let Some(module) = state.modules.get(&handle) else {
             return CUresult::CUDA_ERROR_INVALID_HANDLE;
         };
-        if module
-            .entries
-            .as_ref()
-            .is_some_and(|entries| !entries.contains(&name))
-        {
-            return CUresult::CUDA_ERROR_NOT_FOUND;
-        }
+        let params = match &module.entries {
+            Some(entries) => match entries.get(&name) {
+                Some(&bytes) => Some(bytes),
+                None => return CUresult::CUDA_ERROR_NOT_FOUND,
+            },
+            None => None,
+        };
         let handle = state.handle();
-        state.functions.insert(handle, name.clone());
+        state.functions.insert(handle, (name.clone(), params));
         // SAFETY: an out-pointer per the API.
         unsafe { put(function, pointer_of(handle)) }
     })
@@ -653,7 +755,11 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
 ) -> CUresult {
     use CUfunction_attribute as A;
     let handle = handle_of(function);
-    let name = state().functions.get(&handle).cloned().unwrap_or_default();
+    let name = state()
+        .functions
+        .get(&handle)
+        .map(|(name, _)| name.clone())
+        .unwrap_or_default();
     call(
         "cuFuncGetAttribute",
         format!("{which:?} function={name}"),
@@ -720,13 +826,30 @@ pub unsafe extern "C" fn cuLaunchKernel(
     extra: *mut *mut c_void,
 ) -> CUresult {
     let (function, stream) = (handle_of(function), handle_of(stream));
-    let name = state()
+    let (name, expected_params) = state()
         .functions
         .get(&function)
         .cloned()
         .unwrap_or_default();
     // SAFETY: `extra` per the API.
     let params = unsafe { parameter_bytes(extra) };
+    let given = params.as_ref().map_or(0, Vec::len);
+    let state_now = state();
+    // A blocking stream is ordered after the legacy stream; a non-blocking one is not.
+    let after_legacy = state_now
+        .streams
+        .get(&stream)
+        .is_some_and(|launched_on| !launched_on.non_blocking);
+    let unordered: Vec<String> = state_now
+        .pending_copies
+        .iter()
+        .filter(|copy| copy.stream != stream && !(copy.stream == 0 && after_legacy))
+        .map(|copy| match copy.stream {
+            0 => format!("{} on the legacy stream", copy.place),
+            other => format!("{} on stream {other:#x}", copy.place),
+        })
+        .collect();
+    drop(state_now);
     let details = format!(
         "function={name} grid={grid_x}x{grid_y}x{grid_z} block={block_x}x{block_y}x{block_z} \
          shared={shared_bytes} stream={stream:#x} params={}{}",
@@ -737,10 +860,24 @@ pub unsafe extern "C" fn cuLaunchKernel(
             " kernel_params=set"
         }
     );
+    let details = if unordered.is_empty() {
+        details
+    } else {
+        format!("{details} unordered_copies=[{}]", unordered.join(","))
+    };
     call("cuLaunchKernel", details, || {
         let mut state = state();
         if name.is_empty() {
             return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        }
+        if let Some(expected) = expected_params {
+            let status = parameter_size_status(expected, given);
+            if status != CUresult::CUDA_SUCCESS {
+                return status;
+            }
+        }
+        if !unordered.is_empty() {
+            return CUresult::CUDA_ERROR_ILLEGAL_STATE;
         }
         let Some(stream) = state.streams.get_mut(&stream) else {
             return CUresult::CUDA_ERROR_INVALID_HANDLE;
@@ -865,26 +1002,110 @@ pub unsafe extern "C" fn cuMemFreeAsync(address: CUdeviceptr, stream: CUstream) 
     )
 }
 
+/// A host-to-device copy on `stream` (0: the legacy stream), in flight until that stream is
+/// synchronized.
+///
+/// # Safety
+/// `host` must hold `bytes` bytes, per the API.
+unsafe fn copy_to_device(
+    function: &str,
+    device: CUdeviceptr,
+    host: *const c_void,
+    bytes: usize,
+    stream: usize,
+) -> CUresult {
+    let place = state().locate(device, bytes);
+    let on = if stream == 0 {
+        String::new()
+    } else {
+        format!(" stream={stream:#x}")
+    };
+    call(
+        function,
+        format!(
+            "to={} bytes={bytes}{on}",
+            place.as_deref().unwrap_or("invalid")
+        ),
+        || {
+            let Some(place) = &place else {
+                return CUresult::CUDA_ERROR_INVALID_VALUE;
+            };
+            if host.is_null() {
+                return CUresult::CUDA_ERROR_INVALID_VALUE;
+            }
+            // SAFETY: the destination lies in one of our blocks (checked); the source holds
+            // `bytes` bytes per the caller.
+            unsafe { std::ptr::copy(host.cast::<u8>(), device as *mut u8, bytes) };
+            state().pending_copies.push(PendingCopy {
+                stream,
+                place: place.clone(),
+            });
+            CUresult::CUDA_SUCCESS
+        },
+    )
+}
+
+/// A device-to-host copy (`stream` only names it in the log: every launch has ended or been
+/// synchronized in the fake when the backend reads).
+///
+/// # Safety
+/// `host` must have room for `bytes` bytes, per the API.
+unsafe fn copy_from_device(
+    function: &str,
+    host: *mut c_void,
+    device: CUdeviceptr,
+    bytes: usize,
+    stream: usize,
+) -> CUresult {
+    let place = state().locate(device, bytes);
+    let on = if stream == 0 {
+        String::new()
+    } else {
+        format!(" stream={stream:#x}")
+    };
+    call(
+        function,
+        format!(
+            "from={} bytes={bytes}{on}",
+            place.as_deref().unwrap_or("invalid")
+        ),
+        || {
+            if place.is_none() || host.is_null() {
+                return CUresult::CUDA_ERROR_INVALID_VALUE;
+            }
+            // SAFETY: the source lies in one of our blocks (checked); the destination holds
+            // `bytes` bytes per the caller.
+            unsafe { std::ptr::copy(device as *const u8, host.cast::<u8>(), bytes) };
+            CUresult::CUDA_SUCCESS
+        },
+    )
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2(
     device: CUdeviceptr,
     host: *const c_void,
     bytes: usize,
 ) -> CUresult {
-    let place = state().locate(device, bytes);
-    call(
-        "cuMemcpyHtoD",
-        format!("to={} bytes={bytes}", place.as_deref().unwrap_or("invalid")),
-        || {
-            if place.is_none() || host.is_null() {
-                return CUresult::CUDA_ERROR_INVALID_VALUE;
-            }
-            // SAFETY: the destination lies in one of our blocks (checked); the source holds
-            // `bytes` bytes per the API.
-            unsafe { std::ptr::copy(host.cast::<u8>(), device as *mut u8, bytes) };
-            CUresult::CUDA_SUCCESS
-        },
-    )
+    // SAFETY: the source per the API.
+    unsafe { copy_to_device("cuMemcpyHtoD", device, host, bytes, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
+    device: CUdeviceptr,
+    host: *const c_void,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    let stream = handle_of(stream);
+    if !state().streams.contains_key(&stream) {
+        return call("cuMemcpyHtoDAsync", format!("stream={stream:#x}"), || {
+            CUresult::CUDA_ERROR_INVALID_HANDLE
+        });
+    }
+    // SAFETY: the source per the API.
+    unsafe { copy_to_device("cuMemcpyHtoDAsync", device, host, bytes, stream) }
 }
 
 #[no_mangle]
@@ -893,23 +1114,25 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(
     device: CUdeviceptr,
     bytes: usize,
 ) -> CUresult {
-    let place = state().locate(device, bytes);
-    call(
-        "cuMemcpyDtoH",
-        format!(
-            "from={} bytes={bytes}",
-            place.as_deref().unwrap_or("invalid")
-        ),
-        || {
-            if place.is_none() || host.is_null() {
-                return CUresult::CUDA_ERROR_INVALID_VALUE;
-            }
-            // SAFETY: the source lies in one of our blocks (checked); the destination holds
-            // `bytes` bytes per the API.
-            unsafe { std::ptr::copy(device as *const u8, host.cast::<u8>(), bytes) };
-            CUresult::CUDA_SUCCESS
-        },
-    )
+    // SAFETY: the destination per the API.
+    unsafe { copy_from_device("cuMemcpyDtoH", host, device, bytes, 0) }
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
+    host: *mut c_void,
+    device: CUdeviceptr,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    let stream = handle_of(stream);
+    if !state().streams.contains_key(&stream) {
+        return call("cuMemcpyDtoHAsync", format!("stream={stream:#x}"), || {
+            CUresult::CUDA_ERROR_INVALID_HANDLE
+        });
+    }
+    // SAFETY: the destination per the API.
+    unsafe { copy_from_device("cuMemcpyDtoHAsync", host, device, bytes, stream) }
 }
 
 #[cfg(test)]
@@ -937,7 +1160,57 @@ mod tests {
                 ("hidden_words".to_owned(), 12),
             ]
         );
-        assert_eq!(entries, ["gpurun_store", "_start"]);
+        let names: Vec<&str> = entries.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["gpurun_store", "_start"]);
+    }
+
+    #[test]
+    fn entry_parameters_end_at_the_last_one() {
+        let ptx = "\
+.visible .entry fill(
+    .param .u64 fill_param_0,
+    .param .u64 fill_param_1,
+    .param .u32 fill_param_2
+)
+{
+.visible .entry _end(.param .b32 _end_param_0)
+{
+.visible .entry _start()
+{
+.visible .entry mixed(.param .u32 a, .param .u64 b, .param .u16 c)
+.visible .entry pointers(.param .u32 a, .param .u64 .ptr .align 1 b)
+.visible .entry aggregate(
+    .param .u16 a,
+    .param .align 8 .b8 b[12]
+)
+";
+        let (_, entries) = ptx_symbols(ptx);
+        assert_eq!(
+            entries,
+            [
+                ("fill".to_owned(), 20),
+                ("_end".to_owned(), 4),
+                ("_start".to_owned(), 0),
+                ("mixed".to_owned(), 18),
+                ("pointers".to_owned(), 16),
+                ("aggregate".to_owned(), 20),
+            ]
+        );
+    }
+
+    #[test]
+    fn padded_parameter_buffers_are_refused_like_the_driver_does() {
+        // (int *, short): 10 bytes; sizeof the struct (16) is "too many resources".
+        assert_eq!(parameter_size_status(10, 10), CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            parameter_size_status(10, 16),
+            CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+        );
+        assert_eq!(
+            parameter_size_status(10, 8),
+            CUresult::CUDA_ERROR_INVALID_VALUE
+        );
+        assert_eq!(parameter_size_status(0, 0), CUresult::CUDA_SUCCESS);
     }
 
     #[test]

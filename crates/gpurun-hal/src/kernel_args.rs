@@ -93,6 +93,19 @@ pub fn begin_args(argc: i32, argv: u64, envp: u64) -> Vec<KernelArg> {
     ]
 }
 
+/// Arguments of `_end`: the exit status when the image's `_end` takes one (`param_bytes`, its
+/// parameter bytes as the image records them, at least an `int`), as LLVM's loaders passed it
+/// to `_end(int)` until LLVM libc's start code became `_end()` (2025); none otherwise. A
+/// parameter the kernel does not declare must not be passed: CUDA refuses the launch, and on
+/// AMD it would move the implicit arguments.
+pub fn end_args(status: i32, param_bytes: Option<u64>) -> Vec<KernelArg> {
+    if param_bytes.is_some_and(|bytes| bytes >= 4) {
+        vec![KernelArg::I32(status)]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Arguments of `_start(int argc, char **argv, char **envp, int *ret)`.
 pub fn start_args(argc: i32, argv: u64, envp: u64, ret: u64) -> Vec<KernelArg> {
     let mut args = begin_args(argc, argv, envp);
@@ -136,6 +149,13 @@ mod tests {
     #[test]
     fn interior_nul_cuts_the_string() {
         assert_eq!(&pack_strings(&[b"a\0b"], 0)[16..], b"a\0");
+    }
+
+    #[test]
+    fn end_gets_the_status_only_where_it_takes_one() {
+        assert_eq!(end_args(7, Some(4)), [KernelArg::I32(7)]);
+        assert_eq!(end_args(7, Some(0)), []);
+        assert_eq!(end_args(7, None), []);
     }
 
     #[test]

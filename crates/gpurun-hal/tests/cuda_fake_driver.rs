@@ -32,7 +32,8 @@ const KERNEL_FAULT_ENV: &str = "GPURUN_FAKE_CUDA_KERNEL_FAULT";
 const MEMORY_POOLS_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_POOLS";
 const MAX_THREADS_ENV: &str = "GPURUN_FAKE_CUDA_MAX_THREADS";
 
-/// A kernel with a pointer and a 32-bit argument, and a global.
+/// A kernel with a pointer and a 32-bit argument, one with `(ptr, u64, u32)` (the signature of
+/// `fixtures/host-app`'s `fill`), and a global.
 const TEST_PTX: &str = "\
 .version 7.0
 .target sm_70
@@ -50,6 +51,15 @@ const TEST_PTX: &str = "\
     ld.param.u64 %rd1, [gpurun_store_param_0];
     ld.param.u32 %r1, [gpurun_store_param_1];
     st.u32 [%rd1], %r1;
+    ret;
+}
+
+.visible .entry gpurun_fill(
+    .param .u64 gpurun_fill_param_0,
+    .param .u64 gpurun_fill_param_1,
+    .param .u32 gpurun_fill_param_2
+)
+{
     ret;
 }
 ";
@@ -225,6 +235,16 @@ fn fake_driver_child() {
             assert!(again.is_err(), "{again:?}");
             drop(module);
         }
+        "fill" => {
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let out = module.alloc_device(64).unwrap();
+            let args = [KernelArg::U64(out), KernelArg::U64(16), KernelArg::U32(7)];
+            let end = module
+                .launch("gpurun_fill", SHAPE, &args, LIMIT, &mut sink)
+                .unwrap();
+            assert_eq!(end, LaunchEnd::Completed);
+            assert_eq!(module.read_device(out, 4).unwrap(), [0; 4]);
+        }
         other => panic!("unknown scenario {other}"),
     }
     drop(device);
@@ -278,18 +298,41 @@ fn stack_is_set_once_before_modules_load() {
     assert_eq!(asked.len(), 1, "{calls:#?}");
     assert!(asked[0] < launches[0]);
 
-    // Shape and parameters: struct { u64 out; u32 value; } padded to 16 bytes.
+    // Shape and parameters: struct { u64 out; u32 value; } without its tail padding: 12 bytes
+    // (the fake driver, like the real one, refuses the padded 16).
     let launch = &calls[launches[0]];
     assert!(
         launch.details.contains("grid=2x1x1 block=64x1x1 shared=0"),
         "{launch:?}"
     );
-    let params = launch.details.split("params=").nth(1).unwrap_or_default();
-    assert_eq!(params.len(), 32, "16 bytes of parameters: {launch:?}");
-    assert!(params.ends_with("2a00000000000000"), "{launch:?}");
+    let params = launch.value("params").unwrap_or_default();
+    assert_eq!(params.len(), 24, "12 bytes of parameters: {launch:?}");
+    assert!(params.ends_with("2a000000"), "{launch:?}");
+
+    // Issue 22, item 2: copies to the device (the zeroed output word) go on the kernel's stream
+    // and are waited for, never on the legacy stream, which a non-blocking stream does not
+    // wait for (the fake driver refuses a launch such a copy could race).
+    let launch_stream = launch.value("stream").unwrap_or_default();
+    assert!(
+        positions(&calls, "cuMemcpyHtoD", "").is_empty(),
+        "{calls:#?}"
+    );
+    let copies = positions(&calls, "cuMemcpyHtoDAsync", "");
+    assert!(!copies.is_empty(), "{calls:#?}");
+    let synchronized = positions(&calls, "cuStreamSynchronize", launch_stream);
+    for &copy in &copies {
+        assert_eq!(
+            calls[copy].value("stream"),
+            Some(launch_stream),
+            "{calls:#?}"
+        );
+        assert!(
+            synchronized.iter().any(|&at| at > copy),
+            "copy {copy} is not waited for: {calls:#?}"
+        );
+    }
 
     // The kernel is not done until its stream says so; the second launch comes after that.
-    let launch_stream = launch.value("stream").unwrap_or_default();
     let queries: Vec<usize> = positions(&calls, "cuStreamQuery", launch_stream)
         .into_iter()
         .filter(|&at| launches[0] < at && at < launches[1])
@@ -328,6 +371,23 @@ fn stack_is_set_once_before_modules_load() {
             || (call.function == "cuModuleGetGlobal" && call.status == "CUDA_ERROR_NOT_FOUND")),
         "unexpected failures: {calls:#?}"
     );
+}
+
+/// Issue 22, item 1: a host-driven launch whose last parameter is narrower than the widest
+/// (`fill(out: *mut u32, n: u64, value: u32)`) passes 20 bytes, not the padded 24 the fake
+/// driver (like the real one) refuses; reading the result back happens on the kernel's stream.
+#[test]
+fn narrow_last_parameter_is_passed_without_tail_padding() {
+    let calls = run("fill", &[]);
+    let launch = first(&calls, "cuLaunchKernel", "function=gpurun_fill");
+    assert_eq!(calls[launch].status, "CUDA_SUCCESS", "{calls:#?}");
+    let params = calls[launch].value("params").unwrap_or_default();
+    assert_eq!(params.len(), 40, "20 bytes: {:?}", calls[launch]);
+    assert!(params.ends_with("100000000000000007000000"), "{params}");
+    let read = first(&calls, "cuMemcpyDtoHAsync", "");
+    assert!(read > launch);
+    assert_eq!(calls[read].value("stream"), calls[launch].value("stream"));
+    assert!(positions(&calls, "cuMemcpyDtoH", "").is_empty());
 }
 
 /// `--stack-size` (the load option) overrides the default.
@@ -416,17 +476,35 @@ fn gpurun_binary() -> &'static Path {
     })
 }
 
-/// `cargo gpurun run --backend cuda OPTIONS` of a PTX image with an empty `_start`, through the
-/// real worker process, against the fake driver; the worker's driver calls.
-fn run_through_worker(name: &str, options: &[&str], env: &[(&str, &str)]) -> Vec<Call> {
+/// An image with LLVM libc's `_start(int, char **, char **, int *)` and nothing else.
+const START_ONLY: &str = "\
+.version 7.0
+.target sm_70
+.address_size 64
+
+.visible .entry _start(
+    .param .u32 _start_param_0,
+    .param .u64 .ptr .align 1 _start_param_1,
+    .param .u64 .ptr .align 1 _start_param_2,
+    .param .u64 .ptr .align 1 _start_param_3
+)
+{
+    ret;
+}
+";
+
+/// [`START_ONLY`] plus an `_end` with the given parameter list.
+fn with_end(params: &str) -> String {
+    format!("{START_ONLY}\n.visible .entry _end({params})\n{{\n    ret;\n}}\n")
+}
+
+/// `cargo gpurun run --backend cuda OPTIONS` of the PTX image `ptx` through the real worker
+/// process, against the fake driver, which must succeed; the driver calls.
+fn run_through_worker(name: &str, ptx: &str, options: &[&str], env: &[(&str, &str)]) -> Vec<Call> {
     let dir = fake_driver_dir().join(format!("{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let image = dir.join("start.ptx");
-    std::fs::write(
-        &image,
-        ".version 7.0\n.target sm_70\n.address_size 64\n\n.visible .entry _start()\n{\n    ret;\n}\n",
-    )
-    .unwrap();
+    std::fs::write(&image, ptx).unwrap();
     let log = dir.join("calls.log");
     let mut command = Command::new(gpurun_binary());
     with_fake_driver(&mut command, &log)
@@ -446,6 +524,20 @@ fn run_through_worker(name: &str, options: &[&str], env: &[(&str, &str)]) -> Vec
     calls
 }
 
+/// Issue 22, item 5: `_end` gets the exit status where the image declares `_end(int)` (LLVM
+/// libc's start code until 2025, as its loaders passed it), and nothing where it is `_end()`
+/// (the fake driver, like the real one, refuses parameters a kernel does not take).
+#[test]
+fn end_gets_the_status_where_it_takes_one() {
+    for (params, expected) in [(".param .b32 _end_param_0", "00000000"), ("", "none")] {
+        let calls = run_through_worker("end", &with_end(params), &[], &[]);
+        let end = first(&calls, "cuLaunchKernel", "function=_end");
+        assert_eq!(calls[end].status, "CUDA_SUCCESS", "{calls:#?}");
+        assert_eq!(calls[end].value("params"), Some(expected), "_end({params})");
+        assert!(first(&calls, "cuLaunchKernel", "function=_start") < end);
+    }
+}
+
 /// Items 4 and 13 of issue 14 through the real worker: `cargo gpurun run` starts the driver
 /// with eager module loading (unless the user chose a mode) and sets the stack before the
 /// module loads, from `--stack-size` or the default.
@@ -461,13 +553,13 @@ fn worker_loads_eagerly_with_the_stack_set_first() {
         assert!(limits[0] < first(calls, "cuModuleLoadDataEx", ""));
         assert!(first(calls, "cuModuleLoadDataEx", "") < first(calls, "cuLaunchKernel", "_start"));
     };
-    let calls = run_through_worker("default", &[], &[]);
+    let calls = run_through_worker("default", START_ONLY, &[], &[]);
     assert_eq!(calls[0].details, "flags=0 CUDA_MODULE_LOADING=EAGER");
     stack_order(&calls, &DEFAULT_STACK_SIZE.to_string());
 
-    let calls = run_through_worker("stack", &["--stack-size", "8192"], &[]);
+    let calls = run_through_worker("stack", START_ONLY, &["--stack-size", "8192"], &[]);
     stack_order(&calls, "8192");
 
-    let calls = run_through_worker("lazy", &[], &[("CUDA_MODULE_LOADING", "LAZY")]);
+    let calls = run_through_worker("lazy", START_ONLY, &[], &[("CUDA_MODULE_LOADING", "LAZY")]);
     assert_eq!(calls[0].details, "flags=0 CUDA_MODULE_LOADING=LAZY");
 }

@@ -140,7 +140,7 @@ const STDOUT: u64 = 0x2000 | 2;
 const STDERR: u64 = 0x3000 | 3;
 
 fn open(client: &Client, code: u32) -> Port<'_, HostLane> {
-    client.open(&LANE, code).expect("client has ports")
+    client.open_on_host(&LANE, code).expect("client has ports")
 }
 
 fn reply(port: &mut Port<'_, HostLane>) -> u64 {
@@ -466,9 +466,47 @@ fn forged_handles_get_error_replies() {
             })
             .collect::<Vec<_>>()
     });
-    for result in out.result {
-        assert_eq!(result, (-1, 1, 1, -1, -1, -1, -1, 0, None));
+    for (result, file) in out
+        .result
+        .into_iter()
+        .zip([0x10u64, 0x7fff_0000_1230, !3u64, 0])
+    {
+        // `fflush(NULL)` flushes every stream (there are none here) and answers 0.
+        let flush = if file == 0 { 0 } else { -1 };
+        assert_eq!(result, (-1, 1, 1, -1, -1, flush, -1, 0, None), "{file:#x}");
     }
+}
+
+/// Issue 22: `fflush(NULL)` (the device sends stream 0) flushes every stream the device opened
+/// and answers 0, as LLVM's server does (it hands the null stream to the host's `fflush`).
+#[test]
+fn fflush_of_null_flushes_every_stream() {
+    let dir = scratch("flush-all");
+    let (first, second) = (dir.join("a.txt"), dir.join("b.txt"));
+    let out = run(|client| {
+        let a = fopen(client, &c_path(&first), b"w\0");
+        let b = fopen(client, &c_path(&second), b"w\0");
+        write(client, opcode::WRITE_TO_STREAM, a, b"to a");
+        write(client, opcode::WRITE_TO_STREAM, b, b"to b");
+        // Buffered by the host's stdio until flushed.
+        let before = (
+            std::fs::read(&first).unwrap().len(),
+            std::fs::read(&second).unwrap().len(),
+        );
+        let flush = signed(call(client, opcode::FFLUSH, &[0]));
+        let after = (
+            std::fs::read(&first).unwrap(),
+            std::fs::read(&second).unwrap(),
+        );
+        call(client, opcode::CLOSE_FILE, &[a]);
+        call(client, opcode::CLOSE_FILE, &[b]);
+        (before, flush, after)
+    });
+    let (before, flush, after) = out.result;
+    assert_eq!(before, (0, 0), "the writes were not buffered");
+    assert_eq!(flush, 0);
+    assert_eq!(after, (b"to a".to_vec(), b"to b".to_vec()));
+    std::fs::remove_dir_all(dir).unwrap();
 }
 
 #[test]

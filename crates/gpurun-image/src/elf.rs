@@ -193,7 +193,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
     let e_flags = elf.elf_header().e_flags(endian);
     let (kind, mut kernels, symbols) = match raw.machine {
         EM_AMDGPU => (ImageKind::Amdgpu, amdgpu_kernels(&elf, &symbols)?, symbols),
-        EM_CUDA => (ImageKind::Cubin, cubin_kernels(&symbols), symbols),
+        EM_CUDA => (ImageKind::Cubin, cubin_kernels(&elf, &symbols), symbols),
         _ => {
             // A host image is used through dlopen/dlsym, so only its exports count. This also
             // keeps ordinary executables (whose `.symtab` has a `_start`) out.
@@ -224,7 +224,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<ElfModule, ImageError> {
         let metadata = amdgpu_metadata(&elf).and_then(|note| Some((note, msgpack::decode(note)?)));
         if let Some((_, root)) = &metadata {
             set_max_flat_workgroup_sizes(&mut kernels, root);
-            set_hidden_arguments(&mut kernels, root);
+            set_arguments(&mut kernels, root);
         }
         let ident = &elf.elf_header().e_ident;
         let mut undefined_symbols: Vec<String> = elf
@@ -421,10 +421,12 @@ fn set_max_flat_workgroup_sizes(kernels: &mut [Kernel], root: &msgpack::Value<'_
     }
 }
 
-/// Each kernel's hidden arguments from its `.args` in the metadata's `amdhsa.kernels` list. A
-/// kernel whose `.args` has a malformed hidden entry (no offset or size) gets none recorded, so
-/// the loader treats it as having no metadata rather than placing arguments wrong.
-fn set_hidden_arguments(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
+/// Each kernel's arguments from its `.args` in the metadata's `amdhsa.kernels` list: the bytes
+/// of its explicit arguments (the end of the last entry that is not a `hidden_*` one; implicit
+/// arguments follow those) and its hidden arguments. A kernel whose `.args` has a malformed
+/// entry (no offset or size) gets neither recorded, so the loader treats it as having no
+/// metadata rather than sizing or placing arguments wrong.
+fn set_arguments(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
     let Some(msgpack::Value::Array(listed)) = root.get("amdhsa.kernels") else {
         return;
     };
@@ -439,36 +441,86 @@ fn set_hidden_arguments(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
             Some(msgpack::Value::Array(arguments)) => arguments.as_slice(),
             // No `.args`: a kernel without arguments of any kind.
             None => &[],
-            Some(_) => continue,
+            Some(_) => {
+                kernel.set_param_bytes(None);
+                continue;
+            }
         };
-        let hidden: Option<Vec<crate::HiddenArgument>> = arguments
-            .iter()
-            .filter_map(|argument| {
-                let kind = argument.get(".value_kind")?.as_str()?;
-                let kind = crate::HiddenArgumentKind::from_value_kind(kind)?;
-                let number = |key: &str| match argument.get(key) {
-                    Some(&msgpack::Value::Uint(value)) => u32::try_from(value).ok(),
-                    _ => None,
-                };
-                Some(
-                    number(".offset")
-                        .zip(number(".size"))
-                        .map(|(offset, size)| crate::HiddenArgument { kind, offset, size }),
-                )
-            })
-            .collect();
+        let mut explicit_end = Some(0u64);
+        let mut hidden = Some(Vec::new());
+        for argument in arguments {
+            let number = |key: &str| match argument.get(key) {
+                Some(&msgpack::Value::Uint(value)) => u32::try_from(value).ok(),
+                _ => None,
+            };
+            let placed = number(".offset").zip(number(".size"));
+            let kind = argument.get(".value_kind").and_then(|kind| kind.as_str());
+            match kind.and_then(crate::HiddenArgumentKind::from_value_kind) {
+                Some(kind) => {
+                    hidden = hidden.zip(placed).map(|(mut hidden, (offset, size))| {
+                        hidden.push(crate::HiddenArgument { kind, offset, size });
+                        hidden
+                    });
+                }
+                // An explicit argument (a kind that is not `hidden_*`); none at all: unknown.
+                None if kind.is_some() => {
+                    explicit_end = explicit_end.zip(placed).and_then(|(end, (offset, size))| {
+                        Some(end.max(u64::from(offset).checked_add(u64::from(size))?))
+                    });
+                }
+                None => {}
+            }
+        }
+        kernel.set_param_bytes(explicit_end);
         if let Some(hidden) = hidden {
             kernel.set_hidden_arguments(hidden);
         }
     }
 }
 
-fn cubin_kernels(symbols: &[Sym]) -> Vec<Kernel> {
+fn cubin_kernels(elf: &ElfFile64<'_, Endianness>, symbols: &[Sym]) -> Vec<Kernel> {
     symbols
         .iter()
         .filter(|s| s.st_type == STT_FUNC && s.st_other & STO_CUDA_ENTRY != 0)
-        .map(|s| Kernel::new(s.name.clone()))
+        .map(|s| {
+            let mut kernel = Kernel::new(s.name.clone());
+            let info = elf
+                .section_by_name(&format!(".nv.info.{}", s.name))
+                .and_then(|section| section.data().ok());
+            kernel.set_param_bytes(info.and_then(cubin_param_bytes));
+            kernel
+        })
         .collect()
+}
+
+/// `EIATTR_CBANK_PARAM_SIZE`: a kernel's parameter bytes, in its `.nv.info.NAME` section.
+const EIATTR_CBANK_PARAM_SIZE: u8 = 0x19;
+/// Record formats of `.nv.info`: no value, a byte, a half-word (all in the 4-byte record), and a
+/// sized payload that follows the record.
+const EIFMT_NVAL: u8 = 1;
+const EIFMT_BVAL: u8 = 2;
+const EIFMT_HVAL: u8 = 3;
+const EIFMT_SVAL: u8 = 4;
+
+/// The parameter bytes a cubin kernel's `.nv.info.NAME` records (ptxas writes
+/// `EIATTR_CBANK_PARAM_SIZE` for every kernel with parameters, none for one without); `None` when
+/// the section does not parse.
+fn cubin_param_bytes(info: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    let mut bytes = 0;
+    while at < info.len() {
+        let record = info.get(at..at + 4)?;
+        let (format, attribute) = (record[0], record[1]);
+        let value = u16::from_le_bytes([record[2], record[3]]);
+        at += 4;
+        match format {
+            EIFMT_HVAL if attribute == EIATTR_CBANK_PARAM_SIZE => bytes = u64::from(value),
+            EIFMT_NVAL | EIFMT_BVAL | EIFMT_HVAL => {}
+            EIFMT_SVAL => at += usize::from(value),
+            _ => return None,
+        }
+    }
+    (at == info.len()).then_some(bytes)
 }
 
 /// Names a host emulation image exports as entry points (see docs/abi.md).
@@ -514,4 +566,26 @@ fn amdgpu_metadata<'data>(elf: &ElfFile64<'data, Endianness>) -> Option<&'data [
         }
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cubin_param_bytes;
+
+    #[test]
+    fn cubin_parameter_size_record() {
+        // `.nv.info.fill` of `fill(.u64, .u64, .u32)` from ptxas 12.9, sm_70: the 0x19 record
+        // says 0x14 (20) bytes; SVAL records (0x04) carry payloads to skip.
+        let fill = [
+            0x04, 0x36, 0x04, 0x00, 0x01, 0x00, 0x00, 0x00, 0x04, 0x0a, 0x08, 0x00, 0x08, 0x00,
+            0x00, 0x00, 0x60, 0x01, 0x14, 0x00, 0x03, 0x19, 0x14, 0x00, 0x03, 0x1b, 0xff, 0x00,
+        ];
+        assert_eq!(cubin_param_bytes(&fill), Some(20));
+        // A kernel without parameters has no such record.
+        assert_eq!(cubin_param_bytes(&[0x03, 0x1b, 0xff, 0x00]), Some(0));
+        // A payload running past the section, an unknown format: not understood.
+        assert_eq!(cubin_param_bytes(&[0x04, 0x36, 0x08, 0x00, 0x01]), None);
+        assert_eq!(cubin_param_bytes(&[0x09, 0x19, 0x14, 0x00]), None);
+        assert_eq!(cubin_param_bytes(&[0x03, 0x19]), None);
+    }
 }

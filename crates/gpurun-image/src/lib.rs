@@ -270,6 +270,8 @@ pub struct Kernel {
     max_threads: Option<u32>,
     /// See [`Kernel::signature`].
     signature: Option<KernelSignature>,
+    /// See [`Kernel::param_bytes`].
+    param_bytes: Option<u64>,
     /// See [`Kernel::hidden_arguments`].
     hidden_arguments: Option<Vec<HiddenArgument>>,
 }
@@ -343,6 +345,7 @@ impl Kernel {
             descriptor: None,
             max_threads: None,
             signature: None,
+            param_bytes: None,
             hidden_arguments: None,
         }
     }
@@ -379,6 +382,21 @@ impl Kernel {
 
     pub(crate) fn set_max_threads(&mut self, bound: Option<u32>) {
         self.max_threads = bound;
+    }
+
+    /// How many bytes of explicit parameters the kernel takes: the end of its last parameter,
+    /// without padding after it (what `cuLaunchKernel` wants as the parameter buffer's size).
+    /// PTX: its `.entry` parameter list; cubin: `EIATTR_CBANK_PARAM_SIZE` in its `.nv.info`
+    /// section; AMDGPU: the metadata's `.args` that are not `hidden_*`. `None` when the image
+    /// does not say (a host image, a kernel without that record). The loader uses it to pass
+    /// `_end` the exit status only where it takes one (older LLVM libc: `_end(int)`; newer:
+    /// `_end()`).
+    pub fn param_bytes(&self) -> Option<u64> {
+        self.param_bytes
+    }
+
+    pub(crate) fn set_param_bytes(&mut self, bytes: Option<u64>) {
+        self.param_bytes = bytes;
     }
 
     /// The parameters a `#[gpurun::kernel]` recorded in its descriptor (`__gpurun_kdesc_NAME`):
@@ -518,8 +536,14 @@ impl Image {
                         .iter()
                         .find(|(kernel, _)| *kernel == name)
                         .map(|(_, bound)| *bound);
+                    let params = module
+                        .param_bytes
+                        .iter()
+                        .find(|(kernel, _)| *kernel == name)
+                        .map(|(_, bytes)| *bytes);
                     Kernel {
                         max_threads: bound,
+                        param_bytes: params,
                         ..Kernel::new(name)
                     }
                 })

@@ -17,6 +17,8 @@ pub(crate) struct PtxModule {
     pub kernels: Vec<String>,
     /// Each kernel's block-size bound: the product of its `.maxntid` (or `.reqntid`) dimensions.
     pub max_threads: Vec<(String, u32)>,
+    /// Each kernel's parameter bytes (see [`entry_param_bytes`]), where its list parses.
+    pub param_bytes: Vec<(String, u64)>,
     pub globals: Vec<Global>,
 }
 
@@ -283,6 +285,9 @@ fn statement(module: &mut PtxModule, stmt: &str, line: usize) -> Result<(), Imag
         if let Some(bound) = block_bound(after) {
             module.max_threads.push((name.clone(), bound));
         }
+        if let Some(bytes) = entry_param_bytes(after) {
+            module.param_bytes.push((name.clone(), bytes));
+        }
         if !module.kernels.contains(&name) {
             module.kernels.push(name);
         }
@@ -299,6 +304,50 @@ fn statement(module: &mut PtxModule, stmt: &str, line: usize) -> Result<(), Imag
         variable(module, stmt, space, line)?;
     }
     Ok(())
+}
+
+/// The parameter bytes of a kernel header (everything after `.entry`): the end of its last
+/// `.param`, each placed at its alignment (`.align N`, else its type's size), with no padding
+/// after the last. `None` when a parameter does not parse (left to ptxas to reject).
+fn entry_param_bytes(header: &str) -> Option<u64> {
+    // A kernel without parameters may have no list at all (`.entry k {`).
+    let Some(open) = header.find('(') else {
+        return Some(0);
+    };
+    let list = header[open + 1..].split(')').next()?;
+    let mut end = 0u64;
+    for param in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let words: Vec<&str> = param.split_whitespace().collect();
+        if words.first() != Some(&".param") {
+            return None;
+        }
+        let type_at = words.iter().position(|word| scalar_size(word).is_some())?;
+        let element = scalar_size(words[type_at])?;
+        let name = words.last()?;
+        let count = match name.split_once('[') {
+            Some((_, rest)) => rest.strip_suffix(']')?.parse::<u64>().ok()?,
+            None => 1,
+        };
+        // `.param .align 8 .b8 x[12]` aligns the parameter; an `.align` after `.ptr` (`.param
+        // .u64 .ptr .align 1 p`) is the pointee's and leaves the parameter at its type's size.
+        let align = match words[..type_at].iter().position(|word| *word == ".align") {
+            Some(at) => words.get(at + 1)?.parse::<u64>().ok()?,
+            None => element,
+        };
+        end = end.checked_next_multiple_of(align.max(1))? + element.checked_mul(count)?;
+    }
+    Some(end)
+}
+
+/// The size of a PTX scalar type (`.u32` -> 4); `None` for anything else.
+fn scalar_size(word: &str) -> Option<u64> {
+    match word {
+        ".b8" | ".u8" | ".s8" => Some(1),
+        ".b16" | ".u16" | ".s16" | ".f16" | ".bf16" => Some(2),
+        ".b32" | ".u32" | ".s32" | ".f32" | ".f16x2" | ".bf16x2" => Some(4),
+        ".b64" | ".u64" | ".s64" | ".f64" => Some(8),
+        _ => None,
+    }
 }
 
 /// The block-size bound a kernel header (everything after `.entry`, up to its body) declares:
@@ -634,6 +683,34 @@ mod tests {
         assert_eq!(module.address_size, Some(64));
         assert_eq!(module.kernels, ["k1", "k2"]);
         assert_eq!(module.max_threads, [("k1".to_owned(), 64)]);
+        assert_eq!(
+            module.param_bytes,
+            [("k1".to_owned(), 8), ("k2".to_owned(), 0)]
+        );
+    }
+
+    #[test]
+    fn parameter_bytes_end_at_the_last_parameter() {
+        // (ptr, u64, u32): 20, not the 24 of the padded struct.
+        let fill = "fill(\n.param .u64 a,\n.param .u64 b,\n.param .u32 c\n)\n";
+        assert_eq!(entry_param_bytes(fill), Some(20));
+        assert_eq!(
+            entry_param_bytes("_end(.param .b32 _end_param_0)\n"),
+            Some(4)
+        );
+        assert_eq!(entry_param_bytes("_end()\n"), Some(0));
+        assert_eq!(entry_param_bytes("k\n"), Some(0));
+        // Each parameter at its alignment: u32 at 0, u64 at 8, u16 at 16.
+        let mixed = "m(.param .u32 a, .param .u64 b, .param .u16 c)";
+        assert_eq!(entry_param_bytes(mixed), Some(18));
+        let aggregate = "a(.param .u16 a, .param .align 8 .b8 b[12])";
+        assert_eq!(entry_param_bytes(aggregate), Some(20));
+        // A pointer parameter's `.align` is its pointee's.
+        let begin =
+            "_begin(.param .u32 a, .param .u64 .ptr .align 1 b, .param .u64 .ptr .align 1 c)";
+        assert_eq!(entry_param_bytes(begin), Some(24));
+        assert_eq!(entry_param_bytes("bad(.param .v4 x)"), None);
+        assert_eq!(entry_param_bytes("bad(.param .u32 x[)"), None);
     }
 
     #[test]

@@ -545,3 +545,25 @@ fn hidden_arguments_follow_the_code_object_version() {
         None
     );
 }
+
+/// Issue 22: each kernel's parameter bytes, up to the end of its last parameter, from each GPU
+/// format's own record of them (PTX `.entry` lists, the cubin's `EIATTR_CBANK_PARAM_SIZE`, the
+/// AMDGPU metadata's explicit `.args`): `_begin(int, char **, char **)` 24, `_start(..., int *)`
+/// 32, `_end()` and the tests 0. A host image does not say.
+#[test]
+fn kernel_parameter_bytes_in_every_gpu_format() {
+    for (name, kind) in SAMPLES {
+        let image = load(name);
+        let bytes = |kernel: &str| image.kernel(kernel).unwrap().param_bytes();
+        if kind == ImageKind::Host {
+            assert_eq!(bytes("_start"), None, "{name}");
+            continue;
+        }
+        assert_eq!(bytes("_begin"), Some(24), "{name}");
+        assert_eq!(bytes("_start"), Some(32), "{name}");
+        assert_eq!(bytes("_end"), Some(0), "{name}");
+        for test in image.tests() {
+            assert_eq!(bytes(&test.kernel), Some(0), "{name} {}", test.kernel);
+        }
+    }
+}

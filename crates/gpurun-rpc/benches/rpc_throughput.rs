@@ -257,7 +257,7 @@ fn one_thread_round_trips(ports: u32, duration: Duration) -> f64 {
     let started = Instant::now();
     while started.elapsed() < duration {
         for i in 0..1024u64 {
-            let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+            let mut port = client.open::<{ opcode::TEST_INCREMENT }, _>(&lane).unwrap();
             port.send(|b, _| b.data[0] = i);
             let mut served = server.next_request_exclusive(resume).unwrap();
             resume = served.index() + 1;
@@ -342,19 +342,22 @@ fn rpc(ports: u32, clients: u32, call: Call, duration: Duration) -> f64 {
                         for i in 0..64u64 {
                             match call {
                                 Call::SendN => {
-                                    let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+                                    let mut port =
+                                        client.open::<{ opcode::TEST_STREAM }, _>(&lane).unwrap();
                                     port.send_n(data);
                                 }
                                 Call::RecvN => {
-                                    let mut port =
-                                        client.open(&lane, opcode::TEST_INTERFACE).unwrap();
+                                    let mut port = client
+                                        .open::<{ opcode::TEST_INTERFACE }, _>(&lane)
+                                        .unwrap();
                                     port.send(|_, _| {});
                                     let len = port.recv_n(&mut back);
                                     assert_eq!(len, PAYLOAD as u64);
                                 }
                                 Call::RoundTrip => {
-                                    let mut port =
-                                        client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+                                    let mut port = client
+                                        .open::<{ opcode::TEST_INCREMENT }, _>(&lane)
+                                        .unwrap();
                                     let mut reply = 0;
                                     port.send_and_recv(
                                         |b, _| b.data[0] = i,

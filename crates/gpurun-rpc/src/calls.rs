@@ -6,10 +6,11 @@
 use crate::opcode::{self, PanicLocation};
 use crate::{Client, Lanes};
 
-/// Writes `bytes` to the host's stdout (`WRITE_TO_STDOUT`) or stderr (`WRITE_TO_STDERR`) in one
-/// request. Returns the count the host wrote, `None` when no port could be opened.
-pub fn write<L: Lanes>(client: &Client, lanes: &L, code: u32, bytes: &[u8]) -> Option<u64> {
-    let mut port = client.open(lanes, code)?;
+/// Writes `bytes` to the host's stdout (`OPCODE` = `WRITE_TO_STDOUT`) or stderr
+/// (`WRITE_TO_STDERR`) in one request. Returns the count the host wrote, `None` when no port
+/// could be opened. The opcode is a constant (see [`Client::open`]).
+pub fn write<const OPCODE: u32, L: Lanes>(client: &Client, lanes: &L, bytes: &[u8]) -> Option<u64> {
+    let mut port = client.open::<OPCODE, L>(lanes)?;
     port.send_n(bytes);
     let mut written = 0;
     port.recv(|buffer, _| written = buffer.data[0]);
@@ -18,7 +19,7 @@ pub fn write<L: Lanes>(client: &Client, lanes: &L, code: u32, bytes: &[u8]) -> O
 
 /// RPC `MALLOC`: the device address of `size` bytes, 0 when the host has none.
 pub fn malloc<L: Lanes>(client: &Client, lanes: &L, size: u64) -> u64 {
-    let Some(mut port) = client.open(lanes, opcode::MALLOC) else {
+    let Some(mut port) = client.open::<{ opcode::MALLOC }, L>(lanes) else {
         return 0;
     };
     let mut address = 0u64;
@@ -31,14 +32,14 @@ pub fn malloc<L: Lanes>(client: &Client, lanes: &L, size: u64) -> u64 {
 
 /// RPC `FREE`: fire and forget.
 pub fn free<L: Lanes>(client: &Client, lanes: &L, address: u64) {
-    if let Some(mut port) = client.open(lanes, opcode::FREE) {
+    if let Some(mut port) = client.open::<{ opcode::FREE }, L>(lanes) {
         port.send(|buffer, _| buffer.data[0] = address);
     }
 }
 
 /// RPC `EXIT`: asks the host to end the program with `status`. The caller then ends its thread.
 pub fn exit<L: Lanes>(client: &Client, lanes: &L, status: i32) {
-    if let Some(mut port) = client.open(lanes, opcode::EXIT) {
+    if let Some(mut port) = client.open::<{ opcode::EXIT }, L>(lanes) {
         port.send_and_recv(|_, _| {}, |_, _| {});
         port.send(|buffer, _| buffer.data[0] = u64::from(status as u32));
     }
@@ -46,7 +47,7 @@ pub fn exit<L: Lanes>(client: &Client, lanes: &L, status: i32) {
 
 /// RPC `ABORT`: asks the host to end the program abnormally. The caller then ends its thread.
 pub fn abort<L: Lanes>(client: &Client, lanes: &L) {
-    if let Some(mut port) = client.open(lanes, opcode::ABORT) {
+    if let Some(mut port) = client.open::<{ opcode::ABORT }, L>(lanes) {
         port.send_and_recv(|_, _| {}, |_, _| {});
         port.send(|_, _| {});
     }
@@ -60,7 +61,7 @@ pub fn report_panic<L: Lanes>(
     file: &str,
     location: PanicLocation,
 ) {
-    let Some(mut port) = client.open(lanes, opcode::PANIC) else {
+    let Some(mut port) = client.open::<{ opcode::PANIC }, L>(lanes) else {
         return;
     };
     port.send_n(message);

@@ -6,7 +6,7 @@
 //! with the server until it has read the packet, and other warps skip it meanwhile.
 
 use crate::host_waits::{HostWaits, CHECKS_BEFORE_SLEEP};
-use crate::lanes::Lanes;
+use crate::lanes::{HostLane, Lanes};
 use crate::layout::{Buffer, Header, FIRST_PACKET_PAYLOAD, MAX_PORT_COUNT};
 // Only the real constructor takes a layout; the loom model builds clients from parts.
 #[cfg(not(loom))]
@@ -159,7 +159,8 @@ impl Client {
         }
     }
 
-    /// Takes port `index` for the lanes in `mask` if no other warp holds it.
+    /// Takes port `index` for the lanes in `mask` if no other warp holds it. The lock bits are
+    /// contended by warps of this device only: device-scope ordering, as LLVM's client.
     #[inline(always)]
     fn try_lock<L: Lanes>(&self, lanes: &L, mask: u64, index: u32) -> bool {
         let word = &self.lock[(index / 32) as usize % LOCK_WORDS];
@@ -172,14 +173,14 @@ impl Client {
         // At most one lane can have found the bit clear; if one did, the warp holds the lock.
         let holding = already_set != mask;
         if holding {
-            sync::acquire_fence();
+            sync::lock_acquire_fence();
         }
         holding
     }
 
     #[inline(always)]
     fn unlock<L: Lanes>(&self, lanes: &L, mask: u64, index: u32) {
-        sync::release_fence();
+        sync::lock_release_fence();
         if lanes.is_first_lane(mask) {
             let word = &self.lock[(index / 32) as usize % LOCK_WORDS];
             sync::lock_fetch_and(word, !(1u32 << (index % 32)));
@@ -187,14 +188,35 @@ impl Client {
         lanes.sync(mask);
     }
 
-    /// Opens a port for the calling warp with `opcode` (the same on every lane), spinning until
-    /// one is free. Returns `None` only if the loader never filled in this client (no ports).
+    /// Opens a port for `OPCODE` for the calling warp, spinning until one is free. Returns
+    /// `None` only if the loader never filled in this client (no ports).
+    ///
+    /// The opcode is a constant, as in LLVM's client (`open<opcode>()`): each opcode's open is
+    /// its own code, so lanes of one warp that diverged into, say, a `println` and an
+    /// `eprintln` can never be regrouped into one active mask and share a port whose header
+    /// names only one of the two.
     // Without the hint the host build called it and got the `Port` back through memory
     // (written field by field, read back in 16-byte moves): store-forwarding stalls that, with
     // `send`/`recv` also not inlined, doubled a round trip's instructions (bench row "RPC round
     // trip on one thread"). LLVM's client is `inline` as well.
     #[inline]
-    pub fn open<'a, L: Lanes>(&'a self, lanes: &'a L, opcode: u32) -> Option<Port<'a, L>> {
+    pub fn open<'a, const OPCODE: u32, L: Lanes>(&'a self, lanes: &'a L) -> Option<Port<'a, L>> {
+        self.open_port(lanes, OPCODE)
+    }
+
+    /// [`Client::open`] with an opcode chosen at run time, for a host thread: it is alone in its
+    /// "warp" (its mask is its own lane), so no other lane can join its port.
+    #[inline]
+    pub fn open_on_host<'a>(
+        &'a self,
+        lane: &'a HostLane,
+        opcode: u32,
+    ) -> Option<Port<'a, HostLane>> {
+        self.open_port(lane, opcode)
+    }
+
+    #[inline(always)]
+    fn open_port<'a, L: Lanes>(&'a self, lanes: &'a L, opcode: u32) -> Option<Port<'a, L>> {
         let view = self.view();
         if view.port_count == 0 || view.port_count > MAX_PORT_COUNT {
             return None;
@@ -398,15 +420,20 @@ impl<L: Lanes> Port<'_, L> {
         sync::acquire_fence();
     }
 
+    /// Hands the packet over. As in LLVM's client, every active lane releases its own writes
+    /// (a system-scope fence) and then stores the new outbox value itself, so whichever lane's
+    /// store the server sees first, that lane's slot is published; the warp barrier before it
+    /// orders every lane's slot before every lane's fence as well.
     #[inline(always)]
     fn invert_outbox(&mut self) {
         let next = self.out ^ 1;
         self.lanes.sync(self.lane_mask);
         sync::release_fence();
-        if self.lanes.is_first_lane(self.lane_mask) {
-            // SAFETY: `index < port_count`: inside the client outbox array.
-            unsafe { sync::store_mailbox(&*self.view.outbox.add(self.index as usize), next) };
-            if let Some(waits) = self.waits {
+        // SAFETY: `index < port_count`: inside the client outbox array. Every lane stores the
+        // same value.
+        unsafe { sync::store_mailbox(&*self.view.outbox.add(self.index as usize), next) };
+        if let Some(waits) = self.waits {
+            if self.lanes.is_first_lane(self.lane_mask) {
                 waits.wake_server();
             }
         }

@@ -23,9 +23,10 @@
 //! Owns: the protocol, layout-compatible with LLVM libc. Must not: know any backend, allocate on
 //! the device, or decide what a request means for a test (the handlers are `gpurun-hal`'s).
 //!
-//! Mailbox words are accessed with relaxed system-scope atomics plus acquire/release fences; the
-//! lock bits with device-scope read-modify-writes on nvptx (forced there, where the compiler
-//! drops the scope) and system-scope ones on amdgcn, where Rust cannot name a narrower scope
+//! Mailbox words are accessed with relaxed system-scope atomics plus acquire/release fences (every
+//! lane fences and stores the outbox flip itself, as LLVM's client); the lock bits with
+//! device-scope read-modify-writes and fences on nvptx (forced there, where the compiler drops
+//! the scope) and system-scope ones on amdgcn, where Rust cannot name a narrower scope
 //! ([`sync`] says what each costs).
 //!
 //! # Use
@@ -42,8 +43,10 @@
 //! (`Server::wait_for_request`, with the `std` feature).
 //!
 //! Device: `#[no_mangle] static __llvm_rpc_client: Client = Client::uninit();`, then
-//! `__llvm_rpc_client.open(&lanes::Warp, opcode)` (or a [`HostLane`] in the host emulation, where
-//! each emulated GPU thread talks alone in its own lane slot) and the sequence of
+//! `__llvm_rpc_client.open::<{ opcode::X }, _>(&lanes::Warp)` (the opcode a constant, as in
+//! LLVM's client, so that lanes of different calls never share a port; a [`HostLane`] in the
+//! host emulation, where each emulated GPU thread talks alone in its own lane slot, may use
+//! [`Client::open_on_host`] with an opcode chosen at run time) and the sequence of
 //! `send`/`recv`/`send_n`/`recv_n` documented for that opcode. The client path never panics, so
 //! the panic handler can use it.
 #![no_std]

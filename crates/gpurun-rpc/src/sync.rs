@@ -5,16 +5,17 @@
 //!   emits `ld.relaxed.sys`, `st.relaxed.sys` and `fence.acq_rel.sys` for these (checked on the
 //!   emitted PTX by `tests/ptx_scopes.rs`).
 //! - Lock bits live in the client object in device memory and are contended only by warps of
-//!   the same device, so LLVM libc updates them with relaxed read-modify-writes at **device**
-//!   scope. On nvptx we do the same: the installed toolchain lowers `fetch_or`/`fetch_and` to
-//!   `atom.global.or.b32` with no explicit scope or ordering, so there we write
-//!   `atom.relaxed.gpu.{or,and}.b32` by hand. On amdgcn we cannot: Rust's atomics carry no
-//!   scope, and `asm!` is rejected on that target, so `fetch_or`/`fetch_and` there are
-//!   **system**-scope RMWs, which order at least as much as device scope. What that costs,
-//!   measured with LLVM 22's `llc` on `atomicrmw or` to global memory: gfx90a and gfx1100 get
-//!   the same instructions at both scopes (a `global_atomic_cmpswap ... glc` loop); gfx942 gets
-//!   a `cmpswap ... sc0 sc1` loop where device scope is one `global_atomic_or ... sc0`, and gfx12
-//!   a `cmpswap` loop where device scope is one `global_atomic_or ... scope:SCOPE_DEV`.
+//!   the same device: LLVM libc updates them with relaxed read-modify-writes at **device**
+//!   scope, ordered by device-scope fences. On nvptx we do the same: the installed toolchain
+//!   lowers `fetch_or`/`fetch_and` to `atom.global.or.b32` with no explicit scope or ordering,
+//!   and every fence to `.sys`, so there we write `atom.relaxed.gpu.{or,and}.b32` and
+//!   `fence.acq_rel.gpu` by hand. On amdgcn we cannot: Rust's atomics and fences carry no scope,
+//!   and `asm!` is rejected on that target, so the lock RMWs and fences there are
+//!   **system**-scope, which order at least as much as device scope. What that costs, measured
+//!   with LLVM 22's `llc` on `atomicrmw or` to global memory: gfx90a and gfx1100 get the same
+//!   instructions at both scopes (a `global_atomic_cmpswap ... glc` loop); gfx942 gets a
+//!   `cmpswap ... sc0 sc1` loop where device scope is one `global_atomic_or ... sc0`, and gfx12 a
+//!   `cmpswap` loop where device scope is one `global_atomic_or ... scope:SCOPE_DEV`.
 //!   `tests/gpu_codegen.rs` checks the gfx90a form.
 //!
 //! Under `cfg(loom)` the same functions use loom's atomics so the model checker sees every step.
@@ -52,6 +53,35 @@ pub(crate) fn acquire_fence() {
 #[inline(always)]
 pub(crate) fn release_fence() {
     fence(Ordering::Release)
+}
+
+/// Acquire fence after taking a port's lock, at device scope: the lock bits are contended only
+/// by warps of this device (LLVM's client uses `__MEMORY_SCOPE_DEVICE` here). `fence.acq_rel.gpu`
+/// on nvptx, where a plain fence would be system-scope; a plain (system-scope) fence elsewhere.
+#[inline(always)]
+pub(crate) fn lock_acquire_fence() {
+    device_fence(Ordering::Acquire)
+}
+
+/// Release fence before dropping a port's lock, at device scope (see [`lock_acquire_fence`]).
+#[inline(always)]
+pub(crate) fn lock_release_fence() {
+    device_fence(Ordering::Release)
+}
+
+#[inline(always)]
+fn device_fence(order: Ordering) {
+    #[cfg(all(target_arch = "nvptx64", not(loom)))]
+    {
+        let _ = order;
+        // SAFETY: a memory fence with acquire-release semantics at GPU scope; it touches no
+        // memory itself (not `nomem`: it orders the accesses around it).
+        unsafe { core::arch::asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) };
+    }
+    #[cfg(not(all(target_arch = "nvptx64", not(loom))))]
+    {
+        fence(order)
+    }
 }
 
 /// Relaxed read-modify-write on a lock word, returning the previous value: device scope on

@@ -83,7 +83,7 @@ fn counter_counts_requests_the_server_has_not_finished() {
     assert!(!server.wait_for_request(Duration::from_millis(5)));
     for n in 1..=5u64 {
         // Fire and forget: each stays with the server, so the next takes another port.
-        let mut port = client.open(&lane, opcode::NOOP).unwrap();
+        let mut port = client.open::<{ opcode::NOOP }, _>(&lane).unwrap();
         port.send(|b, _| b.data[0] = n);
         drop(port);
         assert_eq!(bell.counter.load(Ordering::Relaxed), n);
@@ -103,7 +103,7 @@ fn counter_counts_requests_the_server_has_not_finished() {
     let zero = AtomicU64::new(0);
     // SAFETY: `zero` outlives the server.
     unsafe { plain_server.attach_doorbell(&zero) };
-    let mut port = plain_client.open(&lane, opcode::NOOP).unwrap();
+    let mut port = plain_client.open::<{ opcode::NOOP }, _>(&lane).unwrap();
     port.send(|_, _| {});
     drop(port);
     plain_server.try_open(0).unwrap().recv(|_, _| {}).unwrap();

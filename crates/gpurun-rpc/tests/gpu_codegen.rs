@@ -2,9 +2,12 @@
 //! nvptx64-nvidia-cuda and amdgcn-amd-amdhsa (gfx90a) with the nightly toolchain, and checks the
 //! generated code:
 //!
-//! - PTX: every `atom` names its scope (`.sys` or `.gpu`; the lock bits are device-scope), every
-//!   fence is system-scope, mailbox accesses are `ld/st.relaxed.sys`, no scoped access is narrower
-//!   than `.sys` except the lock atoms, there is no panic path, and `ptxas` accepts it for sm_70.
+//! - PTX: every `atom` names its scope (`.sys` or `.gpu`; the lock bits are device-scope), the
+//!   fences that order the lock are device-scope and every other fence system-scope (as LLVM's
+//!   client), every lane fences and then stores the outbox flip itself (no branch between, as
+//!   LLVM's client), mailbox accesses are `ld/st.relaxed.sys`, no scoped access is narrower than
+//!   `.sys` except the lock atoms and fences, there is no panic path, and `ptxas` accepts it for
+//!   sm_70.
 //! - AMDGPU: the fences are system-scope (`buffer_wbl2` release, `buffer_invl2` acquire on
 //!   gfx90a), mailbox loads bypass the cache (`glc`), the wave operations are there, no panic path.
 //!
@@ -120,6 +123,68 @@ fn instructions(asm: &str) -> impl Iterator<Item = &str> {
         .filter(|l| !l.is_empty() && !l.starts_with('.') && !l.starts_with("//"))
 }
 
+/// The fence that orders each lock operation, as LLVM's client does it: the first fence after a
+/// lock `atom.or` (taking the port: acquire) and the last fence before a lock `atom.and`
+/// (dropping it: release) are device-scope; nothing else is.
+fn lock_fences_are_device_scope(ptx: &str) {
+    let code: Vec<&str> = instructions(ptx).collect();
+    let is_fence = |line: &&str| line.starts_with("fence");
+    let mut lock_fences = Vec::new();
+    for (at, line) in code.iter().enumerate() {
+        if line.starts_with("atom.relaxed.gpu.or.b32") {
+            let fence = code[at..].iter().position(is_fence).map(|i| at + i);
+            lock_fences.push(fence.expect("a fence after taking the lock"));
+        }
+        if line.starts_with("atom.relaxed.gpu.and.b32") {
+            let fence = code[..at].iter().rposition(is_fence);
+            lock_fences.push(fence.expect("a fence before dropping the lock"));
+        }
+    }
+    assert!(!lock_fences.is_empty(), "no lock operations");
+    for (at, line) in code.iter().enumerate().filter(|(_, line)| is_fence(line)) {
+        let expected = if lock_fences.contains(&at) {
+            "fence.acq_rel.gpu"
+        } else {
+            "fence.acq_rel.sys"
+        };
+        assert!(
+            line.starts_with(expected),
+            "instruction {at} `{line}` should be `{expected}`:\n{}",
+            code[at.saturating_sub(8)..(at + 8).min(code.len())].join("\n")
+        );
+    }
+}
+
+/// Each outbox flip (`st.relaxed.sys.b32`, the only 32-bit mailbox store) comes right after a
+/// system-scope fence on the same path: no branch, label or predicated instruction between, so
+/// every active lane releases its own packet slot and stores the flip itself, as LLVM's client.
+fn every_lane_fences_then_flips_the_outbox(ptx: &str) {
+    let code: Vec<&str> = instructions(ptx).collect();
+    let flips: Vec<usize> = (0..code.len())
+        .filter(|&at| code[at].starts_with("st.relaxed.sys.b32"))
+        .collect();
+    assert!(!flips.is_empty(), "no outbox stores");
+    for at in flips {
+        let fence = code[..at]
+            .iter()
+            .rposition(|line| line.starts_with("fence"))
+            .expect("a fence before the outbox store");
+        assert!(
+            code[fence].starts_with("fence.acq_rel.sys"),
+            "{}",
+            code[fence]
+        );
+        let between = &code[fence + 1..at];
+        assert!(
+            between.iter().all(|line| !line.starts_with('@')
+                && !line.starts_with('$')
+                && !line.contains("bra")),
+            "the outbox store is not on every lane's path after its fence:\n{}",
+            code[fence..=at].join("\n")
+        );
+    }
+}
+
 #[test]
 fn nvptx_client_path_uses_system_scope() {
     if let Err(why) = nightly_sysroot() {
@@ -167,10 +232,12 @@ fn nvptx_client_path_uses_system_scope() {
     assert!(!fences.is_empty());
     for fence in &fences {
         assert!(
-            fence.starts_with("fence.acq_rel.sys"),
-            "narrow fence: {fence}"
+            fence.starts_with("fence.acq_rel.sys") || fence.starts_with("fence.acq_rel.gpu"),
+            "unexpected fence: {fence}"
         );
     }
+    lock_fences_are_device_scope(&ptx);
+    every_lane_fences_then_flips_the_outbox(&ptx);
 
     // Mailbox traffic: relaxed system-scope loads and stores, nothing narrower.
     let ordered: Vec<&str> = instructions(&ptx)

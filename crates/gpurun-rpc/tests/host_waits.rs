@@ -115,19 +115,19 @@ fn client_mix<L: Lanes>(client: &Client, lanes: &L, seed: u64, calls: u64) -> u6
         }
         match rng.below(3) {
             0 => {
-                let mut port = client.open(lanes, opcode::TEST_INCREMENT).unwrap();
+                let mut port = client.open::<{ opcode::TEST_INCREMENT }, _>(lanes).unwrap();
                 let mut reply = 0;
                 let value = seed << 32 | call;
                 port.send_and_recv(|b, _| b.data[0] = value, |b, _| reply = b.data[0]);
                 assert_eq!(reply, value + 1);
             }
             1 => {
-                let mut port = client.open(lanes, opcode::NOOP).unwrap();
+                let mut port = client.open::<{ opcode::NOOP }, _>(lanes).unwrap();
                 port.send(|b, _| b.data[0] = call);
             }
             _ => {
                 let len = rng.below(300) as usize;
-                let mut port = client.open(lanes, opcode::TEST_STREAM).unwrap();
+                let mut port = client.open::<{ opcode::TEST_STREAM }, _>(lanes).unwrap();
                 port.send_n(&pattern(seed, call, len));
                 streamed += len as u64;
             }
@@ -232,7 +232,10 @@ fn idle_server_sleeps_until_a_packet_or_its_timeout() {
             (ready, started.elapsed())
         });
         std::thread::sleep(Duration::from_millis(100));
-        let mut port = bench.client.open(&HostLane::SINGLE, opcode::NOOP).unwrap();
+        let mut port = bench
+            .client
+            .open::<{ opcode::NOOP }, _>(&HostLane::SINGLE)
+            .unwrap();
         port.send(|b, _| b.data[0] = 7);
         drop(port);
         let (ready, waited) = woke.join().unwrap();
@@ -250,7 +253,7 @@ fn cancel_wakes_a_server_waiting_for_a_packet() {
         let bench: &'static Bench = install(Layout::new(1, 1).unwrap());
         let mut port = bench
             .client
-            .open(&HostLane::SINGLE, opcode::TEST_STREAM)
+            .open::<{ opcode::TEST_STREAM }, _>(&HostLane::SINGLE)
             .unwrap();
         // Announce two packets, send one: the server sleeps waiting for the second.
         port.send(|b, _| b.data[0] = 100);

@@ -71,12 +71,12 @@ fn memory(ports: u32) -> Arc<Memory> {
 /// A client conversation: TEST_INCREMENT round trip, or a fire-and-forget NOOP.
 fn client_call(memory: &Memory, value: u64, fire_and_forget: bool) {
     let lane = HostLane::SINGLE;
-    let op = if fire_and_forget {
-        opcode::NOOP
+    let port = if fire_and_forget {
+        memory.client.open::<{ opcode::NOOP }, _>(&lane)
     } else {
-        opcode::TEST_INCREMENT
+        memory.client.open::<{ opcode::TEST_INCREMENT }, _>(&lane)
     };
-    let mut port = memory.client.open(&lane, op).unwrap();
+    let mut port = port.unwrap();
     let index = port.index() as usize;
     port.send(|b, _| {
         b.data[0] = value;

@@ -58,7 +58,7 @@ fn send_n_echo_at_packet_boundaries() {
         let lane = HostLane::SINGLE;
         for len in [0usize, 1, 55, 56, 57, 119, 120, 121, 184, 185, 4096, 70_001] {
             let data = pattern(1, len as u64, len);
-            let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+            let mut port = client.open::<{ opcode::TEST_STREAM }, _>(&lane).unwrap();
             port.send_n(&data);
             let mut back = vec![0u8; len];
             assert_eq!(port.recv_n(&mut back), len as u64);
@@ -72,7 +72,7 @@ fn client_recv_n_truncates_into_a_short_buffer() {
     with_server(Layout::new(1, 1).unwrap(), |client| {
         let lane = HostLane::SINGLE;
         let data = pattern(2, 0, 300);
-        let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+        let mut port = client.open::<{ opcode::TEST_STREAM }, _>(&lane).unwrap();
         port.send_n(&data);
         let mut short = [0u8; 100];
         assert_eq!(port.recv_n(&mut short), 300);
@@ -89,7 +89,7 @@ fn fire_and_forget_then_reuse_single_port() {
     with_server(Layout::new(1, 1).unwrap(), |client| {
         let lane = HostLane::SINGLE;
         for i in 0..100u64 {
-            let mut port = client.open(&lane, opcode::NOOP).unwrap();
+            let mut port = client.open::<{ opcode::NOOP }, _>(&lane).unwrap();
             port.send(|b, _| b.data[0] = i);
             drop(port);
             assert_eq!(increment(client, i), i + 1);
@@ -110,7 +110,8 @@ fn emulated_threads_of_wide_warps_use_their_own_slots() {
                         let lane = HostLane::new(lane_size, lane_id).unwrap();
                         for i in 0..50u64 {
                             let data = pattern(u64::from(lane_id), i, (i * 37) as usize);
-                            let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+                            let mut port =
+                                client.open::<{ opcode::TEST_STREAM }, _>(&lane).unwrap();
                             assert_eq!(port.lane_mask(), 1 << lane_id);
                             port.send_n(&data);
                             let mut back = vec![0; data.len()];
@@ -127,7 +128,9 @@ fn emulated_threads_of_wide_warps_use_their_own_slots() {
 #[test]
 fn uninitialised_client_has_no_ports() {
     let client = gpurun_rpc::Client::uninit();
-    assert!(client.open(&HostLane::SINGLE, opcode::NOOP).is_none());
+    assert!(client
+        .open::<{ opcode::NOOP }, _>(&HostLane::SINGLE)
+        .is_none());
 }
 
 #[test]
@@ -136,7 +139,7 @@ fn cancel_ends_a_server_wait() {
     let (client, server) = shared.endpoints();
     let lane = HostLane::SINGLE;
     // The client sends the first half of an EXIT handshake and then never talks again.
-    let mut port = client.open(&lane, opcode::EXIT).unwrap();
+    let mut port = client.open::<{ opcode::EXIT }, _>(&lane).unwrap();
     port.send(|_, _| {});
     std::mem::forget(port);
     let mut server_port = server.try_open(0).unwrap();
@@ -166,7 +169,7 @@ fn cancel_interrupts_the_drain_of_a_forged_length() {
     let client: &'static gpurun_rpc::Client = Box::leak(Box::new(client));
     std::thread::spawn(move || {
         let lane = HostLane::SINGLE;
-        let mut port = client.open(&lane, opcode::TEST_STREAM).unwrap();
+        let mut port = client.open::<{ opcode::TEST_STREAM }, _>(&lane).unwrap();
         port.send(|b, _| b.data[0] = 1 << 60);
         loop {
             port.send(|_, _| {});

@@ -13,7 +13,7 @@ fn replies_keep_the_words_the_server_leaves_alone() {
     let mut shared = Shared::new(Layout::new(1, 1).unwrap());
     let (client, server) = shared.endpoints();
     let lane = HostLane::SINGLE;
-    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+    let mut port = client.open::<{ opcode::TEST_INCREMENT }, _>(&lane).unwrap();
     // The client's request is complete before the server runs, so one thread can play both.
     port.send(|b, _| b.data = [1, 2, 3, 4, 5, 6, 7, 8]);
     let mut served = server.try_open(0).unwrap();
@@ -25,7 +25,7 @@ fn replies_keep_the_words_the_server_leaves_alone() {
     assert_eq!(reply, [1, 20, 3, 4, 5, 6, 7, 8]);
     drop(port);
 
-    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+    let mut port = client.open::<{ opcode::TEST_INCREMENT }, _>(&lane).unwrap();
     port.send(|b, _| b.data = [9; 8]);
     let mut served = server.try_open(0).unwrap();
     served
@@ -42,7 +42,7 @@ fn next_request_wraps_around_and_exclusive_serves_without_locks() {
     let (client, mut server) = shared.endpoints();
     let lane = HostLane::SINGLE;
     // A fire-and-forget request on port 0.
-    let mut port = client.open(&lane, opcode::NOOP).unwrap();
+    let mut port = client.open::<{ opcode::NOOP }, _>(&lane).unwrap();
     assert_eq!(port.index(), 0);
     port.send(|b, _| b.data[0] = 1);
     drop(port);
@@ -54,7 +54,7 @@ fn next_request_wraps_around_and_exclusive_serves_without_locks() {
     assert!(server.next_request(0).is_none());
     drop(found);
     // Dropping it unread gave the packet back; post another and serve it exclusively.
-    let mut port = client.open(&lane, opcode::NOOP).unwrap();
+    let mut port = client.open::<{ opcode::NOOP }, _>(&lane).unwrap();
     port.send(|b, _| b.data[0] = 2);
     let index = port.index();
     drop(port);

@@ -120,7 +120,12 @@ fn send_messages<L: Lanes>(client: &Client, lanes: &L, sender: u64, messages: u6
         let data = pattern(sender, seq, len);
         // Warp-uniform choice (depends on the message number only).
         let op = if seq % 4 == 3 { ECHO } else { CHECK };
-        let mut port = client.open(lanes, op).expect("client initialised");
+        let port = if op == ECHO {
+            client.open::<ECHO, L>(lanes)
+        } else {
+            client.open::<CHECK, L>(lanes)
+        };
+        let mut port = port.expect("client initialised");
         port.send(|b, _| {
             b.data[0] = sender;
             b.data[1] = seq;

@@ -119,12 +119,19 @@ impl Pipe {
     /// timeout), then ends the process while still holding the pipe, so no other slot can start
     /// a frame it would not finish.
     fn send_last(&self, slot: Slot, event: &Event) -> ! {
+        // The files the device opened are C streams: flushed first, because the parent may
+        // answer the report by killing this process.
+        // SAFETY: `fflush(NULL)` flushes every open C output stream, taking each one's lock as
+        // any `fflush` does.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
         let _ = lock(&self.pending).frames.push(slot, event);
         self.flush();
         let _out = lock(&self.out);
-        // Threads of a host-emulated kernel or other slots may still be running: leave without
-        // unwinding into them.
-        std::process::exit(0);
+        // Other slots may be inside the driver and a timed-out kernel may still run: `exit`
+        // would run the driver's exit-time teardown (libcuda registers one) under them, and
+        // could hang or crash after the report. Everything owed is flushed above.
+        // SAFETY: `_exit` ends the process at once; nothing after it runs.
+        unsafe { libc::_exit(0) }
     }
 
     /// Writes what is buffered from a signal handler: only try-locks (bounded waits for the
@@ -425,8 +432,9 @@ impl SlotSetup {
             },
         );
         let mut sink = SlotSink { pipe, slot };
+        let end_params = self.image.kernel("_end").and_then(|end| end.param_bytes());
         for command in commands {
-            let event = match run_command(module.as_mut(), command, &mut sink) {
+            let event = match run_command(module.as_mut(), command, end_params, &mut sink) {
                 Ok(end) => Event::Ended(end),
                 Err(error) => Event::Refused { error },
             };
@@ -474,10 +482,12 @@ impl SlotSetup {
     }
 }
 
-/// Runs one command: how its launch ended, or why it could not run.
+/// Runs one command: how its launch ended, or why it could not run. `end_params`: the
+/// parameter bytes of the image's `_end` (see [`kernel_args::end_args`]).
 fn run_command(
     module: &mut dyn Module,
     command: Command,
+    end_params: Option<u64>,
     sink: &mut dyn Sink,
 ) -> Result<LaunchEnd, String> {
     match command {
@@ -498,6 +508,7 @@ fn run_command(
                 shape,
                 kernels,
                 print_resource_usage,
+                end_params,
             },
             sink,
         )
@@ -511,6 +522,7 @@ struct MainRun {
     shape: LaunchShape,
     kernels: Vec<String>,
     print_resource_usage: bool,
+    end_params: Option<u64>,
 }
 
 /// Runs the image as a program (LLVM libc's `_begin`, `_start`, `_end`, or the `kernels`
@@ -576,7 +588,8 @@ fn run_main(
     }
     let word = module.read_device(ret_address, 4)?;
     let status = <[u8; 4]>::try_from(word.as_slice()).map_or(0, i32::from_le_bytes);
-    match module.launch("_end", LaunchShape::SINGLE, &[], None, sink) {
+    let end_args = kernel_args::end_args(status, run.end_params);
+    match module.launch("_end", LaunchShape::SINGLE, &end_args, None, sink) {
         Ok(LaunchEnd::Completed) | Err(BackendError::MissingSymbol { .. }) => {}
         Ok(other) => return Ok(other),
         Err(error) => return Err(error),

@@ -5,7 +5,7 @@
 use gpurun_hal::scripted::{test, ImageSpec, Script, Step, SCRIPT_ENV};
 use gpurun_hal::{BackendKind, LaunchShape};
 use gpurun_harness::{Executor, LaunchEnd, TestDesc, TestEnd, TestRun};
-use gpurun_runner::{Command, Event, WorkerExecutor, WorkerHandle, WorkerOptions};
+use gpurun_runner::{Command, Event, RunError, WorkerExecutor, WorkerHandle, WorkerOptions};
 use libtest_mimic::{Arguments, Failed, Trial};
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -16,6 +16,9 @@ use std::time::Duration;
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.get(1).is_some_and(|arg| arg == "--worker") {
+        if let Some(marker) = std::env::var_os(EXIT_MARKER_ENV) {
+            register_exit_marker(PathBuf::from(marker));
+        }
         let status = gpurun_runner::worker::main(&args[2..]);
         return ExitCode::from(u8::try_from(status).unwrap_or(1));
     }
@@ -36,6 +39,10 @@ fn main() -> ExitCode {
         ),
         Trial::test("a_worker_that_cannot_start_fails_each_test", start_failure),
         Trial::test("a_program_runs_through_the_worker_protocol", program),
+        Trial::test(
+            "a_worker_leaves_without_exit_handlers_after_its_last_run",
+            last_run_skips_exit_handlers,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), trials).exit_code()
 }
@@ -325,6 +332,64 @@ fn start_failure() -> Result<(), Failed> {
         matches!(&runs["any"].end, TestEnd::NotRun(error) if error.contains("script")),
         || format!("{:?}", runs["any"].end),
     )
+}
+
+/// Names a file the worker process writes from an `atexit` handler, standing in for the exit-time
+/// teardown libcuda registers.
+const EXIT_MARKER_ENV: &str = "GPURUN_TEST_EXIT_MARKER";
+
+fn register_exit_marker(path: PathBuf) {
+    static MARKER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    extern "C" fn write_marker() {
+        if let Some(path) = MARKER.get() {
+            let _ = std::fs::write(path, b"exit handlers ran\n");
+        }
+    }
+    if MARKER.set(path).is_ok() {
+        // SAFETY: registers a function without arguments that only writes a file.
+        unsafe { libc::atexit(write_marker) };
+    }
+}
+
+/// Issue 22, item 3: after a run that ends the worker (here an exit; also a fault or a timeout)
+/// the worker leaves with `_exit`, so exit-time handlers (libcuda's teardown, while other slots
+/// may be inside the driver) never run. A worker that ends by returning from `main` runs them,
+/// which shows the marker works.
+fn last_run_skips_exit_handlers() -> Result<(), Failed> {
+    let setup = Setup::new("last-run", vec![("main", vec![Step::Exit(7)])]);
+    let marker = setup.dir.join("exit-marker");
+    let status = std::process::Command::new(std::env::current_exe()?)
+        .args(["--worker", "--no-such-option"])
+        .env(EXIT_MARKER_ENV, &marker)
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    check(!status.success() && marker.exists(), || {
+        format!("a worker refusing its arguments ({status}) left no exit marker")
+    })?;
+    std::fs::remove_file(&marker)?;
+
+    let mut spec = setup.spec();
+    spec.env
+        .push((EXIT_MARKER_ENV.into(), marker.display().to_string()));
+    let worker = WorkerHandle::spawn(&spec, Duration::from_secs(30))?;
+    let command = Command::RunTest {
+        kernel: setup.tests[0].kernel.clone(),
+        shape: LaunchShape::SINGLE,
+    };
+    let timeout = Some(Duration::from_secs(30));
+    let end = worker.run(0, &command, timeout, &mut |_| {});
+    check(matches!(end, Ok(LaunchEnd::Exited(7))), || {
+        format!("{end:?}")
+    })?;
+    // The next command finds the worker gone; the handle waits for it to finish exiting.
+    let end = worker.run(0, &command, timeout, &mut |_| {});
+    check(
+        matches!(&end, Err(RunError::Died(how)) if how.contains("exited with status 0")),
+        || format!("{end:?}"),
+    )?;
+    check(!marker.exists(), || {
+        "the worker ran its exit handlers after its last run".into()
+    })
 }
 
 fn program() -> Result<(), Failed> {

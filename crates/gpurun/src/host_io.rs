@@ -30,7 +30,7 @@ pub fn stdin() -> Stdin {
 /// end of input or on error.
 fn fgets(stream: u64, buffer: &mut [u8]) -> Option<usize> {
     let lanes = lanes();
-    let mut port = __llvm_rpc_client.open(&lanes, opcode::READ_FGETS)?;
+    let mut port = __llvm_rpc_client.open::<{ opcode::READ_FGETS }, _>(&lanes)?;
     let count = buffer.len() as u64;
     port.send(|packet, _| {
         packet.data[0] = count;
@@ -125,7 +125,7 @@ impl File {
             return None;
         }
         let lanes = lanes();
-        let mut port = __llvm_rpc_client.open(&lanes, opcode::OPEN_FILE)?;
+        let mut port = __llvm_rpc_client.open::<{ opcode::OPEN_FILE }, _>(&lanes)?;
         port.send_n(&with_nul(path));
         let mut handle = 0;
         port.send_and_recv(
@@ -143,7 +143,8 @@ impl File {
     /// Reads up to `buffer.len()` bytes; returns how many (0 at end of file).
     pub fn read(&mut self, buffer: &mut [u8]) -> usize {
         let lanes = lanes();
-        let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::READ_FROM_STREAM) else {
+        let Some(mut port) = __llvm_rpc_client.open::<{ opcode::READ_FROM_STREAM }, _>(&lanes)
+        else {
             return 0;
         };
         let size = buffer.len() as u64;
@@ -190,7 +191,8 @@ impl File {
     /// Writes `bytes`; returns how many the host wrote.
     pub fn write(&mut self, bytes: &[u8]) -> usize {
         let lanes = lanes();
-        let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::WRITE_TO_STREAM) else {
+        let Some(mut port) = __llvm_rpc_client.open::<{ opcode::WRITE_TO_STREAM }, _>(&lanes)
+        else {
             return 0;
         };
         let handle = self.handle;
@@ -205,7 +207,7 @@ impl File {
 impl Drop for File {
     fn drop(&mut self) {
         let lanes = lanes();
-        if let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::CLOSE_FILE) {
+        if let Some(mut port) = __llvm_rpc_client.open::<{ opcode::CLOSE_FILE }, _>(&lanes) {
             let handle = self.handle;
             port.send_and_recv(|packet, _| packet.data[0] = handle, |_, _| {});
         };
@@ -216,7 +218,7 @@ impl Drop for File {
 /// -1 unless the run allows it (`cargo gpurun run --allow-system`).
 pub fn system(command: &str) -> i32 {
     let lanes = lanes();
-    let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::SYSTEM) else {
+    let Some(mut port) = __llvm_rpc_client.open::<{ opcode::SYSTEM }, _>(&lanes) else {
         return -1;
     };
     port.send_n(&with_nul(command));

@@ -15,16 +15,6 @@ pub enum Stream {
     Stderr,
 }
 
-impl Stream {
-    /// The RPC opcode that writes to this stream.
-    fn opcode(self) -> u32 {
-        match self {
-            Stream::Stdout => gpurun_rpc::opcode::WRITE_TO_STDOUT,
-            Stream::Stderr => gpurun_rpc::opcode::WRITE_TO_STDERR,
-        }
-    }
-}
-
 /// A fixed-capacity byte buffer that implements `fmt::Write`; it remembers whether it
 /// overflowed.
 pub struct FixedBuf<const N: usize> {
@@ -68,20 +58,32 @@ impl<const N: usize> Write for FixedBuf<N> {
 }
 
 /// Formats `args` and sends them to `stream` in one write.
+///
+/// Each stream gets its own code with its opcode a constant (`print_with`): lanes of one warp
+/// that print to stdout and to stderr at the same time run different instructions, so the
+/// hardware never regroups them into one port whose header names only one stream (LLVM's client
+/// makes the opcode a template parameter for the same reason).
 #[doc(hidden)]
 pub fn _print(stream: Stream, args: fmt::Arguments<'_>) {
+    match stream {
+        Stream::Stdout => print_with::<{ gpurun_rpc::opcode::WRITE_TO_STDOUT }>(args),
+        Stream::Stderr => print_with::<{ gpurun_rpc::opcode::WRITE_TO_STDERR }>(args),
+    }
+}
+
+fn print_with<const OPCODE: u32>(args: fmt::Arguments<'_>) {
     if let Some(text) = args.as_str() {
-        crate::rpc::write(stream.opcode(), text.as_bytes());
+        crate::rpc::write::<OPCODE>(text.as_bytes());
         return;
     }
     let mut small = FixedBuf::<256>::new();
     if small.write_fmt(args).is_ok() {
-        crate::rpc::write(stream.opcode(), small.as_bytes());
+        crate::rpc::write::<OPCODE>(small.as_bytes());
         return;
     }
     let mut text = alloc::string::String::new();
     let _ = text.write_fmt(args);
-    crate::rpc::write(stream.opcode(), text.as_bytes());
+    crate::rpc::write::<OPCODE>(text.as_bytes());
 }
 
 /// Prints to the host's standard output.

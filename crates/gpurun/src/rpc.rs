@@ -18,9 +18,10 @@ pub(crate) fn lanes() -> Lanes {
     Lanes::new(arch::lane_size(), arch::lane_id()).unwrap_or(Lanes::SINGLE)
 }
 
-/// Writes `bytes` in one request with a write opcode (`WRITE_TO_STDOUT`, `WRITE_TO_STDERR`).
-pub(crate) fn write(code: u32, bytes: &[u8]) {
-    calls::write(&__llvm_rpc_client, &lanes(), code, bytes);
+/// Writes `bytes` in one request with the write opcode `OPCODE` (`WRITE_TO_STDOUT`,
+/// `WRITE_TO_STDERR`), a constant so that each stream's writes are their own code.
+pub(crate) fn write<const OPCODE: u32>(bytes: &[u8]) {
+    calls::write::<OPCODE, _>(&__llvm_rpc_client, &lanes(), bytes);
 }
 
 #[cfg_attr(
@@ -67,7 +68,7 @@ pub(crate) fn report_panic(message: &[u8], file: &str, line: u32, column: u32) {
 /// See [`crate::export::abandon_a_message`].
 pub(crate) fn abandon_a_message(announced: u64) {
     let lanes = lanes();
-    if let Some(mut port) = __llvm_rpc_client.open(&lanes, opcode::WRITE_TO_STDOUT) {
+    if let Some(mut port) = __llvm_rpc_client.open::<{ opcode::WRITE_TO_STDOUT }, _>(&lanes) {
         // The first packet of a `send_n` carries the length; the rest never comes.
         port.send(|buffer, _| buffer.data[0] = announced);
         core::mem::forget(port);

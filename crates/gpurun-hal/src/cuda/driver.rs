@@ -1,13 +1,13 @@
-//! The driver layer of the CUDA backend, in cudarc's `sys` -> `result` -> safe layering: finding
-//! the library and `cuInit`, the one place that calls `cudarc::driver::sys` ([`calls`]: each
-//! driver function this backend uses, as a `Result`), and driver status codes turned into
-//! backend errors. Messages carry the driver's own error name (`CUDA_ERROR_ILLEGAL_ADDRESS`), the
+//! The driver layer of the CUDA backend, over cudarc's `result` layer (cudarc's `sys` only where
+//! `result` has no wrapper): finding the library and `cuInit`, the one place that calls the
+//! driver ([`calls`]: each driver function this backend uses, as a `Result` naming the call),
+//! and driver status codes turned into backend errors. Messages carry the driver's own error name (`CUDA_ERROR_ILLEGAL_ADDRESS`), the
 //! call that returned it and the driver's description, so a failed test reads like the
 //! driver's report.
 
 use crate::{BackendError, BackendKind};
-use cudarc::driver::sys::{self, CUresult};
-use std::ffi::CStr;
+use cudarc::driver::result;
+use cudarc::driver::sys::CUresult;
 
 /// A driver call that did not return `CUDA_SUCCESS`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,16 +79,10 @@ pub(crate) fn error_name(code: CUresult) -> String {
     if !driver_loaded() {
         return format!("{code:?}");
     }
-    let mut text: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: `text` is a valid out-pointer; the driver stores a pointer to a static string.
-    let status = unsafe { sys::cuGetErrorName(code, &mut text) };
-    if status == CUresult::CUDA_SUCCESS && !text.is_null() {
-        // SAFETY: on success the driver returned a NUL-terminated string with static lifetime.
-        return unsafe { CStr::from_ptr(text) }
-            .to_string_lossy()
-            .into_owned();
+    match result::DriverError(code).error_name() {
+        Ok(name) => name.to_string_lossy().into_owned(),
+        Err(_) => format!("{code:?}"),
     }
-    format!("{code:?}")
 }
 
 /// The driver's description of `code` (`cuGetErrorString`), when it has one.
@@ -96,19 +90,9 @@ fn error_description(code: CUresult) -> Option<String> {
     if !driver_loaded() {
         return None;
     }
-    let mut text: *const std::ffi::c_char = std::ptr::null();
-    // SAFETY: `text` is a valid out-pointer; the driver stores a pointer to a static string.
-    let status = unsafe { sys::cuGetErrorString(code, &mut text) };
-    if status == CUresult::CUDA_SUCCESS && !text.is_null() {
-        // SAFETY: on success the driver returned a NUL-terminated string with static lifetime.
-        Some(
-            unsafe { CStr::from_ptr(text) }
-                .to_string_lossy()
-                .into_owned(),
-        )
-    } else {
-        None
-    }
+    let error = result::DriverError(code);
+    let text = error.error_string().ok()?;
+    Some(text.to_string_lossy().into_owned())
 }
 
 /// Errors after which the context is corrupted: every later call in it fails with the same code,
@@ -141,6 +125,7 @@ pub(crate) fn is_sticky(code: CUresult) -> bool {
 mod loading {
     use super::DriverError;
     use crate::BackendError;
+    use cudarc::driver::result;
     use cudarc::driver::sys::{self, CUresult};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::OnceLock;
@@ -186,11 +171,10 @@ mod loading {
                 return None;
             }
             DRIVER_LOADED.store(true, Ordering::Release);
-            // SAFETY: plain driver call with a flags value of 0, the only one defined.
-            Some(match unsafe { sys::cuInit(0) } {
-                CUresult::CUDA_SUCCESS => Ok(Driver::Ready),
-                CUresult::CUDA_ERROR_NO_DEVICE => Ok(Driver::NoDevice),
-                other => Err(other),
+            Some(match result::init() {
+                Ok(()) => Ok(Driver::Ready),
+                Err(result::DriverError(CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(Driver::NoDevice),
+                Err(result::DriverError(other)) => Err(other),
             })
         });
         match *outcome {
@@ -205,71 +189,70 @@ mod loading {
     }
 }
 
-/// Every driver call of the backend, each a thin `Result` over one `sys` function. Functions
-/// that take raw driver handles or addresses are `unsafe`: the caller vouches for them, as
-/// documented on each. All of them need the driver loaded ([`init`] succeeded), and those on a
-/// context need it current on the calling thread.
+/// Every driver call of the backend, each a `Result` naming the call. Where cudarc's `result`
+/// layer wraps the function, the call goes through it; the raw `sys` layer is used only for what
+/// it lacks: `cuDriverGetVersion`, `cuStreamQuery` (its "not ready" is an answer, not an error),
+/// `cuMemHostGetDevicePointer`, `cuModuleLoadDataEx` with JIT log options, and `cuLaunchKernel`
+/// with one packed parameter buffer (`extra`, as LLVM's loaders pass it). Functions that take raw
+/// driver handles or addresses are `unsafe`: the caller vouches for them, as documented on each.
+/// All of them need the driver loaded ([`init`] succeeded), and those on a context need it
+/// current on the calling thread.
 pub(crate) mod calls {
     use super::{check, DriverError};
+    use cudarc::driver::result::{self, stream::StreamKind};
     use cudarc::driver::sys::{
         self, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUfunction,
         CUfunction_attribute, CUjit_option, CUmodule, CUresult, CUstream,
     };
     use std::ffi::{c_void, CStr};
 
+    /// Names the call a `result`-layer error came from.
+    fn named(call: &'static str) -> impl Fn(result::DriverError) -> DriverError {
+        move |error| DriverError {
+            call,
+            code: error.0,
+        }
+    }
+
+    /// A `result`-layer lookup that answers `CUDA_ERROR_NOT_FOUND` for a missing name: `None`.
+    fn found<T>(
+        call: &'static str,
+        outcome: Result<T, result::DriverError>,
+    ) -> Result<Option<T>, DriverError> {
+        match outcome {
+            Ok(value) => Ok(Some(value)),
+            Err(result::DriverError(CUresult::CUDA_ERROR_NOT_FOUND)) => Ok(None),
+            Err(error) => Err(named(call)(error)),
+        }
+    }
+
     pub(crate) fn device_count() -> Result<i32, DriverError> {
-        let mut count = 0;
-        // SAFETY: a valid out-pointer.
-        check("cuDeviceGetCount", unsafe {
-            sys::cuDeviceGetCount(&mut count)
-        })?;
-        Ok(count)
+        result::device::get_count().map_err(named("cuDeviceGetCount"))
     }
 
     pub(crate) fn device_get(ordinal: i32) -> Result<CUdevice, DriverError> {
-        let mut device: CUdevice = 0;
-        // SAFETY: a valid out-pointer; a bad ordinal is an error code.
-        check("cuDeviceGet", unsafe {
-            sys::cuDeviceGet(&mut device, ordinal)
-        })?;
-        Ok(device)
+        result::device::get(ordinal).map_err(named("cuDeviceGet"))
     }
 
     pub(crate) fn device_name(device: CUdevice) -> Result<String, DriverError> {
-        let mut name = [0 as std::ffi::c_char; 256];
-        // SAFETY: the buffer's length is passed; a bad handle is an error code.
-        check("cuDeviceGetName", unsafe {
-            sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device)
-        })?;
-        // The driver NUL-terminates; the last byte stays 0 whatever it wrote.
-        name[name.len() - 1] = 0;
-        // SAFETY: `name` holds a NUL-terminated string (see above).
-        Ok(unsafe { CStr::from_ptr(name.as_ptr()) }
-            .to_string_lossy()
-            .into_owned())
+        result::device::get_name(device).map_err(named("cuDeviceGetName"))
     }
 
     pub(crate) fn device_attribute(
         device: CUdevice,
         which: CUdevice_attribute,
     ) -> Result<i32, DriverError> {
-        let mut value = 0;
-        // SAFETY: a valid out-pointer; a bad handle is an error code.
-        check("cuDeviceGetAttribute", unsafe {
-            sys::cuDeviceGetAttribute(&mut value, which, device)
-        })?;
-        Ok(value)
+        // SAFETY: `device` comes from `device_get`; a bad handle is an error code.
+        unsafe { result::device::get_attribute(device, which) }
+            .map_err(named("cuDeviceGetAttribute"))
     }
 
     pub(crate) fn device_total_memory(device: CUdevice) -> Result<usize, DriverError> {
-        let mut bytes = 0usize;
-        // SAFETY: a valid out-pointer; a bad handle is an error code.
-        check("cuDeviceTotalMem", unsafe {
-            sys::cuDeviceTotalMem_v2(&mut bytes, device)
-        })?;
-        Ok(bytes)
+        // SAFETY: as for `device_attribute`.
+        unsafe { result::device::total_mem(device) }.map_err(named("cuDeviceTotalMem"))
     }
 
+    /// `cuDriverGetVersion` (no `result` wrapper).
     pub(crate) fn driver_version() -> Result<i32, DriverError> {
         let mut version = 0;
         // SAFETY: a valid out-pointer.
@@ -280,12 +263,8 @@ pub(crate) mod calls {
     }
 
     pub(crate) fn primary_context_retain(device: CUdevice) -> Result<CUcontext, DriverError> {
-        let mut context: CUcontext = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; a bad handle is an error code.
-        check("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut context, device)
-        })?;
-        Ok(context)
+        // SAFETY: `device` comes from `device_get`; a bad handle is an error code.
+        unsafe { result::primary_ctx::retain(device) }.map_err(named("cuDevicePrimaryCtxRetain"))
     }
 
     /// # Safety
@@ -293,41 +272,29 @@ pub(crate) mod calls {
     /// the last release.
     pub(crate) unsafe fn primary_context_release(device: CUdevice) -> Result<(), DriverError> {
         // SAFETY: per the caller.
-        check("cuDevicePrimaryCtxRelease", unsafe {
-            sys::cuDevicePrimaryCtxRelease_v2(device)
-        })
+        unsafe { result::primary_ctx::release(device) }.map_err(named("cuDevicePrimaryCtxRelease"))
     }
 
     /// # Safety
     /// `context` must be a live (retained) context.
     pub(crate) unsafe fn context_set_current(context: CUcontext) -> Result<(), DriverError> {
         // SAFETY: per the caller.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(context) })
+        unsafe { result::ctx::set_current(context) }.map_err(named("cuCtxSetCurrent"))
     }
 
     /// The per-thread stack size of the current context.
     pub(crate) fn context_set_stack_size(bytes: usize) -> Result<(), DriverError> {
-        // SAFETY: a plain setting of the current context.
-        check("cuCtxSetLimit(CU_LIMIT_STACK_SIZE)", unsafe {
-            sys::cuCtxSetLimit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
-        })
+        result::ctx::set_limit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
+            .map_err(named("cuCtxSetLimit(CU_LIMIT_STACK_SIZE)"))
     }
 
     /// A non-blocking stream of the current context (it never waits on the legacy stream).
     pub(crate) fn stream_create_non_blocking() -> Result<CUstream, DriverError> {
-        let mut stream: CUstream = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer.
-        check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(
-                &mut stream,
-                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
-            )
-        })?;
-        Ok(stream)
+        result::stream::create(StreamKind::NonBlocking).map_err(named("cuStreamCreate"))
     }
 
     /// The raw status of `cuStreamQuery`: `CUDA_SUCCESS` (done), `CUDA_ERROR_NOT_READY`, or an
-    /// error.
+    /// error (no `result` wrapper: "not ready" is an answer here).
     ///
     /// # Safety
     /// `stream` must be a live stream of the current context.
@@ -340,22 +307,18 @@ pub(crate) mod calls {
     /// As [`stream_query`].
     pub(crate) unsafe fn stream_synchronize(stream: CUstream) -> Result<(), DriverError> {
         // SAFETY: per the caller.
-        check("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(stream)
-        })
+        unsafe { result::stream::synchronize(stream) }.map_err(named("cuStreamSynchronize"))
     }
 
     /// # Safety
     /// As [`stream_query`]; nothing uses the stream afterwards.
     pub(crate) unsafe fn stream_destroy(stream: CUstream) -> Result<(), DriverError> {
         // SAFETY: per the caller.
-        check("cuStreamDestroy", unsafe {
-            sys::cuStreamDestroy_v2(stream)
-        })
+        unsafe { result::stream::destroy(stream) }.map_err(named("cuStreamDestroy"))
     }
 
-    /// `cuModuleLoadDataEx` with the JIT's error and info logs (`log_bytes` each). On failure,
-    /// the error and the error log's text.
+    /// `cuModuleLoadDataEx` with the JIT's error and info logs (`log_bytes` each); cudarc's
+    /// `module::load_data` passes no JIT options. On failure, the error and the error log's text.
     ///
     /// # Safety
     /// `image` must be a complete cubin or NUL-terminated PTX.
@@ -400,7 +363,7 @@ pub(crate) mod calls {
     /// `module` must be loaded in the current context; nothing of it runs or is used after.
     pub(crate) unsafe fn module_unload(module: CUmodule) -> Result<(), DriverError> {
         // SAFETY: per the caller.
-        check("cuModuleUnload", unsafe { sys::cuModuleUnload(module) })
+        unsafe { result::module::unload(module) }.map_err(named("cuModuleUnload"))
     }
 
     /// Address and size of a global; `None` when the module has no such global.
@@ -411,14 +374,9 @@ pub(crate) mod calls {
         module: CUmodule,
         name: &CStr,
     ) -> Result<Option<(CUdeviceptr, usize)>, DriverError> {
-        let (mut address, mut size) = (0, 0);
-        // SAFETY: valid out-pointers, a NUL-terminated name; `module` per the caller.
-        let status =
-            unsafe { sys::cuModuleGetGlobal_v2(&mut address, &mut size, module, name.as_ptr()) };
-        match status {
-            CUresult::CUDA_ERROR_NOT_FOUND => Ok(None),
-            status => check("cuModuleGetGlobal", status).map(|()| Some((address, size))),
-        }
+        // SAFETY: `module` per the caller; the name is NUL-terminated.
+        let outcome = unsafe { result::module::get_global(module, name.to_owned()) };
+        found("cuModuleGetGlobal", outcome)
     }
 
     /// A kernel of the module; `None` when it has no such function.
@@ -429,13 +387,9 @@ pub(crate) mod calls {
         module: CUmodule,
         name: &CStr,
     ) -> Result<Option<CUfunction>, DriverError> {
-        let mut function: CUfunction = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer, a NUL-terminated name; `module` per the caller.
-        let status = unsafe { sys::cuModuleGetFunction(&mut function, module, name.as_ptr()) };
-        match status {
-            CUresult::CUDA_ERROR_NOT_FOUND => Ok(None),
-            status => check("cuModuleGetFunction", status).map(|()| Some(function)),
-        }
+        // SAFETY: `module` per the caller; the name is NUL-terminated.
+        let outcome = unsafe { result::module::get_function(module, name.to_owned()) };
+        found("cuModuleGetFunction", outcome)
     }
 
     /// # Safety
@@ -444,16 +398,15 @@ pub(crate) mod calls {
         function: CUfunction,
         which: CUfunction_attribute,
     ) -> Result<i32, DriverError> {
-        let mut value = 0;
-        // SAFETY: a valid out-pointer; `function` per the caller.
-        check("cuFuncGetAttribute", unsafe {
-            sys::cuFuncGetAttribute(&mut value, which, function)
-        })?;
-        Ok(value)
+        // SAFETY: per the caller.
+        unsafe { result::function::get_function_attribute(function, which) }
+            .map_err(named("cuFuncGetAttribute"))
     }
 
     /// Launches `function` on `stream` with its parameters as one packed buffer (`params`, the
-    /// C struct of its arguments, `size` bytes).
+    /// C struct of its arguments, `size` bytes: up to the end of the last parameter, without
+    /// the struct's tail padding, which the driver refuses). cudarc's `launch_kernel` takes one
+    /// pointer per parameter instead, hence the raw call.
     ///
     /// # Safety
     /// `function` and `stream` must belong to the current context; `params` must hold `size`
@@ -501,14 +454,12 @@ pub(crate) mod calls {
 
     /// `len` bytes (at least 1) of page-locked host memory mapped into every context's address
     /// space (`PORTABLE | DEVICEMAP`, never write-combined: the host reads it), and its device
-    /// address.
+    /// address (`cuMemHostGetDevicePointer` has no `result` wrapper).
     pub(crate) fn host_alloc_mapped(len: usize) -> Result<(*mut u8, CUdeviceptr), DriverError> {
-        let mut host: *mut c_void = std::ptr::null_mut();
         let flags = sys::CU_MEMHOSTALLOC_PORTABLE | sys::CU_MEMHOSTALLOC_DEVICEMAP;
-        // SAFETY: a valid out-pointer and documented flags.
-        check("cuMemHostAlloc", unsafe {
-            sys::cuMemHostAlloc(&mut host, len.max(1), flags)
-        })?;
+        // SAFETY: documented flags; the memory is zeroed by the caller before use.
+        let host =
+            unsafe { result::malloc_host(len.max(1), flags) }.map_err(named("cuMemHostAlloc"))?;
         let mut device: CUdeviceptr = 0;
         // SAFETY: `host` was allocated with DEVICEMAP just now; flags must be 0.
         let mapped = check("cuMemHostGetDevicePointer", unsafe {
@@ -516,7 +467,7 @@ pub(crate) mod calls {
         });
         if let Err(error) = mapped {
             // SAFETY: allocated above and not handed out.
-            let _ = unsafe { sys::cuMemFreeHost(host) };
+            let _ = unsafe { result::free_host(host) };
             return Err(error);
         }
         Ok((host.cast(), device))
@@ -526,7 +477,7 @@ pub(crate) mod calls {
     /// `host` must come from [`host_alloc_mapped`] and be freed once.
     pub(crate) unsafe fn host_free(host: *mut u8) -> Result<(), DriverError> {
         // SAFETY: per the caller.
-        check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(host.cast()) })
+        unsafe { result::free_host(host.cast()) }.map_err(named("cuMemFreeHost"))
     }
 
     /// `size` bytes of device memory; `stream`: stream-ordered on it (`cuMemAllocAsync`, only
@@ -538,16 +489,14 @@ pub(crate) mod calls {
         size: usize,
         stream: Option<CUstream>,
     ) -> Result<CUdeviceptr, DriverError> {
-        let mut pointer: CUdeviceptr = 0;
-        // SAFETY: a valid out-pointer; `stream` per the caller.
-        let status = unsafe {
+        // SAFETY: `stream` per the caller; the memory is only handed out as an address.
+        unsafe {
             match stream {
-                Some(stream) => sys::cuMemAllocAsync(&mut pointer, size, stream),
-                None => sys::cuMemAlloc_v2(&mut pointer, size),
+                Some(stream) => result::malloc_async(stream, size),
+                None => result::malloc_sync(size),
             }
-        };
-        check("cuMemAlloc", status)?;
-        Ok(pointer)
+        }
+        .map_err(named("cuMemAlloc"))
     }
 
     /// # Safety
@@ -557,38 +506,52 @@ pub(crate) mod calls {
         stream: Option<CUstream>,
     ) -> Result<(), DriverError> {
         // SAFETY: per the caller.
-        let status = unsafe {
+        unsafe {
             match stream {
-                Some(stream) => sys::cuMemFreeAsync(pointer, stream),
-                None => sys::cuMemFree_v2(pointer),
+                Some(stream) => result::free_async(pointer, stream),
+                None => result::free_sync(pointer),
             }
-        };
-        check("cuMemFree", status)
+        }
+        .map_err(named("cuMemFree"))
     }
 
+    /// Copies `bytes` to device memory in `stream`'s order and waits for the copy: a launch on
+    /// that stream comes after it (a copy on the legacy stream would not order with our
+    /// non-blocking streams), and `bytes` may be reused when this returns.
+    ///
     /// # Safety
-    /// `address` must hold `bytes.len()` bytes of device memory of the current context.
+    /// `address` must hold `bytes.len()` bytes of device memory of the current context;
+    /// `stream` must be a live stream of it with no kernel that may never end.
     pub(crate) unsafe fn copy_to_device(
         address: CUdeviceptr,
         bytes: &[u8],
+        stream: CUstream,
     ) -> Result<(), DriverError> {
-        // SAFETY: per the caller; `bytes` is readable for its length.
-        check("cuMemcpyHtoD", unsafe {
-            sys::cuMemcpyHtoD_v2(address, bytes.as_ptr().cast(), bytes.len())
-        })
+        // SAFETY: per the caller; `bytes` stays borrowed until the stream has finished the copy.
+        unsafe {
+            result::memcpy_htod_async(address, bytes, stream)
+                .map_err(named("cuMemcpyHtoDAsync"))?;
+            stream_synchronize(stream)
+        }
     }
 
+    /// Reads `len` bytes of device memory in `stream`'s order (after the kernels launched on it)
+    /// and waits for them.
+    ///
     /// # Safety
-    /// `address` must hold `len` bytes of device memory of the current context.
+    /// As [`copy_to_device`], for `len` bytes at `address`.
     pub(crate) unsafe fn copy_from_device(
         address: CUdeviceptr,
         len: usize,
+        stream: CUstream,
     ) -> Result<Vec<u8>, DriverError> {
         let mut bytes = vec![0u8; len];
-        // SAFETY: per the caller; `bytes` has room for `len` bytes.
-        check("cuMemcpyDtoH", unsafe {
-            sys::cuMemcpyDtoH_v2(bytes.as_mut_ptr().cast(), address, len)
-        })?;
+        // SAFETY: per the caller; `bytes` stays borrowed until the stream has finished the copy.
+        unsafe {
+            result::memcpy_dtoh_async(&mut bytes, address, stream)
+                .map_err(named("cuMemcpyDtoHAsync"))?;
+            stream_synchronize(stream)?;
+        }
         Ok(bytes)
     }
 }

@@ -10,24 +10,20 @@ use cudarc::driver::sys::{self, CUfunction, CUresult, CUstream};
 use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-/// The kernel's parameter buffer: `args` laid out as a C struct (padded at the end to its
-/// alignment, as `sizeof` would be) in 8-byte-aligned storage. Returns the storage and the
-/// struct's size.
+/// The kernel's parameter buffer: `args` laid out as a C struct in 8-byte-aligned storage, and
+/// its size in bytes: up to the end of the last parameter, *without* the struct's tail padding.
+/// The driver wants exactly the kernel's parameter bytes: for `(int *, short)` 10, and a padded
+/// 16 fails with "too many resources requested for launch" (LLVM's offload plugin had this bug,
+/// llvm-project PR 172249).
 pub fn param_buffer(args: &[KernelArg]) -> (Vec<u64>, usize) {
     let packed = crate::kernel_args::pack_c_struct(args);
-    let align = if args.iter().any(|arg| arg.size() == 8) {
-        8
-    } else {
-        4
-    };
-    let size = packed.len().next_multiple_of(align);
-    let mut words = vec![0u64; size.div_ceil(8)];
+    let mut words = vec![0u64; packed.len().div_ceil(8)];
     for (word, chunk) in words.iter_mut().zip(packed.chunks(8)) {
         let mut bytes = [0u8; 8];
         bytes[..chunk.len()].copy_from_slice(chunk);
         *word = u64::from_ne_bytes(bytes);
     }
-    (words, size)
+    (words, packed.len())
 }
 
 /// A launch the driver has not been handed yet, movable to a helper thread.
@@ -187,15 +183,18 @@ mod tests {
     }
 
     #[test]
-    fn parameter_buffer_is_padded_like_sizeof() {
-        // struct { void *p; int n; } is 16 bytes, not 12.
+    fn parameter_buffer_ends_at_the_last_parameter() {
+        // struct { void *p; int n; } is 16 bytes, but the kernel's parameters are 12.
         let (words, size) = param_buffer(&[KernelArg::U64(7), KernelArg::I32(-1)]);
-        assert_eq!(size, 16);
+        assert_eq!(size, 12);
         let mut expected = 7u64.to_le_bytes().to_vec();
         expected.extend_from_slice(&(-1i32).to_le_bytes());
-        expected.extend_from_slice(&[0; 4]);
         assert_eq!(bytes(&words, size), expected);
-        // Only 4-byte members: 4-byte alignment.
+        // (ptr, u64, u32): 20 bytes, not 24.
+        let args = [KernelArg::U64(1), KernelArg::U64(2), KernelArg::U32(3)];
+        assert_eq!(param_buffer(&args).1, 20);
+        // Interior padding stays: (u32, u64) puts the u64 at offset 8.
+        assert_eq!(param_buffer(&[KernelArg::U32(1), KernelArg::U64(2)]).1, 16);
         assert_eq!(param_buffer(&[KernelArg::I32(1)]).1, 4);
         assert_eq!(param_buffer(&[]), (vec![], 0));
     }

@@ -212,9 +212,7 @@ impl CudaPrimitives<'_> {
                 bytes.len()
             )));
         }
-        // SAFETY: the destination global holds at least `bytes.len()` bytes (checked above).
-        unsafe { calls::copy_to_device(address, bytes) }?;
-        Ok(())
+        self.copy_to_device(address, bytes)
     }
 
     pub(crate) fn read_global_bytes(
@@ -228,8 +226,33 @@ impl CudaPrimitives<'_> {
                 "cannot read {len} bytes from the {size}-byte global `{name}`"
             )));
         }
-        // SAFETY: the global holds at least `len` bytes (checked above).
-        Ok(unsafe { calls::copy_from_device(address, len) }?)
+        self.copy_from_device(address, len)
+    }
+
+    /// Copies to device memory on the kernels' stream, so the next launch comes after the copy
+    /// (a copy on the legacy stream would not order with a non-blocking stream). Refused once a
+    /// kernel may run on forever: the copy would wait behind it.
+    fn copy_to_device(&self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        self.check_stream_usable()?;
+        // SAFETY: callers checked that `address` holds `bytes.len()` device bytes; the stream
+        // is this module's, with no endless kernel on it (checked above).
+        Ok(unsafe { calls::copy_to_device(address, bytes, self.stream) }?)
+    }
+
+    /// Reads device memory on the kernels' stream, after the launches before it.
+    fn copy_from_device(&self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        self.check_stream_usable()?;
+        // SAFETY: as for `copy_to_device`, for `len` bytes.
+        Ok(unsafe { calls::copy_from_device(address, len, self.stream) }?)
+    }
+
+    fn check_stream_usable(&self) -> Result<(), BackendError> {
+        if self.device.poisoned.get() {
+            return Err(runtime(
+                "the context may still run a faulted or timed-out kernel: no more copies",
+            ));
+        }
+        Ok(())
     }
 
     /// Builds the constructor/destructor array the NVPTX start code walks (nvlink makes none):
@@ -368,19 +391,16 @@ impl Primitives for CudaPrimitives<'_> {
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
         self.device.make_current()?;
         // The allocation may still be pending on the memory stream.
-        // SAFETY: a stream of the current context; the module checked that `address` holds
-        // `bytes.len()` device bytes.
-        unsafe {
-            calls::stream_synchronize(self.memory_stream)?;
-            calls::copy_to_device(address, bytes)?;
-        }
-        Ok(())
+        // SAFETY: a stream of the current context.
+        unsafe { calls::stream_synchronize(self.memory_stream) }?;
+        // The module checked that `address` holds `bytes.len()` device bytes.
+        self.copy_to_device(address, bytes)
     }
 
     fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
         self.device.make_current()?;
-        // SAFETY: the module checked that `address` holds `len` device bytes.
-        Ok(unsafe { calls::copy_from_device(address, len) }?)
+        // The module checked that `address` holds `len` device bytes.
+        self.copy_from_device(address, len)
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {

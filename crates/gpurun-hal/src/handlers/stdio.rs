@@ -159,6 +159,19 @@ impl HostState {
         }
     }
 
+    /// `fflush(NULL)`: flushes every stream the device opened (stdout and stderr are the
+    /// sink's, which holds nothing back). 0, or EOF when one flush failed, as C's `fflush(NULL)`.
+    pub(crate) fn flush_all(&mut self) -> i32 {
+        let mut result = 0;
+        for open in self.files.iter().flatten() {
+            // SAFETY: a live stream of the table.
+            if unsafe { libc::fflush(open.file) } != 0 {
+                result = libc::EOF;
+            }
+        }
+        result
+    }
+
     /// Writes to a target; returns the bytes written (0 for a stream that cannot be written).
     pub(crate) fn write_to(
         &mut self,
@@ -296,6 +309,7 @@ pub(crate) fn fgets(host: &mut HostState, port: &mut ServerPort<'_>) -> Result<S
 /// FEOF, FERROR, CLEARERR, FSEEK, FTELL, FFLUSH, UNGETC: one packet each way, answered in
 /// place (`recv_and_send`). Forged handles get EOF/-1 (and `feof`/`ferror` report true so a
 /// read loop stops); the device's stdout/stderr are unbuffered sinks that cannot seek or read.
+/// `fflush` of stream 0 (`fflush(NULL)`) flushes every open stream and answers 0.
 pub(crate) fn stream_call(host: &mut HostState, port: &mut ServerPort<'_>) -> Result<Served, Fail> {
     let code = port.opcode();
     port.recv_and_send(|buffer, _| {
@@ -336,6 +350,8 @@ pub(crate) fn stream_call(host: &mut HostState, port: &mut ServerPort<'_>) -> Re
             // SAFETY: as above.
             (opcode::FFLUSH, Some(file)) => Some(unsafe { libc::fflush(file) }.into()),
             (opcode::FFLUSH, None) if sink_stream => Some(0),
+            // `fflush(NULL)`: LLVM's server passes the null stream to the host's `fflush`.
+            (opcode::FFLUSH, None) if stream == 0 => Some(host.flush_all().into()),
             (opcode::UNGETC, Some(file)) => {
                 // SAFETY: as above; ungetc takes any int (EOF is refused by libc itself).
                 Some(unsafe { libc::ungetc(buffer.data[0] as i32, file) }.into())

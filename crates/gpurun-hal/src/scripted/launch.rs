@@ -88,14 +88,14 @@ fn play_thread<'s>(
     let lane = HostLane::SINGLE;
     for step in steps {
         match step {
-            Step::Print(text) | Step::Eprint(text) => {
-                let code = if matches!(step, Step::Print(_)) {
-                    opcode::WRITE_TO_STDOUT
-                } else {
-                    opcode::WRITE_TO_STDERR
-                };
+            Step::Print(text) => {
                 if let Some(client) = client {
-                    calls::write(client, &lane, code, text.as_bytes());
+                    calls::write::<{ opcode::WRITE_TO_STDOUT }, _>(client, &lane, text.as_bytes());
+                }
+            }
+            Step::Eprint(text) => {
+                if let Some(client) = client {
+                    calls::write::<{ opcode::WRITE_TO_STDERR }, _>(client, &lane, text.as_bytes());
                 }
             }
             Step::Panic {
@@ -136,7 +136,8 @@ fn play_thread<'s>(
             }
             Step::Hang => hang(),
             Step::StallMidMessage(announced) => {
-                if let Some(mut port) = client.and_then(|c| c.open(&lane, opcode::WRITE_TO_STDOUT))
+                if let Some(mut port) =
+                    client.and_then(|c| c.open::<{ opcode::WRITE_TO_STDOUT }, _>(&lane))
                 {
                     // The first packet of a `send_n` carries the length; the rest never comes,
                     // and the port stays held, as by a thread that died mid-message.

@@ -87,7 +87,7 @@ pub fn serve_increment(port: &mut ServerPort<'_>) {
 /// One TEST_INCREMENT call from a single host lane: the server's reply to `value`.
 pub fn increment(client: &Client, value: u64) -> u64 {
     let lane = HostLane::SINGLE;
-    let mut port = client.open(&lane, opcode::TEST_INCREMENT).unwrap();
+    let mut port = client.open::<{ opcode::TEST_INCREMENT }, _>(&lane).unwrap();
     let mut reply = 0;
     port.send_and_recv(|b, _| b.data[0] = value, |b, _| reply = b.data[0]);
     reply

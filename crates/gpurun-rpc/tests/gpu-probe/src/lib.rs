@@ -17,7 +17,7 @@ pub static __llvm_rpc_client: Client = Client::uninit();
 #[no_mangle]
 pub unsafe extern "gpu-kernel" fn gpurun_probe_increment(out: *mut u64) {
     let warp = Warp;
-    if let Some(mut port) = __llvm_rpc_client.open(&warp, opcode::TEST_INCREMENT) {
+    if let Some(mut port) = __llvm_rpc_client.open::<{ opcode::TEST_INCREMENT }, _>(&warp) {
         let mut reply = 0;
         port.send_and_recv(
             |b, lane| b.data[0] = u64::from(lane),
@@ -42,7 +42,7 @@ pub unsafe extern "gpu-kernel" fn gpurun_probe_stream(data: *const u8, back: *mu
             core::slice::from_raw_parts_mut(back, len),
         )
     };
-    if let Some(mut port) = __llvm_rpc_client.open(&warp, opcode::TEST_STREAM) {
+    if let Some(mut port) = __llvm_rpc_client.open::<{ opcode::TEST_STREAM }, _>(&warp) {
         port.send_n(data);
         port.recv_n(back);
     };
