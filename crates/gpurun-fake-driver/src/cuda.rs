@@ -7,6 +7,9 @@
 //! globals and kernels come from its PTX (`.global` and `.entry` declarations; a cubin has none).
 //! A launch records its shape and parameter bytes; its stream then answers `cuStreamQuery` with
 //! `CUDA_ERROR_NOT_READY` for a while (the kernel "runs"), then success or the chosen fault.
+//! An event recorded on a stream completes with the stream's work before it: until then
+//! `cuEventElapsedTime` answers `CUDA_ERROR_NOT_READY`, after a fault the fault, and once both
+//! events completed the time [`ELAPSED_MS_ENV`] names.
 //!
 //! Rules of the real driver that the fake enforces, so a backend that breaks them fails here:
 //! - A launch's parameter buffer (`CU_LAUNCH_PARAM_BUFFER_SIZE`) must end at the kernel's last
@@ -27,14 +30,15 @@
 //!   fault is).
 //! - [`MEMORY_POOLS_ENV`]: `1` if the device supports memory pools (`cuMemAllocAsync`).
 //! - [`MAX_THREADS_ENV`]: each kernel's `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK` (1024).
+//! - [`ELAPSED_MS_ENV`]: the milliseconds `cuEventElapsedTime` answers (`0.25`).
 
 // The exported functions are the CUDA driver API: its documentation is their contract.
 #![allow(clippy::missing_safety_doc, non_snake_case)]
 
 use crate::record::{hex, record};
 use cudarc::driver::sys::{
-    CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUfunction, CUfunction_attribute,
-    CUjit_option, CUlimit, CUmodule, CUresult, CUstream, CUstream_flags,
+    CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUevent_flags, CUfunction,
+    CUfunction_attribute, CUjit_option, CUlimit, CUmodule, CUresult, CUstream, CUstream_flags,
 };
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +50,7 @@ pub const RUNNING_QUERIES_ENV: &str = "GPURUN_FAKE_CUDA_RUNNING_QUERIES";
 pub const KERNEL_FAULT_ENV: &str = "GPURUN_FAKE_CUDA_KERNEL_FAULT";
 pub const MEMORY_POOLS_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_POOLS";
 pub const MAX_THREADS_ENV: &str = "GPURUN_FAKE_CUDA_MAX_THREADS";
+pub const ELAPSED_MS_ENV: &str = "GPURUN_FAKE_CUDA_ELAPSED_MS";
 
 /// The one device's primary context.
 const CONTEXT: usize = 0xc000;
@@ -141,9 +146,18 @@ struct Stream {
     fault: Option<CUresult>,
 }
 
+/// An event and where it was last recorded.
+struct Event {
+    /// Created without `CU_EVENT_DISABLE_TIMING`.
+    timing: bool,
+    /// The stream it was last recorded on.
+    recorded_on: Option<usize>,
+}
+
 #[derive(Default)]
 struct State {
     next_handle: usize,
+    events: HashMap<usize, Event>,
     blocks: BTreeMap<u64, Block>,
     modules: HashMap<usize, Module>,
     /// Each function handle's kernel name and, from PTX, its parameter bytes.
@@ -571,6 +585,114 @@ pub unsafe extern "C" fn cuStreamSynchronize(stream: CUstream) -> CUresult {
         state.pending_copies.retain(|copy| copy.stream != handle);
         status
     })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventCreate(event: *mut CUevent, flags: c_uint) -> CUresult {
+    call("cuEventCreate", format!("flags={flags}"), || {
+        let mut state = state();
+        let handle = state.handle();
+        let timing = flags & CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint == 0;
+        state.events.insert(
+            handle,
+            Event {
+                timing,
+                recorded_on: None,
+            },
+        );
+        // SAFETY: an out-pointer per the API.
+        unsafe { put(event, pointer_of(handle)) }
+    })
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventRecord(event: CUevent, stream: CUstream) -> CUresult {
+    let (event, stream) = (handle_of(event), handle_of(stream));
+    call(
+        "cuEventRecord",
+        format!("event={event:#x} stream={stream:#x}"),
+        || {
+            let mut state = state();
+            if stream != 0 && !state.streams.contains_key(&stream) {
+                return CUresult::CUDA_ERROR_INVALID_HANDLE;
+            }
+            let Some(recorded) = state.events.get_mut(&event) else {
+                return CUresult::CUDA_ERROR_INVALID_HANDLE;
+            };
+            recorded.recorded_on = Some(stream);
+            CUresult::CUDA_SUCCESS
+        },
+    )
+}
+
+/// How `cuEventElapsedTime` answers for an event: an error, or `None` once it has completed.
+fn event_status(state: &State, event: usize) -> Option<CUresult> {
+    let Some(Event {
+        timing: true,
+        recorded_on: Some(stream),
+    }) = state.events.get(&event)
+    else {
+        // Unknown, created without timing, or never recorded.
+        return Some(CUresult::CUDA_ERROR_INVALID_HANDLE);
+    };
+    let stream = state.streams.get(stream)?;
+    if let Some(fault) = stream.fault.filter(|_| stream.running == 0) {
+        return Some(fault);
+    }
+    (stream.running > 0).then_some(CUresult::CUDA_ERROR_NOT_READY)
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventElapsedTime(
+    milliseconds: *mut f32,
+    start: CUevent,
+    stop: CUevent,
+) -> CUresult {
+    let (start, stop) = (handle_of(start), handle_of(stop));
+    let streams = {
+        let state = state();
+        let stream_of = |event| {
+            state
+                .events
+                .get(&event)
+                .and_then(|event: &Event| event.recorded_on)
+                .map_or_else(|| "none".to_owned(), |stream| format!("{stream:#x}"))
+        };
+        format!(
+            "start_stream={} stop_stream={}",
+            stream_of(start),
+            stream_of(stop)
+        )
+    };
+    call(
+        "cuEventElapsedTime",
+        format!("start={start:#x} stop={stop:#x} {streams}"),
+        || {
+            let state = state();
+            if let Some(status) = event_status(&state, start).or(event_status(&state, stop)) {
+                return status;
+            }
+            let told = std::env::var(ELAPSED_MS_ENV)
+                .ok()
+                .and_then(|value| value.trim().parse().ok())
+                .unwrap_or(0.25f32);
+            // SAFETY: an out-pointer per the API.
+            unsafe { put(milliseconds, told) }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuEventDestroy_v2(event: CUevent) -> CUresult {
+    let event = handle_of(event);
+    call(
+        "cuEventDestroy",
+        format!("event={event:#x}"),
+        || match state().events.remove(&event) {
+            Some(_) => CUresult::CUDA_SUCCESS,
+            None => CUresult::CUDA_ERROR_INVALID_HANDLE,
+        },
+    )
 }
 
 #[no_mangle]

@@ -31,6 +31,10 @@ const RUNNING_QUERIES_ENV: &str = "GPURUN_FAKE_CUDA_RUNNING_QUERIES";
 const KERNEL_FAULT_ENV: &str = "GPURUN_FAKE_CUDA_KERNEL_FAULT";
 const MEMORY_POOLS_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_POOLS";
 const MAX_THREADS_ENV: &str = "GPURUN_FAKE_CUDA_MAX_THREADS";
+const ELAPSED_MS_ENV: &str = "GPURUN_FAKE_CUDA_ELAPSED_MS";
+/// The device time the `timed` scenario tells the fake driver (`ELAPSED_MS_ENV`), and expects.
+const TOLD_MS: &str = "1.5";
+const TOLD: Duration = Duration::from_micros(1500);
 
 /// A kernel with a pointer and a 32-bit argument, one with `(ptr, u64, u32)` (the signature of
 /// `fixtures/host-app`'s `fill`), and a global.
@@ -221,6 +225,20 @@ fn fake_driver_child() {
                 .unwrap();
             assert_eq!(end, LaunchEnd::Completed);
         }
+        "timed" | "untimed" => {
+            // Two launches of one module; `untimed`: the driver refuses to record events.
+            let expected = (scenario == "timed").then_some(TOLD);
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let out = module.alloc_device(4).unwrap();
+            for _ in 0..2 {
+                let end = module
+                    .launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink)
+                    .unwrap();
+                assert_eq!(end, LaunchEnd::Completed);
+                assert_eq!(module.last_device_time(), expected);
+            }
+            drop(module);
+        }
         "fault" => {
             let mut module = device.load(&image, &LoadOptions::default()).unwrap();
             let out = module.alloc_device(4).unwrap();
@@ -230,6 +248,11 @@ fn fake_driver_child() {
             assert!(
                 matches!(&end, LaunchEnd::Faulted(text) if text.contains("CUDA_ERROR_ILLEGAL_ADDRESS")),
                 "{end:?}"
+            );
+            assert_eq!(
+                module.last_device_time(),
+                None,
+                "no time for a faulted launch"
             );
             let again = module.launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink);
             assert!(again.is_err(), "{again:?}");
@@ -446,22 +469,148 @@ fn memory_pools_allocate_on_the_memory_stream() {
     assert_eq!(stream_of(&calls[free]), alloc_stream);
 }
 
+/// The timing events of a module's launches, checked against the calls: two events created
+/// (with timing) before the first launch; each launch's stream records the start event right
+/// before `cuLaunchKernel` and the stop event right after; the elapsed time is read once the
+/// stream has said the kernel is done, and before the next launch; the same two events serve
+/// every launch and are destroyed once each, after the last reading, before the module
+/// unloads (if it does). Returns the launches.
+#[track_caller]
+fn launches_are_timed(calls: &[Call], kernel: &str) -> Vec<usize> {
+    let launches = positions(calls, "cuLaunchKernel", &format!("function={kernel}"));
+    assert!(!launches.is_empty(), "{calls:#?}");
+    let created = positions(calls, "cuEventCreate", "");
+    assert_eq!(created.len(), 2, "one pair per module: {calls:#?}");
+    assert!(created.iter().all(|&at| calls[at].details == "flags=0"));
+    assert!(created[1] < launches[0]);
+    let event_at = |at: usize| calls[at].value("event").unwrap_or_default().to_owned();
+    let (start, stop) = (event_at(launches[0] - 1), event_at(launches[0] + 1));
+    assert_ne!(start, stop);
+    for (n, &launch) in launches.iter().enumerate() {
+        let stream = calls[launch].value("stream").unwrap_or_default();
+        let around = format!("{:#?}", &calls[launch - 1..=launch + 1]);
+        for (at, event) in [(launch - 1, &start), (launch + 1, &stop)] {
+            assert!(
+                calls[at].is("cuEventRecord", &format!("event={event} stream={stream}"))
+                    && calls[at].status == "CUDA_SUCCESS",
+                "launch {n} is not between its start and stop events: {around}"
+            );
+        }
+        let next = launches.get(n + 1).copied().unwrap_or(calls.len());
+        let done = positions(calls, "cuStreamQuery", &format!("stream={stream}"))
+            .into_iter()
+            .find(|&at| at > launch && calls[at].status == "CUDA_SUCCESS")
+            .unwrap_or_else(|| panic!("launch {n} never done: {calls:#?}"));
+        let read: Vec<usize> = positions(calls, "cuEventElapsedTime", "")
+            .into_iter()
+            .filter(|&at| at > launch && at < next)
+            .collect();
+        assert_eq!(read.len(), 1, "launch {n}: {calls:#?}");
+        let elapsed = &calls[read[0]];
+        assert!(
+            read[0] > done
+                && elapsed.status == "CUDA_SUCCESS"
+                && elapsed.details
+                    == format!(
+                        "start={start} stop={stop} start_stream={stream} stop_stream={stream}"
+                    ),
+            "launch {n}: {elapsed:?} after the stream was done at {done}: {calls:#?}"
+        );
+    }
+    // A worker process ends with `_exit`, tearing nothing down.
+    let destroyed = positions(calls, "cuEventDestroy", "");
+    let destroyed_events: Vec<String> = destroyed.iter().map(|&at| event_at(at)).collect();
+    let Some(unload) = positions(calls, "cuModuleUnload", "").first().copied() else {
+        assert!(destroyed.is_empty(), "{calls:#?}");
+        return launches;
+    };
+    assert_eq!(destroyed_events, [start, stop], "{calls:#?}");
+    let last_read = *positions(calls, "cuEventElapsedTime", "").last().unwrap();
+    assert!(destroyed.iter().all(|&at| last_read < at && at < unload));
+    launches
+}
+
+/// Issue 26, item 2: the device time of a launch is the time between two timing events recorded
+/// on its stream around the launch call (`Module::last_device_time`), read once the stream is
+/// done, with the events created once per module, reused, and destroyed with it.
+#[test]
+fn launches_are_timed_with_events_on_their_stream() {
+    let settings = [(RUNNING_QUERIES_ENV, "3"), (ELAPSED_MS_ENV, TOLD_MS)];
+    let calls = run("timed", &settings);
+    assert_eq!(launches_are_timed(&calls, "gpurun_store").len(), 2);
+}
+
+/// With `CUDA_LAUNCH_BLOCKING=1` the launch call, and with it the events around it, move to a
+/// helper thread; the time is the same.
+#[test]
+fn blocking_launches_are_timed_from_the_helper_thread() {
+    let settings = [
+        (RUNNING_QUERIES_ENV, "3"),
+        (ELAPSED_MS_ENV, TOLD_MS),
+        ("CUDA_LAUNCH_BLOCKING", "1"),
+    ];
+    let calls = run("timed", &settings);
+    assert_eq!(launches_are_timed(&calls, "gpurun_store").len(), 2);
+}
+
+/// Events the driver will not record cost the measurement, not the launch: both launches
+/// complete, with no device time and no reading.
+#[test]
+fn unrecorded_events_only_lose_the_time() {
+    let settings = [(FAIL_ENV, "cuEventRecord=CUDA_ERROR_INVALID_VALUE")];
+    let calls = run("untimed", &settings);
+    assert_eq!(positions(&calls, "cuLaunchKernel", "").len(), 2);
+    assert!(positions(&calls, "cuEventElapsedTime", "").is_empty());
+    assert_eq!(positions(&calls, "cuEventDestroy", "").len(), 2);
+}
+
 /// A kernel fault ends the launch as a fault and the module is leaked, not torn down: no
-/// stream, module or context release waits on a context that may still run the kernel.
+/// stream, module or context release waits on a context that may still run the kernel. Its
+/// timing events were recorded around the launch, then neither read nor destroyed (nor
+/// recorded again: the module refuses the next launch).
 #[test]
 fn fault_leaks_the_module_and_context() {
     let calls = run("fault", &[(KERNEL_FAULT_ENV, "CUDA_ERROR_ILLEGAL_ADDRESS")]);
     assert_eq!(positions(&calls, "cuLaunchKernel", "").len(), 1);
+    assert_eq!(positions(&calls, "cuEventRecord", "").len(), 2);
     for function in [
         "cuModuleUnload",
         "cuStreamDestroy",
         "cuMemFree",
         "cuDevicePrimaryCtxRelease",
+        "cuEventElapsedTime",
+        "cuEventDestroy",
     ] {
         assert!(
             positions(&calls, function, "").is_empty(),
             "{function} after a fault: {calls:#?}"
         );
+    }
+}
+
+/// A launch call that fails with a sticky error (the context is lost) fails the launch as a
+/// fault, whether it was issued on the caller's thread or, with `CUDA_LAUNCH_BLOCKING=1`, on
+/// the helper thread: the launch call's own error decides, not the stream, which ran nothing.
+/// The stop event is not recorded after it, and the events are neither read nor destroyed.
+#[test]
+fn sticky_launch_call_failure_is_a_fault() {
+    for blocking in ["0", "1"] {
+        let settings = [
+            (FAIL_ENV, "cuLaunchKernel=CUDA_ERROR_ILLEGAL_ADDRESS"),
+            ("CUDA_LAUNCH_BLOCKING", blocking),
+        ];
+        let calls = run("fault", &settings);
+        let launch = first(&calls, "cuLaunchKernel", "");
+        assert_eq!(calls[launch].status, "CUDA_ERROR_ILLEGAL_ADDRESS");
+        let recorded = positions(&calls, "cuEventRecord", "");
+        assert_eq!(recorded.len(), 1, "blocking={blocking}: {calls:#?}");
+        assert!(recorded[0] < launch);
+        for function in ["cuEventElapsedTime", "cuEventDestroy", "cuModuleUnload"] {
+            assert!(
+                positions(&calls, function, "").is_empty(),
+                "blocking={blocking}: {function} after a failed launch: {calls:#?}"
+            );
+        }
     }
 }
 
@@ -562,4 +711,25 @@ fn worker_loads_eagerly_with_the_stack_set_first() {
 
     let calls = run_through_worker("lazy", START_ONLY, &[], &[("CUDA_MODULE_LOADING", "LAZY")]);
     assert_eq!(calls[0].details, "flags=0 CUDA_MODULE_LOADING=LAZY");
+}
+
+/// Issue 26, item 2, through the real worker: `_start` and `_end` are each timed by the
+/// module's events, also with `CUDA_LAUNCH_BLOCKING=1`, where the launch call runs on a helper
+/// thread.
+#[test]
+fn worker_times_every_launch() {
+    let image = with_end("");
+    for blocking in ["0", "1"] {
+        let env = [
+            (RUNNING_QUERIES_ENV, "2"),
+            ("CUDA_LAUNCH_BLOCKING", blocking),
+        ];
+        let calls = run_through_worker("timed", &image, &[], &env);
+        let launches = launches_are_timed(&calls, "");
+        let kernels: Vec<&str> = launches
+            .iter()
+            .filter_map(|&at| calls[at].value("function"))
+            .collect();
+        assert_eq!(kernels, ["_start", "_end"], "blocking={blocking}");
+    }
 }

@@ -201,8 +201,8 @@ pub(crate) mod calls {
     use super::{check, DriverError};
     use cudarc::driver::result::{self, stream::StreamKind};
     use cudarc::driver::sys::{
-        self, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUfunction,
-        CUfunction_attribute, CUjit_option, CUmodule, CUresult, CUstream,
+        self, CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUevent_flags,
+        CUfunction, CUfunction_attribute, CUjit_option, CUmodule, CUresult, CUstream,
     };
     use std::ffi::{c_void, CStr};
 
@@ -450,6 +450,43 @@ pub(crate) mod calls {
                 extra,
             )
         })
+    }
+
+    /// An event of the current context that records timestamps (`CU_EVENT_DEFAULT`: not
+    /// `CU_EVENT_DISABLE_TIMING`, which `cuEventElapsedTime` refuses).
+    pub(crate) fn event_create_timed() -> Result<CUevent, DriverError> {
+        result::event::create(CUevent_flags::CU_EVENT_DEFAULT).map_err(named("cuEventCreate"))
+    }
+
+    /// Records `event` on `stream`: it completes, with the GPU's timestamp, once the work
+    /// issued to the stream before it has.
+    ///
+    /// # Safety
+    /// `event` must come from [`event_create_timed`] and `stream` be a live stream, both of the
+    /// current context.
+    pub(crate) unsafe fn event_record(event: CUevent, stream: CUstream) -> Result<(), DriverError> {
+        // SAFETY: per the caller.
+        unsafe { result::event::record(event, stream) }.map_err(named("cuEventRecord"))
+    }
+
+    /// Milliseconds between two completed events (about half a microsecond's resolution).
+    ///
+    /// # Safety
+    /// Both events must come from [`event_create_timed`] in the current context, not be
+    /// destroyed, and have been recorded.
+    pub(crate) unsafe fn event_elapsed_ms(
+        start: CUevent,
+        stop: CUevent,
+    ) -> Result<f32, DriverError> {
+        // SAFETY: per the caller.
+        unsafe { result::event::elapsed(start, stop) }.map_err(named("cuEventElapsedTime"))
+    }
+
+    /// # Safety
+    /// `event` must come from [`event_create_timed`], be destroyed once and not be used after.
+    pub(crate) unsafe fn event_destroy(event: CUevent) -> Result<(), DriverError> {
+        // SAFETY: per the caller.
+        unsafe { result::event::destroy(event) }.map_err(named("cuEventDestroy"))
     }
 
     /// `len` bytes (at least 1) of page-locked host memory mapped into every context's address

@@ -1,14 +1,16 @@
 //! One kernel launch: `cuLaunchKernel` with the packed argument block on the module's
-//! non-blocking stream; its state is the stream's (`cuStreamQuery`). The shared loop
-//! (`crate::launch_loop`) does the rest.
+//! non-blocking stream, between the module's two timing events (`timing`); its state is the
+//! stream's (`cuStreamQuery`). The shared loop (`crate::launch_loop`) does the rest.
 
 use super::driver::{calls, DriverError};
+use super::timing::LaunchEvents;
 use crate::kernel_args::KernelArg;
 use crate::launch_loop::{Launch, LaunchState};
 use crate::LaunchShape;
 use cudarc::driver::sys::{self, CUfunction, CUresult, CUstream};
 use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// The kernel's parameter buffer: `args` laid out as a C struct in 8-byte-aligned storage, and
 /// its size in bytes: up to the end of the last parameter, *without* the struct's tail padding.
@@ -35,6 +37,8 @@ pub(crate) struct RawLaunch {
     /// The parameter buffer (see [`param_buffer`]), owned here until the driver copied it.
     pub(crate) words: Vec<u64>,
     pub(crate) args_size: usize,
+    /// Recorded on `stream` around the launch call, when the module has them.
+    pub(crate) events: Option<LaunchEvents>,
 }
 
 // SAFETY: the handles are driver objects usable from any thread once the context is made
@@ -42,12 +46,16 @@ pub(crate) struct RawLaunch {
 unsafe impl Send for RawLaunch {}
 
 impl RawLaunch {
-    pub(crate) fn issue(mut self) -> Result<(), DriverError> {
+    /// Makes the context current and launches; whether both timing events were recorded
+    /// around the launch call.
+    pub(crate) fn issue(mut self) -> Result<bool, DriverError> {
         // SAFETY: the context was retained by the device and outlives this call; the function
         // belongs to its loaded module, the stream is live, and the words hold the packed
-        // parameters (`args_size` bytes), alive until the call returns.
+        // parameters (`args_size` bytes), alive until the call returns. The events are the
+        // module's, of the same context.
         unsafe {
             calls::context_set_current(self.context)?;
+            let started = self.events.is_some_and(|e| e.record_start(self.stream));
             calls::launch_kernel(
                 self.function,
                 self.shape.blocks,
@@ -55,7 +63,8 @@ impl RawLaunch {
                 self.stream,
                 self.words.as_mut_ptr().cast(),
                 self.args_size,
-            )
+            )?;
+            Ok(started && self.events.is_some_and(|e| e.record_stop(self.stream)))
         }
     }
 }
@@ -67,13 +76,41 @@ pub(crate) struct CudaLaunch {
     /// With `CUDA_LAUNCH_BLOCKING=1` the launch call returns only when the kernel has finished,
     /// and the kernel may be waiting for our RPC server: it is issued from this thread instead.
     issuer: Mutex<Issuer>,
+    events: Option<LaunchEvents>,
 }
 
 enum Issuer {
-    Issued,
-    Pending(JoinHandle<Result<(), DriverError>>),
+    /// `timed`: both timing events were recorded around the launch call.
+    Issued {
+        timed: bool,
+    },
+    Pending(JoinHandle<Result<bool, DriverError>>),
     /// The launch call itself failed with a sticky error.
     Failed(String),
+}
+
+impl Issuer {
+    /// Takes in the helper thread's outcome once it has one; false while the launch call still
+    /// runs there. An issued or failed launch stays as it is.
+    fn settle(&mut self) -> bool {
+        match self {
+            Issuer::Pending(handle) if !handle.is_finished() => return false,
+            Issuer::Pending(_) => {}
+            Issuer::Issued { .. } | Issuer::Failed(_) => return true,
+        }
+        if let Issuer::Pending(handle) = std::mem::replace(self, Issuer::Issued { timed: false }) {
+            // Any failure of a launch issued in the background leaves the launch undone; the
+            // module cannot be trusted after it.
+            *self = match handle.join().unwrap_or(Err(DriverError {
+                call: "cuLaunchKernel",
+                code: CUresult::CUDA_ERROR_UNKNOWN,
+            })) {
+                Ok(timed) => Issuer::Issued { timed },
+                Err(error) => Issuer::Failed(error.describe()),
+            };
+        }
+        true
+    }
 }
 
 // SAFETY: the context and stream are driver handles usable from any thread once the context is
@@ -86,7 +123,7 @@ impl CudaLaunch {
     /// Issues `raw` on this thread, or on a helper thread when the driver blocks in the launch
     /// call. A sticky failure becomes a launch in the `Faulted` state; anything else an error.
     pub(crate) fn start(raw: RawLaunch, blocking: bool) -> Result<CudaLaunch, DriverError> {
-        let (context, stream) = (raw.context, raw.stream);
+        let (context, stream, events) = (raw.context, raw.stream, raw.events);
         let issuer = if blocking {
             let handle = std::thread::Builder::new()
                 .name("gpurun-cuda-launch".into())
@@ -98,7 +135,7 @@ impl CudaLaunch {
             Issuer::Pending(handle)
         } else {
             match raw.issue() {
-                Ok(()) => Issuer::Issued,
+                Ok(timed) => Issuer::Issued { timed },
                 Err(error) if error.is_sticky() => Issuer::Failed(error.describe()),
                 Err(error) => return Err(error),
             }
@@ -107,6 +144,7 @@ impl CudaLaunch {
             context,
             stream,
             issuer: Mutex::new(issuer),
+            events,
         })
     }
 }
@@ -114,19 +152,8 @@ impl CudaLaunch {
 impl Launch for CudaLaunch {
     fn state(&self) -> LaunchState {
         let mut issuer = self.issuer.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Issuer::Pending(handle) = std::mem::replace(&mut *issuer, Issuer::Issued) {
-            if !handle.is_finished() {
-                *issuer = Issuer::Pending(handle);
-                return LaunchState::Running;
-            }
-            // Any failure of a launch issued in the background leaves the launch undone; the
-            // module cannot be trusted after it.
-            if let Err(error) = handle.join().unwrap_or(Err(DriverError {
-                call: "cuLaunchKernel",
-                code: CUresult::CUDA_ERROR_UNKNOWN,
-            })) {
-                *issuer = Issuer::Failed(error.describe());
-            }
+        if !issuer.settle() {
+            return LaunchState::Running;
         }
         if let Issuer::Failed(text) = &*issuer {
             return LaunchState::Faulted(text.clone());
@@ -152,8 +179,24 @@ impl Launch for CudaLaunch {
         }
     }
 
+    fn device_time(&self) -> Option<Duration> {
+        let events = self.events?;
+        let issuer = self.issuer.lock().unwrap_or_else(PoisonError::into_inner);
+        if !matches!(*issuer, Issuer::Issued { timed: true }) {
+            return None;
+        }
+        drop(issuer);
+        // SAFETY: the context is retained by the device; the events belong to it and were both
+        // recorded for this launch, which has ended (the loop asks only then).
+        unsafe {
+            calls::context_set_current(self.context).ok()?;
+            events.elapsed()
+        }
+    }
+
     fn finish(self: Box<Self>, _settled: bool) {
-        // Nothing to release: the stream belongs to the module, the parameters were copied.
+        // Nothing to release: the stream and the timing events belong to the module (which is
+        // leaked when the launch did not settle), the parameters were copied.
     }
 }
 

@@ -23,6 +23,8 @@
 //!   ...) is a fault; after a fault or a timeout dropping the module leaks instead of waiting on
 //!   a kernel that may never end, and the worker process is replaced.
 //! - `CUDA_VISIBLE_DEVICES` is applied by the driver itself: ordinals are those it leaves.
+//! - A launch's device time is the time between two timing events of its module recorded on
+//!   its stream right before and after `cuLaunchKernel` (`timing`).
 
 mod device;
 mod driver;
@@ -30,6 +32,7 @@ pub mod image;
 mod launch;
 mod memory;
 mod primitives;
+mod timing;
 
 pub use device::{driver_version_text, sm_arch, sm_number, CudaDevice, DEFAULT_STACK_SIZE};
 pub use driver::NO_DRIVER;

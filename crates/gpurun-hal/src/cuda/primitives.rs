@@ -9,6 +9,7 @@ use super::image::{
 };
 use super::launch::{param_buffer, CudaLaunch, RawLaunch};
 use super::memory::{DeviceHeap, PinnedHost};
+use super::timing::LaunchEvents;
 use crate::handlers::DeviceMemory;
 use crate::kernel_args::KernelArg;
 use crate::module::{Primitives, Started};
@@ -56,6 +57,8 @@ pub struct CudaPrimitives<'d> {
     /// `CUDA_LAUNCH_BLOCKING=1` makes `cuLaunchKernel` wait for the kernel, which would wait
     /// for our RPC server: launches then happen on a helper thread.
     pub(crate) launch_blocking: bool,
+    /// Recorded around each launch for its device time; `None` only while loading.
+    pub(crate) events: Option<LaunchEvents>,
 }
 
 /// Loads an image: cubin when one for this GPU exists next to the PTX, else the PTX through the
@@ -80,7 +83,10 @@ pub(crate) fn load<'d>(
         shared: Vec::new(),
         init_arrays: None,
         launch_blocking: std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1"),
+        events: None,
     };
+    // Created once and reused by every launch of the module (they run one at a time).
+    loaded.events = Some(LaunchEvents::create()?);
     loaded.set_up_init_arrays(&facts.ctors, &facts.dtors)?;
     Ok(loaded)
 }
@@ -334,10 +340,14 @@ impl Drop for CudaPrimitives<'_> {
         // Device memory first, on the stream it was allocated on, then the streams, then the
         // module. Pinned host blocks are freed by their own drops afterwards.
         self.heap.release_all();
-        // SAFETY: the streams and the module were created by `load` and are destroyed once;
-        // nothing uses them after this point.
+        // SAFETY: the streams, events and module were created by `load` and are destroyed
+        // once; nothing uses them after this point (no launch runs: a module whose kernel may
+        // still run is never dropped).
         unsafe {
             let _ = calls::stream_synchronize(self.memory_stream);
+            if let Some(events) = self.events.take() {
+                events.destroy();
+            }
             for stream in [self.stream, self.memory_stream] {
                 if !stream.is_null() {
                     let _ = calls::stream_destroy(stream);
@@ -416,6 +426,7 @@ impl Primitives for CudaPrimitives<'_> {
             stream: self.stream,
             words,
             args_size,
+            events: self.events,
         };
         Ok(Box::new(CudaLaunch::start(raw, self.launch_blocking)?))
     }
