@@ -13,7 +13,10 @@
 //! packet in the slot it names: the log line shows the header and fields the packet processor
 //! would see at that moment (a header still 0 means it was written after the doorbell); the
 //! packet's completion signal then stays at its value for [`RUNNING_POLLS_ENV`] loads or waits
-//! and is decremented after (the kernel "ran"; nothing is executed).
+//! and is decremented after (the kernel "ran"; nothing is executed). On a queue with profiling
+//! enabled the dispatch gets a start timestamp when processed and an end timestamp
+//! [`DISPATCH_TICKS_ENV`] later when it completes, kept in its completion signal for
+//! `hsa_amd_profiling_get_dispatch_time`; elsewhere both stay 0, as ROCr's do.
 //!
 //! `hsa_shut_down` that drops the last reference records what is still alive
 //! (`leaked blocks=.. signals=.. queues=.. executables=.. readers=..`); freeing or destroying
@@ -33,6 +36,8 @@
 //!   that dispatched it with that status, once per process, as ROCr reports a queue error.
 //! - [`COMPUTE_UNITS_ENV`], [`WAVES_PER_CU_ENV`]: the GPU's compute units (2) and waves per
 //!   compute unit (4), e.g. 304 and 32 for an MI300X.
+//! - [`TIMESTAMP_HZ_ENV`]: `HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY` (1 GHz).
+//! - [`DISPATCH_TICKS_ENV`]: a profiled dispatch's length in system timestamp ticks (1000).
 //! - [`MEMORY_ERROR_ENV`]: a pool kind (`kernarg`, `fine` or `coarse`): the first free of a block
 //!   of that pool fails as ROCr's does when the GPU still holds the memory: the block leaves the
 //!   table without being freed, the registered system event handler gets a
@@ -58,6 +63,8 @@ pub const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
 pub const MEMORY_ERROR_ENV: &str = "GPURUN_FAKE_HSA_MEMORY_ERROR";
 pub const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
 pub const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
+pub const TIMESTAMP_HZ_ENV: &str = "GPURUN_FAKE_HSA_TIMESTAMP_HZ";
+pub const DISPATCH_TICKS_ENV: &str = "GPURUN_FAKE_HSA_DISPATCH_TICKS";
 
 /// The `u32` in environment variable `name`, else `default`.
 fn setting(name: &str, default: u32) -> u32 {
@@ -115,11 +122,16 @@ fn fault_address() -> Option<u64> {
     u64::from_str_radix(value.trim().trim_start_matches("0x"), 16).ok()
 }
 
-fn running_polls() -> u64 {
-    std::env::var(RUNNING_POLLS_ENV)
+/// The `u64` in environment variable `name`, else `default`.
+fn setting_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
         .ok()
         .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(0)
+        .unwrap_or(default)
+}
+
+fn running_polls() -> u64 {
+    setting_u64(RUNNING_POLLS_ENV, 0)
 }
 
 /// Memory handed out by a pool, or holding a loaded code object.
@@ -148,6 +160,8 @@ struct Signal {
     value: i64,
     /// Loads or waits left before a dispatched kernel's completion signal is decremented.
     running: Option<u64>,
+    /// The profiled dispatch it completes: its start and end timestamps (0 until written).
+    dispatch_time: hsa_amd_profiling_dispatch_time_t,
 }
 
 struct Queue {
@@ -158,6 +172,8 @@ struct Queue {
     read_index: u64,
     /// The error callback and its data pointer given at creation.
     callback: (hsa_queue_callback_t, usize),
+    /// `hsa_amd_profiling_set_profiler_enabled` turned timestamps on.
+    profiling: bool,
 }
 
 #[derive(Default)]
@@ -182,6 +198,8 @@ struct State {
     queue_error_sent: bool,
     /// The [`MEMORY_ERROR_ENV`] error was reported.
     memory_error_sent: bool,
+    /// The system timestamp the next profiled dispatch starts at.
+    clock: u64,
 }
 
 impl State {
@@ -241,6 +259,7 @@ impl State {
             Signal {
                 value,
                 running: None,
+                dispatch_time: hsa_amd_profiling_dispatch_time_t::default(),
             },
         );
         handle
@@ -289,6 +308,11 @@ impl State {
             Some(0) => {
                 signal.running = None;
                 signal.value -= 1;
+                // The packet processor writes the end timestamp of a profiled dispatch.
+                let start = signal.dispatch_time.start;
+                if start != 0 {
+                    signal.dispatch_time.end = start + setting_u64(DISPATCH_TICKS_ENV, 1000);
+                }
             }
             Some(left) => signal.running = Some(left - 1),
             None => {}
@@ -317,6 +341,7 @@ impl State {
             return format!("index={index} header=0x0 (no packet published)");
         }
         queue.read_index = queue.read_index.max(index as u64 + 1);
+        let profiled = queue.profiling;
         let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
         let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
@@ -338,9 +363,12 @@ impl State {
         let kernarg_bytes =
             unsafe { std::slice::from_raw_parts(kernarg as *const u8, kernarg_len) };
         let polls = running_polls();
+        self.clock += 1_000_000;
+        let start = if profiled { self.clock } else { 0 };
         let started = match self.signals.get_mut(&completion) {
             Some(signal) => {
                 signal.running = Some(polls);
+                signal.dispatch_time = hsa_amd_profiling_dispatch_time_t { start, end: 0 };
                 self.dispatched_by.insert(completion, queue_address);
                 "started"
             }
@@ -485,7 +513,9 @@ pub unsafe extern "C" fn hsa_system_get_info(
                     HSA_SYSTEM_INFO_VERSION_MAJOR | HSA_SYSTEM_INFO_VERSION_MINOR => {
                         put(value, 1u16)
                     }
-                    HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY => put(value, 1_000_000_000u64),
+                    HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY => {
+                        put(value, setting_u64(TIMESTAMP_HZ_ENV, 1_000_000_000))
+                    }
                     _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
                 }
             }
@@ -1117,6 +1147,7 @@ pub unsafe extern "C" fn hsa_queue_create(
                     write_index: 0,
                     read_index: 0,
                     callback: (callback, data as usize),
+                    profiling: false,
                 },
             );
             details.push_str(&format!(" queue={:#x}", descriptor as u64));
@@ -1142,6 +1173,53 @@ pub unsafe extern "C" fn hsa_queue_destroy(queue: *mut hsa_queue_t) -> hsa_statu
             // SAFETY: made by Box::into_raw in hsa_queue_create, removed from the table so freed
             // once.
             drop(unsafe { Box::from_raw(queue) });
+            HSA_STATUS_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_profiling_set_profiler_enabled(
+    queue: *mut hsa_queue_t,
+    enable: c_int,
+) -> hsa_status_t {
+    call(
+        "hsa_amd_profiling_set_profiler_enabled",
+        format!("queue={:#x} enable={enable}", queue as u64),
+        |_| match state().queues.get_mut(&(queue as u64)) {
+            Some(queue) => {
+                queue.profiling = enable != 0;
+                HSA_STATUS_SUCCESS
+            }
+            None => HSA_STATUS_ERROR_INVALID_QUEUE,
+        },
+    )
+}
+
+/// The timestamps the signal holds: a dispatch not yet completed has no end (0), one on a queue
+/// without profiling neither, as ROCr answers (it does not check).
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_profiling_get_dispatch_time(
+    agent: hsa_agent_t,
+    signal: hsa_signal_t,
+    time: *mut hsa_amd_profiling_dispatch_time_t,
+) -> hsa_status_t {
+    call(
+        "hsa_amd_profiling_get_dispatch_time",
+        format!("agent={:#x} signal={:#x}", agent.handle, signal.handle),
+        |details| {
+            if agent.handle != GPU_AGENT {
+                return HSA_STATUS_ERROR_INVALID_AGENT;
+            }
+            let Some(stored) = state().signals.get(&signal.handle).map(|s| s.dispatch_time) else {
+                return HSA_STATUS_ERROR_INVALID_SIGNAL;
+            };
+            if time.is_null() {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            }
+            details.push_str(&format!(" start={} end={}", stored.start, stored.end));
+            // SAFETY: a valid out-pointer per the API.
+            unsafe { time.write(stored) };
             HSA_STATUS_SUCCESS
         },
     )
@@ -1535,4 +1613,6 @@ fn signatures_match(lib: &mut HsaLib) {
     lib.hsa_amd_memory_lock = hsa_amd_memory_lock;
     lib.hsa_amd_memory_unlock = hsa_amd_memory_unlock;
     lib.hsa_amd_register_system_event_handler = hsa_amd_register_system_event_handler;
+    lib.hsa_amd_profiling_set_profiler_enabled = hsa_amd_profiling_set_profiler_enabled;
+    lib.hsa_amd_profiling_get_dispatch_time = hsa_amd_profiling_get_dispatch_time;
 }

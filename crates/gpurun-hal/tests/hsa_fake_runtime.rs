@@ -35,6 +35,16 @@ const QUEUE_ERROR_ENV: &str = "GPURUN_FAKE_HSA_QUEUE_ERROR";
 const MEMORY_ERROR_ENV: &str = "GPURUN_FAKE_HSA_MEMORY_ERROR";
 const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
 const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
+const TIMESTAMP_HZ_ENV: &str = "GPURUN_FAKE_HSA_TIMESTAMP_HZ";
+const DISPATCH_TICKS_ENV: &str = "GPURUN_FAKE_HSA_DISPATCH_TICKS";
+/// What the `timed` scenario tells the fake (a 250 MHz system timestamp, unlike the GPU's
+/// 100 MHz `s_memrealtime` counter; dispatches 12,345 ticks long), and the device time that
+/// makes.
+const TIMING: [(&str, &str); 2] = [
+    (TIMESTAMP_HZ_ENV, "250000000"),
+    (DISPATCH_TICKS_ENV, "12345"),
+];
+const DISPATCH_TIME: Duration = Duration::from_nanos(49_380);
 /// Slots the `slots` scenario opens, as a worker with that many concurrent tests does.
 const SLOTS: usize = 6;
 
@@ -122,6 +132,8 @@ fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, Str
         .env_remove(MEMORY_ERROR_ENV)
         .env_remove(COMPUTE_UNITS_ENV)
         .env_remove(WAVES_PER_CU_ENV)
+        .env_remove(TIMESTAMP_HZ_ENV)
+        .env_remove(DISPATCH_TICKS_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -201,6 +213,30 @@ fn fake_runtime_child() {
             assert_eq!(end, LaunchEnd::Completed);
             drop(module);
         }
+        "timed" | "untimed" => {
+            // Two launches of one module; `untimed`: the runtime will not give the timestamps.
+            let expected = (scenario == "timed").then_some(DISPATCH_TIME);
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            for _ in 0..2 {
+                let end = module.launch(KERNEL, SHAPE, &[], LIMIT, &mut sink).unwrap();
+                assert_eq!(end, LaunchEnd::Completed);
+                assert_eq!(module.last_device_time(), expected);
+            }
+            drop(module);
+        }
+        "profiling_fails" => {
+            let error = device
+                .load(&image, &LoadOptions::default())
+                .err()
+                .expect("loading fails without profiling");
+            assert!(
+                error.to_string().contains(
+                    "hsa_amd_profiling_set_profiler_enabled failed with \
+                     HSA_STATUS_ERROR_NOT_INITIALIZED"
+                ),
+                "{error}"
+            );
+        }
         "timeout" => {
             let mut module = device.load(&image, &LoadOptions::default()).unwrap();
             let deadline = Duration::from_millis(300);
@@ -234,6 +270,7 @@ fn fake_runtime_child() {
                 LaunchEnd::Faulted(text) => assert!(text.contains(expected), "{text}"),
                 other => panic!("expected a fault, got {other:?}"),
             }
+            assert_eq!(module.last_device_time(), None);
             let again = module
                 .launch(KERNEL, SHAPE, &[], LIMIT, &mut sink)
                 .expect_err("a faulted module refuses the next launch");
@@ -525,6 +562,99 @@ fn launch_calls_come_in_order() {
     assert_eq!(positions(&calls, "hsa_init", "").len(), 1);
 }
 
+/// Issue 26, item 2: the device time of a launch is its dispatch's start and end timestamps,
+/// which the packet processor writes into the completion signal of a dispatch on a queue with
+/// profiling enabled: profiling is turned on for each queue right after it is created, before
+/// any dispatch; the timestamps are asked of the GPU agent once the completion signal said the
+/// dispatch is done, while the signal is still alive; they are system timestamp ticks, turned
+/// into a duration with `HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`.
+#[test]
+fn device_time_comes_from_the_completion_signal() {
+    let mut settings = TIMING.to_vec();
+    settings.push((RUNNING_POLLS_ENV, "2"));
+    let calls = run("timed", &settings);
+    let queue = first(&calls, "hsa_queue_create", "agent=0xa200");
+    let queue_handle = calls[queue].value("queue").unwrap();
+    let enabled = positions(&calls, "hsa_amd_profiling_set_profiler_enabled", "");
+    assert_eq!(enabled, [queue + 1], "{calls:#?}");
+    assert_eq!(
+        calls[queue + 1].details,
+        format!("queue={queue_handle} enable=1")
+    );
+    let doorbells = positions(&calls, "hsa_signal_store_screlease", "doorbell ");
+    assert_eq!(doorbells.len(), 2);
+    before(&calls, enabled[0], doorbells[0]);
+    let asked = positions(&calls, "hsa_amd_profiling_get_dispatch_time", "");
+    assert_eq!(asked.len(), 2, "{calls:#?}");
+    for (n, (&doorbell, &asked)) in doorbells.iter().zip(&asked).enumerate() {
+        let completion = calls[doorbell]
+            .details
+            .split("completion=")
+            .nth(1)
+            .and_then(|rest| rest.split(' ').next())
+            .unwrap();
+        let ask = &calls[asked];
+        let tick = |key: &str| ask.value(key).and_then(|value| value.parse::<u64>().ok());
+        assert!(
+            ask.status == "HSA_STATUS_SUCCESS"
+                && ask
+                    .details
+                    .starts_with(&format!("agent=0xa200 signal={completion} "))
+                && tick("end")
+                    .zip(tick("start"))
+                    .is_some_and(|(end, start)| end - start == 12345),
+            "launch {n}: {ask:?}"
+        );
+        let done = (doorbell..calls.len())
+            .find(|&at| {
+                calls[at].function.starts_with("hsa_signal_")
+                    && calls[at].details.contains(&format!("signal={completion} "))
+                    && calls[at].details.ends_with(" value=0")
+            })
+            .unwrap_or_else(|| panic!("launch {n} never completed: {calls:#?}"));
+        let destroyed = first(
+            &calls,
+            "hsa_signal_destroy",
+            &format!("signal={completion}"),
+        );
+        before(&calls, done, asked);
+        before(&calls, asked, destroyed);
+    }
+    clean_teardown(&calls);
+}
+
+/// Timestamps the runtime will not give cost the measurement, not the launch.
+#[test]
+fn missing_timestamps_only_lose_the_time() {
+    let calls = run(
+        "untimed",
+        &[(
+            FAIL_ENV,
+            "hsa_amd_profiling_get_dispatch_time=HSA_STATUS_ERROR_NOT_INITIALIZED",
+        )],
+    );
+    assert_eq!(dispatched(&calls).len(), 2);
+    clean_teardown(&calls);
+}
+
+/// A queue whose timestamps cannot be turned on fails the load with the runtime's error; the
+/// queue is destroyed again and nothing leaks.
+#[test]
+fn a_queue_without_profiling_fails_the_load() {
+    let calls = run(
+        "profiling_fails",
+        &[(
+            FAIL_ENV,
+            "hsa_amd_profiling_set_profiler_enabled=HSA_STATUS_ERROR_NOT_INITIALIZED",
+        )],
+    );
+    let enabled = first(&calls, "hsa_amd_profiling_set_profiler_enabled", "");
+    let destroyed = first(&calls, "hsa_queue_destroy", "");
+    before(&calls, enabled, destroyed);
+    assert!(dispatched(&calls).is_empty());
+    clean_teardown(&calls);
+}
+
 /// The doorbell's packets (one per launch), in order.
 fn dispatched(calls: &[Call]) -> Vec<&str> {
     positions(calls, "hsa_signal_store_screlease", "doorbell ")
@@ -641,6 +771,8 @@ fn nothing_released_after_the_dispatch(calls: &[Call]) {
         "hsa_amd_memory_pool_free",
         "hsa_signal_destroy",
         "hsa_shut_down",
+        // Not a release, but only a completed dispatch has timestamps to ask for.
+        "hsa_amd_profiling_get_dispatch_time",
     ] {
         let after: Vec<&Call> = positions(calls, release, "")
             .into_iter()

@@ -264,6 +264,15 @@ functions! {
         callback: hsa_amd_system_event_callback_t,
         data: *mut c_void,
     ) -> hsa_status_t;
+    fn hsa_amd_profiling_set_profiler_enabled(
+        queue: *mut hsa_queue_t,
+        enable: std::ffi::c_int,
+    ) -> hsa_status_t;
+    fn hsa_amd_profiling_get_dispatch_time(
+        agent: hsa_agent_t,
+        signal: hsa_signal_t,
+        time: *mut hsa_amd_profiling_dispatch_time_t,
+    ) -> hsa_status_t;
 }
 
 impl HsaLib {

@@ -307,6 +307,16 @@ pub struct hsa_amd_gpu_memory_fault_info_t {
     pub fault_reason_mask: u32,
 }
 
+/// `hsa_amd_profiling_dispatch_time_t`: when the packet processor started a profiled dispatch
+/// and when it completed, in ticks of the system timestamp
+/// (`HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct hsa_amd_profiling_dispatch_time_t {
+    pub start: u64,
+    pub end: u64,
+}
+
 /// `HSA_AMD_GPU_HW_EXCEPTION_EVENT` (ROCm 5.x and later; Debian's headers predate it, so it
 /// stays out of the checked constants above).
 pub const HSA_AMD_GPU_HW_EXCEPTION_EVENT: hsa_amd_event_type_t = 1;

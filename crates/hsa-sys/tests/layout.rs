@@ -72,6 +72,7 @@ fn layouts() -> Vec<Layout> {
             event_type,
             memory_fault,
         }),
+        layout!(hsa_amd_profiling_dispatch_time_t { start, end }),
     ]
 }
 

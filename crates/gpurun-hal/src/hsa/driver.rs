@@ -463,6 +463,38 @@ pub(crate) mod calls {
         unsafe { (lib.hsa_queue_destroy)(queue) }.result(lib, "hsa_queue_destroy")
     }
 
+    /// Turns on the packet processor's timestamps for every dispatch on `queue` from now on
+    /// (ROCr checks the queue's flag as it processes each packet).
+    ///
+    /// # Safety
+    /// `queue` must be live.
+    pub(crate) unsafe fn queue_enable_profiling(
+        lib: &HsaLib,
+        queue: *mut hsa_queue_t,
+    ) -> Result<(), HsaError> {
+        // SAFETY: per the caller; 1 enables.
+        unsafe { (lib.hsa_amd_profiling_set_profiler_enabled)(queue, 1) }
+            .result(lib, "hsa_amd_profiling_set_profiler_enabled")
+    }
+
+    /// When a profiled dispatch started and completed, in system timestamp ticks, as its
+    /// completion signal holds them (ROCr translates them from the GPU's clock).
+    ///
+    /// # Safety
+    /// `signal` must be live and the completion signal of the last dispatch it served, which has
+    /// completed, on a queue of `agent`.
+    pub(crate) unsafe fn dispatch_time(
+        lib: &HsaLib,
+        agent: hsa_agent_t,
+        signal: hsa_signal_t,
+    ) -> Result<hsa_amd_profiling_dispatch_time_t, HsaError> {
+        let mut time = hsa_amd_profiling_dispatch_time_t::default();
+        // SAFETY: per the caller; a valid out-pointer.
+        unsafe { (lib.hsa_amd_profiling_get_dispatch_time)(agent, signal, &mut time) }
+            .result(lib, "hsa_amd_profiling_get_dispatch_time")?;
+        Ok(time)
+    }
+
     /// Reserves `count` packet slots; the first slot's index.
     ///
     /// # Safety

@@ -1,7 +1,9 @@
 //! One kernel launch: kernel arguments in the kernarg pool, an AQL dispatch packet published with
 //! a release store of its header, the doorbell; its state is the completion signal's, a fault the
 //! event handler recorded, or the queue's error. The shared loop (`crate::launch_loop`) does the
-//! rest, waiting on the completion signal while the device is quiet.
+//! rest, waiting on the completion signal while the device is quiet. The device time is the
+//! dispatch's start and end timestamps, which the packet processor writes into the completion
+//! signal (the queue has profiling enabled).
 //!
 //! Faults are the process's, not the launch's: ROCr reports them to one system event handler
 //! without naming a queue, so a fault fails every launch running in the process (each slot's),
@@ -39,6 +41,16 @@ pub(crate) fn duration_to_ticks(duration: Duration, timestamp_hz: u64) -> u64 {
     u64::try_from(ticks).unwrap_or(u64::MAX).max(1)
 }
 
+/// The time between two system timestamps (`HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY` ticks);
+/// `None` unless both are set and in order (a dispatch that was not profiled has zeros).
+pub(crate) fn ticks_between(start: u64, end: u64, timestamp_hz: u64) -> Option<Duration> {
+    if start == 0 || end < start || timestamp_hz == 0 {
+        return None;
+    }
+    let nanos = u128::from(end - start) * 1_000_000_000 / u128::from(timestamp_hz);
+    Some(Duration::from_nanos(u64::try_from(nanos).ok()?))
+}
+
 /// What a launch ends with when an earlier fault of the process was recorded: nothing is
 /// dispatched, since the GPU's state for this process is lost (see the module docs).
 pub(crate) fn earlier_fault(first_fault: &str) -> String {
@@ -71,6 +83,8 @@ pub(crate) struct HsaLaunch {
     /// Memory faults recorded before the launch (the event handler counts them per process).
     pub(crate) faults_before: usize,
     pub(crate) timestamp_hz: u64,
+    /// The GPU agent of the queue, which the dispatch's timestamps are asked of.
+    pub(crate) gpu: hsa_agent_t,
 }
 
 impl Launch for HsaLaunch {
@@ -100,6 +114,13 @@ impl Launch for HsaLaunch {
         // Wakes as soon as the kernel ends.
         self.done
             .wait_zero(duration_to_ticks(pause, self.timestamp_hz));
+    }
+
+    fn device_time(&self) -> Option<Duration> {
+        // SAFETY: `done` is alive for `self`'s lifetime and served only this dispatch, which
+        // has completed (the loop asks only then); the queue is the module's, on `gpu`.
+        let time = unsafe { calls::dispatch_time(&self.lib, self.gpu, self.done.handle) }.ok()?;
+        ticks_between(time.start, time.end, self.timestamp_hz)
     }
 
     fn finish(self: Box<Self>, settled: bool) {
@@ -204,6 +225,28 @@ mod tests {
         super::super::runtime::record_fault_for_test("GPU memory access fault at address 0x0");
         let text = check_health(None, before, fault_count(), fault_text);
         assert!(text.is_some_and(|text| text.contains("0x0")));
+    }
+
+    #[test]
+    fn timestamps_become_a_duration_at_the_system_frequency() {
+        assert_eq!(
+            ticks_between(5_000, 17_345, 100_000_000),
+            Some(Duration::from_nanos(123_450))
+        );
+        assert_eq!(
+            ticks_between(1, 1_000_001, 1_000_000_000),
+            Some(Duration::from_millis(1))
+        );
+        assert_eq!(ticks_between(7, 7, 1_000), Some(Duration::ZERO));
+        assert_eq!(ticks_between(1, u64::MAX, 1), None, "no duration that long");
+    }
+
+    #[test]
+    fn unprofiled_or_impossible_timestamps_are_none() {
+        assert_eq!(ticks_between(0, 0, 1_000_000_000), None);
+        assert_eq!(ticks_between(0, 500, 1_000_000_000), None);
+        assert_eq!(ticks_between(900, 500, 1_000_000_000), None);
+        assert_eq!(ticks_between(1, 2, 0), None);
     }
 
     #[test]

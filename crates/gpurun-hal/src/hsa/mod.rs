@@ -24,6 +24,10 @@
 //!   deadline leaves the module marked broken and its memory leaked, never freed under a kernel;
 //!   the leaked module keeps its reference to the runtime, so `hsa_shut_down` never runs under
 //!   it either.
+//! - Every queue has profiling enabled from its creation, so the packet processor writes each
+//!   dispatch's start and end timestamps into its completion signal; a completed launch's device
+//!   time is their difference (`hsa_amd_profiling_get_dispatch_time`, system timestamp ticks at
+//!   `HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY`).
 //!
 //! Status: nothing here has run on an AMD GPU (none is available to the project).
 //! Checked offline: hsa-sys's types, constants and function types against Debian's ROCm 5.2
@@ -33,7 +37,7 @@
 //! queue callback with synthetic events; and the real runtime's refusal to start without a GPU.
 //! Unrun on hardware: executable loading, pools and allocations, queue creation, packet
 //! submission and doorbell, signal waits, async copies into globals, the RPC buffer as the GPU
-//! sees it, and ROCr's behaviour after a claimed memory fault.
+//! sees it, ROCr's behaviour after a claimed memory fault, and the dispatch timestamps.
 
 mod device;
 mod driver;

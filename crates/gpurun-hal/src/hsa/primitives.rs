@@ -131,12 +131,17 @@ impl Queue {
                 description: Some("the runtime returned no queue".into()),
             });
         }
-        Ok(Queue {
+        let queue = Queue {
             lib: Arc::clone(lib),
             raw,
             state,
             submit: Mutex::new(()),
-        })
+        };
+        // Before any dispatch: the packet processor writes a dispatch's timestamps into its
+        // completion signal only when the queue's profiling flag is set as it takes the packet.
+        // SAFETY: the queue was created just above (and is destroyed by `queue`'s drop on error).
+        unsafe { calls::queue_enable_profiling(lib, queue.raw) }?;
+        Ok(queue)
     }
 }
 
@@ -624,6 +629,7 @@ impl Primitives for HsaPrimitives<'_> {
             queue: Arc::clone(&self.res.queue.state),
             faults_before,
             timestamp_hz: self.device.runtime.timestamp_hz(),
+            gpu,
         }))
     }
 
