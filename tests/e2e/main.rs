@@ -9,6 +9,7 @@ mod harness;
 mod host_app;
 mod host_io;
 mod images;
+mod lifetime;
 mod loader;
 mod plain_cargo;
 mod saxpy_example;
