@@ -10,6 +10,7 @@ mod host_app;
 mod host_io;
 mod images;
 mod lifetime;
+mod load;
 mod loader;
 mod plain_cargo;
 mod saxpy_example;
