@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The one command that runs every test: set-up, formatting, lints, then the whole test suite
 # (unit, model-check and end-to-end tests on the host emulation backend, plus the offline
-# validation of PTX and AMDGPU images), and a check that the run left the git tree as it
-# found it.
+# validation of PTX and AMDGPU images), a bounded run of every fuzz target, and a check that
+# the run left the git tree as it found it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # What `git status` says before: every file a run writes must be ignored (.gitignore).
@@ -22,6 +22,8 @@ cargo test --workspace --locked 2>&1 | tee "$log"
 # Warnings are errors here too (clippy above does not build this configuration).
 # --nocapture: each model prints how many executions it explored.
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked -- --nocapture 2>&1 | tee -a "$log"
+# Every cargo-fuzz target for a minute, two at a time, from the corpus in the repository.
+bash scripts/fuzz.sh 60
 # The GPU check script's table and verdicts, against a fake runner (no GPU needed).
 bash scripts/gpu-check.sh --self-test
 # The GitHub action and its example workflow: actionlint, and the action's test step run for real.
@@ -30,7 +32,7 @@ bash scripts/check-action.sh
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i; if ($(i+1) ~ /^ignored;/) s += $i } }
      END { printf "total: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 # Nothing the run wrote may show in `git status` (a build directory .gitignore misses, a
-# lock file a build rewrote).
+# lock file a build rewrote, a corpus the fuzzer grew).
 tree_after=$(git status --porcelain --untracked-files=all)
 if [ "$tree_after" != "$tree_before" ]; then
     echo "error: the test run changed the git tree (ignore build outputs in .gitignore):" >&2
