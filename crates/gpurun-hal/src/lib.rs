@@ -3,12 +3,12 @@
 //! through cudarc), `hsa` (AMD, through our `hsa-sys`), `host` (CPU emulation of the device
 //! crate built for the host) and `scripted` (a device that plays back a script, for tests).
 //!
-//! Owns: the one launch-and-serve loop and the rule for how a launch ends ([`serve`]), the one
-//! [`Module`] every backend's image becomes, with the one RPC installation and the checks
-//! before a launch ([`module`]), the RPC server and its opcode handlers ([`server`]), and each
-//! backend's primitives (load, symbols, globals, host-visible memory, start a launch, its
-//! state). In the spirit of wgpu-hal, backends supply primitives and shared code decides, so
-//! what the host emulation and the scripted backend test is what the GPUs run.
+//! Owns: the one launch-and-serve loop and the rule for how a launch ends ([`launch_loop`]),
+//! the one [`Module`] every backend's image becomes, with the one RPC installation and the
+//! checks before a launch ([`module`]), the RPC server and its opcode handlers ([`handlers`]),
+//! and each backend's primitives (load, symbols, globals, host-visible memory, start a launch,
+//! its state). In the spirit of wgpu-hal, backends supply primitives and shared code decides,
+//! so what the host emulation and the scripted backend test is what the GPUs run.
 //!
 //! Must not: spawn processes or know about tests, harnesses or workers (that is
 //! `gpurun-runner`'s), or parse images (the caller hands a checked `gpurun_image::Image`).
