@@ -127,9 +127,9 @@ pub(crate) fn doorbell_post(mailbox: &AtomicU64, event_id: u64) {
 pub(crate) const SPIN_STEPS: u32 = 32;
 
 /// One step of a host-side wait. `spins` counts the steps of this wait (start at 0): a few
-/// immediate re-reads, then spin hints (`SPIN_STEPS` steps in all), then (with `std`) yields to the
-/// OS scheduler, then sleeps of 50 µs growing to 1.6 ms, so that many emulated lanes on few
-/// cores leave the CPU to the thread they wait for. Only waits that cannot be woken (a server
+/// immediate re-reads, then spin hints (`SPIN_STEPS` steps in all), then (with `std`) yields
+/// to the OS scheduler, then sleeps of 50 µs growing to 1.6 ms, so that many emulated lanes on
+/// few cores leave the CPU to the thread they wait for. Only waits that cannot be woken (a server
 /// polling a GPU's memory, builds without the futex) reach the yields: on Linux's EEVDF
 /// scheduler each `sched_yield` pushes the caller's deadline back a whole time slice, so
 /// beside CPU-bound work (a loaded CI machine) a thread that waits by yielding is picked last,
