@@ -9,6 +9,7 @@
 #   - actionlint, shellcheck and PyYAML from PyPI: the GitHub action's checks (scripts/check-action.sh)
 #   - cargo-nextest: tests/e2e/host_app.rs runs gpurun-test's trials under it (the machine image
 #     and CI have it preinstalled; building it from crates.io takes several minutes)
+#   - cargo-fuzz: scripts/fuzz.sh runs every fuzz target (built from crates.io, a few minutes)
 set -euo pipefail
 
 say() { echo "setup: $*" >&2; }
@@ -47,6 +48,13 @@ python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
 if ! cargo nextest --version >/dev/null 2>&1; then
     say "cargo install cargo-nextest --locked (slow: it builds from source)"
     cargo install cargo-nextest --locked
+fi
+
+# cargo-fuzz runs under the nightly toolchain (sanitizer flags); 0.13 is what scripts/fuzz.sh
+# was written against.
+if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+    say "cargo install cargo-fuzz --locked (slow: it builds from source)"
+    cargo install cargo-fuzz --version '^0.13' --locked
 fi
 
 ptxas13_dir="$HOME/.local/share/gpurun/cuda-nvcc-13"  # where crates/cargo-gpurun/tests/ptxas.rs looks

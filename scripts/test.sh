@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The one command that runs every test: set-up, formatting, lints, then the whole test suite
-# (unit, model-check, fuzz-smoke and end-to-end tests on the host emulation backend, plus the
-# offline validation of PTX and AMDGPU images).
+# (unit, model-check and end-to-end tests on the host emulation backend, plus the offline
+# validation of PTX and AMDGPU images), a bounded run of every fuzz target, and a check that
+# the run left the git tree as it found it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# What `git status` says before: every file a run writes must be ignored (.gitignore).
+tree_before=$(git status --porcelain --untracked-files=all)
 scripts/setup.sh
 cargo fmt --all --check
 # The fixtures and examples are workspaces of their own, outside `cargo fmt --all` (many-tests
@@ -17,7 +20,10 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 # Warnings are errors here too (clippy above does not build this configuration).
-RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked 2>&1 | tee -a "$log"
+# --nocapture: each model prints how many executions it explored.
+RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked -- --nocapture 2>&1 | tee -a "$log"
+# Every cargo-fuzz target for a minute, two at a time, from the corpus in the repository.
+bash scripts/fuzz.sh 60
 # The GPU check script's table and verdicts, against a fake runner (no GPU needed).
 bash scripts/gpu-check.sh --self-test
 bash scripts/gpu-check.sh --self-test --target amdgcn
@@ -29,3 +35,11 @@ bash scripts/package-check.sh
 # One closing line over every test binary (cargo prints one summary per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i; if ($(i+1) ~ /^ignored;/) s += $i } }
      END { printf "total: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+# Nothing the run wrote may show in `git status` (a build directory .gitignore misses, a
+# lock file a build rewrote, a corpus the fuzzer grew).
+tree_after=$(git status --porcelain --untracked-files=all)
+if [ "$tree_after" != "$tree_before" ]; then
+    echo "error: the test run changed the git tree (ignore build outputs in .gitignore):" >&2
+    diff <(echo "$tree_before") <(echo "$tree_after") >&2 || true
+    exit 1
+fi

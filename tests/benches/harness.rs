@@ -1,12 +1,19 @@
 //! The 1000-test fixture through the harness on the host backend, against `cargo test`'s own
-//! harness running the same 1000 trivial tests as native Rust, measured in the same run.
+//! harness running the same 1000 trivial tests as native Rust, measured in the same run; and
+//! the harness alone (scheduling, capture, reporting) over 1000 tests whose executor answers at
+//! once, against the same 1000 executor calls in a plain loop.
 //! `cargo bench -p gpurun-tests --bench harness`.
 
+use gpurun_harness::testing::MockExecutor;
+use gpurun_harness::{Executor, HarnessArgs, TestDesc};
 use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image, median_time, ms, ratio};
 use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 fn main() {
     let runs = bench_runs(5);
+    harness_alone(runs);
     let image = host_image("many-tests");
     let _ = binary();
     let native = native_test_binary();
@@ -66,4 +73,64 @@ fn native_test_binary() -> std::path::PathBuf {
         .filter_map(|message| message["executable"].as_str().map(std::path::PathBuf::from))
         .next_back()
         .expect("cargo reported the test executable")
+}
+
+/// Median of `runs` timings of `run`.
+fn median_of(runs: usize, mut run: impl FnMut() -> Duration) -> Duration {
+    let mut times: Vec<Duration> = (0..runs).map(|_| run()).collect();
+    times.sort();
+    times[times.len() / 2]
+}
+
+/// The harness's own cost per test: 1000 tests through `run_with_output` (libtest's pretty
+/// output into a buffer) against calling the executor for each test in a loop.
+fn harness_alone(runs: usize) {
+    let suite: Vec<TestDesc> = (0..1000)
+        .map(|i| TestDesc::new(format!("many::t{i:04}")))
+        .collect();
+    let executor = Arc::new(MockExecutor::new());
+    let loop_time = median_of(runs, || {
+        let started = Instant::now();
+        for test in &suite {
+            std::hint::black_box(executor.run(test));
+        }
+        started.elapsed()
+    });
+    println!("harness alone: 1000 tests answered at once (median of {runs} runs)");
+    println!("| what | time | per test | vs the loop |");
+    println!("| --- | ---: | ---: | ---: |");
+    println!(
+        "| executor calls in a loop | {:.2} ms | {:.2} us | 1.0x |",
+        ms(loop_time),
+        loop_time.as_secs_f64() * 1e3
+    );
+    for threads in ["1", "4"] {
+        let mut args =
+            HarnessArgs::parse_args(["bench", "--test-threads", threads]).expect("valid arguments");
+        args.github_actions = false;
+        args.github_step_summary = None;
+        let took = median_of(runs, || {
+            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let started = Instant::now();
+            let conclusion = gpurun_harness::run_with_output(
+                &args,
+                suite.clone(),
+                Arc::new(MockExecutor::new()),
+                false,
+                &mut out,
+                &mut err,
+            )
+            .expect("the run completes");
+            let took = started.elapsed();
+            assert_eq!(conclusion.num_passed, 1000);
+            took
+        });
+        println!(
+            "| harness, {threads} thread(s) | {:.2} ms | {:.2} us | {:.1}x |",
+            ms(took),
+            took.as_secs_f64() * 1e3,
+            ratio(took, loop_time)
+        );
+    }
+    println!();
 }

@@ -482,12 +482,11 @@ fn many_tests_run_in_one_worker_load() {
 #[test]
 fn test_timeout_comes_from_package_metadata() {
     host_images();
-    // fixtures/recovery/Cargo.toml sets `test-timeout = 2`.
-    let started = std::time::Instant::now();
+    // fixtures/recovery/Cargo.toml sets `test-timeout = 2`: the report says which timeout
+    // ended the test (how fast is for no test to say on a loaded machine).
     let output = test_on_host("recovery", &["d_hangs"], 101);
     let stdout = text(&output.stdout);
     assert_contains(&stdout, "timed out after 2s", &output);
-    assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
 
 #[test]

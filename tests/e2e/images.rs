@@ -110,17 +110,25 @@ fn gpu_toolchain_present() -> bool {
     present
 }
 
+/// Builds every fixture for `target` in a target directory of its own: cargo holds the host
+/// build directory's lock through a whole cross build (minutes with `-Zbuild-std` on a loaded
+/// machine), and in `fixtures/target` every host build of the other tests running meanwhile
+/// (the host app's trials under nextest among them) would wait for it.
 fn build_gpu(target: &str, extra: &[&str]) -> PathBuf {
     let mut args = vec!["build", "--workspace", "--target", target];
     args.extend_from_slice(extra);
-    let output = gpurun(&args).output().expect("cargo-gpurun runs");
+    let target_dir = fixtures_dir().join("target").join("gpu-images");
+    let output = gpurun(&args)
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .output()
+        .expect("cargo-gpurun runs");
     assert!(output.status.success(), "{}", describe(&output));
     let triple = if target == "nvptx" {
         "nvptx64-nvidia-cuda"
     } else {
         "amdgcn-amd-amdhsa"
     };
-    fixtures_dir().join("target").join(triple).join("debug")
+    target_dir.join(triple).join("debug")
 }
 
 fn listed(image: &Path, ignored_only: bool) -> BTreeSet<String> {

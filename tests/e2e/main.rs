@@ -9,6 +9,8 @@ mod harness;
 mod host_app;
 mod host_io;
 mod images;
+mod lifetime;
+mod load;
 mod loader;
 mod plain_cargo;
 mod saxpy_example;

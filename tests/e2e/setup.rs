@@ -81,3 +81,81 @@ fn installed_cargo_gpurun_works_inside_the_fixtures() {
         .collect();
     assert_eq!(packages, ["bare-kernel"], "{}", describe(&output));
 }
+
+/// Every build directory the project's commands create is ignored by git (scripts/test.sh also
+/// checks that a whole run leaves `git status` as it found it), and the fuzz corpus is not.
+#[test]
+fn build_directories_are_ignored_and_the_fuzz_corpus_is_kept() {
+    let root = repo_root();
+    let probe = Command::new("git")
+        .args(["rev-parse", "--is-inside-work-tree"])
+        .current_dir(&root)
+        .output();
+    if !probe.is_ok_and(|output| output.status.success()) {
+        gpurun_tests::tool_missing("not a git work tree (or no git): cannot ask what is ignored");
+        return;
+    }
+    let ignored = |path: &str| {
+        let status = Command::new("git")
+            .args(["check-ignore", "--quiet", "--no-index", path])
+            .current_dir(&root)
+            .status()
+            .expect("git runs");
+        // 0: ignored, 1: not ignored; anything else is git's error.
+        assert!(
+            matches!(status.code(), Some(0 | 1)),
+            "git check-ignore {path}: {status}"
+        );
+        status.success()
+    };
+    let mut build_dirs: Vec<String> = [
+        "target/debug",
+        "target/loom/release",
+        "target/fuzz/corpus/frames",
+        "fixtures/target/debug",
+        "fixtures/target/gpu-images",
+        // `cargo test` in the host app, as its README section invites.
+        "fixtures/host-app/target/debug",
+        "bench-out",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let listed = |dir: &str| -> Vec<String> {
+        std::fs::read_dir(root.join(dir))
+            .map(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .filter(|entry| entry.path().is_dir())
+                    .map(|entry| format!("{dir}/{}", entry.file_name().to_string_lossy()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for example in listed("examples") {
+        build_dirs.push(format!("{example}/target/debug"));
+    }
+    let fuzz_dirs: Vec<String> = listed("crates")
+        .into_iter()
+        .map(|krate| format!("{krate}/fuzz"))
+        .filter(|fuzz| root.join(fuzz).is_dir())
+        .collect();
+    assert!(fuzz_dirs.len() >= 4, "the fuzz crates: {fuzz_dirs:?}");
+    for fuzz in &fuzz_dirs {
+        // cargo fuzz run without scripts/fuzz.sh: its build, crashes and coverage.
+        for made in ["target/release", "artifacts/t/crash-1", "coverage/t"] {
+            build_dirs.push(format!("{fuzz}/{made}"));
+        }
+        assert!(
+            !ignored(&format!("{fuzz}/corpus/t/input")),
+            "{fuzz}/corpus is ignored"
+        );
+    }
+    let not_ignored: Vec<&String> = build_dirs
+        .iter()
+        .filter(|dir| !ignored(&format!("{dir}/x")))
+        .collect();
+    assert!(
+        not_ignored.is_empty(),
+        "not ignored by git: {not_ignored:?}"
+    );
+}

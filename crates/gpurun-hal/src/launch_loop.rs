@@ -140,9 +140,10 @@ impl Deadlines {
 }
 
 /// The pause between two looks at an idle launch: spin first (a kernel that prints or returns
-/// soon is answered within microseconds), then yield the core (the host emulation's device
-/// threads may need it more than we do), then wait longer and longer up to a millisecond so an
-/// idle long-running kernel costs little CPU.
+/// soon is answered within microseconds), then wait longer and longer up to a millisecond (in
+/// the kernel: the host emulation's device threads wake the server) so an idle long-running
+/// kernel costs little CPU. Never a yield: see `gpurun_rpc::sync::host_backoff` for how
+/// yielding waiters starve on a loaded machine.
 #[derive(Debug)]
 struct Backoff {
     idle: u32,
@@ -152,13 +153,11 @@ struct Backoff {
 #[derive(Debug, PartialEq, Eq)]
 enum Pause {
     Spin,
-    Yield,
     Wait(Duration),
 }
 
 impl Backoff {
-    const SPINS: u32 = 32;
-    const YIELDS: u32 = 256;
+    const SPINS: u32 = 256;
     const FIRST: Duration = Duration::from_micros(10);
     const LONGEST: Duration = Duration::from_millis(1);
 
@@ -175,10 +174,7 @@ impl Backoff {
         if self.idle <= Self::SPINS {
             return Pause::Spin;
         }
-        if self.idle <= Self::YIELDS {
-            return Pause::Yield;
-        }
-        let doublings = (self.idle - Self::YIELDS - 1).min(7);
+        let doublings = (self.idle - Self::SPINS - 1).min(7);
         Pause::Wait((Self::FIRST * (1 << doublings)).min(Self::LONGEST))
     }
 }
@@ -455,7 +451,6 @@ impl<'a> Loop<'a> {
             } else {
                 match backoff.next() {
                     Pause::Spin => std::hint::spin_loop(),
-                    Pause::Yield => std::thread::yield_now(),
                     // The device has been quiet for a few hundred looks: the sink may write
                     // what it holds back.
                     Pause::Wait(_) if !told_idle => {
@@ -572,13 +567,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_spins_yields_then_waits_longer_up_to_a_millisecond() {
+    fn backoff_spins_then_waits_longer_up_to_a_millisecond() {
         let mut backoff = Backoff::new();
         for _ in 0..Backoff::SPINS {
             assert_eq!(backoff.next(), Pause::Spin);
-        }
-        for _ in Backoff::SPINS..Backoff::YIELDS {
-            assert_eq!(backoff.next(), Pause::Yield);
         }
         assert_eq!(backoff.next(), Pause::Wait(Backoff::FIRST));
         assert_eq!(backoff.next(), Pause::Wait(Duration::from_micros(20)));

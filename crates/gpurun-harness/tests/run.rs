@@ -647,25 +647,22 @@ fn unwritable_logfile_and_junit_paths_are_errors_not_panics() {
     );
 }
 
+/// A thousand tests, one and four at a time, each reported once. How long the harness takes
+/// for them is measured by `cargo bench -p gpurun-tests --bench harness`, not asserted here.
 #[test]
-fn harness_overhead_for_1000_tests_is_small() {
+fn a_thousand_tests_each_pass_once() {
     let names: Vec<String> = (0..1000).map(|i| format!("many::t{i:04}")).collect();
     let suite: Vec<TestDesc> = names.iter().map(|n| TestDesc::new(n.as_str())).collect();
     for threads in ["1", "4"] {
-        let started = std::time::Instant::now();
         let outcome = run(
             &["--test-threads", threads],
             suite.clone(),
             MockExecutor::new(),
         );
-        let elapsed = started.elapsed();
         assert_eq!(outcome.conclusion.num_passed, 1000);
-        eprintln!(
-            "harness alone, 1000 tests, {threads} thread(s): {elapsed:?} ({:.0} tests/s)",
-            1000.0 / elapsed.as_secs_f64()
-        );
-        // The whole-run goal is 2 s for 1000 tests; the harness may take a small part of it.
-        assert!(elapsed < Duration::from_millis(500), "{elapsed:?}");
+        let mut ran = outcome.executor.ran();
+        ran.sort();
+        assert_eq!(ran, names, "{threads} thread(s)");
     }
 }
 

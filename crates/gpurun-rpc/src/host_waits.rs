@@ -28,10 +28,10 @@
 use crate::sync::AtomicU32;
 use core::sync::atomic::{fence, Ordering};
 
-/// Failed checks of a wait (see [`crate::sync::host_backoff`]: spins, then a few yields) before
-/// it sleeps in the kernel: a reply a core away usually comes within them, and a sleep costs a
-/// system call on each side.
-pub(crate) const CHECKS_BEFORE_SLEEP: u32 = 40;
+/// Failed checks of a wait before it sleeps in the kernel: the spinning steps of
+/// [`crate::sync::host_backoff`], within which a reply a core away usually comes (a sleep costs
+/// a system call on each side), and not one more, so a waiter never sleeps on a timer first.
+pub(crate) const CHECKS_BEFORE_SLEEP: u32 = crate::sync::SPIN_STEPS;
 
 /// Whether this build can block: the futex call exists (Linux with `std`) and loom is off.
 pub(crate) const SUPPORTED: bool = cfg!(all(feature = "std", target_os = "linux", not(loom)));

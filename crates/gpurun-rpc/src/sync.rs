@@ -162,11 +162,20 @@ pub(crate) fn doorbell_post(mailbox: &AtomicU64, event_id: u64) {
     mailbox.store(event_id, Ordering::Relaxed)
 }
 
-/// One step of a host-side wait. `spins` counts the steps of this wait (start at 0): a spin
-/// hint for the first rounds, then (with `std`) yields to the OS scheduler, then sleeps of 50 µs
-/// growing to 1.6 ms,
-/// so that many emulated lanes on few cores leave the CPU to the thread they wait for. Under loom
-/// every step yields, as loom requires of spin loops.
+/// Steps of [`host_backoff`] that spin: a reply a core away comes within them. A wait that can
+/// sleep in the kernel until it is woken (host waits: both sides are host threads) does so
+/// right after them, and never yields.
+pub(crate) const SPIN_STEPS: u32 = 32;
+
+/// One step of a host-side wait. `spins` counts the steps of this wait (start at 0): a few
+/// immediate re-reads, then spin hints (`SPIN_STEPS` steps in all), then (with `std`) yields
+/// to the OS scheduler, then sleeps of 50 µs growing to 1.6 ms, so that many emulated lanes on
+/// few cores leave the CPU to the thread they wait for. Only waits that cannot be woken (a server
+/// polling a GPU's memory, builds without the futex) reach the yields: on Linux's EEVDF
+/// scheduler each `sched_yield` pushes the caller's deadline back a whole time slice, so
+/// beside CPU-bound work (a loaded CI machine) a thread that waits by yielding is picked last,
+/// long after what it waited for has come, and a conversation of many such waits stalls for
+/// minutes (`tests/e2e/load.rs`). Under loom every step yields, as loom requires of spin loops.
 #[inline]
 pub fn host_backoff(spins: &mut u32) {
     #[cfg(loom)]
@@ -186,7 +195,7 @@ pub fn host_backoff(spins: &mut u32) {
                 std::thread::sleep(core::time::Duration::from_micros(50 << doublings));
                 return;
             }
-            if *spins > 32 {
+            if *spins > SPIN_STEPS {
                 std::thread::yield_now();
                 return;
             }

@@ -1,7 +1,7 @@
 //! The server over hostile shared memory: random layouts, random buffer contents, random
 //! operations and scribbles (see `common/untrusted.rs`). A fixed number of iterations so the test
 //! is deterministic and bounded: 3000 inputs here, 40 under Miri. Longer runs: the cargo-fuzz
-//! target in `fuzz/` (`cargo +nightly fuzz run server` there).
+//! target in `fuzz/`, a minute in every CI run (`scripts/fuzz.sh`).
 
 mod common;
 

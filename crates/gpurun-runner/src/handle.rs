@@ -156,17 +156,18 @@ impl WorkerHandle {
     /// Starts a worker and waits until every slot has opened the device and loaded the image.
     pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<WorkerHandle, StartError> {
         let slot_count = spec.slots.clamp(1, MAX_SLOTS);
-        let mut child = worker_command(spec, slot_count)
+        let mut command = worker_command(spec, slot_count);
+        command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|source| {
-                StartError(format!(
-                    "failed to start worker `{}`: {source}",
-                    spec.exe.display()
-                ))
-            })?;
+            .stderr(Stdio::inherit());
+        // Tied to this process: it ends when this process does, however that happens.
+        let mut child = crate::spawn::spawn_worker(command).map_err(|source| {
+            StartError(format!(
+                "failed to start worker `{}`: {source}",
+                spec.exe.display()
+            ))
+        })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();

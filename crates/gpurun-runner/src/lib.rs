@@ -2,7 +2,7 @@
 //!
 //! Owns: the worker protocol, both ends ([`protocol`]; the worker process in [`worker`], the
 //! parent's handle on it in [`handle`]); a worker's command line, both ends ([`WorkerOptions`]);
-//! spawning workers;
+//! spawning workers so that none outlives its parent (`spawn`);
 //! the per-device pool of workers and their slots, crash attribution and re-runs ([`pool`]);
 //! and the mapping of a launch's end to a run's end (worker side) and to a test's end (parent
 //! side), each done once.
@@ -17,6 +17,7 @@ pub mod handle;
 mod options;
 pub mod pool;
 pub mod protocol;
+mod spawn;
 pub mod worker;
 
 pub use handle::{describe_exit, RunError, StartError, WorkerHandle, WorkerSpec};

@@ -292,8 +292,9 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
     )
 }
 
-/// Runs a worker with `slots` concurrent slots until its parent closes stdin. Returns the
-/// process exit status.
+/// Runs a worker with `slots` concurrent slots until its parent closes stdin, then ends the
+/// process at once, with slots still running or not. Returns the process exit status if it
+/// could not start.
 pub fn run(
     backend: BackendKind,
     ordinal: usize,
@@ -372,13 +373,18 @@ pub fn run(
             }
         }
     };
-    drop(commands);
-    if status == 0 {
-        for thread in threads {
-            let _ = thread.join();
-        }
-    }
-    status
+    drop((commands, threads));
+    end_without_waiting(status)
+}
+
+/// Ends the worker once its command pipe is closed: the parent is done with it or gone (killed,
+/// crashed), so nobody reads what the slots would report, and a slot may be in a kernel that
+/// never ends, so no slot is waited for. `_exit` skips the atexit handlers too, which a driver
+/// may have registered to wait for its queues. The system releases the devices, their memory
+/// and their running kernels with the process.
+fn end_without_waiting(status: i32) -> ! {
+    // SAFETY: `_exit` ends the process at once; nothing runs after it in this process.
+    unsafe { libc::_exit(status) }
 }
 
 /// What one slot needs to open its device and load its copy of the module.

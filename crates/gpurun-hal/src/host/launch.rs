@@ -369,7 +369,8 @@ mod tests {
             SEEN.lock().unwrap().clear();
             let grid = Grid::start(&mut pool, entry, shape, Registers::default(), 1, None).unwrap();
             while grid.state() == LaunchState::Running {
-                std::thread::yield_now();
+                // A sleep, not a yield: a yielding waiter starves on a loaded machine.
+                std::thread::sleep(std::time::Duration::from_micros(100));
             }
             Box::new(grid).finish(true);
             let mut seen = SEEN.lock().unwrap().clone();

@@ -149,10 +149,8 @@ fn a_fault_ends_the_launch_with_its_text_and_breaks_the_module() {
 
 #[test]
 fn a_hung_kernel_times_out_and_breaks_the_module() {
-    let started = Instant::now();
     let (end, _, reusable) = run(vec![Step::Hang], Some(Duration::from_millis(50)));
     assert_eq!(end.unwrap(), LaunchEnd::TimedOut(Duration::from_millis(50)));
-    assert!(started.elapsed() < Duration::from_secs(5));
     assert!(!reusable);
 }
 
@@ -177,7 +175,6 @@ fn threads_still_running_after_an_exit_get_the_grace_period() {
 
 #[test]
 fn a_message_cut_off_by_a_fault_ends_as_the_fault_not_a_hang() {
-    let started = Instant::now();
     let (end, _, _) = run(
         vec![
             Step::StallMidMessage(1 << 20),
@@ -187,7 +184,6 @@ fn a_message_cut_off_by_a_fault_ends_as_the_fault_not_a_hang() {
         None,
     );
     assert_eq!(end.unwrap(), LaunchEnd::Faulted("trap".into()));
-    assert!(started.elapsed() < Duration::from_secs(5));
 }
 
 #[test]

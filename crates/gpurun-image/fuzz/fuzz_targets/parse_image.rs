@@ -1,9 +1,7 @@
 //! Any bytes given to `Image::parse` give `Ok` or `Err`, never a panic, a hang or an abort.
 //!
-//! Run `crates/gpurun-image/fuzz/smoke.sh [SECONDS]` (seeds the corpus, works with or without
-//! cargo-fuzz), or `cargo +nightly fuzz run parse_image` in `crates/gpurun-image/fuzz`; seed the
-//! corpus with the real samples: `mkdir -p corpus/parse_image && cp ../tests/data/sample*
-//! ../tests/data/libsample-host.so corpus/parse_image/`.
+//! `scripts/fuzz.sh [SECONDS]` runs it (with every other target) from the corpus in
+//! `corpus/parse_image` and the real samples in `../tests/data`.
 
 #![no_main]
 
