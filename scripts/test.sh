@@ -7,31 +7,47 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # What `git status` says before: every file a run writes must be ignored (.gitignore).
 tree_before=$(git status --porcelain --untracked-files=all)
+# How long each step took, printed at the end: CI's budget is kept by knowing where time goes.
+steps=()
+lap=$SECONDS
+step_done() {
+    steps+=("$1 $((SECONDS - lap))s")
+    lap=$SECONDS
+}
 scripts/setup.sh
+step_done setup
 cargo fmt --all --check
 # The fixtures and examples are workspaces of their own, outside `cargo fmt --all` (many-tests
 # is generated, one test per line, and stays that way).
 git ls-files -z 'fixtures/*.rs' 'examples/*.rs' ':!fixtures/many-tests/*' |
     xargs -0 rustfmt --edition 2021 --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+step_done fmt+clippy
 # Broken or private intra-doc links are warnings rustdoc alone reports.
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
+step_done rustdoc
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
+step_done tests
 # Warnings are errors here too (clippy above does not build this configuration).
 # --nocapture: each model prints how many executions it explored.
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked -- --nocapture 2>&1 | tee -a "$log"
+step_done loom
 # Every cargo-fuzz target for a minute, two at a time, from the corpus in the repository.
 bash scripts/fuzz.sh 60
+step_done fuzz
 # The GPU check script's table and verdicts, against a fake runner (no GPU needed).
 bash scripts/gpu-check.sh --self-test
 bash scripts/gpu-check.sh --self-test --target amdgcn
 # The GitHub action and its example workflow: actionlint, and the action's test step run for real.
 bash scripts/check-action.sh
+step_done gpu-check+action
 # Every published crate from its packaged .crate alone, and its docs as docs.rs builds them
 # (README, "Install").
 bash scripts/package-check.sh
+step_done package-check
+echo "steps: ${steps[*]}; total $SECONDS s"
 # One closing line over every test binary (cargo prints one summary per binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed;/) p += $i; if ($(i+1) ~ /^failed;/) f += $i; if ($(i+1) ~ /^ignored;/) s += $i } }
      END { printf "total: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
