@@ -9,8 +9,8 @@ use gpurun_harness::testing::{
     ended, launched, panic_report, panicked, panicked_end, passed, MockExecutor,
 };
 use gpurun_harness::{
-    run_with_output, Conclusion, HarnessArgs, HarnessError, LaunchEnd, ShouldPanic, TestDesc,
-    TestEnd, TestRun,
+    run_with_output, Conclusion, Executor, HarnessArgs, HarnessError, LaunchEnd, ShouldPanic,
+    TestDesc, TestEnd, TestRun,
 };
 
 struct Outcome {
@@ -30,15 +30,26 @@ fn parse(argv: &[&str]) -> HarnessArgs {
     args
 }
 
+/// `run_with_output` of any executor: the result, stdout and stderr.
+fn run_executor(
+    args: &HarnessArgs,
+    tests: Vec<TestDesc>,
+    executor: Arc<dyn Executor>,
+    color: bool,
+) -> (Result<Conclusion, HarnessError>, String, String) {
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let result = run_with_output(args, tests, executor, color, &mut out, &mut err);
+    let text = |bytes| String::from_utf8(bytes).unwrap();
+    (result, text(out), text(err))
+}
+
 fn run_args(args: &HarnessArgs, tests: Vec<TestDesc>, executor: MockExecutor) -> Outcome {
     let executor = Arc::new(executor);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let conclusion = run_with_output(args, tests, executor.clone(), false, &mut out, &mut err)
-        .expect("the run completes");
+    let (conclusion, stdout, stderr) = run_executor(args, tests, executor.clone(), false);
     Outcome {
-        conclusion,
-        stdout: String::from_utf8(out).unwrap(),
-        stderr: String::from_utf8(err).unwrap(),
+        conclusion: conclusion.expect("the run completes"),
+        stdout,
+        stderr,
         executor,
     }
 }
@@ -556,25 +567,21 @@ fn partitions_split_the_run_between_jobs() {
 #[test]
 fn an_executor_panic_fails_only_that_test() {
     struct Flaky;
-    impl gpurun_harness::Executor for Flaky {
+    impl Executor for Flaky {
         fn run(&self, test: &TestDesc) -> TestRun {
             assert!(test.name != "boom", "executor bug");
             passed("")
         }
     }
     for threads in ["1", "2"] {
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let conclusion = run_with_output(
+        let (conclusion, out, _) = run_executor(
             &parse(&["--test-threads", threads]),
             tests(&["a", "boom", "c"]),
             Arc::new(Flaky),
             false,
-            &mut out,
-            &mut err,
-        )
-        .unwrap();
+        );
+        let conclusion = conclusion.unwrap();
         assert_eq!((conclusion.num_passed, conclusion.num_failed), (2, 1));
-        let out = String::from_utf8(out).unwrap();
         assert!(out.contains("note: could not run the test: the executor panicked: executor bug"));
     }
 }
@@ -595,17 +602,13 @@ fn terse_output_wraps_with_a_progress_count() {
 #[test]
 fn colour_marks_the_verdicts_when_asked() {
     let executor = Arc::new(MockExecutor::new().with("b", panicked("x", 1, 1)));
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    run_with_output(
+    let (conclusion, out, _) = run_executor(
         &parse(&["--test-threads", "1"]),
         tests(&["a", "b"]),
         executor,
         true,
-        &mut out,
-        &mut err,
-    )
-    .unwrap();
-    let out = String::from_utf8(out).unwrap();
+    );
+    conclusion.unwrap();
     assert!(out.contains("test a ... \u{1b}[32mok\u{1b}[0m\n"));
     assert!(out.contains("test b ... \u{1b}[31mFAILED\u{1b}[0m\n"));
 }
@@ -615,30 +618,18 @@ fn unwritable_logfile_and_junit_paths_are_errors_not_panics() {
     let missing = std::env::temp_dir().join("gpurun-harness-no-such-dir/sub/file");
     let mut args = parse(&[]);
     args.logfile = Some(missing.clone());
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let error = run_with_output(
-        &args,
-        tests(&["a"]),
-        Arc::new(MockExecutor::new()),
-        false,
-        &mut out,
-        &mut err,
-    )
-    .unwrap_err();
+    let unwritable = |args: HarnessArgs| {
+        run_executor(&args, tests(&["a"]), Arc::new(MockExecutor::new()), false)
+            .0
+            .unwrap_err()
+    };
+    let error = unwritable(args);
     assert!(matches!(error, HarnessError::Logfile { .. }), "{error}");
     assert_eq!(error.exit_code(), 102);
 
     let mut args = parse(&[]);
     args.junit = Some(missing);
-    let error = run_with_output(
-        &args,
-        tests(&["a"]),
-        Arc::new(MockExecutor::new()),
-        false,
-        &mut out,
-        &mut err,
-    )
-    .unwrap_err();
+    let error = unwritable(args);
     assert!(
         error
             .to_string()
@@ -893,17 +884,8 @@ fn two_backends() -> (Vec<TestDesc>, gpurun_harness::variants::VariantExecutor) 
 
 fn run_variants(argv: &[&str]) -> (Conclusion, String) {
     let (tests, executor) = two_backends();
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let conclusion = run_with_output(
-        &parse(argv),
-        tests,
-        Arc::new(executor),
-        false,
-        &mut out,
-        &mut err,
-    )
-    .unwrap();
-    (conclusion, String::from_utf8(out).unwrap())
+    let (conclusion, out, _) = run_executor(&parse(argv), tests, Arc::new(executor), false);
+    (conclusion.unwrap(), out)
 }
 
 #[test]
