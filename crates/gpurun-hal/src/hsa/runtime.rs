@@ -228,16 +228,31 @@ mod tests {
         );
     }
 
+    /// An event of `event_type` with a memory fault's payload (a memory error has its layout).
+    fn memory_event(
+        event_type: hsa_amd_event_type_t,
+        agent: u64,
+        virtual_address: u64,
+        reason_mask: u32,
+    ) -> hsa_amd_event_t {
+        hsa_amd_event_t {
+            event_type,
+            memory_fault: hsa_amd_gpu_memory_fault_info_t {
+                agent: hsa_agent_t { handle: agent },
+                virtual_address,
+                fault_reason_mask: reason_mask,
+            },
+        }
+    }
+
     #[test]
     fn the_event_handler_records_memory_faults_and_claims_them() {
-        let event = hsa_amd_event_t {
-            event_type: HSA_AMD_GPU_MEMORY_FAULT_EVENT,
-            memory_fault: hsa_amd_gpu_memory_fault_info_t {
-                agent: hsa_agent_t { handle: 3 },
-                virtual_address: 0x1234_5000,
-                fault_reason_mask: HSA_AMD_MEMORY_FAULT_READ_ONLY,
-            },
-        };
+        let event = memory_event(
+            HSA_AMD_GPU_MEMORY_FAULT_EVENT,
+            3,
+            0x1234_5000,
+            HSA_AMD_MEMORY_FAULT_READ_ONLY,
+        );
         assert_claimed_fault(&event, &["0x12345000", "read-only"]);
         // SAFETY: the handler checks for a null event before reading it.
         let status = unsafe { on_system_event(std::ptr::null(), std::ptr::null_mut()) };
@@ -275,14 +290,12 @@ mod tests {
     /// ROCr aborts the process on a memory error no handler claims: it is a fault of ours.
     #[test]
     fn memory_errors_are_faults_and_claimed() {
-        let event = hsa_amd_event_t {
-            event_type: HSA_AMD_GPU_MEMORY_ERROR_EVENT,
-            memory_fault: hsa_amd_gpu_memory_fault_info_t {
-                agent: hsa_agent_t { handle: 9 },
-                virtual_address: 0x7f00_1000,
-                fault_reason_mask: HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE,
-            },
-        };
+        let event = memory_event(
+            HSA_AMD_GPU_MEMORY_ERROR_EVENT,
+            9,
+            0x7f00_1000,
+            HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE,
+        );
         assert_claimed_fault(
             &event,
             &["memory error at address 0x7f001000", "still uses"],
