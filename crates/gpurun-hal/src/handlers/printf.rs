@@ -18,7 +18,7 @@
 //! pass [`MAX_CONVERSION`] bytes (or that the C library rejects) ends the output with a
 //! negative result, as a failed C printf does.
 
-use super::stdio::{HostState, Target};
+use super::stdio::{recv_stream_targets, HostState, Target};
 use super::{recv_lanes, Fail, Served, Sink, MAX_WRITE};
 use gpurun_rpc::opcode;
 use gpurun_rpc::server::{Server, ServerPort};
@@ -426,13 +426,13 @@ pub(crate) fn printf(
             | opcode::PRINTF_TO_STDERR_PACKED
             | opcode::PRINTF_TO_STREAM_PACKED
     );
-    let mut streams = [0u64; 64];
-    if matches!(
-        code,
-        opcode::PRINTF_TO_STREAM | opcode::PRINTF_TO_STREAM_PACKED
-    ) {
-        port.recv(|buffer, lane| streams[lane as usize] = buffer.data[0])?;
-    }
+    let targets = match code {
+        opcode::PRINTF_TO_STREAM | opcode::PRINTF_TO_STREAM_PACKED => {
+            recv_stream_targets(host, port)?
+        }
+        opcode::PRINTF_TO_STDERR | opcode::PRINTF_TO_STDERR_PACKED => [Some(Target::Stderr); 64],
+        _ => [Some(Target::Stdout); 64],
+    };
     let mut formats: Vec<Option<Vec<u8>>> = vec![None; 64];
     for (lane, bytes) in recv_lanes(server, port, MAX_WRITE)? {
         formats[lane as usize] = Some(bytes);
@@ -474,11 +474,7 @@ pub(crate) fn printf(
     for (lane, format) in formats.iter().enumerate() {
         let Some(format) = format else { continue };
         let (output, complete) = format_lane(format, &args[lane], packed, &mut strings[lane]);
-        let target = match code {
-            opcode::PRINTF_TO_STDOUT | opcode::PRINTF_TO_STDOUT_PACKED => Some(Target::Stdout),
-            opcode::PRINTF_TO_STDERR | opcode::PRINTF_TO_STDERR_PACKED => Some(Target::Stderr),
-            _ => host.resolve(streams[lane]),
-        };
+        let target = targets[lane];
         let written = if target.is_some() {
             host.write_to(target, sink, &output)
         } else {

@@ -210,6 +210,17 @@ pub(crate) fn widen(value: i32) -> u64 {
     i64::from(value) as u64
 }
 
+/// Where each lane of a `_TO_STREAM` request writes: the stream it names in the request's first
+/// packet (C→ `data[0]`), `None` for one the table does not hold.
+pub(crate) fn recv_stream_targets(
+    host: &HostState,
+    port: &mut ServerPort<'_>,
+) -> Result<[Option<Target>; 64], Fail> {
+    let mut targets = [None; 64];
+    port.recv(|buffer, lane| targets[lane as usize] = host.resolve(buffer.data[0]))?;
+    Ok(targets)
+}
+
 /// WRITE_TO_STDOUT / _STDERR / _STDOUT_NEWLINE / _STREAM: (C→ stream for _STREAM) C→ send_n;
 /// ←S `data[0]` = bytes written. `puts` (NEWLINE) adds and counts the newline only when the
 /// whole text was written.
@@ -220,27 +231,22 @@ pub(crate) fn write(
     sink: &mut dyn Sink,
 ) -> Result<Served, Fail> {
     let code = port.opcode();
-    let mut streams = [0u64; 64];
-    if code == opcode::WRITE_TO_STREAM {
-        port.recv(|buffer, lane| streams[lane as usize] = buffer.data[0])?;
-    }
+    let targets = match code {
+        opcode::WRITE_TO_STREAM => recv_stream_targets(host, port)?,
+        opcode::WRITE_TO_STDERR => [Some(Target::Stderr); 64],
+        _ => [Some(Target::Stdout); 64],
+    };
     let lanes = recv_lanes(server, port, MAX_WRITE)?;
     let mut written = [0u64; 64];
     for (lane, mut bytes) in lanes {
-        let target = match code {
-            opcode::WRITE_TO_STDERR => Some(Target::Stderr),
-            opcode::WRITE_TO_STREAM => host.resolve(streams[lane as usize]),
-            _ => Some(Target::Stdout),
-        };
+        let target = targets[lane as usize];
         let len = bytes.len();
-        let count = if code == opcode::WRITE_TO_STDOUT_NEWLINE {
+        if code == opcode::WRITE_TO_STDOUT_NEWLINE {
             // One write of text and newline, so a line is never split; a short write means
             // the newline was not written, as when LLVM's server skips it.
             bytes.push(b'\n');
-            host.write_to(target, sink, &bytes)
-        } else {
-            host.write_to(target, sink, &bytes)
-        };
+        }
+        let count = host.write_to(target, sink, &bytes);
         written[lane as usize] = count.min(len + 1) as u64;
     }
     port.send(|buffer, lane| buffer.data[0] = written[lane as usize])?;
