@@ -27,6 +27,8 @@ pub const FLAG_HAS_EXPECTED: u8 = 1 << 2;
 pub const FLAG_GPU_ONLY: u8 = 1 << 3;
 const KNOWN_FLAGS: u8 = FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED | FLAG_GPU_ONLY;
 
+use crate::put;
+
 /// Size of the descriptor for these strings.
 pub const fn encoded_len(path: &str, expected: &str, ignore_reason: &str) -> usize {
     HEADER_LEN + path.len() + expected.len() + ignore_reason.len()
@@ -59,15 +61,6 @@ impl Fields<'_> {
     pub const fn gpu_only(&self) -> bool {
         self.flags & FLAG_GPU_ONLY != 0
     }
-}
-
-const fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> usize {
-    let mut i = 0;
-    while i < bytes.len() {
-        out[at + i] = bytes[i];
-        i += 1;
-    }
-    at + bytes.len()
 }
 
 const fn put_u32s(out: &mut [u8], at: usize, values: [u32; 3]) -> usize {
@@ -153,13 +146,7 @@ pub const fn encode<const N: usize>(fields: Fields<'_>) -> [u8; N] {
 }
 
 /// Why a descriptor was rejected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecodeError {
-    /// The descriptor is of another version (the image needs another cargo-gpurun).
-    Version(u32),
-    /// Anything else; says what is wrong.
-    Malformed(Problem),
-}
+pub type DecodeError = crate::DecodeError<Problem>;
 
 /// What is wrong with a malformed descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -406,6 +393,7 @@ impl ShouldPanic {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::Sample;
 
     const SAMPLE: Fields<'static> = Fields {
         path: "krate::math::adds",
@@ -425,39 +413,38 @@ mod tests {
         assert_eq!(decode(&SAMPLE_BYTES), Ok(SAMPLE));
     }
 
+    /// The sample's bytes and their decoder.
+    const ENCODED: Sample<'static, Problem> = Sample {
+        bytes: &SAMPLE_BYTES,
+        decode_error: &|bytes| decode(bytes).err(),
+    };
+
     #[test]
     fn rejects_every_truncation_and_extension() {
-        for len in 0..LEN {
-            assert!(decode(&SAMPLE_BYTES[..len]).is_err(), "len {len}");
-        }
-        let mut longer = [0u8; LEN + 1];
-        longer[..LEN].copy_from_slice(&SAMPLE_BYTES);
-        assert!(decode(&longer).is_err());
+        let mismatch = Problem::LengthMismatch {
+            expected: LEN,
+            found: LEN + 1,
+        };
+        ENCODED.rejects_every_truncation_and_extension(mismatch);
     }
 
     #[test]
     fn rejects_bad_fields() {
-        let patch = |at: usize, v: u8| {
-            let mut b = SAMPLE_BYTES;
-            b[at] = v;
-            decode(&b).unwrap_err()
-        };
-        let malformed = |at, v| match patch(at, v) {
-            DecodeError::Malformed(problem) => problem,
-            other => panic!("{other:?}"),
-        };
-        assert!(matches!(malformed(0, b'X'), Problem::BadMagic(_)));
-        assert_eq!(patch(4, 2), DecodeError::Version(2));
-        assert_eq!(malformed(5, 0x80), Problem::UnknownFlags(0x80));
-        assert_eq!(malformed(6, 1), Problem::ReservedNotZero);
-        assert!(matches!(malformed(8, 0), Problem::ZeroDimension { .. }));
-        assert_eq!(malformed(40, 0xff), Problem::NotUtf8("test path"));
+        assert!(matches!(ENCODED.malformed(0, b'X'), Problem::BadMagic(_)));
+        assert_eq!(ENCODED.patched(4, 2), DecodeError::Version(2));
+        assert_eq!(ENCODED.malformed(5, 0x80), Problem::UnknownFlags(0x80));
+        assert_eq!(ENCODED.malformed(6, 1), Problem::ReservedNotZero);
+        assert!(matches!(
+            ENCODED.malformed(8, 0),
+            Problem::ZeroDimension { .. }
+        ));
+        assert_eq!(ENCODED.malformed(40, 0xff), Problem::NotUtf8("test path"));
         assert_eq!(
-            malformed(5, FLAG_IGNORE | FLAG_HAS_EXPECTED),
+            ENCODED.malformed(5, FLAG_IGNORE | FLAG_HAS_EXPECTED),
             Problem::ExpectedWithoutShouldPanic
         );
         assert_eq!(
-            malformed(5, FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED),
+            ENCODED.malformed(5, FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED),
             Problem::ReasonWithoutIgnore
         );
     }

@@ -120,14 +120,7 @@ pub enum EncodeError {
     WrongSize,
 }
 
-const fn put(out: &mut [u8], at: usize, bytes: &[u8]) -> usize {
-    let mut i = 0;
-    while i < bytes.len() {
-        out[at + i] = bytes[i];
-        i += 1;
-    }
-    at + bytes.len()
-}
+use crate::put;
 
 /// Writes the descriptor of `params` into `out`, which must be exactly [`encoded_len`] bytes.
 pub const fn write(out: &mut [u8], params: &[Param<'_>]) -> Result<(), EncodeError> {
@@ -179,13 +172,7 @@ pub const fn encode<const N: usize>(params: &[Param<'_>]) -> [u8; N] {
 }
 
 /// Why a kernel descriptor was rejected.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecodeError {
-    /// The descriptor is of another version (the image needs another cargo-gpurun).
-    Version(u8),
-    /// Anything else; says what is wrong.
-    Malformed(Problem),
-}
+pub type DecodeError = crate::DecodeError<Problem>;
 
 /// What is wrong with a malformed kernel descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,7 +333,7 @@ pub fn decode(bytes: &[u8]) -> Result<Signature<'_>, DecodeError> {
         ])));
     }
     if header[4] != KERNEL_ABI_VERSION {
-        return Err(DecodeError::Version(header[4]));
+        return Err(DecodeError::Version(u32::from(header[4])));
     }
     if header[6] != 0 || header[7] != 0 {
         return Err(bad(Problem::ReservedNotZero));
@@ -402,6 +389,7 @@ pub fn decode(bytes: &[u8]) -> Result<Signature<'_>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tests::Sample;
 
     const N: &[Factor] = &[Factor::Param(3)];
     const GRID: &[Factor] = &[Factor::Constant(2), Factor::Blocks, Factor::Threads];
@@ -460,52 +448,47 @@ mod tests {
         assert_eq!(decode(&EMPTY).unwrap().count(), 0);
     }
 
+    /// The sample's bytes and their decoder.
+    const ENCODED: Sample<'static, Problem> = Sample {
+        bytes: &BYTES,
+        decode_error: &|bytes| decode(bytes).err(),
+    };
+
     #[test]
     fn rejects_every_truncation_and_extension() {
-        for len in 0..LEN {
-            assert!(decode(&BYTES[..len]).is_err(), "len {len}");
-        }
-        let mut longer = [0u8; LEN + 1];
-        longer[..LEN].copy_from_slice(&BYTES);
-        assert_eq!(
-            decode(&longer),
-            Err(DecodeError::Malformed(Problem::TrailingBytes(1)))
-        );
+        ENCODED.rejects_every_truncation_and_extension(Problem::TrailingBytes(1));
     }
 
     #[test]
     fn rejects_bad_fields() {
-        let patch = |at: usize, v: u8| {
-            let mut b = BYTES;
-            b[at] = v;
-            decode(&b).unwrap_err()
-        };
-        let malformed = |at, v| match patch(at, v) {
-            DecodeError::Malformed(problem) => problem,
-            other => panic!("{other:?}"),
-        };
-        assert!(matches!(malformed(0, b'X'), Problem::BadMagic(_)));
-        assert_eq!(patch(4, 2), DecodeError::Version(2));
-        assert_eq!(malformed(6, 1), Problem::ReservedNotZero);
+        assert!(matches!(ENCODED.malformed(0, b'X'), Problem::BadMagic(_)));
+        assert_eq!(ENCODED.patched(4, 2), DecodeError::Version(2));
+        assert_eq!(ENCODED.malformed(6, 1), Problem::ReservedNotZero);
         // Parameter 0 starts at 8: kind, factor count, name length, size, name.
-        assert_eq!(malformed(8, 9), Problem::UnknownKind { index: 0, kind: 9 });
-        assert_eq!(malformed(16, 0xff), Problem::NameNotUtf8 { index: 0 });
+        assert_eq!(
+            ENCODED.malformed(8, 9),
+            Problem::UnknownKind { index: 0, kind: 9 }
+        );
+        assert_eq!(
+            ENCODED.malformed(16, 0xff),
+            Problem::NameNotUtf8 { index: 0 }
+        );
         // Parameter 1 (`x`) starts at 17; its factor at 26 names parameter 3 (`n`).
         assert_eq!(
-            malformed(26, 7),
+            ENCODED.malformed(26, 7),
             Problem::UnknownFactor { index: 1, tag: 7 }
         );
         assert_eq!(
-            malformed(30, 0),
+            ENCODED.malformed(30, 0),
             Problem::BadFactorParam { index: 1, names: 0 }
         );
         assert_eq!(
-            malformed(30, 9),
+            ENCODED.malformed(30, 9),
             Problem::BadFactorParam { index: 1, names: 9 }
         );
         // `a` made a pointer would still have no length; `x` made a float has one.
         assert_eq!(
-            malformed(17, ParamKind::Float as u8),
+            ENCODED.malformed(17, ParamKind::Float as u8),
             Problem::LengthOnNonPointer { index: 1 }
         );
     }
