@@ -8,17 +8,22 @@ use std::process::{Command, Output};
 
 use gpurun_tests::{describe, fixtures_dir, repo_root, text};
 
-/// Every device test of `host-app/kernels`, by the name each trial has: the crate has two test
-/// suites (the lib and tests/integration.rs), so each trial names its suite.
-const DEVICE_TESTS: [&str; 8] = [
-    "[host-app-kernels] faults",
-    "[host-app-kernels] hangs",
-    "[host-app-kernels] ignored_by_default",
-    "[host-app-kernels] saxpy_fails_on_purpose",
-    "[host-app-kernels] saxpy_of_one_element",
-    "[host-app-kernels] saxpy_on_every_thread",
-    "[host-app-kernels] zero_is_refused",
-    "[integration] integration_runs_on_every_thread",
+/// Every device test of `host-app/kernels` as `(trial, ignored, passes)`: the name each trial has
+/// (the crate has two test suites, the lib and tests/integration.rs, so each trial names its
+/// suite), whether it is `#[ignore]`d and whether it passes when it runs.
+const DEVICE_TESTS: [(&str, bool, bool); 8] = [
+    ("[host-app-kernels] faults", false, false),
+    ("[host-app-kernels] hangs", true, false),
+    ("[host-app-kernels] ignored_by_default", true, true),
+    ("[host-app-kernels] saxpy_fails_on_purpose", false, false),
+    ("[host-app-kernels] saxpy_of_one_element", false, true),
+    ("[host-app-kernels] saxpy_on_every_thread", false, true),
+    ("[host-app-kernels] zero_is_refused", false, true),
+    (
+        "[integration] integration_runs_on_every_thread",
+        false,
+        true,
+    ),
 ];
 
 /// The lib suite's trial named `name`.
@@ -94,20 +99,13 @@ fn cargo_test_runs_each_device_test_as_its_own_trial() {
     // Two device tests fail on purpose.
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
-    for (name, result) in [
-        (lib("saxpy_of_one_element"), "ok"),
-        (lib("saxpy_on_every_thread"), "ok"),
-        (lib("zero_is_refused"), "ok"),
-        (lib("ignored_by_default"), "ignored"),
-        (lib("hangs"), "ignored"),
-        (lib("saxpy_fails_on_purpose"), "FAILED"),
-        (lib("faults"), "FAILED"),
-        (
-            "[integration] integration_runs_on_every_thread".into(),
-            "ok",
-        ),
-    ] {
-        let found = result_line(&stdout, &name)
+    for (name, ignored, passes) in DEVICE_TESTS {
+        let result = match (ignored, passes) {
+            (true, _) => "ignored",
+            (false, true) => "ok",
+            (false, false) => "FAILED",
+        };
+        let found = result_line(&stdout, name)
             .unwrap_or_else(|| panic!("no result line for {name}:\n{}", describe(&output)));
         assert!(found.ends_with(result), "{found}\n{}", describe(&output));
     }
@@ -132,21 +130,28 @@ fn cargo_test_runs_each_device_test_as_its_own_trial() {
     );
 }
 
-#[test]
-fn several_backends_make_a_trial_per_backend() {
-    // Listing runs nothing: the nvptx build works offline, and no GPU is needed.
+/// The trials `cargo test --test gpu -- --list` lists on `backends` (`GPURUN_BACKEND`), and the
+/// output.
+fn list_gpu_trials(backends: &str) -> (BTreeSet<String>, Output) {
     let mut command = cargo(&["test"], &["--test", "gpu", "--", "--list"]);
-    command.env("GPURUN_BACKEND", "host,cuda");
+    command.env("GPURUN_BACKEND", backends);
     let output = output_of(command);
     assert!(output.status.success(), "{}", describe(&output));
-    let listed: BTreeSet<String> = text(&output.stdout)
+    let listed = text(&output.stdout)
         .lines()
         .filter_map(|line| line.strip_suffix(": test"))
         .map(str::to_owned)
         .collect();
+    (listed, output)
+}
+
+#[test]
+fn several_backends_make_a_trial_per_backend() {
+    // Listing runs nothing: the nvptx build works offline, and no GPU is needed.
+    let (listed, output) = list_gpu_trials("host,cuda");
     let expected: BTreeSet<String> = DEVICE_TESTS
         .iter()
-        .flat_map(|test| {
+        .flat_map(|(test, ..)| {
             let (suite, name) = test.split_once("] ").unwrap();
             ["host", "cuda"].map(|backend| format!("{suite}] [{backend}] {name}"))
         })
@@ -156,14 +161,11 @@ fn several_backends_make_a_trial_per_backend() {
 
 #[test]
 fn list_filter_and_ignored_work_as_with_libtest() {
-    let output = output_of(cargo(&["test"], &["--test", "gpu", "--", "--list"]));
-    assert!(output.status.success(), "{}", describe(&output));
-    let listed: BTreeSet<String> = text(&output.stdout)
-        .lines()
-        .filter_map(|line| line.strip_suffix(": test"))
-        .map(str::to_owned)
+    let (listed, output) = list_gpu_trials("host");
+    let expected: BTreeSet<String> = DEVICE_TESTS
+        .iter()
+        .map(|(test, ..)| test.to_string())
         .collect();
-    let expected: BTreeSet<String> = DEVICE_TESTS.iter().map(|s| s.to_string()).collect();
     assert_eq!(listed, expected, "{}", describe(&output));
 
     let output = output_of(cargo(&["test"], &["--test", "gpu", "--", "saxpy_on"]));
@@ -296,19 +298,9 @@ fn nextest_runs_each_trial_in_its_own_process() {
     ));
     assert!(!output.status.success(), "{}", describe(&output));
     let stderr = text(&output.stderr);
-    for (name, status) in [
-        (lib("saxpy_of_one_element"), "PASS"),
-        (lib("saxpy_on_every_thread"), "PASS"),
-        (lib("zero_is_refused"), "PASS"),
-        (lib("ignored_by_default"), "PASS"),
-        (lib("saxpy_fails_on_purpose"), "FAIL"),
-        (lib("faults"), "FAIL"),
-        (lib("hangs"), "FAIL"),
-        (
-            "[integration] integration_runs_on_every_thread".into(),
-            "PASS",
-        ),
-    ] {
+    // `--run-ignored all`: the ignored tests run too.
+    for (name, _, passes) in DEVICE_TESTS {
+        let status = if passes { "PASS" } else { "FAIL" };
         assert!(
             stderr
                 .lines()
