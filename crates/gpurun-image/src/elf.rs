@@ -405,6 +405,20 @@ fn metadata_kernels(root: &msgpack::Value<'_>) -> Option<Vec<(String, Option<Str
 
 /// Each kernel's `.max_flat_workgroup_size` from the metadata's `amdhsa.kernels` list.
 fn set_max_flat_workgroup_sizes(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
+    for_each_listed_kernel(kernels, root, |kernel, entry| {
+        if let Some(&msgpack::Value::Uint(size)) = entry.get(".max_flat_workgroup_size") {
+            kernel.set_max_threads(u32::try_from(size).ok());
+        }
+    });
+}
+
+/// Calls `set` with each of `kernels` that the metadata's `amdhsa.kernels` list names, and its
+/// entry there.
+fn for_each_listed_kernel(
+    kernels: &mut [Kernel],
+    root: &msgpack::Value<'_>,
+    mut set: impl FnMut(&mut Kernel, &msgpack::Value<'_>),
+) {
     let Some(msgpack::Value::Array(listed)) = root.get("amdhsa.kernels") else {
         return;
     };
@@ -412,11 +426,8 @@ fn set_max_flat_workgroup_sizes(kernels: &mut [Kernel], root: &msgpack::Value<'_
         let Some(name) = entry.get(".name").and_then(|name| name.as_str()) else {
             continue;
         };
-        let Some(&msgpack::Value::Uint(size)) = entry.get(".max_flat_workgroup_size") else {
-            continue;
-        };
         if let Some(kernel) = kernels.iter_mut().find(|kernel| kernel.name == name) {
-            kernel.set_max_threads(u32::try_from(size).ok());
+            set(kernel, entry);
         }
     }
 }
@@ -427,23 +438,14 @@ fn set_max_flat_workgroup_sizes(kernels: &mut [Kernel], root: &msgpack::Value<'_
 /// entry (no offset or size) gets neither recorded, so the loader treats it as having no
 /// metadata rather than sizing or placing arguments wrong.
 fn set_arguments(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
-    let Some(msgpack::Value::Array(listed)) = root.get("amdhsa.kernels") else {
-        return;
-    };
-    for entry in listed {
-        let Some(name) = entry.get(".name").and_then(|name| name.as_str()) else {
-            continue;
-        };
-        let Some(kernel) = kernels.iter_mut().find(|kernel| kernel.name == name) else {
-            continue;
-        };
+    for_each_listed_kernel(kernels, root, |kernel, entry| {
         let arguments = match entry.get(".args") {
             Some(msgpack::Value::Array(arguments)) => arguments.as_slice(),
             // No `.args`: a kernel without arguments of any kind.
             None => &[],
             Some(_) => {
                 kernel.set_param_bytes(None);
-                continue;
+                return;
             }
         };
         let mut explicit_end = Some(0u64);
@@ -475,7 +477,7 @@ fn set_arguments(kernels: &mut [Kernel], root: &msgpack::Value<'_>) {
         if let Some(hidden) = hidden {
             kernel.set_hidden_arguments(hidden);
         }
-    }
+    });
 }
 
 fn cubin_kernels(elf: &ElfFile64<'_, Endianness>, symbols: &[Sym]) -> Vec<Kernel> {
