@@ -132,18 +132,6 @@ pub fn run_with_output(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Conclusion, HarnessError> {
-    run_inner(args, tests, executor, color, out, err, SLOW_TEST_WARNING)
-}
-
-fn run_inner(
-    args: &HarnessArgs,
-    tests: Vec<TestDesc>,
-    executor: Arc<dyn Executor>,
-    color: bool,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-    warn_after: Duration,
-) -> Result<Conclusion, HarnessError> {
     let selection = select_where_runnable(args, tests, executor.as_ref());
     let format = args.effective_format();
     let mut logfile = match &args.logfile {
@@ -202,7 +190,7 @@ fn run_inner(
         &selection.tests,
         executor.as_ref(),
         threads,
-        warn_after,
+        SLOW_TEST_WARNING,
         &mut sinks,
     )?;
     let elapsed = started.elapsed();
@@ -320,8 +308,8 @@ fn run_one(executor: &dyn Executor, test: &TestDesc) -> TestRun {
     })
 }
 
-/// libtest warns about a test still running after this long.
-const SLOW_TEST_WARNING: Duration = Duration::from_secs(60);
+/// libtest warns about a test still running after this long; this crate's own tests wait less.
+const SLOW_TEST_WARNING: Duration = Duration::from_secs(if cfg!(test) { 1 } else { 60 });
 
 /// Hands tests to `threads` workers in name order, reporting ignored tests when their turn comes
 /// and every result as soon as it arrives (libtest's scheduling). Even with one thread the
@@ -588,16 +576,8 @@ mod tests {
                 passed(""),
                 Duration::from_millis(1300),
             ));
-            let conclusion = run_inner(
-                &args,
-                tests,
-                executor,
-                false,
-                &mut out,
-                &mut err,
-                Duration::from_secs(1),
-            )
-            .unwrap();
+            let conclusion =
+                run_with_output(&args, tests, executor, false, &mut out, &mut err).unwrap();
             assert_eq!(conclusion.num_passed, 2);
             let out = String::from_utf8(out).unwrap();
             let warning = if format == "json" {
