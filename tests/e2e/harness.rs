@@ -70,6 +70,22 @@ fn test_on_host(package: &str, harness_args: &[&str], code: i32) -> std::process
     output
 }
 
+/// The first JSON event that `wanted` accepts of a passing [`test_on_host`] run with
+/// `HARNESS_ARGS --format json -Zunstable-options`.
+#[track_caller]
+fn json_event_on_host(
+    package: &str,
+    harness_args: &[&str],
+    wanted: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut args = harness_args.to_vec();
+    args.extend_from_slice(&["--format", "json", "-Zunstable-options"]);
+    let output = test_on_host(package, &args, 0);
+    json_lines(&text(&output.stdout))
+        .find(wanted)
+        .unwrap_or_else(|| panic!("{}", describe(&output)))
+}
+
 /// The checks `scripts/gpu-check.sh --target amdgcn` runs on an AMD GPU pass on the host
 /// emulation, each as the GPU rows run them: a deep panic reported with its message, ten launch
 /// shapes one after another in one module, many barriers.
@@ -528,22 +544,9 @@ fn report_time_shows_wall_and_device_time_and_ensure_time_fails_slow_tests() {
         "{line}"
     );
 
-    let output = test_on_host(
-        "basic",
-        &[
-            "--report-time",
-            "--format",
-            "json",
-            "-Zunstable-options",
-            "--exact",
-            "passes",
-        ],
-        0,
-    );
-    let stdout = text(&output.stdout);
-    let event = json_lines(&stdout)
-        .find(|event| event["name"] == "passes" && event["event"] == "ok")
-        .unwrap_or_else(|| panic!("{}", describe(&output)));
+    let event = json_event_on_host("basic", &["--report-time", "--exact", "passes"], |event| {
+        event["name"] == "passes" && event["event"] == "ok"
+    });
     assert!(event["exec_time"].as_f64().is_some(), "{event}");
     let device = event["device_time"].as_f64().expect("device_time");
     assert!(device <= event["exec_time"].as_f64().unwrap(), "{event}");
@@ -628,20 +631,18 @@ fn several_backends_run_each_test_on_each_and_name_the_differences() {
     host_images();
     let junit =
         std::env::temp_dir().join(format!("gpurun-e2e-backends-{}.xml", std::process::id()));
-    let output = gpurun(&[
-        "test",
-        "-p",
-        "basic",
-        "--backend",
-        "host,cuda",
+    let on_both = |args: &[&str]| {
+        let mut all = vec!["test", "-p", "basic", "--backend", "host,cuda"];
+        all.extend_from_slice(args);
+        gpurun(&all).output().unwrap()
+    };
+    let output = on_both(&[
         "--",
         "--test-threads",
         "2",
         "--junit",
         junit.to_str().unwrap(),
-    ])
-    .output()
-    .unwrap();
+    ]);
     assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
     let stdout = text(&output.stdout);
     for line in ["test [host] passes ... ok", "test [cuda] passes ... "] {
@@ -667,18 +668,7 @@ fn several_backends_run_each_test_on_each_and_name_the_differences() {
     assert!(xml.contains("classname=\"basic::host\""), "{xml}");
     assert!(xml.contains("classname=\"basic::cuda\""), "{xml}");
 
-    let output = gpurun(&[
-        "test",
-        "-p",
-        "basic",
-        "--backend",
-        "host,cuda",
-        "--",
-        "--exact",
-        "[host] passes",
-    ])
-    .output()
-    .unwrap();
+    let output = on_both(&["--", "--exact", "[host] passes"]);
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_contains(
         &text(&output.stdout),
@@ -686,17 +676,7 @@ fn several_backends_run_each_test_on_each_and_name_the_differences() {
         &output,
     );
 
-    let output = gpurun(&[
-        "test",
-        "-p",
-        "basic",
-        "--backend",
-        "host,cuda",
-        "--target",
-        "host",
-    ])
-    .output()
-    .unwrap();
+    let output = on_both(&["--target", "host"]);
     assert_eq!(output.status.code(), Some(1), "{}", describe(&output));
     assert_contains(
         &text(&output.stderr),
@@ -719,20 +699,9 @@ fn gpu_only_tests_are_ignored_on_the_host_emulation() {
             &output,
         );
     }
-    let output = test_on_host(
-        "gpu-only",
-        &[
-            "--include-ignored",
-            "--format",
-            "json",
-            "-Zunstable-options",
-        ],
-        0,
-    );
-    let stdout = text(&output.stdout);
-    let event = json_lines(&stdout)
-        .find(|event| event["name"] == "runs_only_on_a_gpu" && event["event"] != "started")
-        .unwrap_or_else(|| panic!("{}", describe(&output)));
+    let event = json_event_on_host("gpu-only", &["--include-ignored"], |event| {
+        event["name"] == "runs_only_on_a_gpu" && event["event"] != "started"
+    });
     assert_eq!(event["event"], "ignored", "{event}");
     assert_eq!(event["message"], "needs a GPU", "{event}");
 }
