@@ -15,7 +15,7 @@ use common::{cargo_build, fake_driver_library, first, positions, read_calls, Cal
 use gpurun_hal::cuda::{CudaBackend, DEFAULT_STACK_SIZE};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::kernel_args::KernelArg;
-use gpurun_hal::{Backend, BackendError, LaunchEnd, LaunchShape, LoadOptions};
+use gpurun_hal::{Backend, BackendError, Device, LaunchEnd, LaunchShape, LoadOptions, Module};
 use gpurun_image::Image;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -142,8 +142,22 @@ fn the_image() -> Image {
     Image::parse(TEST_PTX.as_bytes().to_vec(), None).unwrap()
 }
 
-fn store_args(address: u64) -> [KernelArg; 2] {
-    [KernelArg::U64(address), KernelArg::U32(42)]
+/// `image` loaded with the default options, and a 4-byte output buffer on the device.
+fn load_with_output<'d>(device: &'d mut dyn Device, image: &Image) -> (Box<dyn Module + 'd>, u64) {
+    let mut module = device.load(image, &LoadOptions::default()).unwrap();
+    let out = module.alloc_device(4).unwrap();
+    (module, out)
+}
+
+/// Launches `gpurun_store` in `shape`, storing 42 to `out`.
+fn launch_store(
+    module: &mut dyn Module,
+    shape: LaunchShape,
+    out: u64,
+    sink: &mut Collect,
+) -> Result<LaunchEnd, BackendError> {
+    let args = [KernelArg::U64(out), KernelArg::U32(42)];
+    module.launch("gpurun_store", shape, &args, LIMIT, sink)
 }
 
 const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
@@ -158,19 +172,14 @@ fn fake_driver_child() {
     let mut sink = Collect::default();
     match scenario.as_str() {
         "two_modules" | "memory_pools" => {
-            let options = LoadOptions::default();
-            let mut module = device.load(&image, &options).unwrap();
-            let out = module.alloc_device(4).unwrap();
+            let (mut module, out) = load_with_output(device.as_mut(), &image);
             for _ in 0..2 {
-                let end = module
-                    .launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink)
-                    .unwrap();
+                let end = launch_store(module.as_mut(), SHAPE, out, &mut sink).unwrap();
                 assert_eq!(end, LaunchEnd::Completed);
             }
             drop(module);
             // A second module of the same context: the stack is not set again.
-            let module = device.load(&image, &options).unwrap();
-            drop(module);
+            drop(device.load(&image, &LoadOptions::default()).unwrap());
         }
         "stack_size" => {
             let options = LoadOptions {
@@ -204,11 +213,8 @@ fn fake_driver_child() {
             );
         }
         "block_limit" => {
-            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
-            let out = module.alloc_device(4).unwrap();
-            let error = module
-                .launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink)
-                .unwrap_err();
+            let (mut module, out) = load_with_output(device.as_mut(), &image);
+            let error = launch_store(module.as_mut(), SHAPE, out, &mut sink).unwrap_err();
             assert!(
                 matches!(&error, BackendError::InvalidArgument(text)
                     if text.contains("at most 32 threads per block")
@@ -220,31 +226,23 @@ fn fake_driver_child() {
                 threads: [32, 1, 1],
                 blocks: [1, 1, 1],
             };
-            let end = module
-                .launch("gpurun_store", narrow, &store_args(out), LIMIT, &mut sink)
-                .unwrap();
+            let end = launch_store(module.as_mut(), narrow, out, &mut sink).unwrap();
             assert_eq!(end, LaunchEnd::Completed);
         }
         "timed" | "untimed" => {
             // Two launches of one module; `untimed`: the driver refuses to record events.
             let expected = (scenario == "timed").then_some(TOLD);
-            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
-            let out = module.alloc_device(4).unwrap();
+            let (mut module, out) = load_with_output(device.as_mut(), &image);
             for _ in 0..2 {
-                let end = module
-                    .launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink)
-                    .unwrap();
+                let end = launch_store(module.as_mut(), SHAPE, out, &mut sink).unwrap();
                 assert_eq!(end, LaunchEnd::Completed);
                 assert_eq!(module.last_device_time(), expected);
             }
             drop(module);
         }
         "fault" => {
-            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
-            let out = module.alloc_device(4).unwrap();
-            let end = module
-                .launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink)
-                .unwrap();
+            let (mut module, out) = load_with_output(device.as_mut(), &image);
+            let end = launch_store(module.as_mut(), SHAPE, out, &mut sink).unwrap();
             assert!(
                 matches!(&end, LaunchEnd::Faulted(text) if text.contains("CUDA_ERROR_ILLEGAL_ADDRESS")),
                 "{end:?}"
@@ -254,7 +252,7 @@ fn fake_driver_child() {
                 None,
                 "no time for a faulted launch"
             );
-            let again = module.launch("gpurun_store", SHAPE, &store_args(out), LIMIT, &mut sink);
+            let again = launch_store(module.as_mut(), SHAPE, out, &mut sink);
             assert!(again.is_err(), "{again:?}");
             drop(module);
         }
