@@ -3,7 +3,7 @@
 
 use gpurun_tests::{
     assert_contains, assert_test_lines, describe, fixtures_dir, gpurun, host_images, json_lines,
-    run_fixture, text,
+    lines_starting, run_fixture, text, TARGETS_LIST,
 };
 
 /// What libtest prints for every test of `basic` (see fixtures/basic/src/lib.rs).
@@ -205,12 +205,8 @@ fn cargo_gpurun_test_runs_the_lib_tests_and_examples_as_suites() {
         describe(&output)
     );
     // The libtest test target is not built, and one line says so.
-    let warnings: Vec<&str> = stderr
-        .lines()
-        .filter(|line| line.starts_with("warning:"))
-        .collect();
     assert_eq!(
-        warnings,
+        lines_starting(&stderr, "warning:"),
         ["warning: skipping test target `uses_libtest` of `targets` (tests/uses_libtest.rs): it \
           uses libtest, which cannot run on a GPU; set `harness = false` in its [[test]] section \
           of Cargo.toml"],
@@ -278,26 +274,9 @@ fn cargo_gpurun_test_list_lists_every_suite() {
         "{}",
         describe(&output)
     );
-    let listed: Vec<String> = text(&output.stdout)
-        .lines()
-        .filter(|line| !line.is_empty())
-        .map(str::to_owned)
-        .collect();
-    assert_eq!(
-        listed,
-        [
-            "lib_passes: test",
-            "lib_passes_on_every_thread: test",
-            "2 tests, 0 benchmarks",
-            "integration_fails_on_purpose: test",
-            "integration_passes: test",
-            "2 tests, 0 benchmarks",
-            "demo_passes: test",
-            "1 test, 0 benchmarks",
-        ],
-        "{}",
-        describe(&output)
-    );
+    let stdout = text(&output.stdout);
+    let listed: Vec<&str> = stdout.lines().filter(|line| !line.is_empty()).collect();
+    assert_eq!(listed, TARGETS_LIST, "{}", describe(&output));
 }
 
 #[test]

@@ -142,6 +142,26 @@ pub fn describe(output: &Output) -> String {
     )
 }
 
+/// The lines of `text` that start with `prefix` (`note:`, `warning:`).
+pub fn lines_starting<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|line| line.starts_with(prefix))
+        .collect()
+}
+
+/// What `-- --list` prints for `fixtures/targets`, whose lib, tests/integration.rs and
+/// examples/demo.rs are each a suite, in cargo's order (the same on every target).
+pub const TARGETS_LIST: [&str; 8] = [
+    "lib_passes: test",
+    "lib_passes_on_every_thread: test",
+    "2 tests, 0 benchmarks",
+    "integration_fails_on_purpose: test",
+    "integration_passes: test",
+    "2 tests, 0 benchmarks",
+    "demo_passes: test",
+    "1 test, 0 benchmarks",
+];
+
 /// Asserts that `haystack` (read from `output`) contains `needle`; shows both streams if not.
 #[track_caller]
 pub fn assert_contains(haystack: &str, needle: &str, output: &Output) {
@@ -165,8 +185,13 @@ pub fn assert_test_lines(output: &Output, results: &[(&str, &str)]) {
 /// A tool the test needs is missing: under `CI=true`, where scripts/setup.sh installed every
 /// tool, that is a failure; elsewhere the test prints `SKIPPED: message` and the caller returns.
 pub fn tool_missing(message: &str) {
-    assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}");
+    assert!(!in_ci(), "{message}");
     eprintln!("SKIPPED: {message}");
+}
+
+/// Whether this is CI (`CI=true`), where every tool scripts/setup.sh installs must be present.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| value == "true")
 }
 
 /// The run count of a benchmark: `GPURUN_BENCH_RUNS`, else `default`.

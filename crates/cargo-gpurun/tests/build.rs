@@ -17,6 +17,7 @@ use common::{
 };
 use gpurun_build::toolchain::{self, Toolchain};
 use gpurun_build::validate;
+use gpurun_tests::{lines_starting, TARGETS_LIST};
 use object::{Object, ObjectSymbol};
 
 static FIXTURES_LOCK: Mutex<()> = Mutex::new(());
@@ -206,19 +207,7 @@ fn nvptx_test_builds_and_lists_the_tests_and_example_images() {
         assert_eq!(ptx.extension().unwrap(), "ptx");
         assert_eq!(ptx_test_kernels(ptx), tests, "{}", ptx.display());
     }
-    assert_eq!(
-        lines(&output),
-        [
-            "lib_passes: test",
-            "lib_passes_on_every_thread: test",
-            "2 tests, 0 benchmarks",
-            "integration_fails_on_purpose: test",
-            "integration_passes: test",
-            "2 tests, 0 benchmarks",
-            "demo_passes: test",
-            "1 test, 0 benchmarks",
-        ]
-    );
+    assert_eq!(lines(&output), TARGETS_LIST);
 }
 
 /// Checks that `ptx` is valid PTX and counts its test kernels (`__gpurun_test_*` entries).
@@ -278,12 +267,8 @@ fn amdgcn_test_notes_it_cannot_build_the_lib_in_test_mode() {
     let output = list_fixture("unit-tests", "amdgcn", &["--arch", "gfx90a", "-q"]);
     let stderr = text(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    let notes: Vec<&str> = stderr
-        .lines()
-        .filter(|line| line.starts_with("note:"))
-        .collect();
     assert_eq!(
-        notes,
+        lines_starting(&stderr, "note:"),
         [
             "note: the cfg(test) unit tests of the lib of `unit-tests` are not built for amdgcn: \
           cargo builds them as an executable, which amdgcn-amd-amdhsa cannot link; the lib's own \
@@ -307,12 +292,8 @@ fn amdgcn_test_says_why_it_skips_executable_targets() {
     let output = list_targets_fixture("amdgcn", &["--arch", "gfx90a", "-q"]);
     let stderr = text(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    let notes: Vec<&str> = stderr
-        .lines()
-        .filter(|line| line.starts_with("note:"))
-        .collect();
     assert_eq!(
-        notes,
+        lines_starting(&stderr, "note:"),
         [
             "note: skipping test target `integration` of `targets` on amdgcn: cargo builds it as \
              an executable, which amdgcn-amd-amdhsa cannot link",

@@ -10,17 +10,12 @@ use std::process::{Command, Output};
 
 use gpurun_build::toolchain::Toolchain;
 
-pub fn repo_root() -> PathBuf {
-    // crates/cargo-gpurun -> the repository root.
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("the crate lies two levels below the repository root")
-        .to_owned()
-}
+// As above: each test crate uses only some of these.
+#[allow(unused_imports)]
+pub use gpurun_tests::{describe, in_ci, repo_root, text};
 
 pub fn fixtures_manifest() -> PathBuf {
-    repo_root().join("fixtures/Cargo.toml")
+    gpurun_tests::fixtures_dir().join("Cargo.toml")
 }
 
 /// `cargo-gpurun gpurun ARGS` in the repository root, building into `fixtures/target` whatever
@@ -38,20 +33,6 @@ pub fn gpurun(args: &[&str], envs: &[(&str, &Path)]) -> Output {
         command.env(key, value);
     }
     command.output().expect("run cargo-gpurun")
-}
-
-pub fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// Status, stdout and stderr, for an assertion's message.
-pub fn describe(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        text(&output.stdout),
-        text(&output.stderr)
-    )
 }
 
 /// The non-empty lines of stdout.
@@ -85,15 +66,12 @@ pub fn built_image_paths(output: &Output) -> Vec<PathBuf> {
         .collect()
 }
 
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|value| value == "true")
-}
-
 /// `true` when `what` is available; otherwise says why the test does not run (or fails under CI).
 pub fn available(what: &str, present: bool) -> bool {
     if !present {
-        assert!(!in_ci(), "{what} is missing, and CI=true requires it");
-        eprintln!("not run: {what} is missing (installed by scripts/setup.sh)");
+        gpurun_tests::tool_missing(&format!(
+            "{what} is missing (installed by scripts/setup.sh)"
+        ));
     }
     present
 }
