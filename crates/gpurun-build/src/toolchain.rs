@@ -252,20 +252,12 @@ impl Toolchain {
             Ok(toolchain) => {
                 checks.push(Check {
                     component: "rust-src",
-                    outcome: if toolchain.has_rust_src() {
-                        Ok(toolchain.rust_src_dir().display().to_string())
-                    } else {
-                        Err("not installed".to_owned())
-                    },
+                    outcome: installed_in(toolchain.has_rust_src(), toolchain.rust_src_dir()),
                     required: true,
                 });
                 checks.push(Check {
                     component: "llvm-tools",
-                    outcome: if toolchain.has_llvm_tools() {
-                        Ok(toolchain.rustlib_bin_dir().display().to_string())
-                    } else {
-                        Err("not installed".to_owned())
-                    },
+                    outcome: installed_in(toolchain.has_llvm_tools(), toolchain.rustlib_bin_dir()),
                     required: llvm_tools_dir_override().is_none(),
                 });
             }
@@ -328,6 +320,15 @@ impl Toolchain {
             required: false,
         });
         checks
+    }
+}
+
+/// A rustup component's outcome in the doctor's table: the directory it is installed in.
+fn installed_in(installed: bool, dir: PathBuf) -> Result<String, String> {
+    if installed {
+        Ok(dir.display().to_string())
+    } else {
+        Err("not installed".to_owned())
     }
 }
 
