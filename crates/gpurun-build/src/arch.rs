@@ -440,33 +440,23 @@ mod tests {
     #[test]
     fn rejects_wrong_family_and_bad_metadata() {
         let mut none = || None;
-        assert!(matches!(
-            resolve_arch(DeviceTarget::Nvptx, Some("gfx90a"), "p", None, &mut none),
-            Err(BuildError::UnknownArch { .. })
-        ));
-        assert!(matches!(
-            resolve_arch(DeviceTarget::Amdgcn, Some("sm_70"), "p", None, &mut none),
-            Err(BuildError::UnknownArch { .. })
-        ));
-        assert!(matches!(
-            resolve_arch(
-                DeviceTarget::Nvptx,
-                None,
-                "p",
-                Some(&json!({ "nvptx-arch": 70 })),
-                &mut none
-            ),
-            Err(BuildError::BadMetadata { .. })
-        ));
-        assert!(matches!(
-            resolve_arch(
-                DeviceTarget::Nvptx,
-                None,
-                "p",
-                Some(&json!({ "nvptx-arch": "sm_7" })),
-                &mut none
-            ),
-            Err(BuildError::BadMetadata { .. })
-        ));
+        for (target, arch) in [
+            (DeviceTarget::Nvptx, "gfx90a"),
+            (DeviceTarget::Amdgcn, "sm_70"),
+        ] {
+            assert!(matches!(
+                resolve_arch(target, Some(arch), "p", None, &mut none),
+                Err(BuildError::UnknownArch { .. })
+            ));
+        }
+        for metadata in [json!({ "nvptx-arch": 70 }), json!({ "nvptx-arch": "sm_7" })] {
+            assert!(
+                matches!(
+                    resolve_arch(DeviceTarget::Nvptx, None, "p", Some(&metadata), &mut none),
+                    Err(BuildError::BadMetadata { .. })
+                ),
+                "{metadata}"
+            );
+        }
     }
 }
