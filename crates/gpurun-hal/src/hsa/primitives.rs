@@ -219,6 +219,8 @@ pub struct HsaPrimitives<'d> {
 pub(crate) struct Resources {
     pub queue: Arc<Queue>,
     pub heap: DeviceHeap,
+    /// Device memory of the host's buffers (`alloc_device`), by address.
+    buffers: HashMap<u64, PoolBuffer>,
     shared: Vec<PoolBuffer>,
     executable: Executable,
     /// Last: the runtime stays initialised while any of the above exists. A module leaked
@@ -257,6 +259,7 @@ pub(crate) fn load<'d>(
         res: Resources {
             queue,
             heap,
+            buffers: HashMap::new(),
             shared: Vec::new(),
             executable,
             _runtime: Arc::clone(&device.runtime),
@@ -575,8 +578,37 @@ impl Primitives for HsaPrimitives<'_> {
         &mut self.res.heap
     }
 
+    fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
+        // The GPU's coarse-grained pool: its own memory, cached, which the host reaches only
+        // through the runtime's copies (and where gfx90a's float atomics work, unlike on
+        // fine-grained host memory).
+        let buffer = PoolBuffer::allocate_words(
+            self.lib(),
+            self.device.pools.coarse_grained,
+            size,
+            self.device.gpu.agent,
+        )
+        .map_err(runtime)?;
+        buffer.zero().map_err(runtime)?;
+        let address = buffer.address();
+        self.res.buffers.insert(address, buffer);
+        Ok(address)
+    }
+
+    fn free_device(&mut self, address: u64) -> Result<(), BackendError> {
+        // Dropping the buffer frees it.
+        self.res.buffers.remove(&address);
+        Ok(())
+    }
+
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
         self.copy_to_device(address, bytes)
+    }
+
+    fn max_shared_bytes(&mut self, kernel: &str) -> Option<u64> {
+        let group = self.device.pools.group_segment_bytes?;
+        let facts = self.kernel(kernel).ok()?;
+        Some(group.saturating_sub(u64::from(facts.group_segment_size)))
     }
 
     fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
@@ -682,10 +714,7 @@ mod tests {
 
     #[test]
     fn rpc_ports_cover_the_launchs_resident_waves() {
-        let shape = |threads: u32, blocks: u32| LaunchShape {
-            threads: [threads, 1, 1],
-            blocks: [blocks, 1, 1],
-        };
+        let shape = |threads: u32, blocks: u32| LaunchShape::grid([blocks, 1, 1], [threads, 1, 1]);
         // MI300X: 304 CUs x 32 waves.
         let mi300x = 304 * 32;
         assert_eq!(rpc_port_count(&LaunchShape::SINGLE, 64, mi300x), 1);
