@@ -198,9 +198,16 @@ pub trait Module {
     /// Between launches only (on CUDA on the kernels' stream, ordered before the next launch).
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError>;
 
-    /// Reads `len` bytes at `address`, which must lie in a block from
+    /// Fills `out` from `address`, which must lie (with `out.len()` bytes) in a block from
     /// [`Module::alloc_device`]. Between launches only.
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError>;
+    fn read_device_into(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError>;
+
+    /// Reads `len` bytes at `address` (see [`Module::read_device_into`]).
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        let mut bytes = vec![0; len];
+        self.read_device_into(address, &mut bytes)?;
+        Ok(bytes)
+    }
 
     /// Frees the block from [`Module::alloc_device`] that starts at `address`. Between
     /// launches only.

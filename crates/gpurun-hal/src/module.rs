@@ -83,8 +83,8 @@ pub trait Primitives {
     /// Copies `bytes` to device memory at `address` (a range the module checked).
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError>;
 
-    /// Copies `len` bytes from device memory at `address` (a range the module checked).
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError>;
+    /// Fills `out` from device memory at `address` (a range the module checked).
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError>;
 
     /// The most dynamic shared memory per block a launch of `kernel` may ask for: what the
     /// device gives a block less what the kernel declares statically, where the backend can
@@ -437,12 +437,12 @@ impl<P: Primitives> Module for LoadedModule<P> {
         self.primitives.write_device(address, bytes)
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.check_device_range(address, len)?;
-        if len == 0 {
-            return Ok(Vec::new());
+    fn read_device_into(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.check_device_range(address, out.len())?;
+        if out.is_empty() {
+            return Ok(());
         }
-        self.primitives.read_device(address, len)
+        self.primitives.read_device(address, out)
     }
 
     fn free_device(&mut self, address: u64) -> Result<(), BackendError> {

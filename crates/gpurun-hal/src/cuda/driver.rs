@@ -565,24 +565,21 @@ pub(crate) mod calls {
         }
     }
 
-    /// Reads `len` bytes of device memory in `stream`'s order (after the kernels launched on it)
-    /// and waits for them.
+    /// Fills `out` from device memory in `stream`'s order (after the kernels launched on it)
+    /// and waits for the copy.
     ///
     /// # Safety
-    /// As [`copy_to_device`], for `len` bytes at `address`.
+    /// As [`copy_to_device`], for `out.len()` bytes at `address`.
     pub(crate) unsafe fn copy_from_device(
         address: CUdeviceptr,
-        len: usize,
+        out: &mut [u8],
         stream: CUstream,
-    ) -> Result<Vec<u8>, DriverError> {
-        let mut bytes = vec![0u8; len];
-        // SAFETY: per the caller; `bytes` stays borrowed until the stream has finished the copy.
+    ) -> Result<(), DriverError> {
+        // SAFETY: per the caller; `out` stays borrowed until the stream has finished the copy.
         unsafe {
-            result::memcpy_dtoh_async(&mut bytes, address, stream)
-                .map_err(named("cuMemcpyDtoHAsync"))?;
-            stream_synchronize(stream)?;
+            result::memcpy_dtoh_async(out, address, stream).map_err(named("cuMemcpyDtoHAsync"))?;
+            stream_synchronize(stream)
         }
-        Ok(bytes)
     }
 }
 

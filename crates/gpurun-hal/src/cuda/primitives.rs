@@ -232,7 +232,9 @@ impl CudaPrimitives<'_> {
                 "cannot read {len} bytes from the {size}-byte global `{name}`"
             )));
         }
-        self.copy_from_device(address, len)
+        let mut bytes = vec![0; len];
+        self.copy_from_device(address, &mut bytes)?;
+        Ok(bytes)
     }
 
     /// Copies to device memory on the kernels' stream, so the next launch comes after the copy
@@ -246,10 +248,10 @@ impl CudaPrimitives<'_> {
     }
 
     /// Reads device memory on the kernels' stream, after the launches before it.
-    fn copy_from_device(&self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+    fn copy_from_device(&self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
         self.check_stream_usable()?;
-        // SAFETY: as for `copy_to_device`, for `len` bytes.
-        Ok(unsafe { calls::copy_from_device(address, len, self.stream) }?)
+        // SAFETY: as for `copy_to_device`, for `out.len()` bytes.
+        Ok(unsafe { calls::copy_from_device(address, out, self.stream) }?)
     }
 
     /// Lets `kernel` take `bytes` of dynamic shared memory: a launch with more than its
@@ -476,10 +478,10 @@ impl Primitives for CudaPrimitives<'_> {
         self.copy_to_device(address, bytes)
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
         self.device.make_current()?;
-        // The module checked that `address` holds `len` device bytes.
-        self.copy_from_device(address, len)
+        // The module checked that `address` holds `out.len()` device bytes.
+        self.copy_from_device(address, out)
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {

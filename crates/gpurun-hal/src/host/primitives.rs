@@ -169,8 +169,8 @@ impl Primitives for HostPrimitives {
         self.buffers.write(address, bytes)
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.buffers.read(address, len)
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.buffers.read(address, out)
     }
 
     fn max_shared_bytes(&mut self, _kernel: &str) -> Option<u64> {

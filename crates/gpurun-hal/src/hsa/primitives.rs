@@ -438,7 +438,8 @@ impl<'d> HsaPrimitives<'d> {
         }
     }
 
-    fn copy_from_device(&self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+    fn copy_from_device(&self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        let len = out.len();
         let lib = self.lib();
         let staging = PoolBuffer::allocate(
             lib,
@@ -458,10 +459,9 @@ impl<'d> HsaPrimitives<'d> {
                 len,
             )?;
         }
-        let mut bytes = vec![0u8; len];
         // SAFETY: the copy finished; `staging` holds `len` host-readable bytes.
-        unsafe { std::ptr::copy_nonoverlapping(staging.as_mut_ptr(), bytes.as_mut_ptr(), len) };
-        Ok(bytes)
+        unsafe { std::ptr::copy_nonoverlapping(staging.as_mut_ptr(), out.as_mut_ptr(), len) };
+        Ok(())
     }
 
     pub(crate) fn write_global_bytes(
@@ -490,7 +490,9 @@ impl<'d> HsaPrimitives<'d> {
                 "cannot read {len} bytes from the {size}-byte global `{name}`"
             )));
         }
-        self.copy_from_device(address, len)
+        let mut bytes = vec![0; len];
+        self.copy_from_device(address, &mut bytes)?;
+        Ok(bytes)
     }
 
     pub(crate) fn alloc_shared_block(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
@@ -611,8 +613,8 @@ impl Primitives for HsaPrimitives<'_> {
         Some(group.saturating_sub(u64::from(facts.group_segment_size)))
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.copy_from_device(address, len)
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.copy_from_device(address, out)
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {

@@ -85,8 +85,8 @@ impl Primitives for ScriptedPrimitives {
         Ok(())
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.buffers.read(address, len)
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.buffers.read(address, out)
     }
 
     fn global_size(&self, name: &str) -> Option<u64> {
