@@ -30,7 +30,7 @@
 //!
 //! # What is safe
 //!
-//! Finding and sizing the memory is safe: [`bytes`], [`ptr`], [`array`] and
+//! Finding and sizing the memory is safe: [`bytes`], [`ptr`], [`array`](array()) and
 //! [`SharedArray::then`] check that an array fits what the launch gave and is aligned, and
 //! panic with what the launch should have asked for otherwise. Touching it is `unsafe`: every
 //! thread of the block sees the same bytes, so a plain (non-atomic) access is sound only where
@@ -92,7 +92,7 @@ pub fn array<T: Plain>(len: usize) -> SharedArray<T> {
     SharedArray::at(0, len)
 }
 
-/// `len` values of `T` in this block's shared memory: an array of [`array`] or
+/// `len` values of `T` in this block's shared memory: an array of [`array`](array()) or
 /// [`SharedArray::then`]. A plain handle (`Copy`), holding no borrow: accesses through it are
 /// `unsafe` (see the [module](self) documentation).
 pub struct SharedArray<T> {
@@ -172,18 +172,14 @@ impl<T: Plain> SharedArray<T> {
             // In bounds: `end <= given`, the bytes the block has from `base`.
             base.cast::<u8>().wrapping_add(start_offset).cast()
         };
-        SharedArray {
-            start,
-            len,
-            end,
-        }
+        SharedArray { start, len, end }
     }
 
     /// `len` values of `U` right after this array (at `U`'s alignment): carve several arrays
     /// out of the block's shared memory, `let b = a.then::<f32>(256);`.
     ///
     /// # Panics
-    /// As [`array`], when the arrays together need more than the launch gave.
+    /// As [`array`](array()), when the arrays together need more than the launch gave.
     #[track_caller]
     pub fn then<U: Plain>(self, len: usize) -> SharedArray<U> {
         SharedArray::at(self.end, len)
