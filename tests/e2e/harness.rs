@@ -503,6 +503,45 @@ fn lane_sizes_1_32_and_64_give_the_same_results() {
     }
 }
 
+/// fixtures/shared-memory on the host emulation: threads of a block exchange values through
+/// their block's shared memory across barriers, every block has its own, atomics work on it,
+/// and a launch that gives too little (or an index past an array) fails the test with a
+/// message; the same with lanes of 1, 32 and 64.
+#[test]
+fn shared_memory_kernels_pass_on_the_host_with_lane_sizes_1_32_and_64() {
+    host_images();
+    for lane_size in ["1", "32", "64"] {
+        let output = run_fixture(&["--lane-size", lane_size], "shared-memory", &[])
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "lane size {lane_size}: {}",
+            describe(&output)
+        );
+        assert_test_lines(
+            &output,
+            &[
+                ("a_block_sums_in_shared_memory", "ok"),
+                (
+                    "arrays_are_carved_one_after_another_at_their_alignment",
+                    "ok",
+                ),
+                ("every_block_has_its_own_shared_memory", "ok"),
+                ("atomics_work_on_shared_memory", "ok"),
+                ("a_launch_without_shared_memory_has_none", "ok"),
+                (
+                    "an_array_larger_than_the_launch_gave_panics - should panic",
+                    "ok",
+                ),
+                ("an_index_past_the_array_panics - should panic", "ok"),
+            ],
+        );
+        assert_summary_starts(&output, "test result: ok. 7 passed; 0 failed;");
+    }
+}
+
 /// `--report-time` shows each test's wall time and the host emulation's own time of its launch,
 /// in the pretty and JSON formats; `--ensure-time` with a critical time of 0 ms fails a test
 /// that passed, as libtest does.

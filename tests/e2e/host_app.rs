@@ -263,6 +263,7 @@ fn host_driven_launches_pass() {
     for name in [
         "saxpy_matches_the_cpu",
         "block_sums_match_the_cpu",
+        "block_sums_in_shared_memory_sized_at_launch_match_the_cpu",
         "good_input_prints_and_divides",
         "a_missing_kernel_is_an_error_naming_the_kernels",
         "a_buffer_of_another_image_is_refused",

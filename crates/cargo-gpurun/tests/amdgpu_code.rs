@@ -13,7 +13,9 @@
 //!   (the failure output names the threads that went with it): 64 on gfx90a, 32 on gfx1100;
 //!   nvptx and host ones do not;
 //! - gfx1100 (wave32) builds in debug (LLVM 22's trap lowering broke that, see
-//!   `gpurun_build::amdgcn`), its kernels are wave32 and its lane primitives use 32-bit masks.
+//!   `gpurun_build::amdgcn`), its kernels are wave32 and its lane primitives use 32-bit masks;
+//! - block-shared memory (`gpurun::shared`) is LDS: release builds of the shared-memory fixture
+//!   read, write and add to it with `ds_` instructions on gfx90a and gfx1100.
 //!
 //! gfx90a: release builds (`-p big-block -p panics -p basic --release`), so the fences are
 //! inlined around the barrier as users' code gets them. basic has several tests that compile to
@@ -448,4 +450,40 @@ fn wave32_debug_builds_use_32_lane_primitives() {
         0,
         "gfx1100 sets a 64-bit exec"
     );
+}
+
+/// Issue 24: `gpurun::shared` arrays live in the workgroup's LDS (the nightly's
+/// `gpu_launch_sized_workgroup_mem`, after the kernel's static LDS), so release builds of the
+/// shared-memory fixture access them with LDS instructions: loads, stores and the atomic add
+/// (`ds_read`/`ds_write` on gfx9, `ds_load`/`ds_store` on gfx11). Debug builds reach the same
+/// memory through flat instructions, which is correct but says nothing here. Each arch is built
+/// and read before the next, as both write the same image path.
+#[test]
+fn shared_memory_is_lds_on_gfx90a_and_gfx1100() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    for (arch, load, store) in [
+        ("gfx90a", "ds_read", "ds_write"),
+        ("gfx1100", "ds_load", "ds_store"),
+    ] {
+        let built = build(&["shared-memory"], arch, true);
+        let functions = disassemble(&toolchain, find_in(&built, "shared_memory"), arch);
+        let lds: Vec<&String> = functions
+            .iter()
+            .flat_map(|(_, body)| body)
+            .filter(|line| line.starts_with("ds_"))
+            .collect();
+        for (what, start) in [
+            ("load", load),
+            ("store", store),
+            ("atomic add", "ds_add_u32"),
+        ] {
+            assert!(
+                lds.iter().any(|line| line.starts_with(start)),
+                "{arch}: no LDS {what} (`{start}`) in the shared-memory fixture; its ds_ \
+                 instructions: {lds:?}"
+            );
+        }
+    }
 }

@@ -2,7 +2,9 @@
 //! we claim, with both ptxas generations: 12.x (PyPI `nvidia-cuda-nvcc-cu12`) for sm_70, sm_80 and
 //! sm_90, and 13.x (PyPI `nvidia-cuda-nvcc`, which drops sm_70) for sm_90 and sm_100. A crash
 //! (ptxas 12.9 and 13.x segfaulted for sm_90 on every image with the panic path) fails like an
-//! error. Also: the 1024-thread test kernel fits 1024 threads (`ptxas -v` register count).
+//! error. Also: the 1024-thread test kernel fits 1024 threads (`ptxas -v` register count), and
+//! block-shared memory is PTX shared memory (the shared-memory fixture, which the assembling
+//! above covers with the others).
 //!
 //! `scripts/setup.sh` installs ptxas 13.x into `~/.local/share/gpurun/cuda-nvcc-13`
 //! (`GPURUN_PTXAS_13` overrides). A missing ptxas is reported as not run, and fails under CI=true.
@@ -130,6 +132,47 @@ fn every_fixture_assembles_for_every_architecture_with_both_ptxas_generations() 
         failures
     });
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Issue 24: `gpurun::shared` is the kernel's dynamic shared memory, `.extern .shared` (the
+/// nightly's `gpu_launch_sized_workgroup_mem`, which `cuLaunchKernel`'s `sharedMemBytes` sizes),
+/// its size the `%dynamic_smem_size` register, and the fixture's accesses and atomic are
+/// shared-state-space instructions, not generic ones. (That this PTX assembles for every
+/// architecture with both ptxas generations is the test above.)
+#[test]
+fn shared_memory_is_extern_shared_in_the_ptx() {
+    if nightly().is_none() {
+        return;
+    }
+    let images = fixture_ptx();
+    let ptx = images
+        .iter()
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name == "shared_memory.ptx")
+        })
+        .expect("fixtures/shared-memory was built");
+    let text = std::fs::read_to_string(ptx).unwrap();
+    let code: Vec<&str> = text.lines().map(str::trim).collect();
+    assert!(
+        code.iter().any(|line| line.starts_with(".extern .shared")
+            && line.contains("gpu_launch_sized_workgroup_mem[]")),
+        "no `.extern .shared` array in {}",
+        ptx.display()
+    );
+    for (what, start) in [
+        ("size register", "mov.u32"),
+        ("shared load", "ld.shared."),
+        ("shared store", "st.shared."),
+        ("shared atomic", "atom.shared.add."),
+    ] {
+        assert!(
+            code.iter().any(|line| line.starts_with(start)
+                && (what != "size register" || line.contains("%dynamic_smem_size"))),
+            "no {what} (`{start}`) in {}",
+            ptx.display()
+        );
+    }
 }
 
 /// `ptxas -v` for `arch`: the registers each entry uses.

@@ -2,20 +2,32 @@
 //! so that tests are listed without running anything (docs/abi.md, "Tests").
 //!
 //! Layout (all integers little-endian): magic `GPRT`, version byte, flags byte, two zero bytes,
-//! threads x/y/z and blocks x/y/z as `u32`s, the lengths of the module path, the expected panic
-//! text and the ignore reason as `u16`s, a zero `u16`, then the three strings.
+//! threads x/y/z and blocks x/y/z as `u32`s, the shared memory bytes per block as a `u32`
+//! (version 2), the lengths of the module path, the expected panic text and the ignore reason as
+//! `u16`s, a zero `u16`, then the three strings. Version 1 has no shared memory field (a
+//! 40-byte header); it is still read, as 0 bytes of shared memory.
 //!
 //! [`write()`] is the only encoder (a `const fn`: the attribute macros build descriptors at
-//! compile time through it, host tools at run time) and [`decode`] the only decoder. Decoding
-//! trusts nothing: lengths are checked against the buffer, strings must be UTF-8, reserved bits
-//! and fields must be zero so that a future layout is not misread as this one.
+//! compile time through it, host tools at run time; it writes the current version) and
+//! [`decode`] the only decoder. Decoding trusts nothing: lengths are checked against the
+//! buffer, strings must be UTF-8, reserved bits and fields must be zero so that a future layout
+//! is not misread as this one.
 
-/// The descriptor layout version (byte 4, and the value of `__gpurun_test_abi_version`).
-pub const TEST_ABI_VERSION: u32 = 1;
+/// The descriptor layout version written (byte 4, and the value of `__gpurun_test_abi_version`).
+pub const TEST_ABI_VERSION: u32 = 2;
+/// The oldest layout version still read: images built by an older device runtime keep working.
+pub const OLDEST_TEST_ABI_VERSION: u32 = 1;
 /// Magic bytes at the start of every descriptor.
 pub const MAGIC: [u8; 4] = *b"GPRT";
-/// Size of the fixed header, before the strings.
-pub const HEADER_LEN: usize = 40;
+/// Size of the fixed header, before the strings (the largest of every version read).
+pub const HEADER_LEN: usize = 44;
+/// Size of version 1's header (no shared memory field).
+pub const HEADER_LEN_V1: usize = 40;
+
+/// Whether a descriptor (or an image's `__gpurun_test_abi_version`) of `version` can be read.
+pub const fn is_supported_version(version: u32) -> bool {
+    version >= OLDEST_TEST_ABI_VERSION && version <= TEST_ABI_VERSION
+}
 
 /// `#[ignore]`.
 pub const FLAG_IGNORE: u8 = 1 << 0;
@@ -46,6 +58,8 @@ pub struct Fields<'a> {
     pub flags: u8,
     pub threads: [u32; 3],
     pub blocks: [u32; 3],
+    /// Bytes of dynamic shared memory per block (`#[gpurun::test(shared = N)]`).
+    pub shared_bytes: u32,
 }
 
 impl Fields<'_> {
@@ -119,6 +133,7 @@ pub const fn write(out: &mut [u8], fields: &Fields<'_>) -> Result<(), EncodeErro
     at += 4; // version, flags, two reserved bytes
     at = put_u32s(out, at, fields.threads);
     at = put_u32s(out, at, fields.blocks);
+    at = put(out, at, &fields.shared_bytes.to_le_bytes());
     let mut i = 0;
     while i < 3 {
         match lens[i] {
@@ -197,30 +212,40 @@ impl core::fmt::Display for Problem {
     }
 }
 
-/// Decodes a descriptor.
+/// Decodes a descriptor of any supported version ([`is_supported_version`]).
 pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
     let bad = DecodeError::Malformed;
+    // The part every version shares: magic, version, flags.
+    let start = bytes
+        .get(..8)
+        .ok_or(bad(Problem::ShorterThanHeader(bytes.len())))?;
+    if start[..4] != MAGIC {
+        return Err(bad(Problem::BadMagic([
+            start[0], start[1], start[2], start[3],
+        ])));
+    }
+    let version = u32::from(start[4]);
+    if !is_supported_version(version) {
+        return Err(DecodeError::Version(version));
+    }
+    // Version 1 has no shared memory field: the string lengths come 4 bytes earlier.
+    let (header_len, lengths_at) = if version == 1 {
+        (HEADER_LEN_V1, 32)
+    } else {
+        (HEADER_LEN, 36)
+    };
     let header = bytes
-        .get(..HEADER_LEN)
+        .get(..header_len)
         .ok_or(bad(Problem::ShorterThanHeader(bytes.len())))?;
     let u16_at = |at: usize| u16::from_le_bytes([header[at], header[at + 1]]);
     let u32_at = |at: usize| {
         u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
     };
-    if header[..4] != MAGIC {
-        return Err(bad(Problem::BadMagic([
-            header[0], header[1], header[2], header[3],
-        ])));
-    }
-    let version = u32::from(header[4]);
-    if version != TEST_ABI_VERSION {
-        return Err(DecodeError::Version(version));
-    }
     let flags = header[5];
     if flags & !KNOWN_FLAGS != 0 {
         return Err(bad(Problem::UnknownFlags(flags & !KNOWN_FLAGS)));
     }
-    if u16_at(6) != 0 || u16_at(38) != 0 {
+    if u16_at(6) != 0 || u16_at(lengths_at + 6) != 0 {
         return Err(bad(Problem::ReservedNotZero));
     }
     let threads = [u32_at(8), u32_at(12), u32_at(16)];
@@ -228,20 +253,21 @@ pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
     if threads.contains(&0) || blocks.contains(&0) {
         return Err(bad(Problem::ZeroDimension { threads, blocks }));
     }
+    let shared_bytes = if version == 1 { 0 } else { u32_at(32) };
     let lens = [
-        usize::from(u16_at(32)),
-        usize::from(u16_at(34)),
-        usize::from(u16_at(36)),
+        usize::from(u16_at(lengths_at)),
+        usize::from(u16_at(lengths_at + 2)),
+        usize::from(u16_at(lengths_at + 4)),
     ];
     // Each length is at most 65535, so the sum cannot overflow.
-    let total = HEADER_LEN + lens[0] + lens[1] + lens[2];
+    let total = header_len + lens[0] + lens[1] + lens[2];
     if bytes.len() != total {
         return Err(bad(Problem::LengthMismatch {
             expected: total,
             found: bytes.len(),
         }));
     }
-    let mut rest = &bytes[HEADER_LEN..];
+    let mut rest = &bytes[header_len..];
     let mut take = |len: usize, what: &'static str| {
         let (head, tail) = rest.split_at(len);
         rest = tail;
@@ -254,6 +280,7 @@ pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
         flags,
         threads,
         blocks,
+        shared_bytes,
     };
     if !fields.ignored() && !fields.ignore_reason.is_empty() {
         return Err(bad(Problem::ReasonWithoutIgnore));
@@ -352,6 +379,7 @@ impl TestDesc {
             flags,
             threads: self.shape.threads,
             blocks: self.shape.blocks,
+            shared_bytes: self.shape.shared_bytes,
         }
     }
 }
@@ -402,6 +430,7 @@ mod tests {
         flags: FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED,
         threads: [32, 2, 1],
         blocks: [4, 1, 1],
+        shared_bytes: 4096,
     };
     const LEN: usize = encoded_len(SAMPLE.path, SAMPLE.expected, SAMPLE.ignore_reason);
     // Built at compile time, as the attribute macros do.
@@ -409,7 +438,9 @@ mod tests {
 
     #[test]
     fn round_trip() {
-        assert_eq!(LEN, 40 + 17 + 8 + 4);
+        assert_eq!(LEN, 44 + 17 + 8 + 4);
+        assert_eq!(SAMPLE_BYTES[4], 2, "written as version 2");
+        assert_eq!(SAMPLE_BYTES[32..36], 4096u32.to_le_bytes());
         assert_eq!(decode(&SAMPLE_BYTES), Ok(SAMPLE));
     }
 
@@ -431,14 +462,16 @@ mod tests {
     #[test]
     fn rejects_bad_fields() {
         assert!(matches!(ENCODED.malformed(0, b'X'), Problem::BadMagic(_)));
-        assert_eq!(ENCODED.patched(4, 2), DecodeError::Version(2));
+        assert_eq!(ENCODED.patched(4, 3), DecodeError::Version(3));
+        assert_eq!(ENCODED.patched(4, 0), DecodeError::Version(0));
         assert_eq!(ENCODED.malformed(5, 0x80), Problem::UnknownFlags(0x80));
         assert_eq!(ENCODED.malformed(6, 1), Problem::ReservedNotZero);
+        assert_eq!(ENCODED.malformed(42, 1), Problem::ReservedNotZero);
         assert!(matches!(
             ENCODED.malformed(8, 0),
             Problem::ZeroDimension { .. }
         ));
-        assert_eq!(ENCODED.malformed(40, 0xff), Problem::NotUtf8("test path"));
+        assert_eq!(ENCODED.malformed(44, 0xff), Problem::NotUtf8("test path"));
         assert_eq!(
             ENCODED.malformed(5, FLAG_IGNORE | FLAG_HAS_EXPECTED),
             Problem::ExpectedWithoutShouldPanic
@@ -456,11 +489,53 @@ mod tests {
         let long = [b'x'; 70_000];
         let path = core::str::from_utf8(&long).unwrap();
         let fields = Fields { path, ..SAMPLE };
-        let mut out = [0u8; 40 + 70_000 + 12];
+        let mut out = [0u8; 44 + 70_000 + 12];
         assert_eq!(
             write(&mut out, &fields),
             Err(EncodeError::TooLong("the path"))
         );
+    }
+
+    /// Version 1's layout, as images built before shared memory carry it: no shared memory
+    /// field, the string lengths at byte 32.
+    fn version_1(fields: &Fields<'_>) -> [u8; LEN - 4] {
+        let mut out = [0u8; LEN - 4];
+        out[..4].copy_from_slice(&MAGIC);
+        out[4] = 1;
+        out[5] = fields.flags;
+        for (i, value) in fields.threads.iter().chain(&fields.blocks).enumerate() {
+            out[8 + 4 * i..12 + 4 * i].copy_from_slice(&value.to_le_bytes());
+        }
+        let strings = [fields.path, fields.expected, fields.ignore_reason];
+        let mut at = HEADER_LEN_V1;
+        for (i, text) in strings.iter().enumerate() {
+            out[32 + 2 * i..34 + 2 * i].copy_from_slice(&(text.len() as u16).to_le_bytes());
+            out[at..at + text.len()].copy_from_slice(text.as_bytes());
+            at += text.len();
+        }
+        out
+    }
+
+    #[test]
+    fn version_1_descriptors_are_still_read_without_shared_memory() {
+        let old = version_1(&SAMPLE);
+        assert_eq!(
+            decode(&old),
+            Ok(Fields {
+                shared_bytes: 0,
+                ..SAMPLE
+            })
+        );
+        // Its reserved field is at 38, and its strings start at 40.
+        let mut bad = old;
+        bad[38] = 1;
+        assert_eq!(
+            decode(&bad),
+            Err(DecodeError::Malformed(Problem::ReservedNotZero))
+        );
+        for len in 0..old.len() {
+            assert!(decode(&old[..len]).is_err(), "len {len}");
+        }
     }
 
     #[test]

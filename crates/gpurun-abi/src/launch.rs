@@ -2,14 +2,19 @@
 //! descriptors included) and, host-side with the `alloc` feature, how it ended ([`LaunchEnd`]):
 //! the one type a backend reports, the worker sends to its parent as is, and the harness reads.
 
-/// Threads per block and blocks per grid, in three dimensions (CUDA's names). Built with
-/// `LaunchShape::blocks(4).threads(256)` (x only) or [`LaunchShape::grid`].
+/// Threads per block and blocks per grid, in three dimensions (CUDA's names), and the block-shared
+/// memory each block gets at launch. Built with `LaunchShape::blocks(4).threads(256)` (x only)
+/// or [`LaunchShape::grid`], then `.shared_bytes(4096)` where the kernel uses shared memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct LaunchShape {
     /// Threads per block (x, y, z).
     pub threads: [u32; 3],
     /// Blocks per grid (x, y, z).
     pub blocks: [u32; 3],
+    /// Bytes of dynamic shared memory each block gets (`gpurun::shared`): CUDA's
+    /// `sharedMemBytes`, added to the kernel's static group segment in an AMD dispatch packet,
+    /// one zeroed region per block on the host emulation. 0: none.
+    pub shared_bytes: u32,
 }
 
 impl LaunchShape {
@@ -17,6 +22,7 @@ impl LaunchShape {
     pub const SINGLE: LaunchShape = LaunchShape {
         threads: [1, 1, 1],
         blocks: [1, 1, 1],
+        shared_bytes: 0,
     };
 
     /// `count` blocks (x) of one thread each; set the threads with [`LaunchShape::threads`].
@@ -24,6 +30,7 @@ impl LaunchShape {
         LaunchShape {
             threads: [1, 1, 1],
             blocks: [count, 1, 1],
+            shared_bytes: 0,
         }
     }
 
@@ -31,13 +38,25 @@ impl LaunchShape {
     pub const fn threads(self, count: u32) -> LaunchShape {
         LaunchShape {
             threads: [count, 1, 1],
-            blocks: self.blocks,
+            ..self
         }
     }
 
-    /// Blocks and threads in three dimensions.
+    /// This shape with `bytes` of dynamic shared memory per block.
+    pub const fn shared_bytes(self, bytes: u32) -> LaunchShape {
+        LaunchShape {
+            shared_bytes: bytes,
+            ..self
+        }
+    }
+
+    /// Blocks and threads in three dimensions, no shared memory.
     pub const fn grid(blocks: [u32; 3], threads: [u32; 3]) -> LaunchShape {
-        LaunchShape { threads, blocks }
+        LaunchShape {
+            threads,
+            blocks,
+            shared_bytes: 0,
+        }
     }
 
     /// Threads in one block (saturating: shapes come from images and users).
@@ -82,7 +101,11 @@ impl core::fmt::Display for LaunchShape {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let [tx, ty, tz] = self.threads;
         let [bx, by, bz] = self.blocks;
-        write!(f, "{bx}x{by}x{bz} blocks of {tx}x{ty}x{tz} threads")
+        write!(f, "{bx}x{by}x{bz} blocks of {tx}x{ty}x{tz} threads")?;
+        if self.shared_bytes > 0 {
+            write!(f, " with {} bytes of shared memory", self.shared_bytes)?;
+        }
+        Ok(())
     }
 }
 
@@ -138,5 +161,23 @@ mod tests {
         assert_eq!(grid.dimensions(), 3);
         let huge = LaunchShape::grid([u32::MAX; 3], [u32::MAX; 3]);
         assert_eq!(huge.total_threads(), u64::MAX);
+    }
+
+    #[test]
+    fn shared_bytes_are_kept_by_the_builders_and_shown() {
+        let shape = LaunchShape::blocks(4).shared_bytes(4096).threads(256);
+        assert_eq!(shape.shared_bytes, 4096);
+        assert_eq!((shape.blocks, shape.threads), ([4, 1, 1], [256, 1, 1]));
+        assert_eq!(LaunchShape::blocks(4).threads(256).shared_bytes, 0);
+        extern crate std;
+        use std::string::ToString;
+        assert_eq!(
+            shape.to_string(),
+            "4x1x1 blocks of 256x1x1 threads with 4096 bytes of shared memory"
+        );
+        assert_eq!(
+            LaunchShape::blocks(2).to_string(),
+            "2x1x1 blocks of 1x1x1 threads"
+        );
     }
 }

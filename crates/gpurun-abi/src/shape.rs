@@ -12,4 +12,7 @@ pub mod dispatch_packet {
     pub const WORKGROUP_SIZE_X: usize = 4;
     /// `grid_size_x` (u32, in work-items, not workgroups); y and z follow at +4 and +8.
     pub const GRID_SIZE_X: usize = 12;
+    /// `group_segment_size` (u32): the LDS a workgroup has, the kernel's static part and the
+    /// launch's dynamic shared memory after it (`gpurun::shared::bytes`).
+    pub const GROUP_SEGMENT_SIZE: usize = 28;
 }

@@ -31,6 +31,16 @@
 //! - [`MEMORY_POOLS_ENV`]: `1` if the device supports memory pools (`cuMemAllocAsync`).
 //! - [`MAX_THREADS_ENV`]: each kernel's `CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK` (1024).
 //! - [`ELAPSED_MS_ENV`]: the milliseconds `cuEventElapsedTime` answers (`0.25`).
+//! - [`STATIC_SHARED_ENV`]: each kernel's static shared memory, `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`
+//!   (0).
+//!
+//! Shared memory as an H100 has it: 48 KiB per block by default
+//! (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK`), 227 KiB once a kernel opts in
+//! (`..._OPTIN`). Each kernel's `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` starts at 48 KiB
+//! less its static shared memory; `cuFuncSetAttribute` raises it up to the opt-in limit, and a
+//! launch asking for more dynamic shared memory than it allows fails with
+//! `CUDA_ERROR_INVALID_VALUE`, as the real driver's does. `cuMemsetD8Async` is ordered on its
+//! stream as a copy is.
 
 // The exported functions are the CUDA driver API: its documentation is their contract.
 #![allow(clippy::missing_safety_doc, non_snake_case)]
@@ -51,6 +61,11 @@ pub const KERNEL_FAULT_ENV: &str = "GPURUN_FAKE_CUDA_KERNEL_FAULT";
 pub const MEMORY_POOLS_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_POOLS";
 pub const MAX_THREADS_ENV: &str = "GPURUN_FAKE_CUDA_MAX_THREADS";
 pub const ELAPSED_MS_ENV: &str = "GPURUN_FAKE_CUDA_ELAPSED_MS";
+pub const STATIC_SHARED_ENV: &str = "GPURUN_FAKE_CUDA_STATIC_SHARED";
+
+/// Shared memory per block without and with a kernel's opt-in (an H100's).
+pub const SHARED_PER_BLOCK: i32 = 48 * 1024;
+pub const SHARED_PER_BLOCK_OPTIN: i32 = 227 * 1024;
 
 /// The one device's primary context.
 const CONTEXT: usize = 0xc000;
@@ -103,6 +118,20 @@ fn number_setting(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|value| value.trim().parse().ok())
         .unwrap_or(default)
+}
+
+/// Each kernel's static shared memory ([`STATIC_SHARED_ENV`]).
+fn static_shared() -> i32 {
+    i32::try_from(number_setting(STATIC_SHARED_ENV, 0)).unwrap_or(0)
+}
+
+/// The dynamic shared memory `function` may launch with.
+fn dynamic_shared_allowed(state: &State, function: usize) -> i32 {
+    state
+        .dynamic_shared
+        .get(&function)
+        .copied()
+        .unwrap_or(SHARED_PER_BLOCK - static_shared())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -162,6 +191,8 @@ struct State {
     modules: HashMap<usize, Module>,
     /// Each function handle's kernel name and, from PTX, its parameter bytes.
     functions: HashMap<usize, (String, Option<usize>)>,
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` of the functions it was set for.
+    dynamic_shared: HashMap<usize, i32>,
     streams: HashMap<usize, Stream>,
     pending_copies: Vec<PendingCopy>,
     error_names: HashMap<CUresult, &'static CStr>,
@@ -442,6 +473,8 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
                 A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
                 A::CU_DEVICE_ATTRIBUTE_WARP_SIZE => 32,
                 A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
+                A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK => SHARED_PER_BLOCK,
+                A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN => SHARED_PER_BLOCK_OPTIN,
                 A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => {
                     i32::from(number_setting(MEMORY_POOLS_ENV, 0) != 0)
                 }
@@ -894,10 +927,48 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
                     i32::try_from(number_setting(MAX_THREADS_ENV, 1024)).unwrap_or(1024)
                 }
                 A::CU_FUNC_ATTRIBUTE_NUM_REGS => 64,
+                A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES => static_shared(),
+                A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => {
+                    dynamic_shared_allowed(&state(), handle)
+                }
                 _ => 0,
             };
             // SAFETY: an out-pointer per the API.
             unsafe { put(value, answer) }
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuFuncSetAttribute(
+    function: CUfunction,
+    which: CUfunction_attribute,
+    value: c_int,
+) -> CUresult {
+    use CUfunction_attribute as A;
+    let handle = handle_of(function);
+    let name = state()
+        .functions
+        .get(&handle)
+        .map(|(name, _)| name.clone())
+        .unwrap_or_default();
+    call(
+        "cuFuncSetAttribute",
+        format!("{which:?} value={value} function={name}"),
+        || {
+            if name.is_empty() {
+                return CUresult::CUDA_ERROR_INVALID_HANDLE;
+            }
+            match which {
+                A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => {
+                    if value < 0 || value > SHARED_PER_BLOCK_OPTIN - static_shared() {
+                        return CUresult::CUDA_ERROR_INVALID_VALUE;
+                    }
+                    state().dynamic_shared.insert(handle, value);
+                    CUresult::CUDA_SUCCESS
+                }
+                _ => CUresult::CUDA_ERROR_INVALID_VALUE,
+            }
         },
     )
 }
@@ -1000,6 +1071,9 @@ pub unsafe extern "C" fn cuLaunchKernel(
         }
         if !unordered.is_empty() {
             return CUresult::CUDA_ERROR_ILLEGAL_STATE;
+        }
+        if i64::from(shared_bytes) > i64::from(dynamic_shared_allowed(&state, function)) {
+            return CUresult::CUDA_ERROR_INVALID_VALUE;
         }
         let Some(stream) = state.streams.get_mut(&stream) else {
             return CUresult::CUDA_ERROR_INVALID_HANDLE;
@@ -1159,6 +1233,41 @@ unsafe fn copy_to_device(
             // `bytes` bytes per the caller.
             unsafe { std::ptr::copy(host.cast::<u8>(), device as *mut u8, bytes) };
             state().pending_copies.push(PendingCopy {
+                stream,
+                place: place.clone(),
+            });
+            CUresult::CUDA_SUCCESS
+        },
+    )
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn cuMemsetD8Async(
+    device: CUdeviceptr,
+    value: u8,
+    bytes: usize,
+    stream: CUstream,
+) -> CUresult {
+    let stream = handle_of(stream);
+    let place = state().locate(device, bytes);
+    call(
+        "cuMemsetD8Async",
+        format!(
+            "to={} bytes={bytes} value={value} stream={stream:#x}",
+            place.as_deref().unwrap_or("invalid")
+        ),
+        || {
+            let Some(place) = &place else {
+                return CUresult::CUDA_ERROR_INVALID_VALUE;
+            };
+            let mut state = state();
+            if !state.streams.contains_key(&stream) {
+                return CUresult::CUDA_ERROR_INVALID_HANDLE;
+            }
+            // SAFETY: the destination lies in one of our blocks (checked).
+            unsafe { std::ptr::write_bytes(device as *mut u8, value, bytes) };
+            // Ordered only on its stream, as a copy is.
+            state.pending_copies.push(PendingCopy {
                 stream,
                 place: place.clone(),
             });

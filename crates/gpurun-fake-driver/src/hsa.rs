@@ -3,7 +3,8 @@
 //! each call. The backend loads it through `$GPURUN_HSA_LIB`.
 //!
 //! The system: one CPU agent (a kernarg and a fine-grained pool) and one `gfx90a` GPU agent
-//! (wave64, kernel dispatch, a coarse-grained pool), HSA 1.1, timestamps at 1 GHz. Pool memory
+//! (wave64, kernel dispatch, a coarse-grained pool and a 64 KiB group-segment pool, the LDS a
+//! workgroup may have), HSA 1.1, timestamps at 1 GHz. Pool memory
 //! is host memory (zeroed, 4 KiB aligned), so async copies really copy (and decrement their
 //! signal at once). A code object is "loaded" by copying its `PT_LOAD` segments into one
 //! block; its symbols are its dynamic symbols (kernels are their `NAME.kd` descriptors, whose
@@ -80,6 +81,9 @@ const ISA: u64 = 0xa300;
 const KERNARG_POOL: u64 = 0xb100;
 const FINE_POOL: u64 = 0xb200;
 const COARSE_POOL: u64 = 0xb300;
+/// The GPU's group segment (LDS) pool: no allocations, its size is a workgroup's LDS.
+const GROUP_POOL: u64 = 0xb400;
+const GROUP_POOL_SIZE: usize = 64 * 1024;
 const ISA_NAME: &str = "amdgcn-amd-amdhsa--gfx90a:sramecc+:xnack-";
 const POOL_SIZE: usize = 1 << 30;
 const QUEUE_MAX_SIZE: u32 = 1 << 17;
@@ -665,7 +669,8 @@ pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
                 // ROCr's order: the system fine-grained pool before the kernarg pool (which is
                 // fine-grained too).
                 CPU_AGENT => &[FINE_POOL, KERNARG_POOL],
-                GPU_AGENT => &[COARSE_POOL],
+                // ROCr lists the GPU's group segment pool after its global ones.
+                GPU_AGENT => &[COARSE_POOL, GROUP_POOL],
                 _ => return HSA_STATUS_ERROR_INVALID_AGENT,
             };
             let Some(callback) = callback else {
@@ -688,6 +693,7 @@ fn pool_kind(pool: u64) -> Option<&'static str> {
         KERNARG_POOL => Some("kernarg"),
         FINE_POOL => Some("fine"),
         COARSE_POOL => Some("coarse"),
+        GROUP_POOL => Some("group"),
         _ => None,
     }
 }
@@ -714,6 +720,18 @@ pub unsafe extern "C" fn hsa_amd_memory_pool_get_info(
                 "fine" => HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_FINE_GRAINED,
                 _ => HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
             };
+            if kind == "group" {
+                // SAFETY: each attribute's documented type.
+                return unsafe {
+                    match attribute {
+                        HSA_AMD_MEMORY_POOL_INFO_SEGMENT => put(value, HSA_AMD_SEGMENT_GROUP),
+                        HSA_AMD_MEMORY_POOL_INFO_SIZE => put(value, GROUP_POOL_SIZE),
+                        HSA_AMD_MEMORY_POOL_INFO_RUNTIME_ALLOC_ALLOWED => put(value, false),
+                        // Global flags belong to global pools only.
+                        _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
+                    }
+                };
+            }
             // SAFETY: each attribute's documented type.
             unsafe {
                 match attribute {
@@ -742,7 +760,7 @@ pub unsafe extern "C" fn hsa_amd_memory_pool_allocate(
         "hsa_amd_memory_pool_allocate",
         format!("pool={} bytes={size} flags={flags}", kind.unwrap_or("?")),
         |details| {
-            let Some(kind) = kind else {
+            let Some(kind) = kind.filter(|&kind| kind != "group") else {
                 return HSA_STATUS_ERROR_INVALID_ARGUMENT;
             };
             if ptr.is_null() || size == 0 || size > POOL_SIZE {
@@ -895,13 +913,15 @@ pub unsafe extern "C" fn hsa_amd_memory_fill(
     call(
         "hsa_amd_memory_fill",
         format!("value={value:#x} count={count}"),
-        |_| {
-            if state()
-                .locate(ptr as u64, count.saturating_mul(4))
-                .is_none()
-            {
+        |details| {
+            let Some(place) = state().locate(ptr as u64, count.saturating_mul(4)) else {
+                return HSA_STATUS_ERROR_INVALID_ARGUMENT;
+            };
+            // ROCr's fill works on 32-bit words.
+            if !(ptr as usize).is_multiple_of(4) {
                 return HSA_STATUS_ERROR_INVALID_ARGUMENT;
             }
+            details.push_str(&format!(" ptr={place}"));
             // SAFETY: `count` words inside a live block (checked above).
             let words = unsafe { std::slice::from_raw_parts_mut(ptr.cast::<u32>(), count) };
             words.fill(value);

@@ -187,13 +187,31 @@ pub trait Module {
     /// address as the device sees it. Lives until the module is dropped.
     fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError>;
 
-    /// Allocates `size` zeroed bytes of device memory (where the device reaches it fastest);
-    /// returns its device address. Lives until the module is dropped.
+    /// Allocates `size` zeroed bytes of device memory (where the device reaches it fastest:
+    /// CUDA `cuMemAlloc`, the GPU's coarse-grained HSA pool, plain memory on the host
+    /// emulation); returns its device address. Only the host reaches it, through
+    /// [`Module::write_device`] and [`Module::read_device`] between launches; the RPC heap's
+    /// `free` cannot release it. Lives until [`Module::free_device`] or the module is dropped.
     fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError>;
 
-    /// Reads `len` bytes at `address`, which must lie in a block from
+    /// Copies `bytes` to `address`, which must lie in a block from [`Module::alloc_device`].
+    /// Between launches only (on CUDA on the kernels' stream, ordered before the next launch).
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError>;
+
+    /// Fills `out` from `address`, which must lie (with `out.len()` bytes) in a block from
     /// [`Module::alloc_device`]. Between launches only.
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError>;
+    fn read_device_into(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError>;
+
+    /// Reads `len` bytes at `address` (see [`Module::read_device_into`]).
+    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+        let mut bytes = vec![0; len];
+        self.read_device_into(address, &mut bytes)?;
+        Ok(bytes)
+    }
+
+    /// Frees the block from [`Module::alloc_device`] that starts at `address`. Between
+    /// launches only.
+    fn free_device(&mut self, address: u64) -> Result<(), BackendError>;
 
     /// Copies `bytes` into the global `name` of the loaded image.
     fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError>;

@@ -70,14 +70,28 @@ pub trait Primitives {
         Ok(None)
     }
 
-    /// Device memory for RPC `malloc`/`free` (and [`Module::alloc_device`]).
+    /// Device memory for RPC `malloc`/`free`.
     fn heap(&mut self) -> &mut dyn DeviceMemory;
+
+    /// `size` zeroed bytes (`size` is at least 1) of device memory for the host's buffers
+    /// ([`Module::alloc_device`]), apart from the RPC heap; its device address.
+    fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError>;
+
+    /// Frees a block from [`Primitives::alloc_device`] (the module checked it is one).
+    fn free_device(&mut self, address: u64) -> Result<(), BackendError>;
 
     /// Copies `bytes` to device memory at `address` (a range the module checked).
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError>;
 
-    /// Copies `len` bytes from device memory at `address` (a range the module checked).
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError>;
+    /// Fills `out` from device memory at `address` (a range the module checked).
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError>;
+
+    /// The most dynamic shared memory per block a launch of `kernel` may ask for: what the
+    /// device gives a block less what the kernel declares statically, where the backend can
+    /// tell. A launch over it is refused before it starts.
+    fn max_shared_bytes(&mut self, _kernel: &str) -> Option<u64> {
+        None
+    }
 
     /// Starts `kernel` (shape already checked) and returns at once.
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started;
@@ -147,7 +161,7 @@ impl<L: LoadPrimitives> Device for OpenedDevice<L> {
 /// A loaded image on one device.
 pub struct LoadedModule<P: Primitives> {
     rpc: Option<InstalledRpc>,
-    /// Blocks from [`Module::alloc_device`]: `(address, size)`. Reads must stay inside one.
+    /// Blocks from [`Module::alloc_device`]: `(address, size)`. Copies must stay inside one.
     device_blocks: Vec<(u64, usize)>,
     /// Block-size bounds the image declares per kernel (PTX `.maxntid`, AMDGPU
     /// `.max_flat_workgroup_size`).
@@ -155,6 +169,8 @@ pub struct LoadedModule<P: Primitives> {
     /// Each launched kernel's block-size limit (declared and the backend's), asked of the
     /// backend once: on CUDA it is a driver call.
     block_limits: HashMap<String, Option<u64>>,
+    /// Each kernel launched with shared memory: the most it may ask for, asked once.
+    shared_limits: HashMap<String, Option<u64>>,
     /// Dropped by hand (see `Drop`): never once the module is broken.
     primitives: ManuallyDrop<P>,
     /// Why the module cannot run kernels any more.
@@ -221,6 +237,7 @@ impl<P: Primitives> LoadedModule<P> {
             device_blocks: Vec::new(),
             declared_max_threads,
             block_limits: HashMap::new(),
+            shared_limits: HashMap::new(),
             primitives: ManuallyDrop::new(primitives),
             broken: None,
             last_device_time: None,
@@ -249,6 +266,68 @@ impl<P: Primitives> LoadedModule<P> {
         };
         self.block_limits.insert(kernel.to_owned(), limit);
         limit
+    }
+
+    /// Refuses a launch that asks for more shared memory per block than `kernel` can have.
+    fn check_shared(&mut self, kernel: &str, shape: &LaunchShape) -> Result<(), BackendError> {
+        if shape.shared_bytes == 0 {
+            return Ok(());
+        }
+        let limit = match self.shared_limits.get(kernel) {
+            Some(&limit) => limit,
+            None => {
+                let limit = self.primitives.max_shared_bytes(kernel);
+                self.shared_limits.insert(kernel.to_owned(), limit);
+                limit
+            }
+        };
+        match limit {
+            Some(max) if u64::from(shape.shared_bytes) > max => {
+                let statically = self
+                    .primitives
+                    .resource_usage(kernel)
+                    .and_then(|usage| usage.shared_bytes)
+                    .filter(|&bytes| bytes > 0)
+                    .map_or_else(String::new, |bytes| {
+                        format!(" (it declares {bytes} bytes of static shared memory)")
+                    });
+                Err(BackendError::InvalidArgument(format!(
+                    "`{kernel}` can have at most {max} bytes of dynamic shared memory per block \
+                     on this device{statically}, and the launch asks for {}: launch with less \
+                     (a test's `shared = N`, `LaunchShape::shared_bytes`)",
+                    shape.shared_bytes
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks that `len` bytes at `address` lie inside one block from [`Module::alloc_device`].
+    fn check_device_range(&self, address: u64, len: usize) -> Result<(), BackendError> {
+        let inside = self.device_blocks.iter().any(|&(start, size)| {
+            address >= start
+                && address
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= start + size as u64)
+        });
+        if inside {
+            Ok(())
+        } else {
+            Err(BackendError::InvalidArgument(format!(
+                "{len} bytes at {address:#x} are not in device memory this module allocated"
+            )))
+        }
+    }
+
+    /// A broken module runs nothing and allocates nothing more.
+    fn refuse_if_broken(&self) -> Result<(), BackendError> {
+        match &self.broken {
+            Some(reason) => Err(BackendError::InvalidArgument(format!(
+                "the module cannot run kernels after an earlier failure ({reason}); the worker \
+                 must be restarted"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn mark_broken(&mut self, reason: String) {
@@ -284,12 +363,7 @@ impl<P: Primitives> Module for LoadedModule<P> {
         timeout: Option<Duration>,
         sink: &mut dyn Sink,
     ) -> Result<LaunchEnd, BackendError> {
-        if let Some(reason) = &self.broken {
-            return Err(BackendError::InvalidArgument(format!(
-                "the module cannot run kernels after an earlier failure ({reason}); the worker \
-                 must be restarted"
-            )));
-        }
+        self.refuse_if_broken()?;
         check_shape(&shape)?;
         if let Some(max) = self.block_limit(kernel) {
             let asked = shape.threads_per_block();
@@ -305,6 +379,7 @@ impl<P: Primitives> Module for LoadedModule<P> {
                 )));
             }
         }
+        self.check_shared(kernel, &shape)?;
         if let Some(rpc) = &mut self.rpc {
             rpc.fit(&mut *self.primitives, &shape)?;
         }
@@ -348,27 +423,44 @@ impl<P: Primitives> Module for LoadedModule<P> {
     }
 
     fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
-        let address = self.primitives.heap().malloc(size.max(1) as u64);
-        if address == 0 {
-            return Err(BackendError::InvalidArgument(format!(
-                "no device memory for {size} bytes"
-            )));
-        }
+        self.refuse_if_broken()?;
+        let address = self.primitives.alloc_device(size.max(1))?;
         self.device_blocks.push((address, size));
-        self.primitives.write_device(address, &vec![0; size])?;
         Ok(address)
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        let inside = self.device_blocks.iter().any(|&(start, size)| {
-            address >= start && address.saturating_add(len as u64) <= start + size as u64
-        });
-        if !inside {
-            return Err(BackendError::InvalidArgument(format!(
-                "{len} bytes at {address:#x} are not in device memory this module allocated"
-            )));
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        self.check_device_range(address, bytes.len())?;
+        if bytes.is_empty() {
+            return Ok(());
         }
-        self.primitives.read_device(address, len)
+        self.primitives.write_device(address, bytes)
+    }
+
+    fn read_device_into(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.check_device_range(address, out.len())?;
+        if out.is_empty() {
+            return Ok(());
+        }
+        self.primitives.read_device(address, out)
+    }
+
+    fn free_device(&mut self, address: u64) -> Result<(), BackendError> {
+        let Some(at) = self
+            .device_blocks
+            .iter()
+            .position(|&(start, _)| start == address)
+        else {
+            return Err(BackendError::InvalidArgument(format!(
+                "{address:#x} is not the start of device memory this module allocated"
+            )));
+        };
+        self.device_blocks.swap_remove(at);
+        if self.broken.is_some() {
+            // A kernel may still use it: it goes with the module, which is leaked.
+            return Ok(());
+        }
+        self.primitives.free_device(address)
     }
 
     fn write_global(&mut self, name: &str, bytes: &[u8]) -> Result<(), BackendError> {

@@ -12,9 +12,10 @@
 mod common;
 
 use common::{cargo_build, fake_driver_library, first, positions, read_calls, Call};
-use gpurun_hal::cuda::{CudaBackend, DEFAULT_STACK_SIZE};
+use gpurun_hal::cuda::{CudaBackend, CudaDevice, DEFAULT_STACK_SIZE};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::kernel_args::KernelArg;
+use gpurun_hal::module::{LoadPrimitives, Primitives};
 use gpurun_hal::{Backend, BackendError, Device, LaunchEnd, LaunchShape, LoadOptions, Module};
 use gpurun_image::Image;
 use std::path::{Path, PathBuf};
@@ -35,6 +36,7 @@ const ELAPSED_MS_ENV: &str = "GPURUN_FAKE_CUDA_ELAPSED_MS";
 /// The device time the `timed` scenario tells the fake driver (`ELAPSED_MS_ENV`), and expects.
 const TOLD_MS: &str = "1.5";
 const TOLD: Duration = Duration::from_micros(1500);
+const STATIC_SHARED_ENV: &str = "GPURUN_FAKE_CUDA_STATIC_SHARED";
 
 /// A kernel with a pointer and a 32-bit argument, one with `(ptr, u64, u32)` (the signature of
 /// `fixtures/host-app`'s `fill`), and a global.
@@ -68,10 +70,7 @@ const TEST_PTX: &str = "\
 }
 ";
 
-const SHAPE: LaunchShape = LaunchShape {
-    threads: [64, 1, 1],
-    blocks: [2, 1, 1],
-};
+const SHAPE: LaunchShape = LaunchShape::grid([2, 1, 1], [64, 1, 1]);
 
 /// The fake driver, built once per test process and linked as `libcuda.so` into a directory
 /// of its own.
@@ -156,8 +155,12 @@ fn launch_store(
     out: u64,
     sink: &mut Collect,
 ) -> Result<LaunchEnd, BackendError> {
-    let args = [KernelArg::U64(out), KernelArg::U32(42)];
-    module.launch("gpurun_store", shape, &args, LIMIT, sink)
+    module.launch("gpurun_store", shape, &store_args(out), LIMIT, sink)
+}
+
+/// `gpurun_store`'s arguments: where to store, and 42.
+fn store_args(out: u64) -> [KernelArg; 2] {
+    [KernelArg::U64(out), KernelArg::U32(42)]
 }
 
 const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
@@ -167,11 +170,28 @@ const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
 #[ignore = "run by the fake-driver tests in a child process"]
 fn fake_driver_child() {
     let scenario = std::env::var(SCENARIO_ENV).expect("started by a fake-driver test");
-    let mut device = CudaBackend.open(0).expect("the fake driver opens");
     let image = the_image();
+    if scenario == "memory_pools" {
+        // The RPC heap, which only a running kernel's `malloc` reaches: through the
+        // primitives of a module, as the launch loop calls them.
+        let mut device = CudaDevice::open(0).expect("the fake driver opens");
+        let mut primitives = device.primitives(&image, &LoadOptions::default()).unwrap();
+        let out = primitives.alloc_device(4).unwrap();
+        let launch = primitives.start("gpurun_store", SHAPE, &store_args(out));
+        assert!(launch.is_ok());
+        drop(launch);
+        let block = primitives.heap().malloc(4);
+        assert_ne!(block, 0);
+        primitives.heap().free(block);
+        drop(primitives);
+        drop(device);
+        println!("scenario done");
+        return;
+    }
+    let mut device = CudaBackend.open(0).expect("the fake driver opens");
     let mut sink = Collect::default();
     match scenario.as_str() {
-        "two_modules" | "memory_pools" => {
+        "two_modules" => {
             let (mut module, out) = load_with_output(device.as_mut(), &image);
             for _ in 0..2 {
                 let end = launch_store(module.as_mut(), SHAPE, out, &mut sink).unwrap();
@@ -222,10 +242,7 @@ fn fake_driver_child() {
                         && text.contains("asks for 64")),
                 "{error}"
             );
-            let narrow = LaunchShape {
-                threads: [32, 1, 1],
-                blocks: [1, 1, 1],
-            };
+            let narrow = LaunchShape::grid([1, 1, 1], [32, 1, 1]);
             let end = launch_store(module.as_mut(), narrow, out, &mut sink).unwrap();
             assert_eq!(end, LaunchEnd::Completed);
         }
@@ -265,6 +282,36 @@ fn fake_driver_child() {
                 .unwrap();
             assert_eq!(end, LaunchEnd::Completed);
             assert_eq!(module.read_device(out, 4).unwrap(), [0; 4]);
+        }
+        "buffers_and_shared" => {
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let out = module.alloc_device(64).unwrap();
+            module.write_device(out + 8, &[7; 8]).unwrap();
+            for bytes in [65536, 81920, 1024] {
+                let shape = SHAPE.shared_bytes(bytes);
+                let end = launch_store(module.as_mut(), shape, out, &mut sink).unwrap();
+                assert_eq!(end, LaunchEnd::Completed, "{bytes} bytes");
+            }
+            // The opt-in limit less the kernel's static shared memory (1 KiB here).
+            let most = 227 * 1024 - 1024;
+            let error = launch_store(
+                module.as_mut(),
+                SHAPE.shared_bytes(most + 1),
+                out,
+                &mut sink,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                error.contains(&format!("at most {most} bytes of dynamic shared memory"))
+                    && error.contains("(it declares 1024 bytes of static shared memory)"),
+                "{error}"
+            );
+            let mut expected = vec![0u8; 16];
+            expected[8..].fill(7);
+            assert_eq!(module.read_device(out, 16).unwrap(), expected);
+            module.free_device(out).unwrap();
+            drop(module);
         }
         other => panic!("unknown scenario {other}"),
     }
@@ -330,15 +377,16 @@ fn stack_is_set_once_before_modules_load() {
     assert_eq!(params.len(), 24, "12 bytes of parameters: {launch:?}");
     assert!(params.ends_with("2a000000"), "{launch:?}");
 
-    // Issue 22, item 2: copies to the device (the zeroed output word) go on the kernel's stream
-    // and are waited for, never on the legacy stream, which a non-blocking stream does not
-    // wait for (the fake driver refuses a launch such a copy could race).
+    // Issue 22, item 2: writes to the device (zeroing the output word) go on the kernel's
+    // stream and are waited for, never on the legacy stream, which a non-blocking stream does
+    // not wait for (the fake driver refuses a launch such a write could race).
     let launch_stream = launch.value("stream").unwrap_or_default();
     assert!(
         positions(&calls, "cuMemcpyHtoD", "").is_empty(),
         "{calls:#?}"
     );
-    let copies = positions(&calls, "cuMemcpyHtoDAsync", "");
+    let mut copies = positions(&calls, "cuMemcpyHtoDAsync", "");
+    copies.extend(positions(&calls, "cuMemsetD8Async", ""));
     assert!(!copies.is_empty(), "{calls:#?}");
     let synchronized = positions(&calls, "cuStreamSynchronize", launch_stream);
     for &copy in &copies {
@@ -452,8 +500,9 @@ fn block_over_the_kernel_limit_is_refused_before_the_launch() {
     assert!(calls[launches[0]].details.contains("block=32x1x1"));
 }
 
-/// With memory pools, device memory is allocated stream-ordered on the module's memory stream,
-/// never on the stream the kernel runs on (it would wait for the kernel).
+/// With memory pools, the RPC heap (a running kernel's `malloc`) allocates stream-ordered on
+/// the module's memory stream, never on the stream the kernel runs on (it would wait for the
+/// kernel). The host's buffers are plain `cuMemAlloc`s.
 #[test]
 fn memory_pools_allocate_on_the_memory_stream() {
     let calls = run("memory_pools", &[(MEMORY_POOLS_ENV, "1")]);
@@ -462,7 +511,12 @@ fn memory_pools_allocate_on_the_memory_stream() {
     let stream_of = |call: &Call| call.value("stream").map(str::to_owned);
     let (alloc_stream, launch_stream) = (stream_of(&calls[alloc]), stream_of(&calls[launch]));
     assert!(alloc_stream.is_some() && alloc_stream != launch_stream);
-    assert!(positions(&calls, "cuMemAlloc", "").is_empty());
+    assert_eq!(
+        positions(&calls, "cuMemAlloc", "bytes=4").len(),
+        1,
+        "only the host's buffer: {calls:#?}"
+    );
+    assert!(first(&calls, "cuMemAlloc", "bytes=4") < launch);
     let free = first(&calls, "cuMemFreeAsync", "");
     assert_eq!(stream_of(&calls[free]), alloc_stream);
 }
@@ -560,6 +614,51 @@ fn unrecorded_events_only_lose_the_time() {
     assert_eq!(positions(&calls, "cuLaunchKernel", "").len(), 2);
     assert!(positions(&calls, "cuEventElapsedTime", "").is_empty());
     assert_eq!(positions(&calls, "cuEventDestroy", "").len(), 2);
+}
+
+/// Issue 24: a host-driven buffer is device memory (`cuMemAlloc`, not pinned host memory),
+/// zeroed and copied on the kernels' stream, read back on it after the launches and freed with
+/// `cuMemFree`; a launch's dynamic shared memory is `cuLaunchKernel`'s `sharedMemBytes`, with
+/// the kernel's `MAX_DYNAMIC_SHARED_SIZE_BYTES` raised first where it is over the default 48
+/// KiB (the fake driver, like the real one, refuses the launch otherwise), and a launch over
+/// the device's opt-in limit never reaches the driver.
+#[test]
+fn buffers_are_device_memory_and_shared_memory_is_opted_into() {
+    let calls = run("buffers_and_shared", &[(STATIC_SHARED_ENV, "1024")]);
+    let launches = positions(&calls, "cuLaunchKernel", "function=gpurun_store");
+    assert_eq!(launches.len(), 3, "the fourth is refused: {calls:#?}");
+    let launch_stream = calls[launches[0]].value("stream").unwrap_or_default();
+    for (&at, shared) in launches.iter().zip(["65536", "81920", "1024"]) {
+        assert_eq!(calls[at].value("shared"), Some(shared), "{calls:#?}");
+        assert_eq!(calls[at].status, "CUDA_SUCCESS", "{calls:#?}");
+    }
+    // Raised before the first launch that needs it, and again for more; not for less.
+    let raised = positions(
+        &calls,
+        "cuFuncSetAttribute",
+        "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES",
+    );
+    assert_eq!(raised.len(), 2, "{calls:#?}");
+    assert!(calls[raised[0]].details.contains("value=65536"));
+    assert!(calls[raised[1]].details.contains("value=81920"));
+    assert!(launches[0] > raised[0] && raised[1] > launches[0] && launches[1] > raised[1]);
+
+    // The buffer: device memory, zeroed and written on the kernels' stream before the first
+    // launch, read after the last, freed before the module goes.
+    let alloc = first(&calls, "cuMemAlloc", "bytes=64");
+    assert!(positions(&calls, "cuMemHostAlloc", "bytes=64").is_empty());
+    let zero = first(&calls, "cuMemsetD8Async", "bytes=64 value=0");
+    let write = first(&calls, "cuMemcpyHtoDAsync", "to=Device+8 bytes=8");
+    for at in [zero, write] {
+        assert_eq!(calls[at].value("stream"), Some(launch_stream), "{calls:#?}");
+        assert!(alloc < at && at < launches[0]);
+    }
+    let read = first(&calls, "cuMemcpyDtoHAsync", "from=Device+0 bytes=16");
+    assert_eq!(calls[read].value("stream"), Some(launch_stream));
+    assert!(read > launches[2]);
+    let free = first(&calls, "cuMemFree", "");
+    assert!(read < free && free < first(&calls, "cuModuleUnload", ""));
+    assert_eq!(positions(&calls, "cuMemFree", "").len(), 1, "{calls:#?}");
 }
 
 /// A kernel fault ends the launch as a fault and the module is leaked, not torn down: no

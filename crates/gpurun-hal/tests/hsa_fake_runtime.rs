@@ -65,10 +65,7 @@ const HIDDEN_ARGS_V5: &str = concat!(
 /// The sample's symbol that is renamed to `__gpurun_launch_shape` (scenario `retired_shape`).
 const STAND_IN: &str = "__init_array_object_sample_init_hook_101";
 const KERNEL: &str = "_begin";
-const SHAPE: LaunchShape = LaunchShape {
-    threads: [64, 1, 1],
-    blocks: [2, 1, 1],
-};
+const SHAPE: LaunchShape = LaunchShape::grid([2, 1, 1], [64, 1, 1]);
 const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
 
 /// The sample code object.
@@ -330,10 +327,7 @@ fn fake_runtime_child() {
             let started = std::time::Instant::now();
             let mut whole = HsaBackend::new().open(0).unwrap();
             let mut module = whole.load(&image, &LoadOptions::default()).unwrap();
-            let whole_gpu = LaunchShape {
-                threads: [64, 1, 1],
-                blocks: [304 * 32, 1, 1],
-            };
+            let whole_gpu = LaunchShape::grid([304 * 32, 1, 1], [64, 1, 1]);
             let end = module
                 .launch(KERNEL, whole_gpu, &[], LIMIT, &mut sink)
                 .unwrap();
@@ -377,6 +371,34 @@ fn fake_runtime_child() {
             }
             drop(other);
             drop(second);
+            drop(module);
+        }
+        "buffers_and_shared" => {
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let out = module.alloc_device(10).unwrap();
+            module.write_device(out + 2, &[5; 8]).unwrap();
+            let end = module
+                .launch(KERNEL, SHAPE.shared_bytes(4096), &[], LIMIT, &mut sink)
+                .unwrap();
+            assert_eq!(end, LaunchEnd::Completed);
+            // The group pool's 64 KiB less `_begin`'s static LDS (none).
+            let error = module
+                .launch(KERNEL, SHAPE.shared_bytes(65537), &[], LIMIT, &mut sink)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                error.contains("at most 65536 bytes of dynamic shared memory")
+                    && error.contains("asks for 65537"),
+                "{error}"
+            );
+            let end = module
+                .launch(KERNEL, SHAPE.shared_bytes(65536), &[], LIMIT, &mut sink)
+                .unwrap();
+            assert_eq!(end, LaunchEnd::Completed);
+            let mut expected = vec![5u8; 10];
+            expected[..2].fill(0);
+            assert_eq!(module.read_device(out, 10).unwrap(), expected);
+            module.free_device(out).unwrap();
             drop(module);
         }
         "load_fails" => {
@@ -956,4 +978,69 @@ fn rpc_buffers_fit_the_launch_and_slots_share_queues() {
     for line in output.lines().filter(|line| line.starts_with("measured:")) {
         println!("{line}");
     }
+}
+
+/// Issue 24: a host-driven buffer is the GPU's coarse-grained memory with access for the GPU
+/// agent, zeroed with the runtime's fill and copied through fine-grained staging memory, freed
+/// before the runtime goes; a launch's dynamic shared memory is added to the kernel's static
+/// group segment in the dispatch packet, up to the GPU's group-segment pool.
+#[test]
+fn buffers_are_coarse_grained_and_shared_memory_is_in_the_packet() {
+    let calls = run("buffers_and_shared", &[]);
+    // 10 bytes, rounded up to whole words for the fill.
+    let alloc = first(
+        &calls,
+        "hsa_amd_memory_pool_allocate",
+        "pool=coarse bytes=12",
+    );
+    let ptr = calls[alloc].value("ptr").unwrap().to_owned();
+    let access = first(
+        &calls,
+        "hsa_amd_agents_allow_access",
+        &format!("agents=1 first=0xa200 ptr={ptr}"),
+    );
+    let fill = first(
+        &calls,
+        "hsa_amd_memory_fill",
+        "value=0x0 count=3 ptr=coarse+0",
+    );
+    before(&calls, alloc, access);
+    before(&calls, access, fill);
+    let write = first(
+        &calls,
+        "hsa_amd_memory_async_copy",
+        "bytes=8 deps=0 dst=coarse+2",
+    );
+    assert!(
+        calls[write].details.contains("src=fine+0"),
+        "{:?}",
+        calls[write]
+    );
+    let read = first(
+        &calls,
+        "hsa_amd_memory_async_copy",
+        "bytes=10 deps=0 dst=fine+0 src=coarse+0",
+    );
+    let doorbells = positions(&calls, "hsa_signal_store_screlease", "doorbell ");
+    assert_eq!(
+        doorbells.len(),
+        2,
+        "the launch over the limit is refused: {calls:#?}"
+    );
+    before(&calls, fill, write);
+    before(&calls, write, doorbells[0]);
+    before(&calls, doorbells[1], read);
+    for (&doorbell, group) in doorbells.iter().zip(["group=4096 ", "group=65536 "]) {
+        assert!(
+            calls[doorbell].details.contains(group),
+            "{:?}",
+            calls[doorbell]
+        );
+    }
+    let freed = positions(&calls, "hsa_amd_memory_pool_free", &format!("ptr={ptr}"))
+        .into_iter()
+        .find(|&at| at > read)
+        .unwrap_or_else(|| panic!("the buffer is never freed: {calls:#?}"));
+    before(&calls, freed, first(&calls, "hsa_queue_destroy", ""));
+    clean_teardown(&calls);
 }

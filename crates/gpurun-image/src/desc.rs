@@ -29,6 +29,7 @@ pub fn decode_descriptor(symbol: &str, kernel: &str, bytes: &[u8]) -> Result<Tes
     let fields = desc::decode(bytes).map_err(|error| match error {
         DecodeError::Version(found) => ImageError::UnsupportedTestAbi {
             found,
+            oldest: desc::OLDEST_TEST_ABI_VERSION,
             supported: desc::TEST_ABI_VERSION,
         },
         DecodeError::Malformed(problem) => bad(problem.to_string()),
@@ -49,7 +50,7 @@ pub fn decode_descriptor(symbol: &str, kernel: &str, bytes: &[u8]) -> Result<Tes
             .then(|| fields.ignore_reason.to_owned()),
         should_panic: ShouldPanic::of(&fields),
         gpu_only: fields.gpu_only(),
-        shape: LaunchShape::grid(fields.blocks, fields.threads),
+        shape: LaunchShape::grid(fields.blocks, fields.threads).shared_bytes(fields.shared_bytes),
         panic_ends_wavefront: None,
         source_file: None,
     })
@@ -68,7 +69,7 @@ mod tests {
             ignore_reason: Some("slow".into()),
             should_panic: ShouldPanic::Expected("overflow".into()),
             gpu_only: true,
-            shape: LaunchShape::grid([4, 1, 1], [32, 2, 1]),
+            shape: LaunchShape::grid([4, 1, 1], [32, 2, 1]).shared_bytes(2048),
             panic_ends_wavefront: None,
             source_file: None,
         }
@@ -78,7 +79,7 @@ mod tests {
     fn round_trip() {
         let desc = sample();
         let bytes = encode_descriptor(&desc).unwrap();
-        assert_eq!(bytes.len(), 40 + 17 + 8 + 4);
+        assert_eq!(bytes.len(), 44 + 17 + 8 + 4);
         assert_eq!(decode_descriptor("d", &desc.kernel, &bytes).unwrap(), desc);
         let plain = TestDesc {
             ignored: false,
@@ -118,12 +119,17 @@ mod tests {
                 .to_string()
         };
         assert!(patch(0, b'X').contains("bad magic"));
-        let version = patch(4, 2);
-        assert!(version.contains("version 2") && version.contains("update cargo-gpurun"));
+        let version = patch(4, 3);
+        assert!(version.contains("version 3") && version.contains("update cargo-gpurun"));
+        let version = patch(4, 0);
+        assert!(
+            version.contains("version 0") && version.contains("rebuild the image"),
+            "{version}"
+        );
         assert!(patch(5, 0x80).contains("unknown flag"));
         assert!(patch(6, 1).contains("reserved"));
         assert!(patch(8, 0).contains("zero dimension"));
-        assert!(patch(40, 0xff).contains("UTF-8"));
+        assert!(patch(44, 0xff).contains("UTF-8"));
         // Flag says no should_panic, but expected text is present.
         assert!(
             patch(5, desc::FLAG_IGNORE | desc::FLAG_HAS_EXPECTED).contains("without should_panic")

@@ -94,13 +94,16 @@ pub enum ImageError {
     },
     /// The image was built for a test ABI this version does not understand.
     #[error(
-        "the image uses test ABI version {found}, but this cargo-gpurun supports version \
-         {supported}; update cargo-gpurun"
+        "the image uses test ABI version {found}, but this cargo-gpurun reads versions {oldest} \
+         to {supported}; {}",
+        version_advice(*found, *oldest)
     )]
     UnsupportedTestAbi {
         /// The version found in the image.
         found: u32,
-        /// The version this crate reads.
+        /// The oldest version this crate reads.
+        oldest: u32,
+        /// The newest version this crate reads.
         supported: u32,
     },
     /// A host emulation image without a readable `__gpurun_host_abi_version`.
@@ -111,13 +114,16 @@ pub enum ImageError {
     },
     /// A host emulation image built for a host ABI this version does not understand.
     #[error(
-        "the host emulation image uses host ABI version {found}, but this cargo-gpurun supports \
-         version {supported}; update cargo-gpurun"
+        "the host emulation image uses host ABI version {found}, but this cargo-gpurun reads \
+         versions {oldest} to {supported}; {}",
+        version_advice(*found, *oldest)
     )]
     UnsupportedHostAbi {
         /// The version found in the image.
         found: u32,
-        /// The version this crate reads.
+        /// The oldest version this crate reads.
+        oldest: u32,
+        /// The newest version this crate reads.
         supported: u32,
     },
     /// A constructor/destructor object whose name does not end in a `u16` priority.
@@ -151,4 +157,13 @@ fn list_kernels(names: &[String], more: usize) -> String {
         list.push_str(&format!(" and {more} more"));
     }
     list
+}
+
+/// What to do about an image of an ABI version outside what this crate reads.
+fn version_advice(found: u32, oldest: u32) -> &'static str {
+    if found < oldest {
+        "rebuild the image with a newer gpurun crate"
+    } else {
+        "update cargo-gpurun"
+    }
 }

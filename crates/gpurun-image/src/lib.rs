@@ -48,8 +48,11 @@ pub use kdesc::{
     ParamKind,
 };
 
-use gpurun_abi::desc::{HEADER_LEN as DESCRIPTOR_HEADER_LEN, TEST_ABI_VERSION};
-use gpurun_abi::host::HOST_ABI_VERSION;
+use gpurun_abi::desc::{
+    is_supported_version, HEADER_LEN as DESCRIPTOR_HEADER_LEN, OLDEST_TEST_ABI_VERSION,
+    TEST_ABI_VERSION,
+};
+use gpurun_abi::host::{HOST_ABI_VERSION, OLDEST_HOST_ABI_VERSION};
 use gpurun_abi::symbols::{
     DESC_PREFIX, HOST_ABI_VERSION as HOST_ABI_VERSION_SYMBOL, KERNEL_DESC_PREFIX,
     RPC_CLIENT as RPC_CLIENT_SYMBOL, START_KERNEL, TEST_ABI_VERSION as TEST_ABI_VERSION_SYMBOL,
@@ -292,6 +295,9 @@ pub enum HiddenArgumentKind {
     GridDims,
     /// `hidden_queue_ptr` (v5): the `amd_queue_t` (which starts with `hsa_queue_t`) of the queue.
     QueuePtr,
+    /// `hidden_dynamic_lds_size` (v5): bytes of group segment the dispatch adds to the kernel's
+    /// static size (the launch's dynamic shared memory).
+    DynamicLdsSize,
     /// Any other hidden kind (`hidden_hostcall_buffer`, `hidden_heap_v1`, ...), by its name.
     Other(String),
 }
@@ -319,6 +325,8 @@ impl HiddenArgumentKind {
             HiddenArgumentKind::GridDims
         } else if rest == "queue_ptr" {
             HiddenArgumentKind::QueuePtr
+        } else if rest == "dynamic_lds_size" {
+            HiddenArgumentKind::DynamicLdsSize
         } else {
             HiddenArgumentKind::Other(value_kind.to_owned())
         })
@@ -587,9 +595,10 @@ impl Image {
         let found = global
             .read_u32_at(0)
             .ok_or_else(|| missing("its value is not stored in the image"))?;
-        if found != HOST_ABI_VERSION {
+        if !(OLDEST_HOST_ABI_VERSION..=HOST_ABI_VERSION).contains(&found) {
             return Err(ImageError::UnsupportedHostAbi {
                 found,
+                oldest: OLDEST_HOST_ABI_VERSION,
                 supported: HOST_ABI_VERSION,
             });
         }
@@ -609,9 +618,10 @@ impl Image {
                 .ok_or_else(|| ImageError::BadTestAbiVersion {
                     reason: "its value is not stored in the image".to_owned(),
                 })?;
-            if value != TEST_ABI_VERSION {
+            if !is_supported_version(value) {
                 return Err(ImageError::UnsupportedTestAbi {
                     found: value,
+                    oldest: OLDEST_TEST_ABI_VERSION,
                     supported: TEST_ABI_VERSION,
                 });
             }
@@ -810,8 +820,8 @@ impl Image {
         self.test_abi_version
     }
 
-    /// Host images: the value of `__gpurun_host_abi_version` (already checked to be
-    /// `gpurun_abi::host::HOST_ABI_VERSION`).
+    /// Host images: the value of `__gpurun_host_abi_version` (already checked to be one the
+    /// emulator runs: `gpurun_abi::host::OLDEST_HOST_ABI_VERSION` to `HOST_ABI_VERSION`).
     pub fn host_abi_version(&self) -> Option<u32> {
         self.host_abi_version
     }
@@ -863,7 +873,26 @@ impl Image {
 
 #[cfg(test)]
 mod tests {
-    use super::CudaArch;
+    use super::{CudaArch, HiddenArgumentKind};
+
+    #[test]
+    fn hidden_argument_kinds_from_their_metadata_names() {
+        let kind = HiddenArgumentKind::from_value_kind;
+        assert_eq!(
+            kind("hidden_dynamic_lds_size"),
+            Some(HiddenArgumentKind::DynamicLdsSize)
+        );
+        assert_eq!(
+            kind("hidden_block_count_y"),
+            Some(HiddenArgumentKind::BlockCount(1))
+        );
+        assert_eq!(kind("hidden_queue_ptr"), Some(HiddenArgumentKind::QueuePtr));
+        assert_eq!(
+            kind("hidden_heap_v1"),
+            Some(HiddenArgumentKind::Other("hidden_heap_v1".into()))
+        );
+        assert_eq!(kind("global_buffer"), None);
+    }
 
     #[test]
     fn cubin_arch_from_both_header_versions() {

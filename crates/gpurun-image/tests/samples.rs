@@ -74,7 +74,15 @@ fn every_sample_yields_kernels_tests_and_globals() {
         }
         assert!(image.has_entry_points());
         assert_eq!(image.tests(), expected_tests(name), "{name}");
+        // Built before test ABI version 2 (shared memory): still read, as no shared memory.
         assert_eq!(image.test_abi_version(), Some(1), "{name}");
+        assert!(
+            image
+                .tests()
+                .iter()
+                .all(|test| test.shape.shared_bytes == 0),
+            "{name}"
+        );
 
         let rpc = image.rpc_client().expect("rpc client");
         assert_eq!(rpc.size, 2096, "{name}");
@@ -338,11 +346,20 @@ fn ptx_block_bounds_are_read_from_maxntid() {
 fn unsupported_test_abi_version() {
     let bytes = patched_ptx(
         "__gpurun_test_abi_version[4] = {1}",
-        "__gpurun_test_abi_version[4] = {2}",
+        "__gpurun_test_abi_version[4] = {3}",
     );
     let err = parse_err(bytes);
     assert!(
-        err.contains("version 2") && err.ends_with("update cargo-gpurun"),
+        err.contains("version 3") && err.ends_with("update cargo-gpurun"),
+        "{err}"
+    );
+    let bytes = patched_ptx(
+        "__gpurun_test_abi_version[4] = {1}",
+        "__gpurun_test_abi_version[4] = {0}",
+    );
+    let err = parse_err(bytes);
+    assert!(
+        err.contains("version 0") && err.ends_with("rebuild the image with a newer gpurun crate"),
         "{err}"
     );
     // The version byte inside a descriptor is checked too.
@@ -399,11 +416,23 @@ fn host_abi_version_is_checked() {
         .address
         .unwrap() as usize;
     assert_eq!(original[at..at + 4], [1, 0, 0, 0]);
+    // Version 2 (shared memory) extends version 1's record: both run.
+    let mut current = original.clone();
+    current[at] = 2;
+    let current = Image::parse(current, None).unwrap();
+    assert_eq!(current.host_abi_version(), Some(2));
     let mut newer = original.clone();
-    newer[at] = 2;
+    newer[at] = 3;
     let err = parse_err(newer);
     assert!(
-        err.contains("host ABI version 2") && err.ends_with("update cargo-gpurun"),
+        err.contains("host ABI version 3") && err.ends_with("update cargo-gpurun"),
+        "{err}"
+    );
+    let mut older = original.clone();
+    older[at] = 0;
+    let err = parse_err(older);
+    assert!(
+        err.ends_with("rebuild the image with a newer gpurun crate"),
         "{err}"
     );
 

@@ -56,6 +56,10 @@ pub fn test(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs) -> TokenStrea
     }
     let reason = &attrs.ignore_reason;
     let name_text = name.to_string();
+    let shared = match &args.shared {
+        Some(bytes) => quote!(#rt::export::shared_bytes(#bytes)),
+        None => quote!(0),
+    };
     quote! {
         #[allow(dead_code)]
         #function
@@ -66,7 +70,7 @@ pub fn test(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs) -> TokenStrea
             // Exported, hence kept; `#[used]` would break amdgcn builds (see the `gpurun` crate).
             #[unsafe(no_mangle)]
             pub static #descriptor: [u8; LEN] = #rt::export::descriptor::<LEN>(
-                PATH, #expected, #reason, #flags, [#tx, #ty, #tz], [#bx, #by, #bz],
+                PATH, #expected, #reason, #flags, [#tx, #ty, #tz], [#bx, #by, #bz], #shared,
             );
             #rt::__gpurun_kernel! {
                 fn #kernel() {

@@ -23,7 +23,9 @@ use syn::ItemFn;
 /// Marks `fn()` as a device test. Every thread of the launch runs it; the test passes when no
 /// thread panics.
 ///
-/// Launch shape: `#[gpurun::test(threads = 256)]`, `threads = (16, 16, 1)`, `blocks = 4`.
+/// Launch shape: `#[gpurun::test(threads = 256)]`, `threads = (16, 16, 1)`, `blocks = 4`, and
+/// `shared = 4096` for that many bytes of dynamic shared memory per block (`gpurun::shared`;
+/// any constant `usize` expression).
 /// `#[gpurun::test(gpu_only)]` marks a test that means nothing on the host emulation (timing,
 /// say): there it is reported as ignored, "needs a GPU". Also honours `#[ignore]`, `#[ignore = "reason"]`, `#[should_panic]` and
 /// `#[should_panic(expected = "text")]` written after it.

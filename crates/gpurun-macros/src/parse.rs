@@ -17,12 +17,16 @@ pub struct TestArgs {
     pub shape: LaunchShape,
     /// `gpu_only`: the test means nothing on the host emulation.
     pub gpu_only: bool,
+    /// `shared = BYTES`: dynamic shared memory per block, a constant expression of type
+    /// `usize` (`4096`, `TILE * TILE * 4`), evaluated where the descriptor is built.
+    pub shared: Option<Expr>,
 }
 
 /// Reads `#[gpurun::test]`'s arguments (see [`TestArgs`]).
 pub fn test_args(args: TokenStream2) -> syn::Result<TestArgs> {
     let mut shape = LaunchShape::SINGLE;
     let mut gpu_only = false;
+    let mut shared = None;
     let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)?;
     for meta in metas {
         if meta.path().is_ident("gpu_only") {
@@ -35,10 +39,14 @@ pub fn test_args(args: TokenStream2) -> syn::Result<TestArgs> {
         let Meta::NameValue(pair) = &meta else {
             return Err(syn::Error::new(
                 meta.span(),
-                "expected `threads = N` or `blocks = N` (or a tuple of up to 3 dimensions), or \
-                 `gpu_only`",
+                "expected `threads = N` or `blocks = N` (or a tuple of up to 3 dimensions), \
+                 `shared = BYTES`, or `gpu_only`",
             ));
         };
+        if pair.path.is_ident("shared") {
+            shared = Some(pair.value.clone());
+            continue;
+        }
         let dims = dimensions(&pair.value)?;
         if pair.path.is_ident("threads") {
             shape.threads = dims;
@@ -47,11 +55,15 @@ pub fn test_args(args: TokenStream2) -> syn::Result<TestArgs> {
         } else {
             return Err(syn::Error::new(
                 pair.path.span(),
-                "unknown argument: expected `threads`, `blocks` or `gpu_only`",
+                "unknown argument: expected `threads`, `blocks`, `shared` or `gpu_only`",
             ));
         }
     }
-    Ok(TestArgs { shape, gpu_only })
+    Ok(TestArgs {
+        shape,
+        gpu_only,
+        shared,
+    })
 }
 
 fn dimensions(expr: &Expr) -> syn::Result<[u32; 3]> {
@@ -374,6 +386,16 @@ mod tests {
         assert!(error(test_args(quote!(gpu_only = true))).contains("takes no value"));
         assert!(error(test_args(quote!(gpu_only(x)))).contains("takes no value"));
         assert!(error(test_args(quote!(fast))).contains("or `gpu_only`"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn shared_memory_is_a_constant_expression() {
+        assert!(test_args(quote!(threads = 4)).unwrap().shared.is_none());
+        let args = test_args(quote!(threads = 256, shared = 4 * TILE)).unwrap();
+        let shared = args.shared.expect("kept");
+        assert_eq!(quote!(#shared).to_string(), quote!(4 * TILE).to_string());
+        assert_eq!(args.shape, LaunchShape::blocks(1).threads(256));
+        assert!(error(test_args(quote!(shared))).contains("`shared = BYTES`"));
     }
 
     #[::core::prelude::v1::test]

@@ -146,6 +146,7 @@ struct PanicFrame(#[serde(with = "PanicReportJson")] PanicReport);
 struct LaunchShapeJson {
     threads: [u32; 3],
     blocks: [u32; 3],
+    shared_bytes: u32,
 }
 
 /// The JSON form of a [`LaunchEnd`] (see [`PanicReportJson`]).
@@ -402,7 +403,7 @@ mod tests {
     fn commands_round_trip() {
         let command = Command::RunTest {
             kernel: "__gpurun_test_x".into(),
-            shape: LaunchShape::blocks(2).threads(32),
+            shape: LaunchShape::blocks(2).threads(32).shared_bytes(4096),
         };
         let mut wire = Vec::new();
         write_command(&mut wire, 3, &command).unwrap();

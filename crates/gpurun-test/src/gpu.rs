@@ -1,5 +1,5 @@
-//! Host-driven launches: an image loaded on a device in this process, typed buffers in memory
-//! both sides reach, and launches whose panics come back as errors.
+//! Host-driven launches: an image loaded on a device in this process, typed buffers in device
+//! memory (or, by choice, mapped host memory), and launches whose panics come back as errors.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
@@ -101,8 +101,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// pointer) takes the whole test process down, and a kernel still running after a timeout
 /// keeps its threads; the trial style, which runs each test in a worker, has neither problem.
 ///
-/// Buffers live in memory that host and device both reach (pinned host memory on CUDA), kept
-/// until the `Gpu` is dropped.
+/// Buffers live in device memory, copied to and from explicitly ([`Gpu::buffer`]), or, by
+/// choice, in host memory mapped for the device ([`Gpu::mapped_buffer`]); see [`Memory`].
 pub struct Gpu {
     // Dropped before `device`, which it borrows (see `Drop`).
     module: ManuallyDrop<RefCell<Box<dyn Module>>>,
@@ -231,25 +231,44 @@ impl Gpu {
         &self.kernels
     }
 
-    /// A buffer holding a copy of `data`.
+    /// A buffer in device memory ([`Memory::Device`]) holding a copy of `data`.
     pub fn buffer_from<T: DeviceCopy>(&self, data: &[T]) -> Result<Buffer<'_, T>, Error> {
         let mut buffer = self.buffer::<T>(data.len())?;
-        buffer.write(data);
+        buffer.write(data)?;
         Ok(buffer)
     }
 
-    /// A buffer of `len` zeroed elements.
+    /// A buffer of `len` zeroed elements in device memory ([`Memory::Device`]): CUDA
+    /// `cuMemAlloc`, the GPU's coarse-grained HSA pool, plain memory on the host emulation.
     pub fn buffer<T: DeviceCopy>(&self, len: usize) -> Result<Buffer<'_, T>, Error> {
-        let element_size = std::mem::size_of::<T>();
-        let bytes = len
-            .checked_mul(element_size)
-            .filter(|&bytes| bytes <= isize::MAX as usize)
-            .ok_or(Error::TooLarge { len, element_size })?;
+        let bytes = buffer_bytes::<T>(len)?;
         // Zero-sized requests still get a distinct address.
+        let device = self.module.borrow_mut().alloc_device(bytes.max(1))?;
+        Ok(Buffer {
+            gpu: self,
+            mapped: None,
+            device,
+            len,
+            _marker: PhantomData,
+        })
+    }
+
+    /// A buffer in mapped host memory ([`Memory::Mapped`]) holding a copy of `data`.
+    pub fn mapped_buffer_from<T: DeviceCopy>(&self, data: &[T]) -> Result<Buffer<'_, T>, Error> {
+        let mut buffer = self.mapped_buffer::<T>(data.len())?;
+        buffer.write(data)?;
+        Ok(buffer)
+    }
+
+    /// A buffer of `len` zeroed elements in host memory mapped for the device
+    /// ([`Memory::Mapped`]): for what the host must see while a kernel runs. Kept until the
+    /// `Gpu` is dropped.
+    pub fn mapped_buffer<T: DeviceCopy>(&self, len: usize) -> Result<Buffer<'_, T>, Error> {
+        let bytes = buffer_bytes::<T>(len)?;
         let alloc = self.module.borrow_mut().alloc_shared(bytes.max(1))?;
         Ok(Buffer {
-            gpu: self.id,
-            host: alloc.host,
+            gpu: self,
+            mapped: Some(alloc.host),
             device: alloc.device,
             len,
             _marker: PhantomData,
@@ -338,6 +357,14 @@ impl Gpu {
     }
 }
 
+/// Bytes of a buffer of `len` `T`s, or [`Error::TooLarge`].
+fn buffer_bytes<T>(len: usize) -> Result<usize, Error> {
+    let element_size = std::mem::size_of::<T>();
+    len.checked_mul(element_size)
+        .filter(|&bytes| bytes <= isize::MAX as usize)
+        .ok_or(Error::TooLarge { len, element_size })
+}
+
 fn release_file(file: &Path) {
     let mut loaded = LOADED_HOST_FILES
         .lock()
@@ -388,24 +415,67 @@ fn host_image(
     }
 }
 
-/// `len` elements of `T` in memory the host and the device both reach, made by
-/// [`Gpu::buffer`] or [`Gpu::buffer_from`]; passed to kernels as a pointer (`&buffer` for a
-/// `*const T` parameter, `&mut buffer` for a `*mut T`).
+/// Where a [`Buffer`] lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Memory {
+    /// The device's own memory, where kernels reach it fastest (CUDA `cuMemAlloc`, the GPU's
+    /// coarse-grained HSA pool; plain memory on the host emulation). The host reaches it only
+    /// through copies between launches ([`Buffer::write`], [`Buffer::to_vec`]). What
+    /// [`Gpu::buffer`] and [`Gpu::buffer_from`] make.
+    Device,
+    /// Host memory mapped into the device's address space (CUDA pinned memory, HSA
+    /// fine-grained host memory), which the host can also read and write while a kernel runs
+    /// ([`Buffer::host_ptr`]): for a kernel that talks to the host through it. Every device
+    /// access crosses the bus, so kernels are slower on it, and on AMD gfx90a float atomics on
+    /// fine-grained memory do nothing. What [`Gpu::mapped_buffer`] and
+    /// [`Gpu::mapped_buffer_from`] make; kept until the [`Gpu`] is dropped.
+    Mapped,
+}
+
+/// `len` elements of `T` for kernels, in device memory ([`Gpu::buffer`], [`Gpu::buffer_from`])
+/// or in mapped host memory ([`Gpu::mapped_buffer`]); passed to kernels as a pointer (`&buffer`
+/// for a `*const T` parameter, `&mut buffer` for a `*mut T`). Device memory is freed when the
+/// buffer is dropped.
 pub struct Buffer<'gpu, T> {
-    gpu: u64,
-    host: *mut u8,
+    gpu: &'gpu Gpu,
+    /// Mapped memory: where the host reaches it. `None`: device memory.
+    mapped: Option<*mut u8>,
     device: u64,
     len: usize,
-    // Borrows the `Gpu` (whose module owns the memory) and holds `T`s.
-    _marker: PhantomData<(&'gpu Gpu, T)>,
+    _marker: PhantomData<T>,
+}
+
+impl<T> Drop for Buffer<'_, T> {
+    fn drop(&mut self) {
+        if self.mapped.is_some() {
+            // Mapped blocks live as long as the module.
+            return;
+        }
+        // Launches borrow their buffers, so none runs now and the module is free; a module
+        // that cannot be borrowed keeps the memory until it goes.
+        if let Ok(mut module) = self.gpu.module.try_borrow_mut() {
+            let _ = module.free_device(self.device);
+        }
+    }
 }
 
 impl<T> std::fmt::Debug for Buffer<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Buffer")
             .field("len", &self.len)
+            .field("memory", &self.memory())
             .field("device", &format_args!("{:#x}", self.device))
             .finish()
+    }
+}
+
+impl<T> Buffer<'_, T> {
+    /// Where it lives.
+    pub fn memory(&self) -> Memory {
+        match self.mapped {
+            Some(_) => Memory::Mapped,
+            None => Memory::Device,
+        }
     }
 }
 
@@ -425,39 +495,111 @@ impl<T: DeviceCopy> Buffer<'_, T> {
         self.device
     }
 
-    pub(crate) fn owner(&self) -> u64 {
-        self.gpu
+    /// Where the host reads and writes a [`Memory::Mapped`] buffer, also while a kernel runs
+    /// (through atomics or volatile accesses, as any memory two sides share); `None` for device
+    /// memory, which only copies reach.
+    pub fn host_ptr(&self) -> Option<*mut T> {
+        self.mapped.map(|host| host.cast())
     }
 
-    /// Copies the elements out. A `Result` so that device memory a future backend reads with
-    /// a driver call can fail the same way.
+    pub(crate) fn owner(&self) -> u64 {
+        self.gpu.id
+    }
+
+    fn bytes(count: usize) -> usize {
+        // The allocation holds `len` elements, whose size in bytes was checked not to overflow.
+        count * std::mem::size_of::<T>()
+    }
+
+    /// Copies the elements out (on CUDA on the kernels' stream, after the launches before).
     pub fn to_vec(&self) -> Result<Vec<T>, Error> {
-        let mut out = Vec::<T>::with_capacity(self.len);
-        // SAFETY: the allocation holds `len` elements (checked size) and lives as long as the
-        // borrowed `Gpu`; launches are synchronous and need `&mut` for written buffers, so no
-        // kernel writes it now; any bit pattern is a valid `T` (`DeviceCopy`). Copied as bytes,
-        // so the allocation's alignment does not matter.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.host,
-                out.as_mut_ptr().cast::<u8>(),
-                self.len * std::mem::size_of::<T>(),
-            );
-            out.set_len(self.len);
-        }
+        let mut out = zeroed_vec::<T>(self.len);
+        self.read_into(&mut out)?;
         Ok(out)
     }
 
-    /// Overwrites the first `data.len()` elements (at most `len`).
-    pub fn write(&mut self, data: &[T]) {
-        let count = data.len().min(self.len);
-        // SAFETY: as in `to_vec`; `count` elements fit, and `&mut self` excludes readers.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr().cast::<u8>(),
-                self.host,
-                count * std::mem::size_of::<T>(),
-            );
+    /// Copies the first `out.len()` elements into `out`, which may hold at most
+    /// [`Buffer::len`] ([`Error::CopyTooLong`] otherwise): [`Buffer::to_vec`] without a new
+    /// allocation.
+    pub fn read_into(&self, out: &mut [T]) -> Result<(), Error> {
+        if out.len() > self.len {
+            return Err(Error::CopyTooLong {
+                given: out.len(),
+                len: self.len,
+            });
         }
+        let bytes = Self::bytes(out.len());
+        let target = out.as_mut_ptr().cast::<u8>();
+        match self.mapped {
+            // SAFETY: the mapped block holds `len` elements and lives as long as the borrowed
+            // `Gpu`; launches are synchronous and need `&mut` for written buffers, so no kernel
+            // writes it now. Copied as bytes: any bit pattern is a valid `T` (`DeviceCopy`).
+            Some(host) => unsafe { std::ptr::copy_nonoverlapping(host, target, bytes) },
+            None => {
+                // SAFETY: `out` is `bytes` initialized bytes (`DeviceCopy`: no padding), and
+                // every bit pattern written is a valid `T`.
+                let out = unsafe { std::slice::from_raw_parts_mut(target, bytes) };
+                self.gpu
+                    .module
+                    .borrow_mut()
+                    .read_device_into(self.device, out)?;
+            }
+        }
+        Ok(())
     }
+
+    /// Overwrites the first `data.len()` elements (on CUDA on the kernels' stream, before the
+    /// next launch); `data` may hold at most [`Buffer::len`] ([`Error::CopyTooLong`]
+    /// otherwise).
+    pub fn write(&mut self, data: &[T]) -> Result<(), Error> {
+        if data.len() > self.len {
+            return Err(Error::CopyTooLong {
+                given: data.len(),
+                len: self.len,
+            });
+        }
+        let bytes = Self::bytes(data.len());
+        let source = data.as_ptr().cast::<u8>();
+        match self.mapped {
+            // SAFETY: as in `read_into`; `&mut self` excludes other users of the buffer.
+            Some(host) => unsafe { std::ptr::copy_nonoverlapping(source, host, bytes) },
+            None => {
+                // SAFETY: `data` is `bytes` initialized bytes (`DeviceCopy`: no padding).
+                let data = unsafe { std::slice::from_raw_parts(source, bytes) };
+                self.gpu
+                    .module
+                    .borrow_mut()
+                    .write_device(self.device, data)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `len` zeroed `T`s: a valid value each (`DeviceCopy`: every bit pattern is one), from the
+/// allocator's zeroed memory, which for large sizes is fresh pages that cost no writes.
+fn zeroed_vec<T: DeviceCopy>(len: usize) -> Vec<T> {
+    let Ok(layout) = std::alloc::Layout::array::<T>(len) else {
+        // Larger than any buffer could be (its size was checked); let `Vec` report it.
+        return Vec::with_capacity(len);
+    };
+    if layout.size() == 0 {
+        let mut empty = Vec::new();
+        empty.resize(len, zeroed_value::<T>());
+        return empty;
+    }
+    // SAFETY: a non-zero size.
+    let start = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if start.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: allocated by the global allocator with `T`'s array layout for `len` elements,
+    // each zeroed, which is a valid `T`.
+    unsafe { Vec::from_raw_parts(start, len, len) }
+}
+
+/// A `T` of zero bytes (valid for every `DeviceCopy`).
+fn zeroed_value<T: DeviceCopy>() -> T {
+    // SAFETY: every bit pattern is a valid `T` (`DeviceCopy`).
+    unsafe { std::mem::zeroed() }
 }

@@ -52,7 +52,7 @@ use std::time::Duration;
 use gpurun_build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
 
-pub use gpu::{Buffer, Gpu, Output};
+pub use gpu::{Buffer, Gpu, Memory, Output};
 pub use gpurun_hal::kernel_args::KernelArg;
 pub use gpurun_hal::LaunchShape;
 pub use gpurun_hal::{BackendKind, LaunchEnd};
@@ -99,6 +99,10 @@ pub enum Error {
     /// A buffer's size in bytes overflows.
     #[error("a buffer of {len} elements of {element_size} bytes is too large")]
     TooLarge { len: usize, element_size: usize },
+    /// A copy into or out of a buffer names more elements than the buffer holds; nothing was
+    /// copied.
+    #[error("cannot copy {given} elements: the buffer holds {len}")]
+    CopyTooLong { given: usize, len: usize },
     /// A device thread panicked; the first report is shown. The kernel ran to its end.
     #[error("{0}")]
     Panicked(Box<DevicePanic>),

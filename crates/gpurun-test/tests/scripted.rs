@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use gpurun_hal::scripted::{test, ImageSpec, Script, Step, SCRIPT_ENV};
-use gpurun_test::{BackendKind, Error, Gpu, LaunchEnd, LaunchShape};
+use gpurun_test::{BackendKind, Error, Gpu, LaunchEnd, LaunchShape, Memory};
 
 const KERNELS: [&str; 7] = [
     "prints", "panics", "faults", "hangs", "exits", "aborts", "quiet",
@@ -177,8 +177,23 @@ fn a_missing_kernel_is_refused_before_launch() {
 fn buffers_round_trip_and_belong_to_their_image() {
     let gpu = open(Duration::from_secs(10));
     let mut buffer = gpu.buffer_from(&[1u32, 2, 3]).unwrap();
+    assert_eq!(buffer.memory(), Memory::Device);
+    assert_eq!(buffer.host_ptr(), None, "only copies reach device memory");
     assert_eq!(buffer.to_vec().unwrap(), [1, 2, 3]);
-    buffer.write(&[9]);
+    buffer.write(&[9]).unwrap();
+    assert_eq!(buffer.to_vec().unwrap(), [9, 2, 3]);
+    let mut first_two = [0u32; 2];
+    buffer.read_into(&mut first_two).unwrap();
+    assert_eq!(first_two, [9, 2]);
+    // Longer copies are refused, and copy nothing.
+    assert!(matches!(
+        buffer.write(&[7; 4]),
+        Err(Error::CopyTooLong { given: 4, len: 3 })
+    ));
+    assert!(matches!(
+        buffer.read_into(&mut [0; 4]),
+        Err(Error::CopyTooLong { given: 4, len: 3 })
+    ));
     assert_eq!(buffer.to_vec().unwrap(), [9, 2, 3]);
     assert_eq!(gpu.buffer::<f64>(4).unwrap().to_vec().unwrap(), [0.0; 4]);
     assert!(gpu.buffer::<u64>(0).unwrap().is_empty());
@@ -193,6 +208,24 @@ fn buffers_round_trip_and_belong_to_their_image() {
     assert!(
         matches!(error, Error::ForeignBuffer { index: 1, .. }),
         "{error}"
+    );
+}
+
+#[test]
+fn mapped_buffers_are_host_memory_the_host_reaches_directly() {
+    let gpu = open(Duration::from_secs(10));
+    let mut mapped = gpu.mapped_buffer_from(&[1.5f32, 2.5]).unwrap();
+    assert_eq!(mapped.memory(), Memory::Mapped);
+    let host = mapped.host_ptr().expect("mapped memory has a host address");
+    // SAFETY: the buffer holds two f32s at `host`, and no kernel runs.
+    unsafe { host.add(1).write(4.0) };
+    assert_eq!(mapped.to_vec().unwrap(), [1.5, 4.0]);
+    mapped.write(&[0.5]).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { host.read() }, 0.5);
+    assert_eq!(
+        gpu.mapped_buffer::<u16>(3).unwrap().to_vec().unwrap(),
+        [0; 3]
     );
 }
 

@@ -23,6 +23,7 @@ pub const fn descriptor<const N: usize>(
     flags: u8,
     threads: [u32; 3],
     blocks: [u32; 3],
+    shared_bytes: u32,
 ) -> [u8; N] {
     desc::encode::<N>(desc::Fields {
         path,
@@ -31,7 +32,17 @@ pub const fn descriptor<const N: usize>(
         flags,
         threads,
         blocks,
+        shared_bytes,
     })
+}
+
+/// `#[gpurun::test(shared = BYTES)]`'s bytes as the descriptor stores them; a size over
+/// `u32::MAX` (no GPU has that much shared memory) fails the build.
+pub const fn shared_bytes(bytes: usize) -> u32 {
+    if bytes > u32::MAX as usize {
+        panic!("`shared` is larger than any GPU's shared memory (over 4 GiB)");
+    }
+    bytes as u32
 }
 
 pub use gpurun_abi::kernel::{

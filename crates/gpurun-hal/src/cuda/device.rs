@@ -104,7 +104,10 @@ pub struct CudaDevice {
 }
 
 impl CudaDevice {
-    pub(crate) fn open(ordinal: usize) -> Result<CudaDevice, BackendError> {
+    /// Opens device `ordinal`: its primary context, retained until the device is dropped.
+    /// [`super::CudaBackend`]'s `open` wraps this; its [`crate::module::LoadPrimitives`] gives
+    /// an image's primitives without the shared module (for tests of the driver calls).
+    pub fn open(ordinal: usize) -> Result<CudaDevice, BackendError> {
         let info = describe(ordinal)?;
         let handle = device_handle(ordinal)?;
         let context = calls::primary_context_retain(handle)?;
@@ -151,6 +154,17 @@ impl CudaDevice {
             CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED,
         )
         .is_ok_and(|value| value != 0)
+    }
+
+    /// The most shared memory a block may have once a kernel opts in
+    /// (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`: 227 KiB on an H100).
+    pub(crate) fn max_shared_bytes_per_block(&self) -> Option<u64> {
+        attribute(
+            self.handle,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )
+        .ok()
+        .and_then(|bytes| u64::try_from(bytes).ok())
     }
 
     /// The device's compute capability as a number (90 for sm_90).

@@ -403,6 +403,18 @@ pub(crate) mod calls {
             .map_err(named("cuFuncGetAttribute"))
     }
 
+    /// # Safety
+    /// `function` must belong to a module loaded in the current context.
+    pub(crate) unsafe fn function_set_attribute(
+        function: CUfunction,
+        which: CUfunction_attribute,
+        value: i32,
+    ) -> Result<(), DriverError> {
+        // SAFETY: per the caller.
+        unsafe { result::function::set_function_attribute(function, which, value) }
+            .map_err(named("cuFuncSetAttribute"))
+    }
+
     /// Launches `function` on `stream` with its parameters as one packed buffer (`params`, the
     /// C struct of its arguments, `size` bytes: up to the end of the last parameter, without
     /// the struct's tail padding, which the driver refuses). cudarc's `launch_kernel` takes one
@@ -415,6 +427,7 @@ pub(crate) mod calls {
         function: CUfunction,
         blocks: [u32; 3],
         threads: [u32; 3],
+        shared_bytes: u32,
         stream: CUstream,
         params: *mut c_void,
         size: usize,
@@ -444,7 +457,7 @@ pub(crate) mod calls {
                 tx,
                 ty,
                 tz,
-                0,
+                shared_bytes,
                 stream,
                 std::ptr::null_mut(),
                 extra,
@@ -572,24 +585,38 @@ pub(crate) mod calls {
         }
     }
 
-    /// Reads `len` bytes of device memory in `stream`'s order (after the kernels launched on it)
-    /// and waits for them.
+    /// Sets `len` bytes of device memory to zero in `stream`'s order and waits for it, as
+    /// [`copy_to_device`] copies.
     ///
     /// # Safety
     /// As [`copy_to_device`], for `len` bytes at `address`.
-    pub(crate) unsafe fn copy_from_device(
+    pub(crate) unsafe fn zero_device(
         address: CUdeviceptr,
         len: usize,
         stream: CUstream,
-    ) -> Result<Vec<u8>, DriverError> {
-        let mut bytes = vec![0u8; len];
-        // SAFETY: per the caller; `bytes` stays borrowed until the stream has finished the copy.
+    ) -> Result<(), DriverError> {
+        // SAFETY: per the caller.
         unsafe {
-            result::memcpy_dtoh_async(&mut bytes, address, stream)
-                .map_err(named("cuMemcpyDtoHAsync"))?;
-            stream_synchronize(stream)?;
+            result::memset_d8_async(address, 0, len, stream).map_err(named("cuMemsetD8Async"))?;
+            stream_synchronize(stream)
         }
-        Ok(bytes)
+    }
+
+    /// Fills `out` from device memory in `stream`'s order (after the kernels launched on it)
+    /// and waits for the copy.
+    ///
+    /// # Safety
+    /// As [`copy_to_device`], for `out.len()` bytes at `address`.
+    pub(crate) unsafe fn copy_from_device(
+        address: CUdeviceptr,
+        out: &mut [u8],
+        stream: CUstream,
+    ) -> Result<(), DriverError> {
+        // SAFETY: per the caller; `out` stays borrowed until the stream has finished the copy.
+        unsafe {
+            result::memcpy_dtoh_async(out, address, stream).map_err(named("cuMemcpyDtoHAsync"))?;
+            stream_synchronize(stream)
+        }
     }
 }
 

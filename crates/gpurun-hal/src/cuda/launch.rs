@@ -60,6 +60,7 @@ impl RawLaunch {
                 self.function,
                 self.shape.blocks,
                 self.shape.threads,
+                self.shape.shared_bytes,
                 self.stream,
                 self.words.as_mut_ptr().cast(),
                 self.args_size,

@@ -15,7 +15,7 @@ use crate::kernel_args::KernelArg;
 use crate::module::{Primitives, Started};
 use crate::{BackendError, LaunchShape, ResourceUsage, SharedAlloc};
 use cudarc::driver::sys::{CUfunction, CUmodule, CUresult, CUstream};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::path::Path;
 
@@ -52,6 +52,10 @@ pub struct CudaPrimitives<'d> {
     pub(crate) functions: HashMap<String, CUfunction>,
     /// Host-visible blocks handed out by `alloc_host_visible` (RPC buffer, argv, envp, ...).
     pub(crate) shared: Vec<PinnedHost>,
+    /// Device memory of the host's buffers (`alloc_device`), from `cuMemAlloc`.
+    pub(crate) buffers: HashSet<u64>,
+    /// Each kernel's `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` as last read or set.
+    pub(crate) dynamic_shared: HashMap<String, u32>,
     /// The constructor/destructor array the start code walks; must outlive the module.
     pub(crate) init_arrays: Option<PinnedHost>,
     /// `CUDA_LAUNCH_BLOCKING=1` makes `cuLaunchKernel` wait for the kernel, which would wait
@@ -81,6 +85,8 @@ pub(crate) fn load<'d>(
         heap: DeviceHeap::new(memory_stream, device.supports_memory_pools()),
         functions: HashMap::new(),
         shared: Vec::new(),
+        buffers: HashSet::new(),
+        dynamic_shared: HashMap::new(),
         init_arrays: None,
         launch_blocking: std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1"),
         events: None,
@@ -232,7 +238,9 @@ impl CudaPrimitives<'_> {
                 "cannot read {len} bytes from the {size}-byte global `{name}`"
             )));
         }
-        self.copy_from_device(address, len)
+        let mut bytes = vec![0; len];
+        self.copy_from_device(address, &mut bytes)?;
+        Ok(bytes)
     }
 
     /// Copies to device memory on the kernels' stream, so the next launch comes after the copy
@@ -246,10 +254,53 @@ impl CudaPrimitives<'_> {
     }
 
     /// Reads device memory on the kernels' stream, after the launches before it.
-    fn copy_from_device(&self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+    fn copy_from_device(&self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
         self.check_stream_usable()?;
-        // SAFETY: as for `copy_to_device`, for `len` bytes.
-        Ok(unsafe { calls::copy_from_device(address, len, self.stream) }?)
+        // SAFETY: as for `copy_to_device`, for `out.len()` bytes.
+        Ok(unsafe { calls::copy_from_device(address, out, self.stream) }?)
+    }
+
+    /// Lets `kernel` take `bytes` of dynamic shared memory: a launch with more than its
+    /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` (48 KiB less its static shared memory
+    /// until raised) fails, so the attribute is raised first where needed (the module checked
+    /// `bytes` against the device's opt-in limit).
+    fn allow_dynamic_shared(&mut self, kernel: &str, bytes: u32) -> Result<(), BackendError> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        let function = self.function(kernel)?;
+        use cudarc::driver::sys::CUfunction_attribute as A;
+        let allowed = match self.dynamic_shared.get(kernel) {
+            Some(&allowed) => allowed,
+            None => {
+                // SAFETY: a function of the module loaded in the current context.
+                let value = unsafe {
+                    calls::function_attribute(
+                        function,
+                        A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    )
+                }?;
+                u32::try_from(value).unwrap_or(0)
+            }
+        };
+        let allowed = if bytes > allowed {
+            let value = i32::try_from(bytes).map_err(|_| {
+                BackendError::InvalidArgument(format!("{bytes} bytes of shared memory"))
+            })?;
+            // SAFETY: as above.
+            unsafe {
+                calls::function_set_attribute(
+                    function,
+                    A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    value,
+                )
+            }?;
+            bytes
+        } else {
+            allowed
+        };
+        self.dynamic_shared.insert(kernel.to_owned(), allowed);
+        Ok(())
     }
 
     fn check_stream_usable(&self) -> Result<(), BackendError> {
@@ -340,6 +391,11 @@ impl Drop for CudaPrimitives<'_> {
         // Device memory first, on the stream it was allocated on, then the streams, then the
         // module. Pinned host blocks are freed by their own drops afterwards.
         self.heap.release_all();
+        for buffer in std::mem::take(&mut self.buffers) {
+            // SAFETY: allocated by `alloc_device` with `cuMemAlloc` and freed once; no kernel
+            // runs (a module that may still run one is never dropped).
+            let _ = unsafe { calls::device_free(buffer, None) };
+        }
         // SAFETY: the streams, events and module were created by `load` and are destroyed
         // once; nothing uses them after this point (no launch runs: a module whose kernel may
         // still run is never dropped).
@@ -398,19 +454,44 @@ impl Primitives for CudaPrimitives<'_> {
         &mut self.heap
     }
 
+    fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
+        self.device.make_current()?;
+        self.check_stream_usable()?;
+        // Synchronous `cuMemAlloc`, not stream-ordered: the memory is used on the kernels'
+        // stream and copied to from the host, and lives across launches.
+        // SAFETY: no stream: a plain allocation of the current context.
+        let address = unsafe { calls::device_alloc(size, None) }?;
+        // Zeroed on the kernels' stream, so the next launch comes after it.
+        // SAFETY: `size` bytes just allocated; the stream is this module's and usable.
+        if let Err(error) = unsafe { calls::zero_device(address, size, self.stream) } {
+            // SAFETY: allocated above and handed out to no one.
+            let _ = unsafe { calls::device_free(address, None) };
+            return Err(error.into());
+        }
+        self.buffers.insert(address);
+        Ok(address)
+    }
+
+    fn free_device(&mut self, address: u64) -> Result<(), BackendError> {
+        self.device.make_current()?;
+        if self.buffers.remove(&address) {
+            // SAFETY: allocated by `alloc_device` and freed once; launches are synchronous, so
+            // no kernel uses it now.
+            unsafe { calls::device_free(address, None) }?;
+        }
+        Ok(())
+    }
+
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
         self.device.make_current()?;
-        // The allocation may still be pending on the memory stream.
-        // SAFETY: a stream of the current context.
-        unsafe { calls::stream_synchronize(self.memory_stream) }?;
         // The module checked that `address` holds `bytes.len()` device bytes.
         self.copy_to_device(address, bytes)
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
         self.device.make_current()?;
-        // The module checked that `address` holds `len` device bytes.
-        self.copy_from_device(address, len)
+        // The module checked that `address` holds `out.len()` device bytes.
+        self.copy_from_device(address, out)
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
@@ -418,6 +499,7 @@ impl Primitives for CudaPrimitives<'_> {
         // Frees the device asked for during the last launch (see `DeviceHeap::free`).
         self.heap.release_deferred();
         let function = self.function(kernel)?;
+        self.allow_dynamic_shared(kernel, shape.shared_bytes)?;
         let (words, args_size) = param_buffer(args);
         let raw = RawLaunch {
             context: self.device.context,
@@ -445,6 +527,20 @@ impl Primitives for CudaPrimitives<'_> {
             calls::function_attribute(function, A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
         };
         max.ok().and_then(|max| u64::try_from(max).ok())
+    }
+
+    fn max_shared_bytes(&mut self, kernel: &str) -> Option<u64> {
+        self.device.make_current().ok()?;
+        let device_limit = self.device.max_shared_bytes_per_block()?;
+        let function = self.function(kernel).ok()?;
+        use cudarc::driver::sys::CUfunction_attribute as A;
+        // SAFETY: a function of the module loaded in the current context.
+        let statically =
+            unsafe { calls::function_attribute(function, A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES) }
+                .ok()
+                .and_then(|bytes| u64::try_from(bytes).ok())
+                .unwrap_or(0);
+        Some(device_limit.saturating_sub(statically))
     }
 
     fn abandon(&mut self) {

@@ -2,7 +2,9 @@
 //! that lives as long as the loaded module, so a launch starts no thread once the pool is big
 //! enough. At most [`MAX_LIVE_THREADS`] threads run a grid at once: the blocks are dealt to
 //! groups of `threads per block` pool threads, each group runs its blocks one after another,
-//! and all threads of a group run one block together, so block barriers work.
+//! and all threads of a group run one block together, so block barriers work. A launch with
+//! shared memory gives each group one zeroed region, zeroed again between its blocks once every
+//! thread of the group has left the block before.
 
 use crate::{BackendError, LaunchShape};
 use gpurun_rpc::host_waits::ServerWaker;
@@ -15,7 +17,8 @@ use std::time::{Duration, Instant};
 pub const MAX_LIVE_THREADS: u64 = 4096;
 
 pub(crate) use gpurun_abi::host::EnterThread;
-use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION};
+use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION, HOST_SHARED_ALIGN};
+use std::alloc::Layout;
 
 /// Every host kernel is called through this type; the C ABI passes the first six integer
 /// arguments and, numbered separately, the first eight floating-point ones in registers, so a
@@ -61,10 +64,15 @@ struct Deal {
 
 impl Deal {
     fn of(shape: &LaunchShape) -> Deal {
+        Deal::within(shape, MAX_LIVE_THREADS)
+    }
+
+    /// The deal with at most `live` threads at once (at least one block's).
+    fn within(shape: &LaunchShape, live: u64) -> Deal {
         let per_block = shape.threads_per_block();
         let [gx, gy, gz] = shape.blocks.map(u64::from);
         let blocks = gx * gy * gz;
-        let groups = (MAX_LIVE_THREADS / per_block).clamp(1, blocks);
+        let groups = (live / per_block).clamp(1, blocks);
         Deal {
             per_block,
             groups,
@@ -77,6 +85,52 @@ impl Deal {
     }
 }
 
+/// One group's block-shared memory: zeroed, [`HOST_SHARED_ALIGN`]-aligned, freed on drop.
+struct SharedRegion {
+    start: *mut u8,
+    layout: Layout,
+}
+
+// SAFETY: a plain allocation owned by the launch; the device threads of one block share it as
+// GPU shared memory is shared (what they do with it is the kernel's business), and the emulator
+// zeroes it only while no thread of the group runs a block.
+unsafe impl Send for SharedRegion {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRegion {}
+
+impl SharedRegion {
+    fn new(bytes: usize) -> Result<SharedRegion, BackendError> {
+        let no_memory = || {
+            BackendError::InvalidArgument(format!("no memory for {bytes} bytes of shared memory"))
+        };
+        let layout =
+            Layout::from_size_align(bytes.max(1), HOST_SHARED_ALIGN).map_err(|_| no_memory())?;
+        // SAFETY: the layout has a non-zero size.
+        let start = unsafe { std::alloc::alloc_zeroed(layout) };
+        if start.is_null() {
+            return Err(no_memory());
+        }
+        Ok(SharedRegion { start, layout })
+    }
+
+    /// Zeroes the region for the group's next block.
+    ///
+    /// # Safety
+    /// No thread may use the region meanwhile.
+    unsafe fn zero(&self) {
+        // SAFETY: the region holds `layout.size()` bytes; the caller excludes other users.
+        unsafe { std::ptr::write_bytes(self.start, 0, self.layout.size()) };
+    }
+}
+
+impl Drop for SharedRegion {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once; the launch is over (its
+        // last `Arc` is gone).
+        unsafe { std::alloc::dealloc(self.start, self.layout) };
+    }
+}
+
 /// One launch, shared by the pool threads that run it.
 struct GridRun {
     entry: Entry,
@@ -86,6 +140,11 @@ struct GridRun {
     deal: Deal,
     /// One per group, reused for each of the group's blocks.
     barriers: Vec<Barrier>,
+    /// With shared memory: one region per group, and one barrier per group that its threads
+    /// pass between blocks (apart from `barriers`, so that a thread that left a block early
+    /// never stands in for one still at a block barrier).
+    shared: Vec<SharedRegion>,
+    between_blocks: Vec<Barrier>,
     /// Pool threads still running this launch.
     running: AtomicUsize,
     done: AtomicBool,
@@ -106,8 +165,19 @@ impl GridRun {
         let thread_idx = [local % tx, local / tx % ty, local / (tx * ty)].map(|i| i as u32);
         let [gx, gy, _] = self.shape.blocks.map(u64::from);
         let barrier = &self.barriers[group as usize];
+        let shared = self.shared.get(group as usize);
         let mut block = group;
         while block < self.deal.blocks {
+            if let (Some(region), true) = (shared, block != group) {
+                // The group's previous block is over for every thread before its memory is
+                // zeroed, and zeroed before any thread starts the next one.
+                let between = &self.between_blocks[group as usize];
+                if between.wait().is_leader() {
+                    // SAFETY: every thread of the group is waiting here, so none uses it.
+                    unsafe { region.zero() };
+                }
+                between.wait();
+            }
             let info = HostThreadInfo {
                 abi_version: HOST_ABI_VERSION,
                 lane_size: self.lane_size,
@@ -117,6 +187,8 @@ impl GridRun {
                 grid_dim: self.shape.blocks,
                 barrier_context: std::ptr::from_ref(barrier).cast(),
                 barrier: Some(wait_at_barrier),
+                shared_memory: shared.map_or(std::ptr::null_mut(), |region| region.start),
+                shared_memory_bytes: shared.map_or(0, |_| self.shape.shared_bytes as usize),
             };
             // SAFETY: `enter` and `kernel` come from the loaded image, which outlives the pool
             // (`HostPrimitives` drops the pool first); `info` lives on this stack and its
@@ -257,7 +329,31 @@ impl Grid {
     ) -> Result<Grid, BackendError> {
         // The shape was checked by `crate::module::check_shape`: at most 1024 threads a block.
         let deal = Deal::of(&shape);
+        Grid::start_dealt(pool, entry, (shape, deal), registers, lane_size, waker)
+    }
+
+    /// [`Grid::start`] with the blocks dealt as `deal` says.
+    fn start_dealt(
+        pool: &mut ThreadPool,
+        entry: Entry,
+        (shape, deal): (LaunchShape, Deal),
+        registers: Registers,
+        lane_size: u32,
+        waker: Option<ServerWaker>,
+    ) -> Result<Grid, BackendError> {
         let threads = deal.threads() as usize;
+        let (shared, between_blocks) = if shape.shared_bytes > 0 {
+            // The module checked the size against `MAX_SHARED_BYTES`.
+            let regions = (0..deal.groups)
+                .map(|_| SharedRegion::new(shape.shared_bytes as usize))
+                .collect::<Result<Vec<_>, _>>()?;
+            let barriers = (0..deal.groups)
+                .map(|_| Barrier::new(deal.per_block as usize))
+                .collect();
+            (regions, barriers)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         pool.reserve(threads)?;
         let run = Arc::new(GridRun {
             entry,
@@ -268,6 +364,8 @@ impl Grid {
             barriers: (0..deal.groups)
                 .map(|_| Barrier::new(deal.per_block as usize))
                 .collect(),
+            shared,
+            between_blocks,
             running: AtomicUsize::new(threads),
             done: AtomicBool::new(false),
             started: Instant::now(),
@@ -313,10 +411,7 @@ mod tests {
 
     #[test]
     fn blocks_are_dealt_to_as_many_groups_as_fit_the_thread_limit() {
-        let shape = |threads: u32, blocks: u32| LaunchShape {
-            threads: [threads, 1, 1],
-            blocks: [blocks, 1, 1],
-        };
+        let shape = |threads: u32, blocks: u32| LaunchShape::grid([blocks, 1, 1], [threads, 1, 1]);
         assert_eq!(Deal::of(&shape(1, 1)).threads(), 1);
         assert_eq!(Deal::of(&shape(256, 4)).threads(), 1024);
         let many = Deal::of(&shape(1024, 100));
@@ -361,10 +456,7 @@ mod tests {
             enter: record_enter,
             kernel: nothing,
         };
-        let shape = LaunchShape {
-            threads: [2, 3, 1],
-            blocks: [2, 1, 2],
-        };
+        let shape = LaunchShape::grid([2, 1, 2], [2, 3, 1]);
         for _ in 0..3 {
             SEEN.lock().unwrap().clear();
             let grid = Grid::start(&mut pool, entry, shape, Registers::default(), 1, None).unwrap();
@@ -385,5 +477,99 @@ mod tests {
             assert_eq!(seen, expected);
             assert_eq!(pool.seats.len(), 24);
         }
+    }
+
+    /// What each thread of the shared-memory launch saw: (block, thread, region address,
+    /// region bytes, its slot's value when the block started).
+    type SharedSeen = (u32, u32, usize, usize, u64);
+    static SHARED_SEEN: Mutex<Vec<SharedSeen>> = Mutex::new(Vec::new());
+
+    thread_local! {
+        static ENTERED: std::cell::Cell<HostThreadInfo> =
+            const { std::cell::Cell::new(HostThreadInfo::UNSET) };
+    }
+
+    unsafe extern "C" fn remember_enter(info: *const HostThreadInfo) {
+        // SAFETY: the pool passes a valid record.
+        ENTERED.with(|entered| entered.set(unsafe { *info }));
+    }
+
+    /// Reads this thread's slot of the block's shared memory, waits for the whole block, then
+    /// writes into the slot what a block that did not zero it would leave for the next one.
+    unsafe extern "C" fn use_shared_memory(
+        _: u64,
+        _: u64,
+        _: u64,
+        _: u64,
+        _: u64,
+        _: u64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+        _: f64,
+    ) {
+        let info = ENTERED.with(std::cell::Cell::get);
+        let slot = info
+            .shared_memory
+            .cast::<u64>()
+            .wrapping_add(info.thread_idx[0] as usize);
+        // SAFETY: the region holds a u64 per thread (the test's launch), aligned; each thread
+        // touches only its own slot, and the barrier callback is valid during the kernel.
+        unsafe {
+            let before = slot.read();
+            SHARED_SEEN.lock().unwrap().push((
+                info.block_idx[0],
+                info.thread_idx[0],
+                info.shared_memory as usize,
+                info.shared_memory_bytes,
+                before,
+            ));
+            (info.barrier.unwrap())(info.barrier_context);
+            slot.write(u64::from(info.block_idx[0]) + 100);
+        }
+    }
+
+    #[test]
+    fn each_block_gets_its_groups_region_zeroed() {
+        use crate::launch_loop::{Launch, LaunchState};
+        let mut pool = ThreadPool::new(1 << 16);
+        let entry = Entry {
+            enter: remember_enter,
+            kernel: use_shared_memory,
+        };
+        let shape = LaunchShape::blocks(5).threads(4).shared_bytes(32);
+        // Two groups of 4 threads: each runs two or three blocks in its one region.
+        let deal = Deal::within(&shape, 8);
+        assert_eq!(deal.groups, 2);
+        let grid = Grid::start_dealt(
+            &mut pool,
+            entry,
+            (shape, deal),
+            Registers::default(),
+            1,
+            None,
+        )
+        .unwrap();
+        while grid.state() == LaunchState::Running {
+            std::thread::yield_now();
+        }
+        Box::new(grid).finish(true);
+        let seen = SHARED_SEEN.lock().unwrap().clone();
+        assert_eq!(seen.len(), 20, "{seen:?}");
+        for &(block, thread, address, bytes, before) in &seen {
+            assert_eq!(before, 0, "block {block} thread {thread} saw a used region");
+            assert_eq!(bytes, 32);
+            assert_eq!(address % HOST_SHARED_ALIGN, 0);
+        }
+        // Blocks of one group (0, 2, 4 and 1, 3) share its region; the groups' differ.
+        let region = |block| seen.iter().find(|seen| seen.0 == block).unwrap().2;
+        assert_eq!(region(0), region(2));
+        assert_eq!(region(0), region(4));
+        assert_eq!(region(1), region(3));
+        assert_ne!(region(0), region(1));
     }
 }

@@ -59,13 +59,12 @@ impl HostMemory {
         Ok(())
     }
 
-    /// Copies `len` bytes from `address`, which must lie in one of this allocator's blocks.
-    pub fn read(&self, address: u64, len: usize) -> Result<Vec<u8>, crate::BackendError> {
-        let source = self.checked(address, len)?;
-        let mut bytes = vec![0; len];
-        // SAFETY: as in `write`.
-        unsafe { std::ptr::copy_nonoverlapping(source, bytes.as_mut_ptr(), len) };
-        Ok(bytes)
+    /// Fills `out` from `address`, which must lie in one of this allocator's blocks.
+    pub fn read(&self, address: u64, out: &mut [u8]) -> Result<(), crate::BackendError> {
+        let source = self.checked(address, out.len())?;
+        // SAFETY: as in `write`; `out` is the caller's, apart from our blocks.
+        unsafe { std::ptr::copy_nonoverlapping(source, out.as_mut_ptr(), out.len()) };
+        Ok(())
     }
 
     fn checked(&self, address: u64, len: usize) -> Result<*mut u8, crate::BackendError> {

@@ -28,6 +28,12 @@ pub const HOST_DEVICES_ENV: &str = "GPURUN_HOST_DEVICES";
 /// Most emulated devices [`HOST_DEVICES_ENV`] may ask for.
 pub const MAX_HOST_DEVICES: usize = 64;
 
+/// The most dynamic shared memory a block gets on the host emulation: 64 KiB, the smallest
+/// limit among the GPUs the project targets (an AMD workgroup's LDS on gfx9 and gfx11, and a
+/// block on sm_75; other NVIDIA GPUs from sm_70 on give 96 KiB or more once the kernel opts in,
+/// which the CUDA backend does), so a launch that runs here fits every one of them.
+pub const MAX_SHARED_BYTES: u64 = 64 * 1024;
+
 fn host_device_count() -> Result<usize, BackendError> {
     let Some(value) = std::env::var_os(HOST_DEVICES_ENV) else {
         return Ok(1);

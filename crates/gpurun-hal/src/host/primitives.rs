@@ -25,6 +25,9 @@ pub(crate) struct HostPrimitives {
     /// The emulated threads, reused by every launch of this module.
     pool: ThreadPool,
     memory: HostMemory,
+    /// The host's buffers (`alloc_device`), apart from the RPC heap in `memory`, so that a
+    /// device `free` cannot release them.
+    buffers: HostMemory,
     lane_size: u32,
     /// Wakes the serve loop when a launch's last thread returns (set with the host waits block).
     server_waker: Option<ServerWaker>,
@@ -75,6 +78,7 @@ impl HostPrimitives {
         Ok(HostPrimitives {
             pool: ThreadPool::new(options.stack_size.unwrap_or(DEFAULT_STACK)),
             memory: HostMemory::default(),
+            buffers: HostMemory::default(),
             lane_size,
             server_waker: None,
             enter,
@@ -149,12 +153,28 @@ impl Primitives for HostPrimitives {
         &mut self.memory
     }
 
-    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
-        self.memory.write(address, bytes)
+    fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
+        self.buffers
+            .alloc_zeroed(size)
+            .map(|block| block as u64)
+            .ok_or_else(|| BackendError::InvalidArgument(format!("no memory for {size} bytes")))
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.memory.read(address, len)
+    fn free_device(&mut self, address: u64) -> Result<(), BackendError> {
+        self.buffers.release(address as usize);
+        Ok(())
+    }
+
+    fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
+        self.buffers.write(address, bytes)
+    }
+
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.buffers.read(address, out)
+    }
+
+    fn max_shared_bytes(&mut self, _kernel: &str) -> Option<u64> {
+        Some(super::MAX_SHARED_BYTES)
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {

@@ -336,6 +336,23 @@ pub(crate) mod calls {
             .result(lib, "hsa_amd_agents_allow_access")
     }
 
+    /// Sets `words` 32-bit words at `pointer` to `value` (the runtime's fill: it reaches device
+    /// memory the host cannot), and waits for it.
+    ///
+    /// # Safety
+    /// `pointer` must be 4-aligned memory of the runtime (a pool allocation) holding `words`
+    /// words, not used by a running kernel.
+    pub(crate) unsafe fn memory_fill(
+        lib: &HsaLib,
+        pointer: *mut c_void,
+        value: u32,
+        words: usize,
+    ) -> Result<(), HsaError> {
+        // SAFETY: per the caller.
+        unsafe { (lib.hsa_amd_memory_fill)(pointer, value, words) }
+            .result(lib, "hsa_amd_memory_fill")
+    }
+
     /// # Safety
     /// `pointer` must come from [`pool_allocate`], be freed once and not be used after.
     pub(crate) unsafe fn pool_free(lib: &HsaLib, pointer: *mut c_void) -> Result<(), HsaError> {

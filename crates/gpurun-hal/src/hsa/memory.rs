@@ -39,6 +39,17 @@ pub(crate) struct Pools {
     pub coarse_grained: hsa_amd_memory_pool_t,
     /// Size of the GPU's coarse-grained pool, reported as the device's memory.
     pub device_memory_bytes: Option<u64>,
+    /// Size of the GPU's group-segment pool: the LDS a workgroup may have (64 KiB on gfx90a
+    /// and gfx11), static and dynamic together; `None` when the runtime lists no such pool.
+    pub group_segment_bytes: Option<u64>,
+}
+
+/// The size of the group-segment (LDS) pool among `pools`, if there is one.
+pub(crate) fn group_pool_size(pools: &[PoolInfo]) -> Option<u64> {
+    pools
+        .iter()
+        .find(|pool| pool.segment == HSA_AMD_SEGMENT_GROUP)
+        .map(|pool| pool.size)
 }
 
 /// Finds the kernarg and fine-grained pools on `cpu` and the coarse-grained pool on `gpu`.
@@ -61,6 +72,7 @@ pub(crate) fn find_pools(
         fine_grained: fine.pool,
         coarse_grained: coarse.pool,
         device_memory_bytes: Some(coarse.size),
+        group_segment_bytes: group_pool_size(&gpu_pools),
     })
 }
 
@@ -139,6 +151,25 @@ impl PoolBuffer {
     /// The address as the GPU sees it (HSA shares one virtual address space).
     pub(crate) fn address(&self) -> u64 {
         self.ptr as u64
+    }
+
+    /// Sets the whole buffer (rounded up to 4 bytes: [`PoolBuffer::allocate_words`]) to zero
+    /// with the runtime's fill, which works on device memory the host cannot touch.
+    pub(crate) fn zero(&self) -> Result<(), HsaError> {
+        // SAFETY: the allocation holds `len` rounded up to whole 32-bit words (see
+        // `allocate_words`) and is 4-aligned (pool allocations are page-aligned).
+        unsafe { calls::memory_fill(&self.lib, self.ptr, 0, self.len.div_ceil(4)) }
+    }
+
+    /// Allocates `len` bytes rounded up to whole 32-bit words (at least one), for
+    /// [`PoolBuffer::zero`], and lets `gpu` access them.
+    pub(crate) fn allocate_words(
+        lib: &Arc<HsaLib>,
+        pool: hsa_amd_memory_pool_t,
+        len: usize,
+        gpu: hsa_agent_t,
+    ) -> Result<PoolBuffer, HsaError> {
+        PoolBuffer::allocate(lib, pool, len.max(1).next_multiple_of(4), gpu)
     }
 
     /// Copies `bytes` to the start of a host-visible buffer.
@@ -239,6 +270,24 @@ mod tests {
             size: 1 << 30,
             alloc_allowed,
         }
+    }
+
+    #[test]
+    fn the_group_pool_gives_the_lds_size() {
+        let pools = [
+            pool(
+                1,
+                HSA_AMD_SEGMENT_GLOBAL,
+                HSA_AMD_MEMORY_POOL_GLOBAL_FLAG_COARSE_GRAINED,
+                true,
+            ),
+            PoolInfo {
+                size: 65536,
+                ..pool(2, HSA_AMD_SEGMENT_GROUP, 0, false)
+            },
+        ];
+        assert_eq!(group_pool_size(&pools), Some(65536));
+        assert_eq!(group_pool_size(&pools[..1]), None);
     }
 
     #[test]

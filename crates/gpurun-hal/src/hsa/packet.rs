@@ -154,6 +154,18 @@ pub fn dispatch_packet(
     check_shape(shape)?;
     let [tx, ty, tz] = shape.threads;
     let [bx, by, bz] = shape.blocks;
+    // The group segment a workgroup gets: the kernel's static LDS, then the launch's dynamic
+    // shared memory, which LLVM places right after it (at the static size, which the kernel
+    // descriptor reports already aligned for it).
+    let group_segment_size = kernel
+        .group_segment_size
+        .checked_add(shape.shared_bytes)
+        .ok_or_else(|| {
+            BackendError::InvalidArgument(format!(
+                "{} bytes of shared memory do not fit an AQL packet",
+                shape.shared_bytes
+            ))
+        })?;
     // check_shape bounded every product and width.
     Ok(hsa_kernel_dispatch_packet_t {
         header: 0,
@@ -166,7 +178,7 @@ pub fn dispatch_packet(
         grid_size_y: by * ty,
         grid_size_z: bz * tz,
         private_segment_size: private_size,
-        group_segment_size: kernel.group_segment_size,
+        group_segment_size,
         kernel_object: kernel.kernel_object,
         kernarg_address,
         reserved2: 0,
@@ -275,7 +287,8 @@ impl HiddenLayout {
 }
 
 /// The value a hidden argument of `kind` holds in a launch of `shape` on the queue at
-/// `queue_address`: block counts, workgroup sizes and the grid's dimensions; 0 for remainders
+/// `queue_address`: block counts, workgroup sizes, the grid's dimensions and the dynamic shared
+/// memory (HIP's `hidden_dynamic_lds_size`); 0 for remainders
 /// (every workgroup is whole) and global offsets (grids start at 0), and for what this loader
 /// does not provide (hostcall and printf buffers, heap, default queue, ...).
 fn hidden_value(kind: &HiddenArgumentKind, shape: &LaunchShape, queue_address: u64) -> u64 {
@@ -284,6 +297,7 @@ fn hidden_value(kind: &HiddenArgumentKind, shape: &LaunchShape, queue_address: u
         HiddenArgumentKind::GroupSize(axis) => u64::from(shape.threads[usize::from(*axis % 3)]),
         HiddenArgumentKind::GridDims => u64::from(shape.dimensions()),
         HiddenArgumentKind::QueuePtr => queue_address,
+        HiddenArgumentKind::DynamicLdsSize => u64::from(shape.shared_bytes),
         HiddenArgumentKind::Remainder(_)
         | HiddenArgumentKind::GlobalOffset(_)
         | HiddenArgumentKind::Other(_) => 0,
@@ -341,7 +355,7 @@ mod tests {
     const V5: HiddenLayout = HiddenLayout::V5Block;
 
     fn shape(threads: [u32; 3], blocks: [u32; 3]) -> LaunchShape {
-        LaunchShape { threads, blocks }
+        LaunchShape::grid(blocks, threads)
     }
 
     fn u16_at(bytes: &[u8], at: usize) -> u16 {
@@ -416,6 +430,36 @@ mod tests {
             std::mem::offset_of!(hsa_kernel_dispatch_packet_t, completion_signal),
             56
         );
+    }
+
+    #[test]
+    fn the_group_segment_adds_the_launch_shared_memory_to_the_static_size() {
+        let kernel = KernelFacts {
+            group_segment_size: 512,
+            ..KernelFacts::default()
+        };
+        let signal = hsa_signal_t { handle: 1 };
+        let with_shared = shape([64, 1, 1], [2, 1, 1]).shared_bytes(4096);
+        let packet = dispatch_packet(&with_shared, &kernel, 0, 0, signal).unwrap();
+        assert_eq!(packet.group_segment_size, 512 + 4096);
+        assert_eq!(u32_at(&packet_bytes(&packet), 28), 4608);
+        let without = dispatch_packet(&shape([64, 1, 1], [2, 1, 1]), &kernel, 0, 0, signal);
+        assert_eq!(without.unwrap().group_segment_size, 512);
+        let overflow = shape([64, 1, 1], [2, 1, 1]).shared_bytes(u32::MAX);
+        let error = dispatch_packet(&overflow, &kernel, 0, 0, signal).unwrap_err();
+        assert!(error.to_string().contains("do not fit"), "{error}");
+    }
+
+    #[test]
+    fn the_dynamic_lds_size_argument_holds_the_launch_shared_memory() {
+        let listed = HiddenLayout::Listed(vec![HiddenArgument {
+            kind: HiddenArgumentKind::DynamicLdsSize,
+            offset: 128,
+            size: 4,
+        }]);
+        let launch = shape([64, 1, 1], [1, 1, 1]).shared_bytes(3000);
+        let block = kernarg_block(&[0; 8], &launch, 264, &listed, 0).unwrap();
+        assert_eq!(u32_at(&block, 128), 3000);
     }
 
     #[test]

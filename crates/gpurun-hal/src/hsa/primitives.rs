@@ -224,6 +224,8 @@ pub struct HsaPrimitives<'d> {
 pub(crate) struct Resources {
     pub queue: Arc<Queue>,
     pub heap: DeviceHeap,
+    /// Device memory of the host's buffers (`alloc_device`), by address.
+    buffers: HashMap<u64, PoolBuffer>,
     shared: Vec<PoolBuffer>,
     executable: Executable,
     /// Last: the runtime stays initialised while any of the above exists. A module leaked
@@ -262,6 +264,7 @@ pub(crate) fn load<'d>(
         res: Resources {
             queue,
             heap,
+            buffers: HashMap::new(),
             shared: Vec::new(),
             executable,
             _runtime: Arc::clone(&device.runtime),
@@ -440,7 +443,8 @@ impl<'d> HsaPrimitives<'d> {
         }
     }
 
-    fn copy_from_device(&self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
+    fn copy_from_device(&self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        let len = out.len();
         let lib = self.lib();
         let staging = PoolBuffer::allocate(
             lib,
@@ -460,10 +464,9 @@ impl<'d> HsaPrimitives<'d> {
                 len,
             )?;
         }
-        let mut bytes = vec![0u8; len];
         // SAFETY: the copy finished; `staging` holds `len` host-readable bytes.
-        unsafe { std::ptr::copy_nonoverlapping(staging.as_mut_ptr(), bytes.as_mut_ptr(), len) };
-        Ok(bytes)
+        unsafe { std::ptr::copy_nonoverlapping(staging.as_mut_ptr(), out.as_mut_ptr(), len) };
+        Ok(())
     }
 
     pub(crate) fn write_global_bytes(
@@ -492,7 +495,9 @@ impl<'d> HsaPrimitives<'d> {
                 "cannot read {len} bytes from the {size}-byte global `{name}`"
             )));
         }
-        self.copy_from_device(address, len)
+        let mut bytes = vec![0; len];
+        self.copy_from_device(address, &mut bytes)?;
+        Ok(bytes)
     }
 
     pub(crate) fn alloc_shared_block(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
@@ -580,12 +585,41 @@ impl Primitives for HsaPrimitives<'_> {
         &mut self.res.heap
     }
 
+    fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
+        // The GPU's coarse-grained pool: its own memory, cached, which the host reaches only
+        // through the runtime's copies (and where gfx90a's float atomics work, unlike on
+        // fine-grained host memory).
+        let buffer = PoolBuffer::allocate_words(
+            self.lib(),
+            self.device.pools.coarse_grained,
+            size,
+            self.device.gpu.agent,
+        )
+        .map_err(runtime)?;
+        buffer.zero().map_err(runtime)?;
+        let address = buffer.address();
+        self.res.buffers.insert(address, buffer);
+        Ok(address)
+    }
+
+    fn free_device(&mut self, address: u64) -> Result<(), BackendError> {
+        // Dropping the buffer frees it.
+        self.res.buffers.remove(&address);
+        Ok(())
+    }
+
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
         self.copy_to_device(address, bytes)
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.copy_from_device(address, len)
+    fn max_shared_bytes(&mut self, kernel: &str) -> Option<u64> {
+        let group = self.device.pools.group_segment_bytes?;
+        let facts = self.kernel(kernel).ok()?;
+        Some(group.saturating_sub(u64::from(facts.group_segment_size)))
+    }
+
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.copy_from_device(address, out)
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
@@ -688,10 +722,7 @@ mod tests {
 
     #[test]
     fn rpc_ports_cover_the_launchs_resident_waves() {
-        let shape = |threads: u32, blocks: u32| LaunchShape {
-            threads: [threads, 1, 1],
-            blocks: [blocks, 1, 1],
-        };
+        let shape = |threads: u32, blocks: u32| LaunchShape::grid([blocks, 1, 1], [threads, 1, 1]);
         // MI300X: 304 CUs x 32 waves.
         let mi300x = 304 * 32;
         assert_eq!(rpc_port_count(&LaunchShape::SINGLE, 64, mi300x), 1);

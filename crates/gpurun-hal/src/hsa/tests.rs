@@ -165,10 +165,7 @@ fn entry_kernel_arguments_fit_the_code_objects_descriptors() {
             .and_then(|kernel| kernel.descriptor)
             .unwrap()
     };
-    let shape = LaunchShape {
-        threads: [64, 1, 1],
-        blocks: [3, 1, 1],
-    };
+    let shape = LaunchShape::grid([3, 1, 1], [64, 1, 1]);
     for (kernel, explicit) in [
         ("_begin", pack_c_struct(&begin_args(1, 0x10, 0x20))),
         ("_start", pack_c_struct(&start_args(1, 0x10, 0x20, 0x30))),
@@ -224,10 +221,7 @@ fn hidden_arguments_are_placed_per_code_object_version() {
     use crate::kernel_args::{pack_c_struct, KernelArg};
     let explicit = pack_c_struct(&[KernelArg::U32(21), KernelArg::U64(0x7000)]);
     assert_eq!(explicit.len(), 16);
-    let shape = LaunchShape {
-        threads: [64, 2, 1],
-        blocks: [5, 3, 1],
-    };
+    let shape = LaunchShape::grid([5, 3, 1], [64, 2, 1]);
     let block = |name: &str| {
         let image = sample(name);
         let kernel = image.kernel("indirect").unwrap();

@@ -73,6 +73,9 @@ pub struct Script {
     /// on CUDA).
     #[serde(default)]
     pub max_block_threads: HashMap<String, u64>,
+    /// The most dynamic shared memory per block a kernel takes, where it is limited.
+    #[serde(default)]
+    pub max_shared_bytes: HashMap<String, u64>,
 }
 
 fn one() -> usize {
@@ -86,6 +89,7 @@ impl Default for Script {
             kernels: HashMap::new(),
             devices: one(),
             max_block_threads: HashMap::new(),
+            max_shared_bytes: HashMap::new(),
         }
     }
 }

@@ -23,6 +23,8 @@ pub(crate) struct ScriptedPrimitives {
     client: Box<Client>,
     has_client: bool,
     memory: HostMemory,
+    /// The host's buffers (`alloc_device`), apart from the RPC heap in `memory`.
+    buffers: HostMemory,
 }
 
 impl ScriptedPrimitives {
@@ -43,6 +45,7 @@ impl ScriptedPrimitives {
             client: Box::new(Client::uninit()),
             has_client: image.rpc_client().is_some(),
             memory: HostMemory::default(),
+            buffers: HostMemory::default(),
         }
     }
 }
@@ -66,8 +69,24 @@ impl Primitives for ScriptedPrimitives {
         self.memory.alloc_shared(size).map(Some)
     }
 
-    fn read_device(&mut self, address: u64, len: usize) -> Result<Vec<u8>, BackendError> {
-        self.memory.read(address, len)
+    fn max_shared_bytes(&mut self, kernel: &str) -> Option<u64> {
+        self.script.max_shared_bytes.get(kernel).copied()
+    }
+
+    fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
+        self.buffers
+            .alloc_zeroed(size)
+            .map(|block| block as u64)
+            .ok_or_else(|| BackendError::InvalidArgument(format!("no memory for {size} bytes")))
+    }
+
+    fn free_device(&mut self, address: u64) -> Result<(), BackendError> {
+        self.buffers.release(address as usize);
+        Ok(())
+    }
+
+    fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {
+        self.buffers.read(address, out)
     }
 
     fn global_size(&self, name: &str) -> Option<u64> {
@@ -134,6 +153,6 @@ impl Primitives for ScriptedPrimitives {
     }
 
     fn write_device(&mut self, address: u64, bytes: &[u8]) -> Result<(), BackendError> {
-        self.memory.write(address, bytes)
+        self.buffers.write(address, bytes)
     }
 }

@@ -222,19 +222,10 @@ fn bad_launches_are_errors_before_anything_runs() {
     let mut device = backend.open(0).unwrap();
     let mut module = device.load(&image, &LoadOptions::default()).unwrap();
     let mut sink = Collect::default();
-    let zero = LaunchShape {
-        threads: [0, 1, 1],
-        blocks: [1, 1, 1],
-    };
-    let too_big = LaunchShape {
-        threads: [1025, 1, 1],
-        blocks: [1, 1, 1],
-    };
+    let zero = LaunchShape::grid([1, 1, 1], [0, 1, 1]);
+    let too_big = LaunchShape::grid([1, 1, 1], [1025, 1, 1]);
     // Within every device's limit but over this kernel's (its registers, on CUDA).
-    let over_kernel = LaunchShape {
-        threads: [64, 16, 1],
-        blocks: [1, 1, 1],
-    };
+    let over_kernel = LaunchShape::grid([1, 1, 1], [64, 16, 1]);
     let error = module
         .launch("k", over_kernel, &[], None, &mut sink)
         .unwrap_err()
@@ -309,10 +300,7 @@ fn a_launch_over_the_images_declared_block_bound_is_refused() {
     let mut device = backend.open(0).unwrap();
     let mut module = device.load(&image(&spec), &LoadOptions::default()).unwrap();
     let mut sink = Collect::default();
-    let shape = |threads| LaunchShape {
-        threads: [threads, 1, 1],
-        blocks: [1, 1, 1],
-    };
+    let shape = |threads| LaunchShape::grid([1, 1, 1], [threads, 1, 1]);
     assert_eq!(
         module
             .launch("k", shape(256), &[], None, &mut sink)
@@ -343,4 +331,65 @@ fn device_memory_is_zeroed_and_reads_stay_inside_it() {
             "{at:#x} {len}"
         );
     }
+}
+
+#[test]
+fn device_memory_is_written_read_and_freed_through_the_module() {
+    let (backend, image) = setup(vec![]);
+    let mut device = backend.open(0).unwrap();
+    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+    let address = module.alloc_device(8).unwrap();
+    module.write_device(address + 2, &[1, 2, 3]).unwrap();
+    assert_eq!(
+        module.read_device(address, 8).unwrap(),
+        [0, 0, 1, 2, 3, 0, 0, 0]
+    );
+    assert!(matches!(
+        module.write_device(address + 6, &[1, 2, 3]),
+        Err(BackendError::InvalidArgument(_))
+    ));
+    // Only a block's start frees it, once; afterwards it is not the module's any more.
+    assert!(module.free_device(address + 1).is_err());
+    module.free_device(address).unwrap();
+    assert!(module.free_device(address).is_err());
+    assert!(module.read_device(address, 1).is_err());
+    assert!(module.write_device(address, &[1]).is_err());
+    // Empty copies at a block's end are fine.
+    let other = module.alloc_device(4).unwrap();
+    assert_eq!(module.read_device(other + 4, 0).unwrap(), Vec::<u8>::new());
+    module.write_device(other + 4, &[]).unwrap();
+}
+
+#[test]
+fn shared_memory_over_the_kernels_limit_is_refused_before_the_launch() {
+    let (_, image) = setup(vec![]);
+    let script = Script {
+        kernels: [("k".to_owned(), vec![print("ran\n")])]
+            .into_iter()
+            .collect(),
+        max_shared_bytes: [("k".to_owned(), 4096)].into_iter().collect(),
+        ..Script::default()
+    };
+    let backend = ScriptedBackend::new(script);
+    let mut device = backend.open(0).unwrap();
+    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+    let mut sink = Collect::default();
+    let shape = LaunchShape::blocks(2).threads(32);
+    for fits in [0, 1, 4096] {
+        let end = module.launch("k", shape.shared_bytes(fits), &[], None, &mut sink);
+        assert_eq!(end.unwrap(), LaunchEnd::Completed, "{fits} bytes");
+    }
+    let error = module
+        .launch("k", shape.shared_bytes(4097), &[], None, &mut sink)
+        .unwrap_err();
+    assert!(
+        matches!(&error, BackendError::InvalidArgument(text)
+            if text.contains("at most 4096 bytes of dynamic shared memory per block")
+                && text.contains("asks for 4097")),
+        "{error}"
+    );
+    assert_eq!(
+        sink.stdout, b"ran\nran\nran\n",
+        "the refused launch never ran"
+    );
 }

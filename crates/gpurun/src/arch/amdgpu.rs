@@ -3,7 +3,7 @@
 
 use core::arch::amdgpu;
 use core::sync::atomic::Ordering;
-use gpurun_abi::shape::dispatch_packet::{GRID_SIZE_X, WORKGROUP_SIZE_X};
+use gpurun_abi::shape::dispatch_packet::{GRID_SIZE_X, GROUP_SEGMENT_SIZE, WORKGROUP_SIZE_X};
 
 pub(crate) type Lanes = gpurun_rpc::lanes::Warp;
 
@@ -111,6 +111,30 @@ pub fn barrier() {
         amdgpu::s_barrier();
         core::sync::atomic::fence(Ordering::Acquire);
     }
+}
+
+/// The start of this workgroup's dynamic shared memory (LDS after the kernel's static LDS),
+/// aligned for `T`.
+#[inline(always)]
+pub fn shared_base<T>() -> *mut T {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
+}
+
+/// Bytes of dynamic shared memory the launch gave each workgroup: the dispatch packet's group
+/// segment (the kernel's static LDS and the launch's bytes after it) less where the dynamic part
+/// starts. A flat address of LDS is the aperture base in its high 32 bits and the LDS offset in
+/// its low 32 bits, so that offset is the pointer's low half.
+#[inline(always)]
+pub fn shared_bytes() -> usize {
+    // SAFETY: as in `workgroup_size`; an aligned u32 field of the packet.
+    let total = unsafe {
+        dispatch_packet()
+            .add(GROUP_SEGMENT_SIZE)
+            .cast::<u32>()
+            .read()
+    };
+    let start = shared_base::<u8>() as usize as u32;
+    total.saturating_sub(start) as usize
 }
 
 /// Ends this wavefront's thread with `s_endpgm`, so the queue stays usable.

@@ -64,6 +64,18 @@ pub fn barrier() {
     }
 }
 
+/// This block's shared memory region, which the emulator gives every thread of the block
+/// ([`HostThreadInfo::shared_memory`], `gpurun_abi::host::HOST_SHARED_ALIGN`-aligned); null when
+/// the launch asked for none.
+pub fn shared_base<T>() -> *mut T {
+    current().shared_memory.cast()
+}
+
+/// Bytes of the region (the launch's `shared_bytes`).
+pub fn shared_bytes() -> usize {
+    current().shared_memory_bytes
+}
+
 /// On the host a thread ends by unwinding to its kernel wrapper, which catches it.
 pub fn end_thread() -> ! {
     std::panic::resume_unwind(Box::new(ThreadEnded))

@@ -67,6 +67,24 @@ pub fn barrier() {
     unsafe { nvptx::_syncthreads() }
 }
 
+/// The start of this block's dynamic shared memory (PTX `.extern .shared`), aligned for `T`.
+#[inline(always)]
+pub fn shared_base<T>() -> *mut T {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
+}
+
+/// Bytes of dynamic shared memory the launch gave each block (`cuLaunchKernel`'s
+/// `sharedMemBytes`).
+#[inline(always)]
+pub fn shared_bytes() -> usize {
+    let bytes: u32;
+    // SAFETY: reads the %dynamic_smem_size special register (PTX ISA 4.1, sm_20 and later).
+    unsafe {
+        asm!("mov.u32 {0}, %dynamic_smem_size;", out(reg32) bytes, options(pure, nomem, nostack))
+    };
+    bytes as usize
+}
+
 /// Ends this thread without a trap, so the context stays usable.
 pub fn end_thread() -> ! {
     // SAFETY: PTX `exit` ends the calling thread; nothing after it runs.
