@@ -17,6 +17,7 @@ pub mod handle;
 mod options;
 pub mod pool;
 pub mod protocol;
+pub mod sanitizer;
 mod spawn;
 pub mod worker;
 
@@ -24,3 +25,4 @@ pub use handle::{describe_exit, RunError, StartError, WorkerHandle, WorkerSpec};
 pub use options::WorkerOptions;
 pub use pool::{test_devices, WorkerExecutor};
 pub use protocol::{Command, Event, Slot};
+pub use sanitizer::{Sanitizer, SanitizerError, SanitizerTool};
