@@ -31,6 +31,8 @@ pub const ERROR_EXIT_CODE: i32 = 86;
 /// How many times longer a sanitized test may run: the tools instrument every memory access or
 /// barrier, which slows kernels down by an order of magnitude or more.
 pub const TIME_LIMIT_FACTOR: u32 = 10;
+/// How long compute-sanitizer may take to finish its report once its worker has left.
+pub const REPORT_WITHIN: Duration = Duration::from_secs(120);
 /// The report file in a worker's log folder.
 const LOG_FILE: &str = "compute-sanitizer.log";
 
@@ -222,12 +224,15 @@ pub struct Record {
     /// The device functions the record names, where it happened first, then its device
     /// backtrace: empty for a record about the host.
     pub functions: Vec<String>,
+    /// Whether the record is about device code: it names a device function, or a device
+    /// thread or block (a layout whose location this parser does not read still counts).
+    pub on_device: bool,
 }
 
 impl Record {
-    /// Whether the record is about device code (it names where on the device it happened).
+    /// Whether the record is about device code.
     pub fn on_device(&self) -> bool {
-        !self.functions.is_empty()
+        self.on_device
     }
 
     /// Whether the record names `kernel` (where it happened, or in its device backtrace).
@@ -272,9 +277,14 @@ pub fn parse_report(log: &str) -> Vec<Record> {
     let mut finish = |lines: &mut Vec<String>| {
         if !lines.is_empty() {
             let functions = functions_named(lines);
+            let on_device = !functions.is_empty()
+                || lines
+                    .iter()
+                    .any(|line| line.contains("thread (") || line.contains("block ("));
             records.push(Record {
                 lines: std::mem::take(lines),
                 functions,
+                on_device,
             });
         }
     };
@@ -577,6 +587,18 @@ mod tests {
 =========     Saved host backtrace up to driver entry point at kernel launch time
 =========         Host Frame: main in demo.cu:25 [0x8a81] in demo";
         assert!(parse_report(report)[0].functions.is_empty());
+    }
+
+    #[test]
+    fn a_device_record_in_an_unknown_layout_still_fails_the_only_launch() {
+        // No location this parser reads, but a device thread: about device code all the same.
+        let report = "========= Some future error in a kernel
+=========     somewhere new
+=========     by thread (1,0,0) in block (0,0,0)
+=========";
+        let records = parse_report(report);
+        assert!(records[0].functions.is_empty() && records[0].on_device());
+        assert_eq!(attribute(records, KERNEL).findings.len(), 1);
     }
 
     #[test]
