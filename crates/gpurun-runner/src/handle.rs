@@ -255,7 +255,7 @@ impl WorkerHandle {
     /// why the sanitizer could not run it.
     fn with_sanitizer_report(&self, error: StartError) -> StartError {
         match self.sanitizer_report() {
-            Some(report) if !report.trim().is_empty() => StartError(format!(
+            Some(report) if crate::sanitizer::has_records(&report) => StartError(format!(
                 "{error}\ncompute-sanitizer's report:\n{}",
                 report.trim_end()
             )),

@@ -264,6 +264,13 @@ impl Record {
     }
 }
 
+/// Whether `report` has a record beside the tool's banner and summaries.
+pub fn has_records(report: &str) -> bool {
+    parse_report(report)
+        .iter()
+        .any(|record| !record.is_summary())
+}
+
 /// A line's text without the tool's prefix (a run of `=`).
 fn text_of(line: &str) -> &str {
     line.trim_start_matches('=')
@@ -668,6 +675,8 @@ mod tests {
     #[test]
     fn a_clean_report_has_no_findings() {
         let clean = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n";
+        assert!(!has_records(clean));
+        assert!(has_records(&memcheck_report()));
         let attribution = attribute(parse_report(clean), KERNEL);
         assert_eq!(attribution, Attribution::default());
         assert_eq!(attribution.notes_text(), None);
