@@ -238,7 +238,9 @@ fn a_run_that_cannot_be_sanitized_is_a_clear_error() {
     let image = sanitize_ptx().to_str().unwrap().to_owned();
     let host = host_image("sanitize");
     let host = host.to_str().unwrap();
-    let cases: [(&[&str], &[(&str, &str)], &str); 6] = [
+    // (arguments, environment, what the error says)
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 6] = [
         (
             &["run", "--sanitize", "memcheck", &image],
             &[("GPURUN_COMPUTE_SANITIZER", "/nonexistent/compute-sanitizer")],
