@@ -525,6 +525,112 @@ mod tests {
         }
     }
 
+    fn memcheck() -> Sanitizer {
+        Sanitizer {
+            tool: crate::SanitizerTool::Memcheck,
+            program: "compute-sanitizer".into(),
+        }
+    }
+
+    #[test]
+    fn sanitized_tests_get_ten_times_their_time_limit() {
+        let mut sanitized = specs(1);
+        sanitized[0].sanitizer = Some(memcheck());
+        let limit = Some(Duration::from_secs(3));
+        assert_eq!(WorkerExecutor::new(specs(1), 1, limit).timeout(), limit);
+        assert_eq!(
+            WorkerExecutor::new(sanitized, 1, limit).timeout(),
+            Some(Duration::from_secs(30))
+        );
+    }
+
+    #[test]
+    fn a_sanitizer_report_fails_the_test_whose_kernel_it_names() {
+        use std::os::unix::process::ExitStatusExt;
+        let test = TestDesc::new("writes");
+        let report = |kernel: &str| {
+            format!(
+                "========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at {kernel}+0x10
+=========     by thread (1,0,0) in block (0,0,0)
+=========
+========= Program hit CUDA_ERROR_LAUNCH_FAILED (error 719) on CUDA API call to cuStreamQuery.
+=========
+========= ERROR SUMMARY: 2 errors"
+            )
+        };
+        let ended = |report: String, status: i32| WorkerEnd {
+            status: Some(std::process::ExitStatus::from_raw(status << 8)),
+            sanitizer_report: Some(report),
+        };
+        let clean = TestEnd::completed(None, 0);
+        let mut collected = Collected::default();
+        let end = with_findings(
+            clean.clone(),
+            &ended(report(&test.kernel), 0),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        let findings = end.sanitizer_findings().expect("findings");
+        assert!(
+            findings.contains("memcheck found 1 error") && findings.contains("by thread (1,0,0)")
+        );
+        let stderr = String::from_utf8_lossy(&collected.stderr).into_owned();
+        assert!(
+            stderr.contains("Program hit CUDA_ERROR_LAUNCH_FAILED"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("Invalid __global__ write"), "{stderr}");
+        // Another test's kernel: a note, and the verdict stays.
+        let mut collected = Collected::default();
+        let end = with_findings(
+            clean.clone(),
+            &ended(report("__gpurun_test_other"), 0),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        assert_eq!(end, clean);
+        assert!(String::from_utf8_lossy(&collected.stderr).contains("Invalid __global__ write"));
+        // Errors said by the exit status, none in the report: the test fails with what is there.
+        let mut collected = Collected::default();
+        let end = with_findings(
+            clean.clone(),
+            &ended("========= ERROR SUMMARY: 1 error".into(), ERROR_EXIT_CODE),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        assert!(end
+            .sanitizer_findings()
+            .is_some_and(|findings| findings.contains("exited with status 86")));
+        // A clean report with a clean exit changes nothing.
+        let mut collected = Collected::default();
+        let end = with_findings(
+            clean.clone(),
+            &ended("========= ERROR SUMMARY: 0 errors".into(), 0),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        assert_eq!(end, clean);
+        assert!(collected.stderr.is_empty());
+        // A test that could not run keeps saying so; the findings go with its output.
+        let mut collected = Collected::default();
+        let not_run = TestEnd::NotRun("no such kernel".into());
+        let end = with_findings(
+            not_run.clone(),
+            &ended(report(&test.kernel), ERROR_EXIT_CODE),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        assert_eq!(end, not_run);
+        assert!(String::from_utf8_lossy(&collected.stderr).contains("memcheck found 1 error"));
+    }
+
     #[test]
     fn no_device_is_an_error_per_test_not_a_panic() {
         let executor = WorkerExecutor::new(Vec::new(), 4, None);
