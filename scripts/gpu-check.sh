@@ -293,8 +293,10 @@ check_sanitize_output() {
     else
         [[ -z "$failed" ]] || { echo "failed: $failed"; return 1; }
     fi
-    passed_test "$file" a_writes_in_bounds && passed_test "$file" c_passes_after ||
-        { echo "a clean test did not pass"; return 1; }
+    if ! { passed_test "$file" a_writes_in_bounds && passed_test "$file" c_passes_after; }; then
+        echo "a clean test did not pass"
+        return 1
+    fi
 }
 
 # fault-mid-print: the faulting test fails with a fault, not a timeout; the other passes.
