@@ -7,7 +7,8 @@
 #   - the action's test and summary steps, run as a runner runs them (bash -eo pipefail, the
 #     step's environment, GITHUB_OUTPUT/GITHUB_STEP_SUMMARY files), on the `basic` fixture with
 #     the cargo-gpurun built from this checkout: exit status 101, one `::error` annotation per
-#     failed test, the JUnit report and the summary table.
+#     failed test, the JUnit report and the summary table; and the `sanitize` input reaching
+#     `cargo gpurun test --sanitize` (refused there for a host build, as it must be).
 #
 #   scripts/check-action.sh        (scripts/setup.sh installs actionlint, shellcheck and PyYAML)
 set -euo pipefail
@@ -69,7 +70,7 @@ print(runs[0])
 PY
 export GITHUB_ACTIONS=true GITHUB_ACTION_PATH="$root" GITHUB_OUTPUT="$scratch/output"
 export GITHUB_STEP_SUMMARY="$scratch/summary.md" PATH="$scratch/bin:$PATH"
-export ARGS="-p basic --target host" TEST_ARGS="--test-threads 2" PARTITION=""
+export ARGS="-p basic --target host" TEST_ARGS="--test-threads 2" PARTITION="" SANITIZE=""
 export JUNIT="$scratch/junit.xml"
 unset CARGO_TARGET_DIR
 status=0
@@ -87,4 +88,13 @@ grep -q '^| basic | 7 | 4 | 2 |$' "$GITHUB_STEP_SUMMARY" ||
 # shellcheck disable=SC2016 # the backquotes are Markdown, not command substitution
 grep -q '^- `basic`: `fails_with_assert`: ' "$GITHUB_STEP_SUMMARY" ||
     fail "the step summary does not list the failed tests"
-echo "check-action: ok (actionlint clean; the action's test step ran basic: 7 passed, 4 failed, 2 ignored)" >&2
+# The sanitize input becomes --sanitize: compute-sanitizer checks CUDA only, so a host build is
+# refused before anything is built.
+status=0
+(cd fixtures && ARGS="-p basic --target host" SANITIZE=memcheck \
+    bash --noprofile --norc -eo pipefail "$scratch/test.sh") >"$scratch/stdout" 2>"$scratch/stderr" ||
+    status=$?
+[[ $status == 1 ]] || { cat "$scratch/stderr" >&2; fail "with sanitize=memcheck on host the test step exited with $status, expected 1"; }
+grep -q -- '--sanitize runs compute-sanitizer' "$scratch/stderr" ||
+    { cat "$scratch/stderr" >&2; fail "the sanitize input did not reach cargo gpurun test"; }
+echo "check-action: ok (actionlint clean; the action's test step ran basic: 7 passed, 4 failed, 2 ignored; sanitize reaches --sanitize)" >&2

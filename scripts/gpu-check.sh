@@ -113,6 +113,16 @@ run|launch-checks||dims_ --test-threads 1|0|60
 run|launch-checks||barrier_heavy|0|60
 '
 [[ "$target" != amdgcn ]] || CASES+="$AMDGCN_CASES"
+# Rows only `--target nvptx` runs: compute-sanitizer (`--sanitize`, CUDA only). The sanitize
+# fixture's planted write one u32 past a 16-byte allocation passes unnoticed without it, and
+# under memcheck must fail that test alone with memcheck's report (compute-sanitizer from
+# PATH, CUDA_HOME or /usr/local/cuda on the GPU machine; each test runs in a sanitized worker
+# of its own).
+NVPTX_CASES='
+run|sanitize|||0|60
+run|sanitize|--sanitize memcheck||101|240
+'
+[[ "$target" != nvptx ]] || CASES+="$NVPTX_CASES"
 # The print-throughput fixture's line size (its default); printf_lines prints the same lines.
 PRINT_LINE_BYTES=64
 # Where a bundle's directory is carried from, and what the paste command gives the device tool.
@@ -271,6 +281,24 @@ check_basic_output() {
     grep -q 'arithmetic is broken' "$file" || { echo "no assert message"; return 1; }
 }
 
+# sanitize: without a sanitizer every test passes (the planted write goes unnoticed); under
+# memcheck (MODE sanitized) only b_writes_past_its_allocation fails, with memcheck's report.
+check_sanitize_output() {
+    local file="$1" mode="$2" failed
+    failed=$(failed_tests "$file" | tr '\n' ' ')
+    if [[ "$mode" == sanitized ]]; then
+        [[ "$failed" == "b_writes_past_its_allocation " ]] || { echo "failed: ${failed:-none}"; return 1; }
+        grep -q 'compute-sanitizer memcheck found' "$file" || { echo "no finding attributed"; return 1; }
+        grep -q 'Invalid __global__ write' "$file" || { echo "no memcheck report"; return 1; }
+    else
+        [[ -z "$failed" ]] || { echo "failed: $failed"; return 1; }
+    fi
+    if ! { passed_test "$file" a_writes_in_bounds && passed_test "$file" c_passes_after; }; then
+        echo "a clean test did not pass"
+        return 1
+    fi
+}
+
 # fault-mid-print: the faulting test fails with a fault, not a timeout; the other passes.
 check_fault_output() {
     local file="$1" failed
@@ -331,6 +359,10 @@ judge() {
     local tests startup key value
     case "$kind:$fixture" in
         run:basic) problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)" ;;
+        run:sanitize)
+            local sanitized=plain
+            [[ "$launch" != *--sanitize* ]] || { sanitized=sanitized; measured="memcheck report"; }
+            problem=$(check_sanitize_output "$log.out" "$sanitized") || verdict="BAD OUTPUT ($problem)" ;;
         run:fault-mid-print)
             if ! problem=$(check_fault_output "$log.out"); then
                 verdict="BAD OUTPUT ($problem)"
@@ -596,11 +628,12 @@ write_fake_runner() {
     cat >"$1" <<'FAKE'
 #!/usr/bin/env bash
 kind="$1"; shift
-threads=1 blocks=1
+threads=1 blocks=1 sanitize=""
 if [[ "$kind" == run ]]; then
     while (($#)) && [[ "$1" != *.ptx && "$1" != *.elf ]]; do
         [[ "$1" != --threads ]] || threads="$2"
         [[ "$1" != --blocks ]] || blocks="$2"
+        [[ "$1" != --sanitize ]] || sanitize="$2"
         shift
     done
 fi
@@ -644,6 +677,15 @@ case "$kind:$image" in
         echo "a real failure after the hang"
         exit 101 ;;
     run:concurrency) [[ "$*" == *include-ignored* ]] && exit 101; exit 0 ;;
+    run:sanitize)
+        if [[ -n "$sanitize" ]]; then
+            tests a_writes_in_bounds=ok b_writes_past_its_allocation=FAILED c_passes_after=ok
+            echo "note: compute-sanitizer $sanitize found 1 error in this test's launch of \`__gpurun_test_b_writes_past_its_allocation_0\`:"
+            echo "========= Invalid __global__ write of size 4 bytes"
+            exit 101
+        fi
+        tests a_writes_in_bounds=ok b_writes_past_its_allocation=ok c_passes_after=ok
+        exit 0 ;;
     run:many-tests)
         if [[ "$*" == *--exact* ]]; then n=1; else n=1000; sleep 0.3; fi
         echo "test result: ok. $n passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.50s"
@@ -726,6 +768,7 @@ self_test_checks() {
         # No CUDA baselines; the HSA-only rows run.
         [[ $(grep -Ec ' start-up +ok$' <<<"$table") == 3 ]] || { fail "expected 3 start-up rows"; return; }
         ! grep -Eq '^(cupy|pingpong|printf|nvcc) ' <<<"$table" || { fail "a CUDA baseline ran for amdgcn"; return; }
+        ! grep -Eq '^run +sanitize ' <<<"$table" || { fail "a compute-sanitizer row ran for amdgcn"; return; }
         for args in deep_panic "dims_ --test-threads 1" barrier_heavy; do
             grep -Eq "^run +launch-checks +- +$args +0 .* ok$" <<<"$table" ||
                 { fail "no amdgcn launch-checks row for $args"; return; }
@@ -737,6 +780,9 @@ self_test_checks() {
         grep -Eq '^pingpong .* 1\.850 us/round trip +ok$' <<<"$table" || { fail "no ping-pong baseline"; return; }
         grep -Eq '^cupy .* 0\.0125 ms/launch\+sync +ok$' <<<"$table" || { fail "no CuPy baseline"; return; }
         ! grep -Eq '^run +launch-checks ' <<<"$table" || { fail "an amdgcn-only row ran for nvptx"; return; }
+        grep -Eq '^run +sanitize +--sanitize memcheck +- +101 .* memcheck report +ok$' <<<"$table" ||
+            { fail "no compute-sanitizer row"; return; }
+        grep -Eq '^run +sanitize +- +- +0 .* ok$' <<<"$table" || { fail "no unsanitized sanitize row"; return; }
         for name in "per-test overhead, many-tests" "print, 1 thread" "print, 1024 threads" "RPC round trip"; do
             grep -Eq "^$name +[0-9.]+ [^|]+ +[0-9.]+ .* [0-9]+\.[0-9]{3}$" <<<"$table" ||
                 { fail "no ratio for $name"; return; }
@@ -804,6 +850,18 @@ self_test_output_checks() {
     check_recovery_output "$file" timeout >/dev/null || { fail "good timeout row rejected"; return; }
     grep -v 'timed out' "$file" >"$file.silent"
     ! check_recovery_output "$file.silent" timeout >/dev/null || { fail "a lost timeout accepted"; return; }
+    if [[ "$target" == nvptx ]]; then
+        file="$tmp/sanitize.out"
+        "$tmp/fake-runner" run --sanitize memcheck "$dir/images/sanitize.ptx" >"$file"
+        check_sanitize_output "$file" sanitized >/dev/null || { fail "good memcheck output rejected"; return; }
+        grep -v 'Invalid __global__ write' "$file" >"$file.no-report"
+        ! check_sanitize_output "$file.no-report" sanitized >/dev/null || { fail "a missing memcheck report accepted"; return; }
+        sed 's/^test a_writes_in_bounds ... ok$/test a_writes_in_bounds ... FAILED/' "$file" >"$file.bystander"
+        ! check_sanitize_output "$file.bystander" sanitized >/dev/null || { fail "a clean test's failure accepted"; return; }
+        "$tmp/fake-runner" run "$dir/images/sanitize.ptx" >"$file.plain"
+        check_sanitize_output "$file.plain" plain >/dev/null || { fail "good unsanitized output rejected"; return; }
+        ! check_sanitize_output "$file" plain >/dev/null || { fail "a failure accepted without a sanitizer"; return; }
+    fi
     file="$tmp/print.out"
     "$tmp/fake-runner" run --threads 2 --blocks 2 "$dir/images/print-throughput.ptx" --bytes 640 >"$file"
     check_print_output "$file" 640 4 >/dev/null || { fail "good print output rejected"; return; }

@@ -27,7 +27,7 @@ const KERNEL_STARTS_WITHIN: Duration = Duration::from_secs(600);
 const EMULATED_THREAD: &str = "gpurun-emulated";
 
 /// What /proc says about process `pid`: its parent and its state letter, `None` once gone.
-fn stat(pid: u32) -> Option<(u32, char)> {
+pub(crate) fn stat(pid: u32) -> Option<(u32, char)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
     let rest = &stat[stat.rfind(')')? + 1..];
@@ -39,7 +39,7 @@ fn stat(pid: u32) -> Option<(u32, char)> {
 
 /// Whether `pid` runs no more: gone, or a zombie that nobody reaped yet (it holds no memory,
 /// no device and no CPU).
-fn ended(pid: u32) -> bool {
+pub(crate) fn ended(pid: u32) -> bool {
     !matches!(stat(pid), Some((_, state)) if state != 'Z' && state != 'X')
 }
 
@@ -71,20 +71,20 @@ fn has_thread(pid: u32, name: &str) -> bool {
     })
 }
 
-fn send(pid: u32, signal: libc::c_int) {
+pub(crate) fn send(pid: u32, signal: libc::c_int) {
     // SAFETY: kill(2) with a process id this test started and has not reaped.
     let sent = unsafe { libc::kill(pid as libc::pid_t, signal) };
     assert_eq!(sent, 0, "kill({pid}, {signal}) failed");
 }
 
 /// A run under test whose output goes to files (a pipe nobody reads could stall it).
-struct Run {
-    child: Child,
+pub(crate) struct Run {
+    pub(crate) child: Child,
     output: PathBuf,
 }
 
 impl Run {
-    fn start(mut command: Command, name: &str) -> Run {
+    pub(crate) fn start(mut command: Command, name: &str) -> Run {
         let output =
             std::env::temp_dir().join(format!("gpurun-lifetime-{name}-{}.log", std::process::id()));
         let file = std::fs::File::create(&output).expect("a log file");
@@ -110,7 +110,7 @@ impl Run {
         Run { child, output }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         text(&std::fs::read(&self.output).unwrap_or_default())
     }
 }

@@ -2,7 +2,8 @@
 //! use the host emulation backend (the one backend every machine has); `images` builds every
 //! fixture for nvptx and amdgcn too, and `runner` drives cargo and nextest on nvptx with
 //! cargo-gpurun as `target.runner` (without a GPU those runs must fail with the clear "no NVIDIA
-//! driver" error). Expected results are spelled out per test.
+//! driver" error); `sanitize` runs nvptx images on the fake CUDA driver under a stand-in for
+//! compute-sanitizer. Expected results are spelled out per test.
 
 mod concurrency;
 mod harness;
@@ -13,5 +14,6 @@ mod lifetime;
 mod load;
 mod loader;
 mod plain_cargo;
+mod sanitize;
 mod saxpy_example;
 mod setup;

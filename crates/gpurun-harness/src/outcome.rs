@@ -23,6 +23,9 @@ pub enum TestEnd {
         first_panic: Option<PanicReport>,
         /// How many device threads reported a panic.
         panicked_threads: u64,
+        /// What a sanitizer (compute-sanitizer, `--sanitize`) found in the test's launch, as
+        /// its report shows it: a finding fails the test whatever the launch's end.
+        sanitizer: Option<String>,
     },
     /// The test could not be run at all (the worker did not start, the image did not load, no
     /// such kernel, ...): what went wrong.
@@ -36,6 +39,7 @@ impl TestEnd {
             end: LaunchEnd::Completed,
             first_panic,
             panicked_threads,
+            sanitizer: None,
         }
     }
 
@@ -45,6 +49,7 @@ impl TestEnd {
             end,
             first_panic: None,
             panicked_threads: 0,
+            sanitizer: None,
         }
     }
 
@@ -55,6 +60,7 @@ impl TestEnd {
                 end: LaunchEnd::Completed,
                 first_panic,
                 panicked_threads,
+                ..
             } => Some((first_panic.as_ref(), *panicked_threads)),
             _ => None,
         }
@@ -63,6 +69,17 @@ impl TestEnd {
     /// The first panic of a launch that completed (where a failure points).
     pub fn first_panic(&self) -> Option<&PanicReport> {
         self.completed_panics().and_then(|(first, _)| first)
+    }
+
+    /// What a sanitizer found in the test's launch, if it found anything.
+    pub fn sanitizer_findings(&self) -> Option<&str> {
+        match self {
+            TestEnd::Ran {
+                sanitizer: Some(report),
+                ..
+            } => Some(report),
+            _ => None,
+        }
     }
 }
 
@@ -136,8 +153,23 @@ impl Verdict {
     }
 }
 
-/// Applies libtest's rules (`should_panic`, `expected`) to how a test that ran ended.
+/// Applies libtest's rules (`should_panic`, `expected`) to how a test that ran ended; a
+/// sanitizer's findings fail it whatever they say.
 pub fn judge(test: &TestDesc, end: &TestEnd) -> Verdict {
+    let verdict = judge_launch(test, end);
+    let Some(findings) = end.sanitizer_findings() else {
+        return verdict;
+    };
+    Verdict::failed_with(match verdict {
+        Verdict::Failed {
+            message: Some(message),
+        } => format!("{findings}\n{message}"),
+        _ => findings.to_owned(),
+    })
+}
+
+/// [`judge`] without the sanitizer.
+fn judge_launch(test: &TestDesc, end: &TestEnd) -> Verdict {
     let (end, first_panic, panicked_threads) = match end {
         TestEnd::NotRun(error) => {
             return Verdict::failed_with(format!("could not run the test: {error}"))
@@ -146,6 +178,7 @@ pub fn judge(test: &TestDesc, end: &TestEnd) -> Verdict {
             end,
             first_panic,
             panicked_threads,
+            ..
         } => (end, first_panic, *panicked_threads),
     };
     let message = match end {
@@ -361,6 +394,43 @@ mod tests {
             judge(&test, &CLEAN),
             fails_with("test did not panic as expected")
         );
+    }
+
+    /// `end` with compute-sanitizer findings added.
+    fn sanitized(mut end: TestEnd, findings: &str) -> TestEnd {
+        if let TestEnd::Ran { sanitizer, .. } = &mut end {
+            *sanitizer = Some(findings.into());
+        }
+        end
+    }
+
+    #[test]
+    fn sanitizer_findings_fail_whatever_the_launch_says() {
+        let findings = "compute-sanitizer memcheck found 1 error in this test's launch of `k`:";
+        let plain = TestDesc::new("t");
+        assert_eq!(
+            judge(&plain, &sanitized(CLEAN, findings)),
+            fails_with(findings)
+        );
+        // A panic the test expected does not make up for them.
+        let expects_panic = with_should_panic(ShouldPanic::Yes);
+        assert_eq!(
+            judge(&expects_panic, &sanitized(panicking("boom"), findings)),
+            fails_with(findings)
+        );
+        // With a launch that failed on its own, both are said.
+        let fault = TestEnd::launch(LaunchEnd::Faulted("CUDA_ERROR_LAUNCH_FAILED".into()));
+        assert_eq!(
+            judge(&plain, &sanitized(fault, findings)),
+            fails_with(&format!(
+                "{findings}\ndevice fault: CUDA_ERROR_LAUNCH_FAILED"
+            ))
+        );
+        assert_eq!(
+            sanitized(CLEAN, findings).sanitizer_findings(),
+            Some(findings)
+        );
+        assert_eq!(CLEAN.sanitizer_findings(), None);
     }
 
     #[test]

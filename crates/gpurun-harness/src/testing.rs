@@ -42,6 +42,7 @@ pub const CLEAN: TestEnd = TestEnd::Ran {
     end: LaunchEnd::Completed,
     first_panic: None,
     panicked_threads: 0,
+    sanitizer: None,
 };
 
 /// A clean completion with the given output.

@@ -2,10 +2,11 @@
 //! events with a deadline, and name what happened when it dies.
 
 use crate::protocol::{self, Command, Event, MAX_SLOTS};
-use crate::worker::SLOTS_ENV;
+use crate::sanitizer::Sanitizer;
+use crate::worker::{SANITIZED_ENV, SLOTS_ENV};
 use gpurun_abi::LaunchEnd;
 use std::io::{self, BufReader};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command as Process, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -42,6 +43,8 @@ pub struct WorkerSpec {
     pub env: Vec<(String, String)>,
     /// The backend the worker opens its device with.
     pub backend: gpurun_hal::BackendKind,
+    /// compute-sanitizer to run the worker under (`--sanitize`), with its report in a file.
+    pub sanitizer: Option<Sanitizer>,
 }
 
 /// Whether a worker's end is explained by one of its slots: a launch that ended the process on
@@ -57,9 +60,13 @@ pub(crate) enum Breakage {
 /// A running worker process with the image loaded in each of its slots. Shared by the threads
 /// that run tests in its slots; each slot is used by one thread at a time.
 pub struct WorkerHandle {
+    /// The worker process, or the compute-sanitizer process that runs it.
     child: Mutex<Child>,
     status: OnceLock<Option<ExitStatus>>,
-    stdin: Mutex<ChildStdin>,
+    /// Closed (taken) to tell the worker to leave.
+    stdin: Mutex<Option<ChildStdin>>,
+    /// The folder of compute-sanitizer's report, removed with the handle.
+    sanitizer_log: Option<tempfile::TempDir>,
     slots: Vec<Mutex<Receiver<io::Result<Event>>>>,
     /// The first sign that the worker is going away, set by the event reader or by a kill.
     breakage: Arc<OnceLock<Breakage>>,
@@ -136,9 +143,30 @@ fn route_events(
     }
 }
 
-/// The worker's command line and environment.
-fn worker_command(spec: &WorkerSpec, slot_count: usize) -> Process {
-    let mut command = Process::new(&spec.exe);
+/// How a worker ended after [`WorkerHandle::close`].
+#[derive(Debug)]
+pub struct WorkerEnd {
+    /// The process's exit status (compute-sanitizer's, when it ran the worker); `None` when it
+    /// had to be killed or could not be waited for.
+    pub status: Option<ExitStatus>,
+    /// compute-sanitizer's report, when it ran the worker (empty when it wrote none).
+    pub sanitizer_report: Option<String>,
+}
+
+/// The worker's command line and environment: `exe args image`, or under a sanitizer
+/// `compute-sanitizer OPTIONS -- exe args image` with its report in `sanitizer_log`.
+fn worker_command(spec: &WorkerSpec, slot_count: usize, sanitizer_log: Option<&Path>) -> Process {
+    let mut command = match (&spec.sanitizer, sanitizer_log) {
+        (Some(sanitizer), Some(log)) => {
+            let mut command = Process::new(&sanitizer.program);
+            command
+                .args(sanitizer.arguments(&Sanitizer::log_file(log)))
+                .arg(&spec.exe)
+                .env(SANITIZED_ENV, "1");
+            command
+        }
+        _ => Process::new(&spec.exe),
+    };
     if std::env::var_os(MODULE_LOADING_ENV).is_none() {
         // Lazy loading (the default since CUDA 12.2) loads a kernel at its first launch, which
         // then waits behind whatever another slot's stream runs, hung kernels too.
@@ -156,16 +184,37 @@ impl WorkerHandle {
     /// Starts a worker and waits until every slot has opened the device and loaded the image.
     pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<WorkerHandle, StartError> {
         let slot_count = spec.slots.clamp(1, MAX_SLOTS);
-        let mut command = worker_command(spec, slot_count);
+        let sanitizer_log = match &spec.sanitizer {
+            Some(_) => Some(
+                tempfile::Builder::new()
+                    .prefix("gpurun-sanitizer-")
+                    .tempdir()
+                    .map_err(|error| {
+                        StartError(format!(
+                            "failed to make a folder for compute-sanitizer's report: {error}"
+                        ))
+                    })?,
+            ),
+            None => None,
+        };
+        let mut command = worker_command(
+            spec,
+            slot_count,
+            sanitizer_log.as_ref().map(tempfile::TempDir::path),
+        );
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
         // Tied to this process: it ends when this process does, however that happens.
         let mut child = crate::spawn::spawn_worker(command).map_err(|source| {
+            let program = spec
+                .sanitizer
+                .as_ref()
+                .map_or(&spec.exe, |sanitizer| &sanitizer.program);
             StartError(format!(
                 "failed to start worker `{}`: {source}",
-                spec.exe.display()
+                program.display()
             ))
         })?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
@@ -179,7 +228,8 @@ impl WorkerHandle {
         let mut worker = WorkerHandle {
             child: Mutex::new(child),
             status: OnceLock::new(),
-            stdin: Mutex::new(stdin),
+            stdin: Mutex::new(Some(stdin)),
+            sanitizer_log,
             slots: receivers.into_iter().map(Mutex::new).collect(),
             breakage: Arc::clone(&breakage),
             device: String::new(),
@@ -194,9 +244,55 @@ impl WorkerHandle {
             })?;
         let deadline = Instant::now() + start_timeout;
         for slot in 0..slot_count {
-            worker.device = worker.wait_ready(slot, deadline, start_timeout)?;
+            worker.device = worker
+                .wait_ready(slot, deadline, start_timeout)
+                .map_err(|error| worker.with_sanitizer_report(error))?;
         }
         Ok(worker)
+    }
+
+    /// A start failure with compute-sanitizer's report added, when it ran the worker: it says
+    /// why the sanitizer could not run it.
+    fn with_sanitizer_report(&self, error: StartError) -> StartError {
+        match self.sanitizer_report() {
+            Some(report) if crate::sanitizer::has_records(&report) => StartError(format!(
+                "{error}\ncompute-sanitizer's report:\n{}",
+                report.trim_end()
+            )),
+            _ => error,
+        }
+    }
+
+    /// compute-sanitizer's report so far, when it runs the worker.
+    fn sanitizer_report(&self) -> Option<String> {
+        let folder = self.sanitizer_log.as_ref()?;
+        let bytes = std::fs::read(Sanitizer::log_file(folder.path())).unwrap_or_default();
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Tells the worker to leave (closes its command pipe) and waits up to `within` for the
+    /// process to end (compute-sanitizer finishes its report first), killing it after that.
+    /// The worker must have no launch running that the caller still wants.
+    pub fn close(&self, within: Duration) -> WorkerEnd {
+        drop(lock(&self.stdin).take());
+        let status = *self.status.get_or_init(|| {
+            let mut child = lock(&self.child);
+            let deadline = Instant::now() + within;
+            while Instant::now() < deadline {
+                match child.try_wait() {
+                    Ok(Some(status)) => return Some(status),
+                    Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                    Err(_) => break,
+                }
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        });
+        WorkerEnd {
+            status,
+            sanitizer_report: self.sanitizer_report(),
+        }
     }
 
     fn wait_ready(
@@ -257,7 +353,13 @@ impl WorkerHandle {
         let Some(wire_slot) = u32::try_from(slot).ok().filter(|_| slot < self.slots.len()) else {
             return Err(RunError::Refused(format!("worker has no slot {slot}")));
         };
-        let sent = protocol::write_command(&mut *lock(&self.stdin), wire_slot, command);
+        let sent = match &mut *lock(&self.stdin) {
+            Some(stdin) => protocol::write_command(stdin, wire_slot, command),
+            None => Err(io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                "the worker was told to leave",
+            )),
+        };
         if let Err(error) = sent {
             let _ = self.breakage.set(Breakage::Unexplained);
             return Err(RunError::Died(
@@ -330,9 +432,12 @@ impl WorkerHandle {
         })
     }
 
-    /// Kills the worker (it may be stuck in a hung kernel), ending every slot's run.
+    /// Kills the worker (it may be stuck in a hung kernel), ending every slot's run. Its command
+    /// pipe is closed first: under compute-sanitizer the process killed is the sanitizer, and
+    /// the worker it runs leaves when its commands end.
     pub fn kill(&self) {
         let _ = self.breakage.set(Breakage::Explained);
+        drop(lock(&self.stdin).take());
         let mut child = lock(&self.child);
         let _ = child.kill();
         let _ = child.wait();
@@ -393,8 +498,9 @@ mod tests {
             slots: 3,
             env: vec![("GPURUN_SCRIPT".into(), "s.json".into())],
             backend: gpurun_hal::BackendKind::Scripted,
+            sanitizer: None,
         };
-        let command = worker_command(&spec, 3);
+        let command = worker_command(&spec, 3, None);
         let envs: Vec<(&OsStr, Option<&OsStr>)> = command.get_envs().collect();
         let has =
             |key: &str, value: &str| envs.contains(&(OsStr::new(key), Some(OsStr::new(value))));
@@ -407,5 +513,37 @@ mod tests {
         );
         let args: Vec<&OsStr> = command.get_args().collect();
         assert_eq!(args, ["--device", "1", "image.ptx"]);
+        assert!(!envs.iter().any(|(key, _)| *key == SANITIZED_ENV));
+    }
+
+    #[test]
+    fn a_sanitized_worker_is_compute_sanitizer_running_the_worker_command() {
+        let sanitizer = Sanitizer {
+            tool: crate::SanitizerTool::Memcheck,
+            program: "/cuda/bin/compute-sanitizer".into(),
+        };
+        let spec = WorkerSpec {
+            exe: "worker".into(),
+            args: vec!["gpurun".into(), "__worker".into()],
+            image: "image.ptx".into(),
+            slots: 1,
+            env: Vec::new(),
+            backend: gpurun_hal::BackendKind::Cuda,
+            sanitizer: Some(sanitizer.clone()),
+        };
+        let command = worker_command(&spec, 1, Some(Path::new("/tmp/log")));
+        assert_eq!(command.get_program(), "/cuda/bin/compute-sanitizer");
+        let args: Vec<&OsStr> = command.get_args().collect();
+        let options = sanitizer.arguments(&Sanitizer::log_file(Path::new("/tmp/log")));
+        assert_eq!(
+            &args[..options.len()],
+            options.iter().map(|a| a.as_os_str()).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            &args[options.len()..],
+            ["worker", "gpurun", "__worker", "image.ptx"]
+        );
+        let envs: Vec<(&OsStr, Option<&OsStr>)> = command.get_envs().collect();
+        assert!(envs.contains(&(OsStr::new(SANITIZED_ENV), Some(OsStr::new("1")))));
     }
 }

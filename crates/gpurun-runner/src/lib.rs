@@ -2,7 +2,8 @@
 //!
 //! Owns: the worker protocol, both ends ([`protocol`]; the worker process in [`worker`], the
 //! parent's handle on it in [`handle`]); a worker's command line, both ends ([`WorkerOptions`]);
-//! spawning workers so that none outlives its parent (`spawn`);
+//! spawning workers so that none outlives its parent (`spawn`); running them under
+//! compute-sanitizer and attributing its report to tests ([`sanitizer`]);
 //! the per-device pool of workers and their slots, crash attribution and re-runs ([`pool`]);
 //! and the mapping of a launch's end to a run's end (worker side) and to a test's end (parent
 //! side), each done once.
@@ -17,6 +18,7 @@ pub mod handle;
 mod options;
 pub mod pool;
 pub mod protocol;
+pub mod sanitizer;
 mod spawn;
 pub mod worker;
 
@@ -24,3 +26,4 @@ pub use handle::{describe_exit, RunError, StartError, WorkerHandle, WorkerSpec};
 pub use options::WorkerOptions;
 pub use pool::{test_devices, WorkerExecutor};
 pub use protocol::{Command, Event, Slot};
+pub use sanitizer::{Sanitizer, SanitizerError, SanitizerTool};

@@ -59,6 +59,7 @@ impl WorkerOptions {
             slots: 1,
             env: Vec::new(),
             backend: self.backend,
+            sanitizer: None,
         }
     }
 

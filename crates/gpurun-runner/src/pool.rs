@@ -11,9 +11,16 @@
 //! - a fault or a crash does not say which test caused it (every stream of a poisoned CUDA
 //!   context reports it), so each test that was in flight runs again alone in a fresh worker,
 //!   where it either passes or shows the fault as its own.
+//!
+//! Under compute-sanitizer (`--sanitize`) every test runs alone in a worker of its own, which
+//! leaves once the test has ended: the sanitizer's report is complete when it exits, whether it
+//! wrote each record as the launch ended or only then, and every record in it comes from that
+//! one test's launch (see [`crate::sanitizer`]). Time limits are
+//! [`TIME_LIMIT_FACTOR`](crate::sanitizer::TIME_LIMIT_FACTOR) times as long.
 
-use crate::handle::{breakage_of, Breakage, RunError, WorkerHandle, WorkerSpec};
+use crate::handle::{breakage_of, Breakage, RunError, WorkerEnd, WorkerHandle, WorkerSpec};
 use crate::protocol::{Command, Event};
+use crate::sanitizer::{self, Sanitizer, ERROR_EXIT_CODE, REPORT_WITHIN};
 use gpurun_abi::LaunchEnd;
 use gpurun_hal::{select, BackendError, BackendKind};
 use gpurun_harness::{Executor, PanicReport, TestDesc, TestEnd, TestRun};
@@ -123,12 +130,17 @@ struct Collected {
 
 impl WorkerExecutor {
     /// `specs`: one per device to use (their `slots` are set here); `concurrency`: how many
-    /// tests the harness runs at once.
+    /// tests the harness runs at once; `timeout`: each test's time limit (longer under a
+    /// sanitizer, see [`Sanitizer::time_limit`]).
     pub fn new(
         specs: Vec<WorkerSpec>,
         concurrency: usize,
         timeout: Option<Duration>,
     ) -> WorkerExecutor {
+        let timeout = match specs.first().and_then(|spec| spec.sanitizer.as_ref()) {
+            Some(sanitizer) => timeout.map(|limit| sanitizer.time_limit(limit)),
+            None => timeout,
+        };
         let concurrency = concurrency.max(1);
         let devices: Vec<DeviceWorkers> = specs
             .into_iter()
@@ -150,6 +162,50 @@ impl WorkerExecutor {
     /// Devices in use and tests each runs at once, for the "Running" line.
     pub fn shape(&self) -> (usize, usize) {
         (self.devices.len(), self.slots_per_worker)
+    }
+
+    /// Each test's time limit.
+    pub fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// The sanitizer every worker runs under, if any.
+    fn sanitizer(&self) -> Option<&Sanitizer> {
+        self.devices
+            .first()
+            .and_then(|device| device.spec.sanitizer.as_ref())
+    }
+
+    /// Runs `test` alone under `sanitizer` in a fresh worker on the least busy device, which
+    /// leaves when the test has ended; then fails the test with the sanitizer's findings in
+    /// its launch.
+    fn run_sanitized(&self, test: &TestDesc, sanitizer: &Sanitizer) -> TestRun {
+        let started = Instant::now();
+        let mut collected = Collected::default();
+        let Some(workers) = self
+            .devices
+            .iter()
+            .min_by_key(|device| device.assigned.load(Ordering::Relaxed))
+        else {
+            return collected.run(TestEnd::NotRun("no device to run tests on".into()), started);
+        };
+        workers.assigned.fetch_add(1, Ordering::Relaxed);
+        let end = match self.start(&workers.spec, 1) {
+            Err(error) => TestEnd::NotRun(error),
+            Ok(pooled) => {
+                let end = match self.attempt(&pooled, 0, test, &mut collected) {
+                    Attempt::Final(end) => end,
+                    // One slot: no other test can have ended this worker.
+                    Attempt::Again(how) | Attempt::Alone(how) => {
+                        TestEnd::launch(LaunchEnd::Faulted(how))
+                    }
+                };
+                let ended = pooled.worker.close(REPORT_WITHIN);
+                with_findings(end, &ended, sanitizer, test, &mut collected)
+            }
+        };
+        workers.assigned.fetch_sub(1, Ordering::Relaxed);
+        collected.run(end, started)
     }
 
     /// A free slot on the least busy device, starting a worker there if it has none that works.
@@ -300,7 +356,69 @@ impl Collected {
             end,
             first_panic: self.first_panic.take(),
             panicked_threads: self.panicked_threads,
+            sanitizer: None,
         }
+    }
+
+    /// The test's run, ended as `end`, started at `started`.
+    fn run(self, end: TestEnd, started: Instant) -> TestRun {
+        TestRun {
+            end,
+            stdout: self.stdout,
+            stderr: self.stderr,
+            duration: started.elapsed(),
+            device_time: self.device_time,
+        }
+    }
+}
+
+/// `end` with what compute-sanitizer's report (in `ended`) says about `test`, the only test its
+/// worker ran: its findings fail the test; its other records go to the test's stderr. A report
+/// the sanitizer's exit status says has errors, but whose records could not be read, fails
+/// the test with the report as it is.
+fn with_findings(
+    end: TestEnd,
+    ended: &WorkerEnd,
+    sanitizer: &Sanitizer,
+    test: &TestDesc,
+    collected: &mut Collected,
+) -> TestEnd {
+    let report = ended.sanitizer_report.as_deref().unwrap_or_default();
+    let attribution = sanitizer::attribute(sanitizer::parse_report(report), &test.kernel);
+    if let Some(notes) = attribution.notes_text() {
+        collected.stderr.extend_from_slice(notes.as_bytes());
+    }
+    let mut findings = attribution.failure(sanitizer.tool, &test.kernel);
+    let errors_said = ended.status.and_then(|status| status.code()) == Some(ERROR_EXIT_CODE);
+    if findings.is_none() && errors_said && attribution.notes.is_empty() {
+        findings = Some(format!(
+            "compute-sanitizer {} exited with status {ERROR_EXIT_CODE} (it found errors), but \
+             its report names none that could be read:\n{}",
+            sanitizer.tool,
+            report.trim_end()
+        ));
+    }
+    match (end, findings) {
+        (
+            TestEnd::Ran {
+                end,
+                first_panic,
+                panicked_threads,
+                ..
+            },
+            Some(findings),
+        ) => TestEnd::Ran {
+            end,
+            first_panic,
+            panicked_threads,
+            sanitizer: Some(findings),
+        },
+        (not_run @ TestEnd::NotRun(_), Some(findings)) => {
+            collected.stderr.extend_from_slice(findings.as_bytes());
+            collected.stderr.push(b'\n');
+            not_run
+        }
+        (end, None) => end,
     }
 }
 
@@ -312,6 +430,9 @@ impl Executor for WorkerExecutor {
     }
 
     fn run(&self, test: &TestDesc) -> TestRun {
+        if let Some(sanitizer) = self.sanitizer() {
+            return self.run_sanitized(test, sanitizer);
+        }
         let started = Instant::now();
         let mut notes = Vec::new();
         let mut collected = Collected::default();
@@ -378,6 +499,7 @@ mod tests {
                 slots: 1,
                 env: Vec::new(),
                 backend: gpurun_hal::BackendKind::Host,
+                sanitizer: None,
             })
             .collect()
     }
@@ -401,6 +523,112 @@ mod tests {
                 "{devices} devices, {threads} threads"
             );
         }
+    }
+
+    fn memcheck() -> Sanitizer {
+        Sanitizer {
+            tool: crate::SanitizerTool::Memcheck,
+            program: "compute-sanitizer".into(),
+        }
+    }
+
+    #[test]
+    fn sanitized_tests_get_ten_times_their_time_limit() {
+        let mut sanitized = specs(1);
+        sanitized[0].sanitizer = Some(memcheck());
+        let limit = Some(Duration::from_secs(3));
+        assert_eq!(WorkerExecutor::new(specs(1), 1, limit).timeout(), limit);
+        assert_eq!(
+            WorkerExecutor::new(sanitized, 1, limit).timeout(),
+            Some(Duration::from_secs(30))
+        );
+    }
+
+    #[test]
+    fn a_sanitizer_report_fails_the_test_whose_kernel_it_names() {
+        use std::os::unix::process::ExitStatusExt;
+        let test = TestDesc::new("writes");
+        let report = |kernel: &str| {
+            format!(
+                "========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at {kernel}+0x10
+=========     by thread (1,0,0) in block (0,0,0)
+=========
+========= Program hit CUDA_ERROR_LAUNCH_FAILED (error 719) on CUDA API call to cuStreamQuery.
+=========
+========= ERROR SUMMARY: 2 errors"
+            )
+        };
+        let ended = |report: String, status: i32| WorkerEnd {
+            status: Some(std::process::ExitStatus::from_raw(status << 8)),
+            sanitizer_report: Some(report),
+        };
+        let clean = TestEnd::completed(None, 0);
+        let mut collected = Collected::default();
+        let end = with_findings(
+            clean.clone(),
+            &ended(report(&test.kernel), 0),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        let findings = end.sanitizer_findings().expect("findings");
+        assert!(
+            findings.contains("memcheck found 1 error") && findings.contains("by thread (1,0,0)")
+        );
+        let stderr = String::from_utf8_lossy(&collected.stderr).into_owned();
+        assert!(
+            stderr.contains("Program hit CUDA_ERROR_LAUNCH_FAILED"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("Invalid __global__ write"), "{stderr}");
+        // Another test's kernel: a note, and the verdict stays.
+        let mut collected = Collected::default();
+        let end = with_findings(
+            clean.clone(),
+            &ended(report("__gpurun_test_other"), 0),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        assert_eq!(end, clean);
+        assert!(String::from_utf8_lossy(&collected.stderr).contains("Invalid __global__ write"));
+        // Errors said by the exit status, none in the report: the test fails with what is there.
+        let mut collected = Collected::default();
+        let end = with_findings(
+            clean.clone(),
+            &ended("========= ERROR SUMMARY: 1 error".into(), ERROR_EXIT_CODE),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        assert!(end
+            .sanitizer_findings()
+            .is_some_and(|findings| findings.contains("exited with status 86")));
+        // A clean report with a clean exit changes nothing.
+        let mut collected = Collected::default();
+        let end = with_findings(
+            clean.clone(),
+            &ended("========= ERROR SUMMARY: 0 errors".into(), 0),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        assert_eq!(end, clean);
+        assert!(collected.stderr.is_empty());
+        // A test that could not run keeps saying so; the findings go with its output.
+        let mut collected = Collected::default();
+        let not_run = TestEnd::NotRun("no such kernel".into());
+        let end = with_findings(
+            not_run.clone(),
+            &ended(report(&test.kernel), ERROR_EXIT_CODE),
+            &memcheck(),
+            &test,
+            &mut collected,
+        );
+        assert_eq!(end, not_run);
+        assert!(String::from_utf8_lossy(&collected.stderr).contains("memcheck found 1 error"));
     }
 
     #[test]

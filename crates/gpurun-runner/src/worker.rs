@@ -13,7 +13,7 @@ use gpurun_hal::{
 use gpurun_image::Image;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
@@ -119,6 +119,12 @@ impl Pipe {
     /// timeout), then ends the process while still holding the pipe, so no other slot can start
     /// a frame it would not finish.
     fn send_last(&self, slot: Slot, event: &Event) -> ! {
+        // Under compute-sanitizer (still there), with this the only launch and none still
+        // running on the device, the process ends as a program does, so the sanitizer's
+        // exit-time work runs.
+        let settled = !matches!(event, Event::Ended(LaunchEnd::TimedOut(_)));
+        let clean =
+            settled && under_sanitizer() && parent_alive() && LAUNCHES.load(Ordering::SeqCst) <= 1;
         // The files the device opened are C streams: flushed first, because the parent may
         // answer the report by killing this process.
         // SAFETY: `fflush(NULL)` flushes every open C output stream, taking each one's lock as
@@ -127,6 +133,9 @@ impl Pipe {
         let _ = lock(&self.pending).frames.push(slot, event);
         self.flush();
         let _out = lock(&self.out);
+        if clean {
+            std::process::exit(0);
+        }
         // Other slots may be inside the driver and a timed-out kernel may still run: `exit`
         // would run the driver's exit-time teardown (libcuda registers one) under them, and
         // could hang or crash after the report. Everything owed is flushed above.
@@ -267,6 +276,29 @@ impl Sink for SlotSink<'_> {
 /// Environment variable through which the parent tells a worker how many slots to open.
 pub const SLOTS_ENV: &str = "GPURUN_WORKER_SLOTS";
 
+/// Set (to `1`) by the parent when compute-sanitizer runs the worker: the worker then ends as
+/// a program does (`exit`, which runs the sanitizer's exit-time work) whenever no launch is
+/// running and the sanitizer is still there, instead of `_exit`.
+pub const SANITIZED_ENV: &str = "GPURUN_WORKER_SANITIZED";
+
+/// Commands the slots are running (or about to run).
+static LAUNCHES: AtomicUsize = AtomicUsize::new(0);
+/// Set once the command pipe has closed: no slot starts another command.
+static CLOSING: AtomicBool = AtomicBool::new(false);
+/// The process that started the worker (compute-sanitizer, when it runs the worker).
+static PARENT: OnceLock<u32> = OnceLock::new();
+
+fn under_sanitizer() -> bool {
+    std::env::var_os(SANITIZED_ENV).is_some_and(|value| value == "1")
+}
+
+/// Whether the process that started the worker still runs (it has not been re-parented).
+fn parent_alive() -> bool {
+    // SAFETY: getppid has no preconditions.
+    let parent = unsafe { libc::getppid() } as u32;
+    PARENT.get() == Some(&parent)
+}
+
 /// The worker's entry point: `args` are what [`crate::WorkerOptions::spec`] put after the
 /// prefix. Returns the process exit status.
 pub fn main(args: &[std::ffi::OsString]) -> i32 {
@@ -279,6 +311,8 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
     };
     // The first and only setting in this process: no server exists before the slots start.
     let _ = gpurun_hal::handlers::set_host_access(options.host_access());
+    // SAFETY: getppid has no preconditions.
+    let _ = PARENT.set(unsafe { libc::getppid() } as u32);
     let slots = std::env::var(SLOTS_ENV)
         .ok()
         .and_then(|text| text.parse().ok())
@@ -373,7 +407,19 @@ pub fn run(
             }
         }
     };
-    drop((commands, threads));
+    // No slot starts a command from here on; then, whether one is still running.
+    CLOSING.store(true, Ordering::SeqCst);
+    let idle = LAUNCHES.load(Ordering::SeqCst) == 0;
+    drop(commands);
+    if idle && under_sanitizer() && parent_alive() {
+        // Every slot leaves its loop now that its commands ended; with none in a launch that is
+        // at once. Their modules are released before the driver's exit-time teardown runs.
+        for thread in threads {
+            let _ = thread.join();
+        }
+        std::process::exit(status);
+    }
+    drop(threads);
     end_without_waiting(status)
 }
 
@@ -440,6 +486,13 @@ impl SlotSetup {
         let mut sink = SlotSink { pipe, slot };
         let end_params = self.image.kernel("_end").and_then(|end| end.param_bytes());
         for command in commands {
+            // Counted before the pipe's end is checked, which the main thread sets before it
+            // counts: one of the two sees the other.
+            LAUNCHES.fetch_add(1, Ordering::SeqCst);
+            if CLOSING.load(Ordering::SeqCst) {
+                LAUNCHES.fetch_sub(1, Ordering::SeqCst);
+                break;
+            }
             let event = match run_command(module.as_mut(), command, end_params, &mut sink) {
                 Ok(end) => Event::Ended(end),
                 Err(error) => Event::Refused { error },
@@ -457,6 +510,7 @@ impl SlotSetup {
                 pipe.send_last(slot, &event);
             }
             pipe.send(slot, &event);
+            LAUNCHES.fetch_sub(1, Ordering::SeqCst);
         }
     }
 

@@ -170,6 +170,7 @@ fn results_and_output() -> Result<(), Failed> {
             end: LaunchEnd::Completed,
             first_panic: Some(report),
             panicked_threads: 1,
+            ..
         } => check(report.message == "boom" && report.line == 3, || {
             format!("{report:?}")
         })?,

@@ -1,13 +1,15 @@
 //! Which device runs an image, shared by `run` and `test`: the `--backend`/`--device`/
-//! `--lane-size`/`--stack-size` options, the backend an image needs, and the worker options
-//! they make.
+//! `--lane-size`/`--stack-size`/`--sanitize` options, the backend an image needs, and the
+//! worker options they make.
 
 use anyhow::bail;
+use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use gpurun_hal::select::{self, BackendChoice};
 use gpurun_hal::BackendKind;
 use gpurun_image::{Image, ImageKind};
-use gpurun_runner::WorkerOptions;
+use gpurun_runner::sanitizer::SANITIZE_ENV;
+use gpurun_runner::{Sanitizer, SanitizerTool, WorkerOptions};
 
 /// Which device runs the image; shared by `run` and `test`.
 #[derive(Debug, Clone, Args)]
@@ -29,6 +31,11 @@ pub struct DeviceArgs {
     /// error naming why each GPU backend has no device.
     #[arg(long, env = gpurun_build::suite::REQUIRE_GPU_ENV, value_parser = clap::builder::BoolishValueParser::new())]
     pub require_gpu: bool,
+    /// Run the CUDA workers under NVIDIA's compute-sanitizer with this tool (found on PATH, in
+    /// CUDA_HOME, or at $GPURUN_COMPUTE_SANITIZER): its findings fail the test whose kernel
+    /// they name. Each test then runs in a worker of its own, with 10 times its time limit.
+    #[arg(long, value_name = "TOOL", env = SANITIZE_ENV, value_parser = PossibleValuesParser::new(SanitizerTool::NAMES).try_map(|name| name.parse::<SanitizerTool>()))]
+    pub sanitize: Option<SanitizerTool>,
 }
 
 fn parse_lane_size(text: &str) -> Result<u32, String> {
@@ -80,6 +87,37 @@ pub fn start_failure(kind: BackendKind, image: &Image, error: String) -> anyhow:
         ),
     };
     anyhow::anyhow!("{error}{hint}")
+}
+
+/// The backend choice in effect: `--sanitize` means CUDA (compute-sanitizer checks nothing
+/// else), so with `auto` it picks the cuda backend, and any other choice is an error.
+pub fn backend_choice(device: &DeviceArgs) -> anyhow::Result<BackendChoice> {
+    if device.sanitize.is_none() {
+        return Ok(device.backend.clone());
+    }
+    match &device.backend {
+        BackendChoice::Auto | BackendChoice::Only(BackendKind::Cuda) => {
+            Ok(BackendChoice::Only(BackendKind::Cuda))
+        }
+        BackendChoice::Only(kind) => {
+            Sanitizer::check_backend(*kind)?;
+            Ok(BackendChoice::Only(*kind))
+        }
+        BackendChoice::Each(_) | BackendChoice::All => bail!(
+            "--sanitize runs compute-sanitizer, which checks CUDA kernels only: it takes one \
+             backend, cuda, not a list or `all`"
+        ),
+    }
+}
+
+/// The sanitizer `--sanitize` asks for on the `kind` backend: `None` without `--sanitize`; an
+/// error for a backend other than CUDA, or when compute-sanitizer cannot be found.
+pub fn sanitizer(device: &DeviceArgs, kind: BackendKind) -> anyhow::Result<Option<Sanitizer>> {
+    let Some(tool) = device.sanitize else {
+        return Ok(None);
+    };
+    Sanitizer::check_backend(kind)?;
+    Ok(Some(Sanitizer::find(tool)?))
 }
 
 pub fn options(device: &DeviceArgs, kind: BackendKind) -> WorkerOptions {

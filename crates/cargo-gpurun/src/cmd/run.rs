@@ -15,11 +15,12 @@ use clap::Args;
 use gpurun_build::DeviceTarget;
 use gpurun_hal::{LaunchEnd, LaunchShape};
 use gpurun_image::{Image, ImageKind};
+use gpurun_runner::sanitizer::{self, ERROR_EXIT_CODE, REPORT_WITHIN};
 use gpurun_runner::{Command, Event, RunError, WorkerHandle, WorkerOptions};
 
 use gpurun_build::suite::DEFAULT_TEST_TIMEOUT;
 
-use super::device::{backend_for, options, start_failure, DeviceArgs};
+use super::device::{backend_for, options, sanitizer, start_failure, DeviceArgs};
 use super::test::test_executor;
 use super::worker::worker_spec;
 use crate::exit_code;
@@ -73,6 +74,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if args.device.require_gpu {
         gpurun_build::suite::require_gpu(&[target_of(image.kind())])?;
     }
+    let sanitizer = sanitizer(&args.device, kind)?;
     let options = options(&args.device, kind);
     if args.kernels.is_empty() && image.kernel("_start").is_none() && !image.tests().is_empty() {
         return run_test_image(args, &image, &options);
@@ -94,7 +96,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         stdin: Some(format!("/proc/{}/fd/0", std::process::id()).into()),
         ..options
     };
-    let spec = worker_spec(&options, &args.image)?;
+    let spec = worker_spec(&options, &args.image, sanitizer.clone())?;
     let worker = WorkerHandle::spawn(&spec, Duration::from_secs(120))
         .map_err(|error| start_failure(kind, &image, error.to_string()))?;
     let mut argv: Vec<Vec<u8>> = vec![args.image.as_os_str().as_encoded_bytes().to_vec()];
@@ -113,6 +115,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         Some(secs) if secs.is_finite() && secs > 0.0 => Some(Duration::from_secs_f64(secs)),
         Some(secs) => bail!("--timeout must be a positive number of seconds, not {secs}"),
         None => None,
+    };
+    let timeout = match &sanitizer {
+        Some(sanitizer) => timeout.map(|limit| sanitizer.time_limit(limit)),
+        None => timeout,
     };
     let mut panicked = false;
     let stdout = std::io::stdout();
@@ -144,8 +150,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         | Event::Refused { .. } => {}
     });
     let _ = std::io::stdout().flush();
+    let sanitizer_found = match &sanitizer {
+        Some(sanitizer) => report_sanitizer(&worker, sanitizer),
+        None => false,
+    };
     match end {
         Ok(LaunchEnd::Completed) if panicked => Ok(exit_code::code(exit_code::PANICKED)),
+        Ok(LaunchEnd::Completed) if sanitizer_found => Ok(exit_code::code(exit_code::ERROR)),
         Ok(LaunchEnd::Completed) => Ok(exit_code::code(exit_code::SUCCESS)),
         Ok(LaunchEnd::Exited(code)) => Ok(exit_code::code(code)),
         Ok(LaunchEnd::Aborted) => {
@@ -165,6 +176,21 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         Err(RunError::Refused(error)) => bail!("{error}"),
         Err(RunError::Died(how)) => bail!("the device program crashed: {how}"),
     }
+}
+
+/// Lets the sanitized worker of a program leave, prints compute-sanitizer's report (every
+/// launch in it is the program's) and says whether it found errors.
+fn report_sanitizer(worker: &WorkerHandle, sanitizer: &gpurun_runner::Sanitizer) -> bool {
+    let ended = worker.close(REPORT_WITHIN);
+    let report = ended.sanitizer_report.unwrap_or_default();
+    let records = sanitizer::parse_report(&report);
+    let found = records.iter().any(sanitizer::Record::on_device)
+        || ended.status.and_then(|status| status.code()) == Some(ERROR_EXIT_CODE);
+    if found {
+        eprintln!("{}", report.trim_end());
+        eprintln!("error: compute-sanitizer {} found errors", sanitizer.tool);
+    }
+    found
 }
 
 /// Runs a test image under libtest's command line (`target.runner` for test targets).

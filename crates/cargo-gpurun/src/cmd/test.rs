@@ -18,7 +18,7 @@ use gpurun_harness::variants::VariantExecutor;
 use gpurun_harness::{Executor, HarnessArgs};
 use gpurun_runner::{WorkerExecutor, WorkerOptions};
 
-use super::device::{backend_for, options, DeviceArgs};
+use super::device::{backend_choice, backend_for, options, sanitizer, DeviceArgs};
 use super::worker::worker_spec;
 use crate::cli::CargoArgs;
 use crate::exit_code;
@@ -40,12 +40,22 @@ pub struct TestArgs {
 
 pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let mut build_options = args.cargo.build_options();
-    let several = matches!(
-        args.device.backend,
-        BackendChoice::Each(_) | BackendChoice::All
-    );
+    let choice = backend_choice(&args.device)?;
+    if let Some(tool) = args.device.sanitize {
+        // Before the build: a wrong target or a missing sanitizer is the first thing to fix.
+        for name in &build_options.targets {
+            if DeviceTarget::parse(name)? != DeviceTarget::Nvptx {
+                bail!(
+                    "--sanitize runs compute-sanitizer, which checks CUDA kernels only: build \
+                     for nvptx, not `{name}`"
+                );
+            }
+        }
+        gpurun_runner::Sanitizer::find(tool)?;
+    }
+    let several = matches!(choice, BackendChoice::Each(_) | BackendChoice::All);
     if build_options.targets.is_empty() {
-        let targets = suite::targets_for(&args.device.backend, args.device.require_gpu)?;
+        let targets = suite::targets_for(&choice, args.device.require_gpu)?;
         build_options.targets = targets
             .iter()
             .map(|target| target.short_name().to_string())
@@ -103,10 +113,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         for suite in &group {
             // A broken image fails its own suite; the others still run and report.
             let (image_tests, kind) = match &suite.image {
-                Ok(Some(image)) => (
-                    image.tests().to_vec(),
-                    backend_for(&args.device.backend, image)?,
-                ),
+                Ok(Some(image)) => (image.tests().to_vec(), backend_for(&choice, image)?),
                 Ok(None) => (Vec::new(), suite::backend_for_target(suite.built.target)),
                 Err(error) => {
                     eprintln!("error: {error}");
@@ -201,7 +208,8 @@ fn suite_header(built: &BuiltImage, cwd: &Path) -> String {
 }
 
 /// The executor that runs an image's tests: one worker per device in use
-/// ([`gpurun_runner::test_devices`]), sized so that the harness's test threads all have a slot.
+/// ([`gpurun_runner::test_devices`]), sized so that the harness's test threads all have a slot;
+/// under `--sanitize`, compute-sanitizer runs each test in a worker of its own.
 pub fn test_executor(
     device: &DeviceArgs,
     kind: BackendKind,
@@ -209,6 +217,7 @@ pub fn test_executor(
     harness_args: &HarnessArgs,
     timeout: Duration,
 ) -> anyhow::Result<WorkerExecutor> {
+    let sanitizer = sanitizer(device, kind)?;
     let ordinals = gpurun_runner::test_devices(device.device, kind)?;
     let base = options(device, kind);
     let specs = ordinals
@@ -218,7 +227,7 @@ pub fn test_executor(
                 device: ordinal,
                 ..base.clone()
             };
-            worker_spec(&options, image)
+            worker_spec(&options, image, sanitizer.clone())
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     // A bad RUST_TEST_THREADS is reported by the harness itself.

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::Args;
-use gpurun_runner::{WorkerOptions, WorkerSpec};
+use gpurun_runner::{Sanitizer, WorkerOptions, WorkerSpec};
 
 /// Arguments of the hidden worker subcommand, passed through to the runner.
 #[derive(Debug, Args)]
@@ -15,11 +15,19 @@ pub struct WorkerArgs {
     pub args: Vec<OsString>,
 }
 
-/// The spec that starts a worker for `image`: this very executable, hidden subcommand.
-pub fn worker_spec(options: &WorkerOptions, image: &Path) -> anyhow::Result<WorkerSpec> {
+/// The spec that starts a worker for `image`: this very executable, hidden subcommand, under
+/// `sanitizer` when given.
+pub fn worker_spec(
+    options: &WorkerOptions,
+    image: &Path,
+    sanitizer: Option<Sanitizer>,
+) -> anyhow::Result<WorkerSpec> {
     let exe = std::env::current_exe()
         .map_err(|e| anyhow::anyhow!("cannot find the cargo-gpurun executable: {e}"))?;
-    Ok(options.spec(exe, &["gpurun", "__worker"], image))
+    Ok(WorkerSpec {
+        sanitizer,
+        ..options.spec(exe, &["gpurun", "__worker"], image)
+    })
 }
 
 pub fn run(args: &WorkerArgs) -> anyhow::Result<ExitCode> {

@@ -43,6 +43,9 @@ pub(crate) fn failure_summary(finished: &Finished<'_>) -> (&'static str, String)
     let Some(run) = finished.run else {
         return ("failure", message.unwrap_or("test failed").to_owned());
     };
+    if run.end.sanitizer_findings().is_some() {
+        return ("sanitizer", message.unwrap_or("test failed").to_owned());
+    }
     let kind = match &run.end {
         TestEnd::Ran {
             end, first_panic, ..

@@ -1,0 +1,769 @@
+//! NVIDIA's compute-sanitizer around CUDA workers (`cargo gpurun test --sanitize TOOL`): which
+//! tool, where the program is, how it wraps a worker, how its report reads, and which test each
+//! of its records belongs to.
+//!
+//! The worker's stdout is the protocol pipe, so the sanitizer writes its report to a file of
+//! its own (`--log-file`, one per worker, in a temporary folder the worker's handle owns). Each
+//! sanitized test runs in a worker of its own that ends after the test: the report is complete
+//! once the sanitizer has exited, whether it wrote each record as the launch ended or only at
+//! exit (see [`crate::pool`]). A record that names a test's kernel (where it happened, or a
+//! frame of its device backtrace) belongs to that test; one that names no test kernel at all
+//! (a fault in a function the kernel called, without a backtrace) belongs to the one test the
+//! worker ran. Records about the host side (a failed CUDA API call, a leak) name no launch:
+//! they are shown beside the test's output, and fail nothing.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gpurun_abi::symbols::TEST_KERNEL_PREFIX;
+use gpurun_hal::BackendKind;
+
+/// The environment variable that asks for a sanitizer (`--sanitize`'s value).
+pub const SANITIZE_ENV: &str = "GPURUN_SANITIZE";
+/// The environment variable naming the compute-sanitizer program to use.
+pub const PROGRAM_ENV: &str = "GPURUN_COMPUTE_SANITIZER";
+/// The program's name on `PATH` and in a CUDA toolkit.
+pub const PROGRAM: &str = "compute-sanitizer";
+/// The exit status compute-sanitizer is told to give (`--error-exitcode`) when the worker ended
+/// well but the tool found errors: a cross-check that its log was read.
+pub const ERROR_EXIT_CODE: i32 = 86;
+/// How many times longer a sanitized test may run: the tools instrument every memory access or
+/// barrier, which slows kernels down by an order of magnitude or more.
+pub const TIME_LIMIT_FACTOR: u32 = 10;
+/// How long compute-sanitizer may take to finish its report once its worker has left.
+pub const REPORT_WITHIN: Duration = Duration::from_secs(120);
+/// The report file in a worker's log folder.
+const LOG_FILE: &str = "compute-sanitizer.log";
+
+/// One of compute-sanitizer's tools (`--tool`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SanitizerTool {
+    /// Out-of-bounds and misaligned accesses, hardware exceptions, device malloc/free errors.
+    Memcheck,
+    /// Shared-memory data races.
+    Racecheck,
+    /// Reads of uninitialized device global memory.
+    Initcheck,
+    /// Invalid uses of barriers (`__syncthreads`, `__syncwarp`).
+    Synccheck,
+}
+
+impl SanitizerTool {
+    /// Every tool, in the order the documentation lists them.
+    pub const ALL: [SanitizerTool; 4] = [
+        SanitizerTool::Memcheck,
+        SanitizerTool::Racecheck,
+        SanitizerTool::Initcheck,
+        SanitizerTool::Synccheck,
+    ];
+    /// Their names, as `--tool` takes them.
+    pub const NAMES: [&'static str; 4] = ["memcheck", "racecheck", "initcheck", "synccheck"];
+
+    /// The name `--tool` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            SanitizerTool::Memcheck => Self::NAMES[0],
+            SanitizerTool::Racecheck => Self::NAMES[1],
+            SanitizerTool::Initcheck => Self::NAMES[2],
+            SanitizerTool::Synccheck => Self::NAMES[3],
+        }
+    }
+}
+
+impl std::fmt::Display for SanitizerTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for SanitizerTool {
+    type Err = SanitizerError;
+
+    fn from_str(name: &str) -> Result<SanitizerTool, SanitizerError> {
+        SanitizerTool::ALL
+            .into_iter()
+            .find(|tool| tool.name() == name)
+            .ok_or_else(|| SanitizerError::UnknownTool(name.to_owned()))
+    }
+}
+
+/// Why a sanitized run cannot start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SanitizerError {
+    #[error(
+        "unknown sanitizer `{0}`: compute-sanitizer's tools are memcheck, racecheck, initcheck \
+         and synccheck"
+    )]
+    UnknownTool(String),
+    #[error(
+        "compute-sanitizer not found (looked {looked}); install the CUDA toolkit's \
+         compute-sanitizer, put it on PATH, set CUDA_HOME to the toolkit, or set {PROGRAM_ENV} \
+         to the program"
+    )]
+    NotFound { looked: String },
+    #[error("{PROGRAM_ENV}=`{path}` is not an executable program: {reason}")]
+    NotExecutable { path: String, reason: String },
+    #[error(
+        "--sanitize runs compute-sanitizer, which checks CUDA kernels only, but this run uses the \
+         {0} backend; run the nvptx images on the cuda backend (`--backend cuda`)"
+    )]
+    NotCuda(BackendKind),
+}
+
+/// A tool and the compute-sanitizer program that runs it: what `--sanitize` asks for, from the
+/// command line through the runner's options to each worker's command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sanitizer {
+    pub tool: SanitizerTool,
+    pub program: PathBuf,
+}
+
+impl Sanitizer {
+    /// Finds compute-sanitizer for `tool`: `$GPURUN_COMPUTE_SANITIZER` (a path or a name on
+    /// `PATH`), else `compute-sanitizer` on `PATH`, else in `$CUDA_HOME` (`bin/`, or the
+    /// toolkit's `compute-sanitizer/` folder), else in `/usr/local/cuda`.
+    pub fn find(tool: SanitizerTool) -> Result<Sanitizer, SanitizerError> {
+        find_program(
+            std::env::var_os(PROGRAM_ENV),
+            std::env::var_os("PATH"),
+            std::env::var_os("CUDA_HOME"),
+        )
+        .map(|program| Sanitizer { tool, program })
+    }
+
+    /// compute-sanitizer checks CUDA only: any other backend is an error.
+    pub fn check_backend(backend: BackendKind) -> Result<(), SanitizerError> {
+        match backend {
+            BackendKind::Cuda => Ok(()),
+            other => Err(SanitizerError::NotCuda(other)),
+        }
+    }
+
+    /// The time limit of a test that the sanitizer runs, from its limit without one.
+    pub fn time_limit(&self, limit: Duration) -> Duration {
+        limit.saturating_mul(TIME_LIMIT_FACTOR)
+    }
+
+    /// The report file of a worker whose log folder is `folder`.
+    pub fn log_file(folder: &Path) -> PathBuf {
+        folder.join(LOG_FILE)
+    }
+
+    /// compute-sanitizer's options before the worker's command line (after a `--`): the tool,
+    /// the report to `log` (never stdout, the protocol pipe), device backtraces (they name the
+    /// kernel when the fault is in a function it called; host frames would only show the
+    /// worker), the worker's process only, and [`ERROR_EXIT_CODE`].
+    pub fn arguments(&self, log: &Path) -> Vec<OsString> {
+        let mut args: Vec<OsString> = [
+            "--tool",
+            self.tool.name(),
+            "--show-backtrace",
+            "device",
+            "--target-processes",
+            "application-only",
+            "--error-exitcode",
+        ]
+        .into_iter()
+        .map(OsString::from)
+        .collect();
+        args.push(ERROR_EXIT_CODE.to_string().into());
+        args.push("--log-file".into());
+        args.push(log.as_os_str().to_owned());
+        args.push("--".into());
+        args
+    }
+}
+
+/// Where [`Sanitizer::find`] looks, with the environment given.
+fn find_program(
+    explicit: Option<OsString>,
+    path: Option<OsString>,
+    cuda_home: Option<OsString>,
+) -> Result<PathBuf, SanitizerError> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    if let Some(explicit) = explicit.filter(|value| !value.is_empty()) {
+        return which::which_in(&explicit, path.as_ref(), &cwd).map_err(|error| {
+            SanitizerError::NotExecutable {
+                path: explicit.to_string_lossy().into_owned(),
+                reason: error.to_string(),
+            }
+        });
+    }
+    if let Ok(found) = which::which_in(PROGRAM, path.as_ref(), &cwd) {
+        return Ok(found);
+    }
+    let mut toolkits: Vec<PathBuf> = cuda_home.iter().map(PathBuf::from).collect();
+    toolkits.push(PathBuf::from("/usr/local/cuda"));
+    let folders: Vec<PathBuf> = toolkits
+        .iter()
+        .flat_map(|toolkit| [toolkit.join("bin"), toolkit.join(PROGRAM)])
+        .collect();
+    if let Ok(joined) = std::env::join_paths(&folders) {
+        if let Ok(found) = which::which_in(PROGRAM, Some(joined), &cwd) {
+            return Ok(found);
+        }
+    }
+    let mut looked = vec!["on PATH".to_owned()];
+    looked.extend(
+        folders
+            .iter()
+            .map(|folder| format!("in {}", folder.display())),
+    );
+    Err(SanitizerError::NotFound {
+        looked: looked.join(", "),
+    })
+}
+
+/// One record of compute-sanitizer's report: an error with its detail lines (where, which
+/// thread, which address, backtraces), or a line of its own (an API error, a summary).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The record's lines as the tool wrote them, prefix included.
+    pub lines: Vec<String>,
+    /// The device functions the record names, where it happened first, then its device
+    /// backtrace: empty for a record about the host.
+    pub functions: Vec<String>,
+    /// Whether the record is about device code: it names a device function, or a device
+    /// thread or block (a layout whose location this parser does not read still counts).
+    pub on_device: bool,
+}
+
+impl Record {
+    /// Whether the record is about device code.
+    pub fn on_device(&self) -> bool {
+        self.on_device
+    }
+
+    /// Whether the record names `kernel` (where it happened, or in its device backtrace).
+    pub fn names(&self, kernel: &str) -> bool {
+        self.functions.iter().any(|function| function == kernel)
+    }
+
+    /// The test kernels the record names.
+    fn test_kernels(&self) -> impl Iterator<Item = &str> {
+        self.functions
+            .iter()
+            .map(String::as_str)
+            .filter(|function| function.starts_with(TEST_KERNEL_PREFIX))
+    }
+
+    /// The tool's banner and its summary lines: no news beside the records they count.
+    fn is_summary(&self) -> bool {
+        let first = self
+            .lines
+            .first()
+            .map(|line| text_of(line).trim())
+            .unwrap_or("");
+        first == "COMPUTE-SANITIZER" || first.contains("SUMMARY:")
+    }
+
+    /// The record as the tool wrote it.
+    pub fn text(&self) -> String {
+        self.lines.join("\n")
+    }
+}
+
+/// Whether `report` has a record beside the tool's banner and summaries.
+pub fn has_records(report: &str) -> bool {
+    parse_report(report)
+        .iter()
+        .any(|record| !record.is_summary())
+}
+
+/// A line's text without the tool's prefix (a run of `=`).
+fn text_of(line: &str) -> &str {
+    line.trim_start_matches('=')
+}
+
+/// Splits compute-sanitizer's report into records. Every line starts with the tool's prefix; a
+/// record starts with an unindented line and ends at an empty one (or the next record).
+pub fn parse_report(log: &str) -> Vec<Record> {
+    let mut records = Vec::new();
+    let mut lines: Vec<String> = Vec::new();
+    let mut finish = |lines: &mut Vec<String>| {
+        if !lines.is_empty() {
+            let functions = functions_named(lines);
+            let on_device = !functions.is_empty()
+                || lines
+                    .iter()
+                    .any(|line| line.contains("thread (") || line.contains("block ("));
+            records.push(Record {
+                lines: std::mem::take(lines),
+                functions,
+                on_device,
+            });
+        }
+    };
+    for line in log.lines() {
+        let line = line.trim_end();
+        let text = text_of(line);
+        if text.trim().is_empty() {
+            finish(&mut lines);
+            continue;
+        }
+        let indented = text.starts_with("  ") || !line.starts_with('=');
+        // The racecheck documentation also shows a race's other accesses, a hazard's threads
+        // and values unindented.
+        let continues = indented
+            || ["and ", "Read Thread", "Write Thread", "Current Value"]
+                .iter()
+                .any(|start| text.trim_start().starts_with(start));
+        if !continues {
+            finish(&mut lines);
+        }
+        lines.push(line.to_owned());
+    }
+    finish(&mut lines);
+    records
+}
+
+/// The device functions `lines` name: in the location of the access (`at FUNCTION+0xOFFSET in
+/// FILE:LINE`, or the older `at 0xOFFSET in FILE:LINE:FUNCTION`), in a racing access or thread
+/// (`Write Thread (0,0,0) at FUNCTION+0x..`, also wrapped onto the next line), and in
+/// `Device Frame:` lines. Host frames are not device functions.
+fn functions_named(lines: &[String]) -> Vec<String> {
+    let mut functions = Vec::new();
+    let mut location_follows = false;
+    for line in lines {
+        let text = text_of(line).trim();
+        let found = if let Some(frame) = text.split_once("Device Frame:").map(|(_, rest)| rest) {
+            function_in_location(frame.trim())
+        } else if text.contains("Host Frame:") {
+            None
+        } else if location_follows {
+            function_in_location(text)
+        } else {
+            text.rfind(" at ")
+                .map(|at| &text[at + 4..])
+                .or_else(|| text.strip_prefix("at "))
+                .and_then(function_in_location)
+        };
+        location_follows = text.ends_with(" at");
+        if let Some(function) = found.filter(|function| !functions.contains(function)) {
+            functions.push(function);
+        }
+    }
+    functions
+}
+
+/// The function a location names: `FUNCTION+0xOFFSET [in FILE:LINE]` (also `FUNCTION():0x..`),
+/// `0xOFFSET in [FILE:LINE:]FUNCTION`, or a frame's `[FILE:LINE:]FUNCTION (FUNCTION : 0x..)`.
+/// `None` for anything else (an address, a time of capture).
+fn function_in_location(location: &str) -> Option<String> {
+    let location = location.trim();
+    for marker in ["+0x", ":0x"] {
+        if let Some(at) = location.find(marker) {
+            if !location.starts_with("0x") {
+                return normalized(&location[..at]);
+            }
+        }
+    }
+    if let Some(rest) = location.strip_prefix("0x") {
+        let rest = rest.trim_start_matches(|c: char| c.is_ascii_hexdigit());
+        let named = rest.strip_prefix(" in ")?;
+        return normalized(after_file_and_line(named));
+    }
+    if location.contains(" : 0x") || after_file_and_line(location) != location {
+        return normalized(after_file_and_line(location));
+    }
+    None
+}
+
+/// `FUNCTION` of `FILE:LINE:FUNCTION`; the text itself when it has no `:LINE:`.
+fn after_file_and_line(text: &str) -> &str {
+    let bytes = text.as_bytes();
+    for (at, _) in text.match_indices(':') {
+        let digits = bytes[at + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if digits > 0 && bytes.get(at + 1 + digits) == Some(&b':') {
+            return &text[at + 2 + digits..];
+        }
+    }
+    text
+}
+
+/// A function's bare name: without its parameter lists, a `[N hazards]` count, and a return
+/// type (`void f(int *)` is `f`).
+fn normalized(function: &str) -> Option<String> {
+    let mut name = function.trim();
+    if let Some(at) = name.find(" [") {
+        name = name[..at].trim_end();
+    }
+    while name.ends_with(')') {
+        let mut depth = 0;
+        let open = name.char_indices().rev().find_map(|(at, c)| {
+            match c {
+                ')' => depth += 1,
+                '(' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Some(at);
+                    }
+                }
+                _ => {}
+            }
+            None
+        })?;
+        name = name[..open].trim_end();
+    }
+    let name = name.rsplit(' ').next().unwrap_or(name).trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// What a sanitized worker's report says about the one test it ran.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Attribution {
+    /// The device records that belong to the test: each fails it.
+    pub findings: Vec<Record>,
+    /// Everything else worth showing (host-side records, and device records of other test
+    /// kernels): they fail nothing.
+    pub notes: Vec<Record>,
+}
+
+/// Sorts `records` for the test whose kernel is `kernel`, the only test its worker ran: a device
+/// record belongs to it when it names `kernel`, or names no test kernel at all.
+pub fn attribute(records: Vec<Record>, kernel: &str) -> Attribution {
+    let mut attribution = Attribution::default();
+    for record in records {
+        if record.is_summary() {
+            continue;
+        }
+        let ours =
+            record.on_device() && (record.names(kernel) || record.test_kernels().next().is_none());
+        if ours {
+            attribution.findings.push(record);
+        } else {
+            attribution.notes.push(record);
+        }
+    }
+    attribution
+}
+
+impl Attribution {
+    /// The failure note for the test, if it has findings: which tool found how many errors,
+    /// then the records as the tool wrote them.
+    pub fn failure(&self, tool: SanitizerTool, kernel: &str) -> Option<String> {
+        if self.findings.is_empty() {
+            return None;
+        }
+        let count = self.findings.len();
+        let mut text = format!(
+            "compute-sanitizer {tool} found {count} error{} in this test's launch of `{kernel}`:",
+            if count == 1 { "" } else { "s" }
+        );
+        for record in &self.findings {
+            text.push('\n');
+            text.push_str(&record.text());
+        }
+        Some(text)
+    }
+
+    /// What to add to the test's output about the other records, if there are any.
+    pub fn notes_text(&self) -> Option<String> {
+        if self.notes.is_empty() {
+            return None;
+        }
+        let mut text = String::from(
+            "note: compute-sanitizer also reported (naming no launch of this test; not counted):\n",
+        );
+        for record in &self.notes {
+            text.push_str(&record.text());
+            text.push('\n');
+        }
+        Some(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The sample reports follow the record layout in NVIDIA's compute-sanitizer documentation
+    // ("Understanding Memcheck Errors", the racecheck, initcheck and synccheck reports), written
+    // here for kernels of our own.
+
+    const KERNEL: &str = "__gpurun_test_writes_past_the_end_0123456789abcdef";
+
+    fn memcheck_report() -> String {
+        format!(
+            "========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at {KERNEL}+0x1d0 in lib.rs:21
+=========     by thread (3,0,0) in block (0,0,0)
+=========     Access at 0x7f3a20000010 is out of bounds
+=========     and is 1 bytes after the nearest allocation at 0x7f3a20000000 of size 16 bytes
+=========     Device Frame: {KERNEL}+0x1d0 in lib.rs:21
+=========
+========= Program hit CUDA_ERROR_LAUNCH_FAILED (error 719) due to \"unspecified launch failure\" on CUDA API call to cuStreamQuery.
+=========
+========= ERROR SUMMARY: 2 errors
+"
+        )
+    }
+
+    #[test]
+    fn a_memcheck_write_is_one_record_naming_its_kernel() {
+        let records = parse_report(&memcheck_report());
+        assert_eq!(records.len(), 4, "{records:#?}");
+        assert!(records[0].is_summary());
+        let write = &records[1];
+        assert!(write.lines[0].ends_with("Invalid __global__ write of size 4 bytes"));
+        assert_eq!(write.lines.len(), 6);
+        assert_eq!(write.functions, [KERNEL]);
+        assert!(write.names(KERNEL) && !write.names("__gpurun_test_other"));
+        let api = &records[2];
+        assert!(!api.on_device(), "{api:?}");
+        assert!(records[3].is_summary());
+    }
+
+    #[test]
+    fn findings_fail_the_test_that_launched_them_and_host_records_are_notes() {
+        let attribution = attribute(parse_report(&memcheck_report()), KERNEL);
+        assert_eq!(attribution.findings.len(), 1);
+        assert_eq!(attribution.notes.len(), 1);
+        let failure = attribution
+            .failure(SanitizerTool::Memcheck, KERNEL)
+            .unwrap();
+        assert!(failure.starts_with("compute-sanitizer memcheck found 1 error in this test's"));
+        for detail in [
+            "Invalid __global__ write of size 4 bytes",
+            "by thread (3,0,0) in block (0,0,0)",
+            "Access at 0x7f3a20000010 is out of bounds",
+            "in lib.rs:21",
+        ] {
+            assert!(failure.contains(detail), "{detail}: {failure}");
+        }
+        assert!(attribution
+            .notes_text()
+            .unwrap()
+            .contains("Program hit CUDA_ERROR_LAUNCH_FAILED"));
+        // Another test's kernel: the record is a note there, never a finding.
+        let elsewhere = attribute(parse_report(&memcheck_report()), "__gpurun_test_other");
+        assert!(elsewhere.findings.is_empty());
+        assert_eq!(elsewhere.notes.len(), 2);
+        assert_eq!(elsewhere.failure(SanitizerTool::Memcheck, "x"), None);
+    }
+
+    #[test]
+    fn a_fault_in_a_called_function_belongs_to_the_kernel_in_its_backtrace_or_to_the_only_launch() {
+        let with_frames = format!(
+            "========= Invalid __global__ write of size 4 bytes
+=========     at core::ptr::write_volatile<u32>(u32*, u32)+0x30 in ptr/mod.rs:1800
+=========     by thread (0,0,0) in block (0,0,0)
+=========     Address 0x7f3a20000010 is out of bounds
+=========     Device Frame: core::ptr::write_volatile<u32>(u32*, u32)+0x30 in ptr/mod.rs:1800
+=========     Device Frame: {KERNEL}+0x90 in lib.rs:21
+========="
+        );
+        let records = parse_report(&with_frames);
+        assert_eq!(
+            records[0].functions,
+            ["core::ptr::write_volatile<u32>", KERNEL]
+        );
+        assert_eq!(attribute(records.clone(), KERNEL).findings.len(), 1);
+        assert!(attribute(records, "__gpurun_test_b").findings.is_empty());
+        // No backtrace: the one test the worker ran made it.
+        let bare = "========= Invalid __local__ read of size 8 bytes
+=========     at helper+0x30
+=========     by thread (0,0,0) in block (0,0,0)
+=========     Address 0xfffcd0 is out of bounds";
+        let records = parse_report(bare);
+        assert_eq!(records[0].functions, ["helper"]);
+        assert_eq!(attribute(records, KERNEL).findings.len(), 1);
+    }
+
+    #[test]
+    fn older_location_layouts_name_their_function() {
+        for (line, function) in [
+            ("=========     at 0x00000230 in kernels.cu:57:saxpy(int, float, float const*, float*)", "saxpy"),
+            ("=========     at 0x30 in unaligned_kernel(void)", "unaligned_kernel"),
+            ("=========     at unaligned_kernel():0x160 in memcheck_demo.cu:6", "unaligned_kernel"),
+            ("=========     at void block_reverse<(bool)0>(float *)+0x150 in r.cu:27", "block_reverse<(bool)0>"),
+            ("=========     Device Frame:/src/v.cu:66:vector_add(int const *, int*) (vector_add(int const *, int*) : 0xe20)", "vector_add"),
+        ] {
+            let report = format!("========= Invalid __global__ read of size 4\n{line}\n=========");
+            assert_eq!(parse_report(&report)[0].functions, [function], "{line}");
+        }
+        // Addresses and times of capture are not functions.
+        let report = "========= Invalid __global__ read of size 4 bytes
+=========     Access at 0x7f241b0001e0 is out of bounds
+=========     and is 33 bytes after the nearest allocation at 0x7f241b000000 of size 448 bytes
+=========     Saved host backtrace up to driver entry point at kernel launch time
+=========         Host Frame: main in demo.cu:25 [0x8a81] in demo";
+        assert!(parse_report(report)[0].functions.is_empty());
+    }
+
+    #[test]
+    fn a_device_record_in_an_unknown_layout_still_fails_the_only_launch() {
+        // No location this parser reads, but a device thread: about device code all the same.
+        let report = "========= Some future error in a kernel
+=========     somewhere new
+=========     by thread (1,0,0) in block (0,0,0)
+=========";
+        let records = parse_report(report);
+        assert!(records[0].functions.is_empty() && records[0].on_device());
+        assert_eq!(attribute(records, KERNEL).findings.len(), 1);
+    }
+
+    #[test]
+    fn racecheck_analysis_and_hazard_records() {
+        let analysis = format!(
+            "========= Error: Race reported between Write access at {KERNEL}+0xf0 in lib.rs:40
+=========     and Read access at {KERNEL}+0x280 in lib.rs:46 [4 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)"
+        );
+        let records = parse_report(&analysis);
+        assert_eq!(records.len(), 2);
+        assert_eq!(records[0].lines.len(), 2);
+        assert_eq!(records[0].functions, [KERNEL]);
+        let attribution = attribute(records, KERNEL);
+        assert_eq!(
+            (attribution.findings.len(), attribution.notes.len()),
+            (1, 0)
+        );
+        // The wrapped layout: each access's location on a line of its own.
+        let wrapped = format!(
+            "========= Error: Race reported between Write access at
+=========     {KERNEL}+0xb0 in lib.rs:28
+=========     and Read access at
+=========     {KERNEL}+0xc0 in lib.rs:30
+=========     [1024 hazards]
+========="
+        );
+        assert_eq!(parse_report(&wrapped)[0].functions, [KERNEL]);
+        // A hazard record, the second access unindented as in the documentation.
+        let hazard = format!(
+            "========= ERROR: Potential WAW hazard detected at __shared__ 0x0 in block (0,0,0) :
+========= Write Thread (0,0,0) at {KERNEL}+0x2f0 in lib.rs:20
+========= Write Thread (1,0,0) at {KERNEL}+0x2f0 in lib.rs:20
+========= Current Value : 1, Incoming Value : 2"
+        );
+        let records = parse_report(&hazard);
+        assert_eq!(records.len(), 1, "{records:#?}");
+        assert_eq!(records[0].lines.len(), 4);
+        assert_eq!(records[0].functions, [KERNEL]);
+    }
+
+    #[test]
+    fn initcheck_and_synccheck_records() {
+        let report = format!(
+            "========= Uninitialized __global__ memory read of size 4 bytes
+=========     at {KERNEL}+0x70 in lib.rs:8
+=========     by thread (0,0,0) in block (0,0,0)
+=========     Address 0x7f6510c00000
+=========
+========= Barrier error detected. Divergent thread(s) in warp
+=========     at {KERNEL}+0xf0 in lib.rs:79
+=========     by thread (37,0,0) in block (0,0,0)
+=========
+========= ERROR SUMMARY: 2 errors"
+        );
+        let attribution = attribute(parse_report(&report), KERNEL);
+        assert_eq!(attribution.findings.len(), 2);
+        let failure = attribution
+            .failure(SanitizerTool::Synccheck, KERNEL)
+            .unwrap();
+        assert!(failure.contains("found 2 errors"));
+        assert!(failure.contains("Uninitialized __global__ memory read"));
+        assert!(failure.contains("Barrier error detected. Divergent thread(s) in warp"));
+    }
+
+    #[test]
+    fn a_clean_report_has_no_findings() {
+        let clean = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n";
+        assert!(!has_records(clean));
+        assert!(has_records(&memcheck_report()));
+        let attribution = attribute(parse_report(clean), KERNEL);
+        assert_eq!(attribution, Attribution::default());
+        assert_eq!(attribution.notes_text(), None);
+        assert!(parse_report("").is_empty());
+    }
+
+    #[test]
+    fn tools_parse_by_name() {
+        for tool in SanitizerTool::ALL {
+            assert_eq!(tool.name().parse::<SanitizerTool>(), Ok(tool));
+        }
+        let error = "asan".parse::<SanitizerTool>().unwrap_err();
+        assert!(error.to_string().contains("memcheck, racecheck"), "{error}");
+    }
+
+    #[test]
+    fn only_cuda_is_sanitized() {
+        assert!(Sanitizer::check_backend(BackendKind::Cuda).is_ok());
+        let error = Sanitizer::check_backend(BackendKind::Host).unwrap_err();
+        assert!(error.to_string().contains("host backend"), "{error}");
+    }
+
+    #[test]
+    fn the_report_goes_to_a_file_and_errors_give_the_agreed_status() {
+        let sanitizer = Sanitizer {
+            tool: SanitizerTool::Racecheck,
+            program: "compute-sanitizer".into(),
+        };
+        let args = sanitizer.arguments(Path::new("/tmp/w/compute-sanitizer.log"));
+        let args: Vec<&str> = args.iter().filter_map(|arg| arg.to_str()).collect();
+        let value = |flag: &str| {
+            let at = args.iter().position(|arg| *arg == flag).unwrap();
+            args[at + 1]
+        };
+        assert_eq!(value("--tool"), "racecheck");
+        assert_eq!(value("--log-file"), "/tmp/w/compute-sanitizer.log");
+        assert_eq!(value("--error-exitcode"), "86");
+        assert_eq!(args.last(), Some(&"--"));
+        assert_eq!(
+            sanitizer.time_limit(Duration::from_secs(30)),
+            Duration::from_secs(300)
+        );
+    }
+
+    #[test]
+    fn the_program_is_found_where_the_user_said_else_on_path_else_in_the_toolkit() {
+        let root =
+            std::env::temp_dir().join(format!("gpurun-sanitizer-find-{}", std::process::id()));
+        let on_path = root.join("path");
+        let toolkit = root.join("toolkit");
+        let chosen = root.join("chosen-sanitizer");
+        for folder in [&on_path, &toolkit.join("bin")] {
+            std::fs::create_dir_all(folder).unwrap();
+        }
+        let executable = |path: &Path| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(path, "#!/bin/sh\n").unwrap();
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        };
+        executable(&chosen);
+        executable(&toolkit.join("bin").join(PROGRAM));
+        let empty = Some(OsString::from(&on_path));
+        let toolkit_home = Some(toolkit.clone().into_os_string());
+        assert_eq!(
+            find_program(Some(chosen.clone().into()), empty.clone(), None),
+            Ok(chosen.clone())
+        );
+        assert_eq!(
+            find_program(None, empty.clone(), toolkit_home.clone()),
+            Ok(toolkit.join("bin").join(PROGRAM))
+        );
+        executable(&on_path.join(PROGRAM));
+        assert_eq!(
+            find_program(None, empty.clone(), toolkit_home),
+            Ok(on_path.join(PROGRAM))
+        );
+        std::fs::remove_file(on_path.join(PROGRAM)).unwrap();
+        let missing = find_program(None, empty.clone(), Some(root.join("none").into()));
+        if !Path::new("/usr/local/cuda/bin").join(PROGRAM).exists() {
+            let error = missing.unwrap_err().to_string();
+            assert!(
+                error.contains("not found") && error.contains("none/bin"),
+                "{error}"
+            );
+        }
+        let error = find_program(Some(root.join("absent").into()), empty, None).unwrap_err();
+        assert!(error.to_string().contains(PROGRAM_ENV), "{error}");
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
