@@ -2,12 +2,14 @@
 //! that lives as long as the loaded module, so a launch starts no thread once the pool is big
 //! enough. At most [`MAX_LIVE_THREADS`] threads run a grid at once: the blocks are dealt to
 //! groups of `threads per block` pool threads, each group runs its blocks one after another,
-//! and all threads of a group run one block together, so block barriers work.
+//! and all threads of a group run one block together, so block barriers and warp operations
+//! work (`warp.rs`).
 
+use super::warp::{self, BlockSync};
 use crate::{BackendError, LaunchShape};
 use gpurun_rpc::host_waits::ServerWaker;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
@@ -33,13 +35,6 @@ pub(crate) struct Registers {
     pub integer: [u64; INTEGER_REGISTERS],
     /// Bit patterns (an `f32` in the low half, as the callee reads it).
     pub float: [u64; FLOAT_REGISTERS],
-}
-
-unsafe extern "C" fn wait_at_barrier(context: *const std::ffi::c_void) {
-    // SAFETY: `context` is a `Barrier` of the launch's `GridRun`, kept alive by the `Arc` that
-    // every thread of the launch holds until it has returned from the kernel.
-    let barrier = unsafe { &*(context as *const Barrier) };
-    barrier.wait();
 }
 
 /// Function pointers that are plain addresses, so they can cross to other threads.
@@ -84,8 +79,8 @@ struct GridRun {
     registers: Registers,
     lane_size: u32,
     deal: Deal,
-    /// One per group, reused for each of the group's blocks.
-    barriers: Vec<Barrier>,
+    /// One per group (its barrier and warps), reused for each of the group's blocks.
+    blocks: Vec<BlockSync>,
     /// Pool threads still running this launch.
     running: AtomicUsize,
     done: AtomicBool,
@@ -105,29 +100,37 @@ impl GridRun {
         let [tx, ty, _] = self.shape.threads.map(u64::from);
         let thread_idx = [local % tx, local / tx % ty, local / (tx * ty)].map(|i| i as u32);
         let [gx, gy, _] = self.shape.blocks.map(u64::from);
-        let barrier = &self.barriers[group as usize];
+        let seat = self.blocks[group as usize].seat(local as usize);
+        let seat_context = std::ptr::from_ref(&seat).cast();
         let mut block = group;
+        let mut round = 0;
         while block < self.deal.blocks {
+            let block_idx = [block % gx, block / gx % gy, block / (gx * gy)].map(|i| i as u32);
+            seat.begin(round, block_idx);
             let info = HostThreadInfo {
                 abi_version: HOST_ABI_VERSION,
                 lane_size: self.lane_size,
                 thread_idx,
-                block_idx: [block % gx, block / gx % gy, block / (gx * gy)].map(|i| i as u32),
+                block_idx,
                 block_dim: self.shape.threads,
                 grid_dim: self.shape.blocks,
-                barrier_context: std::ptr::from_ref(barrier).cast(),
-                barrier: Some(wait_at_barrier),
+                barrier_context: seat_context,
+                barrier: Some(warp::wait_at_barrier),
+                warp_context: seat_context,
+                warp_exchange: Some(warp::warp_exchange),
             };
             // SAFETY: `enter` and `kernel` come from the loaded image, which outlives the pool
-            // (`HostPrimitives` drops the pool first); `info` lives on this stack and its
-            // barrier in `self` until the kernel returns.
+            // (`HostPrimitives` drops the pool first); `info` and the seat its callbacks get
+            // live on this stack, and the seat's block in `self`, until the kernel returns.
             unsafe {
                 (self.entry.enter)(&info);
                 let [a, b, c, d, e, f] = self.registers.integer;
                 let [g, h, i, j, k, l, m, n] = self.registers.float.map(f64::from_bits);
                 (self.entry.kernel)(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
             }
+            seat.end();
             block += self.deal.groups;
+            round += 1;
         }
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             let _ = self.ended.set(Instant::now());
@@ -265,8 +268,8 @@ impl Grid {
             registers,
             lane_size,
             deal,
-            barriers: (0..deal.groups)
-                .map(|_| Barrier::new(deal.per_block as usize))
+            blocks: (0..deal.groups)
+                .map(|_| BlockSync::new(deal.per_block as usize, lane_size))
                 .collect(),
             running: AtomicUsize::new(threads),
             done: AtomicBool::new(false),
