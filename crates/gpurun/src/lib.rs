@@ -1,6 +1,7 @@
 //! The runtime a `#![no_std]` GPU crate links against: entry kernels, `print!`/`println!`,
 //! panics reported over RPC, a global allocator over RPC malloc/free, program arguments,
-//! environment, `exit`/`abort`, portable thread ids, and the `#[gpurun::test]` registry.
+//! environment, `exit`/`abort`, portable thread ids, warp operations ([`warp`]), the atomics
+//! `core` lacks ([`atomic`]), math functions ([`math`]), and the `#[gpurun::test]` registry.
 //!
 //! The same crate builds for `nvptx64-nvidia-cuda`, `amdgcn-amd-amdhsa` and the host. On the
 //! host (the emulation backend) it links `std`: the emulator runs each device thread on an OS
@@ -11,13 +12,18 @@
 //! `#[gpurun::test]`, `#[gpurun::main]`, `gpurun::println!`.
 //!
 //! Owns: what runs on the device (entry kernels, output, panics, allocation, arguments and
-//! environment, exit/abort, ids, barrier, host stdio). Must not: know the host's side (it talks
+//! environment, exit/abort, ids, barrier, warp operations, atomics, math, host stdio). Must not: know the host's side (it talks
 //! to it only over RPC, through `gpurun-rpc`'s client sequences) or spell the ABI's names and
 //! formats itself (they come from `gpurun-abi`).
 #![cfg_attr(any(target_arch = "nvptx64", target_arch = "amdgpu"), no_std)]
 #![cfg_attr(
     target_arch = "nvptx64",
-    feature(asm_experimental_arch, stdarch_nvptx, allow_internal_unstable)
+    feature(
+        asm_experimental_arch,
+        stdarch_nvptx,
+        allow_internal_unstable,
+        core_float_math
+    )
 )]
 #![cfg_attr(
     target_arch = "amdgpu",
@@ -27,7 +33,8 @@
         core_intrinsics,
         gpu_intrinsics,
         link_llvm_intrinsics,
-        abi_unadjusted
+        abi_unadjusted,
+        core_float_math
     )
 )]
 // `allow_internal_unstable` lets `__gpurun_kernel!` use the kernel ABI in user crates without
@@ -40,6 +47,7 @@
 extern crate alloc;
 
 pub mod arch;
+pub mod atomic;
 pub mod env;
 #[doc(hidden)]
 pub mod export;
@@ -47,7 +55,9 @@ pub mod export;
 mod gpu;
 mod host_io;
 pub mod io;
+pub mod math;
 mod rpc;
+pub mod warp;
 
 pub use arch::{barrier, block_dim, block_idx, grid_dim, lane_id, lane_size, thread_idx};
 pub use env::{args, Args};
