@@ -77,6 +77,18 @@ pub fn end_thread() -> ! {
 // with the caller's member mask, as independent thread scheduling (sm_70+) requires. None is
 // `pure`: each must stay where the lanes of the mask meet.
 
+/// `asm!` with the member mask as operand `{mask}`: the immediate `-1` for the full warp (a
+/// constant mask folds to this branch), else a register.
+macro_rules! with_mask {
+    ($mask:expr, $template:literal, $($operands:tt)*) => {
+        if $mask as u32 == u32::MAX {
+            asm!($template, mask = const -1i32, $($operands)*)
+        } else {
+            asm!($template, mask = in(reg32) $mask as u32, $($operands)*)
+        }
+    };
+}
+
 pub fn active_mask() -> u64 {
     let mask: u32;
     // SAFETY: `activemask` only reports which threads of the warp execute it.
@@ -87,18 +99,18 @@ pub fn active_mask() -> u64 {
 pub fn sync_lanes(mask: u64) {
     // SAFETY: a warp barrier among the lanes of `mask` (the caller's contract: all of them
     // reach it). It orders memory among them, so it is not `nomem`.
-    unsafe { asm!("bar.warp.sync {mask};", mask = in(reg32) mask as u32, options(nostack)) };
+    unsafe { with_mask!(mask, "bar.warp.sync {mask};", options(nostack)) };
 }
 
 pub fn ballot(mask: u64, predicate: bool) -> u64 {
     let votes: u32;
     // SAFETY: a vote among the lanes of `mask`; no memory access.
     unsafe {
-        asm!(
+        with_mask!(
+            mask,
             "{{ .reg .pred p; setp.ne.u32 p, {predicate}, 0; vote.sync.ballot.b32 {votes}, p, {mask}; }}",
             votes = out(reg32) votes,
             predicate = in(reg32) u32::from(predicate),
-            mask = in(reg32) mask as u32,
             options(nomem, nostack),
         )
     };
@@ -109,11 +121,11 @@ pub fn vote_any(mask: u64, predicate: bool) -> bool {
     let any: u32;
     // SAFETY: a vote among the lanes of `mask`; no memory access.
     unsafe {
-        asm!(
+        with_mask!(
+            mask,
             "{{ .reg .pred p, q; setp.ne.u32 p, {predicate}, 0; vote.sync.any.pred q, p, {mask}; selp.u32 {any}, 1, 0, q; }}",
             any = out(reg32) any,
             predicate = in(reg32) u32::from(predicate),
-            mask = in(reg32) mask as u32,
             options(nomem, nostack),
         )
     };
@@ -124,11 +136,11 @@ pub fn vote_all(mask: u64, predicate: bool) -> bool {
     let all: u32;
     // SAFETY: a vote among the lanes of `mask`; no memory access.
     unsafe {
-        asm!(
+        with_mask!(
+            mask,
             "{{ .reg .pred p, q; setp.ne.u32 p, {predicate}, 0; vote.sync.all.pred q, p, {mask}; selp.u32 {all}, 1, 0, q; }}",
             all = out(reg32) all,
             predicate = in(reg32) u32::from(predicate),
-            mask = in(reg32) mask as u32,
             options(nomem, nostack),
         )
     };
@@ -140,12 +152,12 @@ fn shuffle_word(mask: u64, value: u32, source: u32) -> u32 {
     let result: u32;
     // SAFETY: a shuffle among the lanes of `mask`; `c` = 0x1f: the whole warp is one segment.
     unsafe {
-        asm!(
+        with_mask!(
+            mask,
             "shfl.sync.idx.b32 {result}, {value}, {source}, 0x1f, {mask};",
             result = out(reg32) result,
             value = in(reg32) value,
             source = in(reg32) source,
-            mask = in(reg32) mask as u32,
             options(nomem, nostack),
         )
     };
