@@ -250,7 +250,7 @@ mod amdgpu {
     // LLVM's older AMDGPU atomic intrinsics: inline assembly is rejected on this target and
     // Rust has no float `atomicrmw`, and LLVM upgrades each of these to the `atomicrmw` of the
     // same operation (agent scope, for coarse-grained memory), which it lowers to the GPU's
-    // instruction or a compare-and-swap loop. `crates/cargo-gpurun/tests/device_ops.rs` checks
+    // instruction or a compare-and-swap loop. `crates/cargo-gpurun/tests/amdgpu_code.rs` checks
     // the instructions in gfx90a and gfx1100 code objects.
     unsafe extern "unadjusted" {
         #[link_name = "llvm.amdgcn.flat.atomic.fadd.f32.p0.f32"]
@@ -268,11 +268,21 @@ mod amdgpu {
         /// `(address, limit, ordering, scope, volatile)`: upgraded to `atomicrmw uinc_wrap`
         /// with the ordering given (LLVM's numbering) at agent scope.
         #[link_name = "llvm.amdgcn.atomic.inc.i32.p0"]
-        fn atomic_inc(address: *mut u32, limit: u32, ordering: u32, scope: u32, volatile: bool)
-            -> u32;
+        fn atomic_inc(
+            address: *mut u32,
+            limit: u32,
+            ordering: u32,
+            scope: u32,
+            volatile: bool,
+        ) -> u32;
         #[link_name = "llvm.amdgcn.atomic.dec.i32.p0"]
-        fn atomic_dec(address: *mut u32, limit: u32, ordering: u32, scope: u32, volatile: bool)
-            -> u32;
+        fn atomic_dec(
+            address: *mut u32,
+            limit: u32,
+            ordering: u32,
+            scope: u32,
+            volatile: bool,
+        ) -> u32;
     }
 
     /// LLVM's `AtomicOrdering::Monotonic` (relaxed).

@@ -23,6 +23,11 @@
 //! together: on GPUs whatever has converged there; on the host emulation the lanes of the warp
 //! that call it while each other lane waits elsewhere or has returned.
 //!
+//! On AMD, gfx9 (gfx90a, gfx942: wave64) shuffles across all 64 lanes. gfx10 and later build
+//! as wave32 (LLVM's default for them, which `cargo gpurun` keeps): there `ds_bpermute` reaches
+//! only its own 32-lane half of a wave64, so a crate that turns on `+wavefrontsize64` for those
+//! architectures gets wrong shuffles across the halves.
+//!
 //! Values are any [`WarpValue`]: 32- and 64-bit integers and floats (64-bit ones move as two
 //! 32-bit shuffles on GPUs).
 
@@ -88,6 +93,11 @@ pub fn lanes() -> u64 {
 
 /// The lanes of this warp executing this call together (CUDA's `__activemask()`). Not a
 /// synchronization: on GPUs, lanes that diverged may or may not have reconverged here.
+///
+/// What each target returns: NVIDIA `activemask` (the threads executing it together); AMD the
+/// wavefront's `EXEC` (lanes that returned or sit in the other side of a branch are not in it);
+/// host emulation: the lanes that call it while every other lane of the warp waits elsewhere (the
+/// block barrier, another warp operation) or has returned.
 #[inline]
 pub fn active_mask() -> u64 {
     imp::active_mask() & lanes()
@@ -95,6 +105,12 @@ pub fn active_mask() -> u64 {
 
 /// Waits until every lane of `mask` has reached a `sync` with this mask, and orders their
 /// memory accesses before it against those after (CUDA's `__syncwarp(mask)`).
+///
+/// Lanes of `mask` that do not come: NVIDIA (`bar.warp.sync`) does not wait for lanes that
+/// returned from the kernel and hangs (or is undefined) for lanes elsewhere; AMD waits for none
+/// (a wavefront runs in lock step: only the lanes in `EXEC` execute it); the host emulation does
+/// not wait for lanes that returned and fails the test, naming the lanes and where they wait,
+/// for lanes that can never come.
 #[inline]
 pub fn sync(mask: u64) {
     imp::sync_lanes(mask & lanes())
@@ -102,6 +118,10 @@ pub fn sync(mask: u64) {
 
 /// Bit `i` set iff lane `i` of `mask` takes part and passed `predicate = true`
 /// (`__ballot_sync`).
+///
+/// Lanes of `mask` that do not take part: a lane that returned from the kernel reads as false on
+/// every target; a lane elsewhere (diverged) reads as false on AMD (outside `EXEC`), hangs or
+/// is undefined on NVIDIA, and fails the test on the host emulation, naming the lanes.
 #[inline]
 pub fn ballot(mask: u64, predicate: bool) -> u64 {
     let mask = mask & lanes();
@@ -109,12 +129,18 @@ pub fn ballot(mask: u64, predicate: bool) -> u64 {
 }
 
 /// Whether `predicate` is true on any lane of `mask` that takes part (`__any_sync`).
+///
+/// Lanes of `mask` that do not take part count as false, as in [`ballot`] (and with the same
+/// outcome per target for lanes elsewhere).
 #[inline]
 pub fn any(mask: u64, predicate: bool) -> bool {
     imp::vote_any(mask & lanes(), predicate)
 }
 
 /// Whether `predicate` is true on every lane of `mask` that takes part (`__all_sync`).
+///
+/// Lanes of `mask` that do not take part are not counted: a lane that returned from the kernel
+/// does not make it false on any target; for a lane elsewhere, as in [`ballot`].
 #[inline]
 pub fn all(mask: u64, predicate: bool) -> bool {
     imp::vote_all(mask & lanes(), predicate)
@@ -136,6 +162,12 @@ fn exchange<T: WarpValue>(op: u32, mask: u64, value: T, source: Option<u32>) -> 
 }
 
 /// `value` of lane `source % lane_size()` (`__shfl_sync`).
+///
+/// A source lane outside `mask` gives the caller its own `value` on every target. A source lane
+/// of `mask` that does not take part: NVIDIA gives an undefined value (and hangs or is undefined
+/// if that lane is elsewhere rather than returned); AMD gives 0 (`ds_bpermute` reads 0 from a
+/// lane outside `EXEC`); the host emulation fails the test, saying the lane returned, or, for a
+/// lane elsewhere, naming the lanes and where they wait. The same holds for every shuffle.
 #[inline]
 pub fn shuffle<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
     exchange(
@@ -147,6 +179,8 @@ pub fn shuffle<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
 }
 
 /// `value` of lane `lane_id() - delta`; lanes below `delta` keep their own (`__shfl_up_sync`).
+///
+/// A source lane outside `mask` or not taking part: as in [`shuffle`].
 #[inline]
 pub fn shuffle_up<T: WarpValue>(mask: u64, value: T, delta: u32) -> T {
     exchange(
@@ -159,6 +193,8 @@ pub fn shuffle_up<T: WarpValue>(mask: u64, value: T, delta: u32) -> T {
 
 /// `value` of lane `lane_id() + delta`; lanes past the end keep their own
 /// (`__shfl_down_sync`).
+///
+/// A source lane outside `mask` or not taking part: as in [`shuffle`].
 #[inline]
 pub fn shuffle_down<T: WarpValue>(mask: u64, value: T, delta: u32) -> T {
     let source = crate::lane_id()
@@ -169,6 +205,8 @@ pub fn shuffle_down<T: WarpValue>(mask: u64, value: T, delta: u32) -> T {
 
 /// `value` of lane `lane_id() ^ lane_mask`; a source past the end keeps its own
 /// (`__shfl_xor_sync`): the butterfly of reductions.
+///
+/// A source lane outside `mask` or not taking part: as in [`shuffle`].
 #[inline]
 pub fn shuffle_xor<T: WarpValue>(mask: u64, value: T, lane_mask: u32) -> T {
     let source = Some(crate::lane_id() ^ lane_mask).filter(|&source| source < crate::lane_size());
@@ -179,6 +217,10 @@ pub fn shuffle_xor<T: WarpValue>(mask: u64, value: T, lane_mask: u32) -> T {
 /// e.g. the lowest lane of a ballot): `v_readlane` on AMD, a shuffle elsewhere. A `source`
 /// outside `mask` gives each lane its own value. On AMD a non-uniform `source` gives undefined
 /// results; the host emulation fails the test.
+///
+/// A `source` of `mask` that does not take part: NVIDIA gives an undefined value, as
+/// [`shuffle`]; AMD's `v_readlane` reads that lane's register whether it is active or not (a
+/// stale, undefined value); the host emulation fails the test as [`shuffle`] does.
 #[inline]
 pub fn broadcast<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
     let mask = mask & lanes();
