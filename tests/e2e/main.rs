@@ -5,6 +5,7 @@
 //! driver" error). Expected results are spelled out per test.
 
 mod concurrency;
+mod device_ops;
 mod harness;
 mod host_app;
 mod host_io;
