@@ -6,6 +6,7 @@
 //! compute-sanitizer. Expected results are spelled out per test.
 
 mod concurrency;
+mod device_ops;
 mod harness;
 mod host_app;
 mod host_io;

@@ -16,8 +16,10 @@
 //!   `gpurun_build::amdgcn`), its kernels are wave32 and its lane primitives use 32-bit masks;
 //! - block-shared memory (`gpurun::shared`) is LDS: release builds of the shared-memory fixture
 //!   read, write and add to it with `ds_` instructions on gfx90a and gfx1100.
+//! - the device runtime's warp shuffles are `ds_bpermute` on both, and its float and wrapping
+//!   atomics the GPU's own instructions where it has them (fixtures/device-ops).
 //!
-//! gfx90a: release builds (`-p big-block -p panics -p basic --release`), so the fences are
+//! gfx90a: release builds (`-p big-block -p panics -p basic -p device-ops --release`), so the fences are
 //! inlined around the barrier as users' code gets them. basic has several tests that compile to
 //! nothing, whose kernels LLVM merged into aliases without kernel descriptors until each
 //! kernel's body named its own descriptor. gfx1100: debug builds of the same crates, and a
@@ -35,7 +37,7 @@ use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
 use object::{Object, ObjectSymbol};
 
 /// The fixtures every build here makes.
-const FIXTURES: [&str; 3] = ["big-block", "panics", "basic"];
+const FIXTURES: [&str; 4] = ["big-block", "panics", "basic", "device-ops"];
 
 /// Builds `fixtures` for `arch` (`--release` or not) and returns their code objects.
 fn build(fixtures: &[&str], arch: &str, release: bool) -> Vec<PathBuf> {
@@ -127,7 +129,7 @@ fn built_code_objects_pass_the_image_check() {
     if nightly().is_none() {
         return;
     }
-    assert_eq!(images().len(), 3, "{:?}", images());
+    assert_eq!(images().len(), FIXTURES.len(), "{:?}", images());
     for path in images() {
         let bytes = std::fs::read(path).unwrap();
         validate::check_amdgpu_code_object(&bytes)
@@ -483,6 +485,57 @@ fn shared_memory_is_lds_on_gfx90a_and_gfx1100() {
                 lds.iter().any(|line| line.starts_with(start)),
                 "{arch}: no LDS {what} (`{start}`) in the shared-memory fixture; its ds_ \
                  instructions: {lds:?}"
+            );
+        }
+    }
+}
+
+/// How many instructions of `functions` have a mnemonic (the first word) containing `needle`.
+fn count_instructions(functions: &[(String, Vec<String>)], needle: &str) -> usize {
+    functions
+        .iter()
+        .flat_map(|(_, body)| body)
+        .filter(|line| {
+            line.split_whitespace()
+                .next()
+                .is_some_and(|op| op.contains(needle))
+        })
+        .count()
+}
+
+/// `gpurun::warp`'s shuffles are `ds_bpermute` on wave64 (gfx90a) and wave32 (gfx1100), and
+/// `gpurun::atomic`'s float add, min and max and wrapping increment and decrement are the GPU's
+/// own atomics where it has them (`flat_` or `global_`, as LLVM infers the address space): float
+/// add of both widths and f64 min/max on gfx90a, f32 add/min/max on gfx1100.
+#[test]
+fn warp_shuffles_are_ds_bpermute_and_atomics_are_native() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    let wave64 = disassemble(&toolchain, image("device_ops"), "gfx90a");
+    let wave32 = disassemble(&toolchain, find(wave32_images(), "device_ops"), "gfx1100");
+    let gfx90a: &[&str] = &[
+        "ds_bpermute_b32",
+        "atomic_add_f32",
+        "atomic_add_f64",
+        "atomic_min_f64",
+        "atomic_max_f64",
+        "atomic_inc",
+        "atomic_dec",
+    ];
+    let gfx1100: &[&str] = &[
+        "ds_bpermute_b32",
+        "atomic_add_f32",
+        "atomic_min_f32",
+        "atomic_max_f32",
+        "atomic_inc",
+        "atomic_dec",
+    ];
+    for (arch, code, expected) in [("gfx90a", &wave64, gfx90a), ("gfx1100", &wave32, gfx1100)] {
+        for needle in expected {
+            assert!(
+                count_instructions(code, needle) > 0,
+                "{arch} device_ops has no {needle}"
             );
         }
     }

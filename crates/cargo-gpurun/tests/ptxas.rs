@@ -200,6 +200,71 @@ fn every_fixture_assembles_with_both_ptxas_generations() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// The instructions of `ptx` (trimmed, comments and directives left out) that start with
+/// `opcode`.
+fn instructions<'a>(ptx: &'a str, opcode: &'a str) -> impl Iterator<Item = &'a str> {
+    ptx.lines()
+        .map(str::trim)
+        // `vote.sync` sits in a `{ .reg .pred p; ...; }` scope with its predicate setup.
+        .flat_map(|line| line.trim_start_matches('{').split(';'))
+        .map(str::trim)
+        .filter(move |instruction| instruction.starts_with(opcode))
+}
+
+/// `gpurun::warp` on NVIDIA (fixtures/device-ops, which the test above assembles for every
+/// architecture): `shfl.sync`, `vote.sync` and `bar.warp.sync` with the member mask, the full
+/// warp as the immediate `-1` (independent thread scheduling, sm_70+, needs the mask right);
+/// `gpurun::atomic`'s float add and wrapping increment and decrement as `atom` instructions;
+/// and `gpurun::math` calls no external function (PTX with one would not link).
+#[test]
+fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
+    if nightly().is_none() {
+        return;
+    }
+    let ptx = fixture_ptx()
+        .into_iter()
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name == "device_ops.ptx")
+        })
+        .expect("fixtures/device-ops was built");
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    for opcode in [
+        "shfl.sync.idx.b32",
+        "vote.sync.ballot.b32",
+        "vote.sync.any.pred",
+        "vote.sync.all.pred",
+        "bar.warp.sync",
+    ] {
+        let found: Vec<&str> = instructions(&text, opcode).collect();
+        assert!(
+            found
+                .iter()
+                .any(|instruction| instruction.ends_with(", -1") || instruction.ends_with(" -1")),
+            "no {opcode} with the full mask -1 in {}: {found:?}",
+            ptx.display()
+        );
+    }
+    for opcode in [
+        "atom.add.f32",
+        "atom.add.f64",
+        "atom.inc.u32",
+        "atom.dec.u32",
+        "activemask.b32",
+    ] {
+        assert!(
+            instructions(&text, opcode).next().is_some(),
+            "no {opcode} in {}",
+            ptx.display()
+        );
+    }
+    assert!(
+        !text.contains(".extern .func"),
+        "{} calls an external function",
+        ptx.display()
+    );
+}
+
 /// `ptxas -v` for `arch`: the registers each entry uses.
 fn registers_per_entry(ptxas: &Path, ptx: &Path, arch: &str) -> Vec<(String, u32)> {
     let cubin = ptx.with_extension(format!("{arch}.v.cubin"));

@@ -1,14 +1,16 @@
 //! The host emulation's thread record: what the emulator tells each emulated thread before it
-//! calls the kernel (through [`crate::symbols::HOST_ENTER_THREAD`]).
+//! calls the kernel (through [`crate::symbols::HOST_ENTER_THREAD`]), and the warp exchange the
+//! device runtime's warp operations go through there.
 
 use core::ffi::c_void;
 
 /// Version of [`HostThreadInfo`] and of the host entry points (value of
-/// [`crate::symbols::HOST_ABI_VERSION`] in a host image). Version 2 added the block's shared
-/// memory at the end of the record.
+/// [`crate::symbols::HOST_ABI_VERSION`] in a host image). Version 2 added, at the end of the
+/// record, the block's shared memory and the warp exchange ([`HostThreadInfo::warp_exchange`],
+/// [`WarpExchange`]).
 pub const HOST_ABI_VERSION: u32 = 2;
 /// The oldest version the emulator still runs: every version's record starts with the one
-/// before it, so an older image reads the part it knows (and has no shared memory API).
+/// before it, so an older image reads the part it knows (and has no shared memory or warp API).
 pub const OLDEST_HOST_ABI_VERSION: u32 = 1;
 
 /// Alignment of each block's shared memory region on the host emulation: the region is where
@@ -36,6 +38,11 @@ pub struct HostThreadInfo {
     pub shared_memory: *mut u8,
     /// Its size in bytes (the launch's `shared_bytes`).
     pub shared_memory_bytes: usize,
+    /// Context handed back to `warp_exchange`.
+    pub warp_context: *const c_void,
+    /// Meets the other lanes of this thread's warp named in the request's mask and gathers
+    /// their values (see [`WarpExchange`]). `None`: the thread is alone in its warp.
+    pub warp_exchange: Option<unsafe extern "C" fn(*const c_void, *mut WarpExchange)>,
 }
 
 /// `__gpurun_host_enter_thread` in a host image.
@@ -54,6 +61,8 @@ impl HostThreadInfo {
         barrier: None,
         shared_memory: core::ptr::null_mut(),
         shared_memory_bytes: 0,
+        warp_context: core::ptr::null(),
+        warp_exchange: None,
     };
 }
 
@@ -66,5 +75,131 @@ const _: () = {
     assert!(core::mem::offset_of!(HostThreadInfo, barrier) == 64);
     assert!(core::mem::offset_of!(HostThreadInfo, shared_memory) == 72);
     assert!(core::mem::offset_of!(HostThreadInfo, shared_memory_bytes) == 80);
-    assert!(core::mem::size_of::<HostThreadInfo>() == 88);
+    assert!(core::mem::offset_of!(HostThreadInfo, warp_context) == 88);
+    assert!(core::mem::offset_of!(HostThreadInfo, warp_exchange) == 96);
+    assert!(core::mem::size_of::<HostThreadInfo>() == 104);
 };
+
+/// Most lanes an emulated warp has.
+pub const MAX_LANES: usize = 64;
+
+/// Longest failure message a [`WarpExchange`] carries (longer ones are cut at a character).
+pub const WARP_MESSAGE_CAPACITY: usize = 1024;
+
+/// One lane's part in a warp operation on the host emulation, filled in by the device runtime
+/// (`op`, `mask`, `value`) and answered by the emulator.
+///
+/// The emulator waits until every lane of `mask` that has not returned from the kernel called
+/// the exchange with the same `op` and `mask`, then gives each of them every caller's value.
+/// When that can never happen (a lane of the mask waits at the block barrier, or in another
+/// warp operation that can never complete either) it answers [`WarpExchange::FAILED`] with a
+/// message naming the lanes instead of waiting forever.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct WarpExchange {
+    /// What the lanes do ([`warp_op`]): lanes meet only lanes calling the same `op`.
+    pub op: u32,
+    /// [`WarpExchange::DONE`] or [`WarpExchange::FAILED`], set by the emulator.
+    pub status: u32,
+    /// The lanes taking part (bit `i`: lane `i`); must include the caller.
+    pub mask: u64,
+    /// This lane's value.
+    pub value: u64,
+    /// Set by the emulator: the lanes that called (the lanes of `mask` that had not returned).
+    pub participants: u64,
+    /// Set by the emulator: `values[i]` is lane `i`'s value, for each participant `i`.
+    pub values: [u64; MAX_LANES],
+    /// Set by the emulator on failure: `message[..message_len]` says why, UTF-8.
+    pub message_len: u32,
+    pub message: [u8; WARP_MESSAGE_CAPACITY],
+}
+
+impl WarpExchange {
+    /// The exchange completed: `participants` and `values` are set.
+    pub const DONE: u32 = 0;
+    /// The exchange can never complete: `message` says why.
+    pub const FAILED: u32 = 1;
+
+    /// A request of this lane.
+    pub const fn new(op: u32, mask: u64, value: u64) -> WarpExchange {
+        WarpExchange {
+            op,
+            status: WarpExchange::DONE,
+            mask,
+            value,
+            participants: 0,
+            values: [0; MAX_LANES],
+            message_len: 0,
+            message: [0; WARP_MESSAGE_CAPACITY],
+        }
+    }
+
+    /// The failure message the emulator wrote (empty if none or not UTF-8).
+    pub fn message(&self) -> &str {
+        let len = (self.message_len as usize).min(WARP_MESSAGE_CAPACITY);
+        core::str::from_utf8(&self.message[..len]).unwrap_or("")
+    }
+
+    /// Stores `text` as the failure message, cut at a character boundary if it is too long.
+    pub fn set_message(&mut self, text: &str) {
+        let mut len = text.len().min(WARP_MESSAGE_CAPACITY);
+        while !text.is_char_boundary(len) {
+            len -= 1;
+        }
+        self.message[..len].copy_from_slice(&text.as_bytes()[..len]);
+        self.message_len = len as u32;
+    }
+}
+
+const _: () = {
+    assert!(core::mem::offset_of!(WarpExchange, mask) == 8);
+    assert!(core::mem::offset_of!(WarpExchange, values) == 32);
+    assert!(core::mem::offset_of!(WarpExchange, message_len) == 32 + 8 * MAX_LANES);
+    assert!(core::mem::size_of::<WarpExchange>() == 32 + 8 * MAX_LANES + 8 + WARP_MESSAGE_CAPACITY);
+};
+
+/// The operations of [`WarpExchange::op`]: a kind in the low byte, and for
+/// [`warp_op::BROADCAST`] the source lane above it (lanes that broadcast from different lanes
+/// do not meet).
+pub mod warp_op {
+    pub const SYNC: u32 = 1;
+    pub const BALLOT: u32 = 2;
+    pub const ANY: u32 = 3;
+    pub const ALL: u32 = 4;
+    pub const SHUFFLE: u32 = 5;
+    pub const SHUFFLE_UP: u32 = 6;
+    pub const SHUFFLE_DOWN: u32 = 7;
+    pub const SHUFFLE_XOR: u32 = 8;
+    pub const BROADCAST: u32 = 9;
+    /// `active_mask()`: meets the lanes of the whole warp that call it while every other lane
+    /// waits elsewhere (the block barrier, another warp operation) or has returned; `mask` is
+    /// ignored.
+    pub const ACTIVE_MASK: u32 = 10;
+
+    /// The operation `op` of a broadcast from `lane`.
+    pub const fn broadcast(lane: u32) -> u32 {
+        BROADCAST | (lane << 8)
+    }
+
+    /// The kind of `op` (its low byte).
+    pub const fn kind(op: u32) -> u32 {
+        op & 0xff
+    }
+
+    /// The device runtime's name of `op`'s kind, for messages.
+    pub const fn name(op: u32) -> &'static str {
+        match kind(op) {
+            SYNC => "warp::sync",
+            BALLOT => "warp::ballot",
+            ANY => "warp::any",
+            ALL => "warp::all",
+            SHUFFLE => "warp::shuffle",
+            SHUFFLE_UP => "warp::shuffle_up",
+            SHUFFLE_DOWN => "warp::shuffle_down",
+            SHUFFLE_XOR => "warp::shuffle_xor",
+            BROADCAST => "warp::broadcast",
+            ACTIVE_MASK => "warp::active_mask",
+            _ => "an unknown warp operation",
+        }
+    }
+}

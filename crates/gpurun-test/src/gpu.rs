@@ -152,6 +152,17 @@ impl Gpu {
         backend: Option<BackendKind>,
         timeout: Duration,
     ) -> Result<Gpu, Error> {
+        Gpu::open_with_lane_size(path, backend, timeout, crate::DEFAULT_LANE_SIZE)
+    }
+
+    /// [`Gpu::open`] with the host emulation's warp size `lane_size` (see
+    /// [`crate::DeviceCrate::lane_size`]).
+    pub(crate) fn open_with_lane_size(
+        path: &Path,
+        backend: Option<BackendKind>,
+        timeout: Duration,
+        lane_size: u32,
+    ) -> Result<Gpu, Error> {
         let image = Image::read(path).map_err(|error| Error::Image {
             path: path.to_path_buf(),
             message: error.to_string(),
@@ -188,10 +199,14 @@ impl Gpu {
         } else {
             (image, None, None)
         };
+        let options = LoadOptions {
+            emulated_lane_size: lane_size,
+            ..LoadOptions::default()
+        };
         let device: *mut dyn Device = Box::into_raw(device);
         // SAFETY: `device` is a valid, uniquely owned allocation until `Gpu::drop` frees it,
         // after dropping the module, so extending the module's borrow of it is sound.
-        let loaded = unsafe { &mut *device }.load(&image, &LoadOptions::default());
+        let loaded = unsafe { &mut *device }.load(&image, &options);
         if let Some(copy) = &copy {
             // The loader has mapped it; the name is no longer needed.
             let _ = std::fs::remove_file(copy);

@@ -169,6 +169,7 @@ pub struct DeviceCrate {
     release: bool,
     /// `None`: the package's `[package.metadata.gpurun] test-timeout`, else [`DEFAULT_TIMEOUT`].
     timeout: Option<Duration>,
+    lane_size: u32,
 }
 
 /// A built image of a device crate.
@@ -186,6 +187,10 @@ pub struct BuiltImage {
 /// `cargo gpurun test`.
 pub const DEFAULT_TIMEOUT: Duration = gpurun_build::suite::DEFAULT_TEST_TIMEOUT;
 
+/// The host emulation's warp size unless [`DeviceCrate::lane_size`] says otherwise: as `cargo
+/// gpurun test`.
+pub const DEFAULT_LANE_SIZE: u32 = 32;
+
 impl DeviceCrate {
     /// The device crate in `dir`. A relative path is taken from the current directory, which
     /// `cargo test` and nextest set to the package root of the test being run.
@@ -195,6 +200,7 @@ impl DeviceCrate {
             target: None,
             release: false,
             timeout: None,
+            lane_size: DEFAULT_LANE_SIZE,
         }
     }
 
@@ -216,6 +222,14 @@ impl DeviceCrate {
     /// [`DEFAULT_TIMEOUT`].
     pub fn timeout(mut self, timeout: Duration) -> DeviceCrate {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// The warp size the host emulation runs this crate's kernels and device tests with: 1, 32
+    /// (the default, [`DEFAULT_LANE_SIZE`]) or 64, as `cargo gpurun test --lane-size`; another
+    /// value fails the load. GPUs have their own.
+    pub fn lane_size(mut self, lane_size: u32) -> DeviceCrate {
+        self.lane_size = lane_size;
         self
     }
 
@@ -349,7 +363,8 @@ impl DeviceCrate {
     /// of the backend the image is for. See [`Gpu`] for what a fault does to the process.
     pub fn load(&self) -> Result<Gpu, Error> {
         let built = self.build()?;
-        Gpu::open(&built.path, None, self.effective_timeout(&built)?)
+        let timeout = self.effective_timeout(&built)?;
+        Gpu::open_with_lane_size(&built.path, None, timeout, self.lane_size)
     }
 }
 

@@ -22,9 +22,6 @@ use crate::{DeviceCrate, Error};
 /// `cargo-gpurun` is needed.
 pub const WORKER_FLAG: &str = "--gpurun-worker";
 
-/// Emulated warp size of the workers: `cargo gpurun test`'s default.
-const LANE_SIZE: u32 = 32;
-
 impl DeviceCrate {
     /// The whole `main` of a `harness = false` test target: a worker when started as one (see
     /// [`WORKER_FLAG`]), else builds the crate and runs its device tests as trials with
@@ -101,7 +98,7 @@ impl DeviceCrate {
         let mut trials = Vec::new();
         for (suite, backend, tests) in with_tests {
             let built = &suite.built;
-            let specs = worker_specs(backend, &exe, &built.path)?;
+            let specs = worker_specs(backend, self.lane_size, &exe, &built.path)?;
             // Workers start on the first test run, so listing starts none.
             let executor = Arc::new(WorkerExecutor::new(
                 specs,
@@ -138,8 +135,13 @@ impl DeviceCrate {
 }
 
 /// One worker spec per device the tests run on (`cargo gpurun test`'s choice): this executable,
-/// started with [`WORKER_FLAG`].
-fn worker_specs(backend: BackendKind, exe: &Path, image: &Path) -> Result<Vec<WorkerSpec>, Error> {
+/// started with [`WORKER_FLAG`], emulating warps of `lane_size` on the host.
+fn worker_specs(
+    backend: BackendKind,
+    lane_size: u32,
+    exe: &Path,
+    image: &Path,
+) -> Result<Vec<WorkerSpec>, Error> {
     let devices = gpurun_runner::test_devices(None, backend)
         .map_err(|error| Error::Devices(format!("{error:#}")))?;
     Ok(devices
@@ -147,18 +149,18 @@ fn worker_specs(backend: BackendKind, exe: &Path, image: &Path) -> Result<Vec<Wo
         .map(|device| {
             WorkerOptions {
                 device,
-                ..worker_options(backend)
+                ..worker_options(backend, lane_size)
             }
             .spec(exe.to_path_buf(), &[WORKER_FLAG], image)
         })
         .collect())
 }
 
-fn worker_options(backend: BackendKind) -> WorkerOptions {
+fn worker_options(backend: BackendKind, lane_size: u32) -> WorkerOptions {
     WorkerOptions {
         backend,
         device: 0,
-        lane_size: LANE_SIZE,
+        lane_size,
         stack_size: None,
         allow_system: false,
         stdin: None,
@@ -265,7 +267,7 @@ mod tests {
     }
 
     #[test]
-    fn trials_get_a_worker_on_every_device_present() {
+    fn trials_get_a_worker_on_every_device_present_with_the_lane_size() {
         // The only test of this binary that lists host devices, so setting the variable races
         // with nothing.
         let env = gpurun_hal::host::HOST_DEVICES_ENV;
@@ -282,13 +284,30 @@ mod tests {
                 .collect()
         };
         std::env::set_var(env, "3");
-        let three = worker_specs(BackendKind::Host, exe, image);
+        let three = worker_specs(BackendKind::Host, 64, exe, image);
         std::env::set_var(env, "0");
-        let invalid = worker_specs(BackendKind::Host, exe, image);
+        let invalid = worker_specs(BackendKind::Host, 32, exe, image);
         std::env::remove_var(env);
-        let one = worker_specs(BackendKind::Host, exe, image);
-        assert_eq!(device_args(&three.unwrap()), ["0", "1", "2"]);
-        assert_eq!(device_args(&one.unwrap()), ["0"]);
+        let one = worker_specs(BackendKind::Host, 1, exe, image);
+        let lane_sizes = |specs: &[WorkerSpec]| -> Vec<String> {
+            specs
+                .iter()
+                .map(|spec| {
+                    let at = spec
+                        .args
+                        .iter()
+                        .position(|arg| arg == "--lane-size")
+                        .unwrap();
+                    spec.args[at + 1].clone()
+                })
+                .collect()
+        };
+        let (three, one) = (three.unwrap(), one.unwrap());
+        assert_eq!(device_args(&three), ["0", "1", "2"]);
+        assert_eq!(device_args(&one), ["0"]);
+        // `DeviceCrate::lane_size` reaches every worker.
+        assert_eq!(lane_sizes(&three), ["64", "64", "64"]);
+        assert_eq!(lane_sizes(&one), ["1"]);
         let error = invalid.unwrap_err().to_string();
         assert!(error.contains("GPURUN_HOST_DEVICES must be"), "{error}");
     }

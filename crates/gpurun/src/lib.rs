@@ -1,7 +1,8 @@
 //! The runtime a `#![no_std]` GPU crate links against: entry kernels, `print!`/`println!`,
 //! panics reported over RPC, a global allocator over RPC malloc/free, program arguments,
-//! environment, `exit`/`abort`, portable thread ids, block-shared memory ([`shared`]), and the
-//! `#[gpurun::test]` registry.
+//! environment, `exit`/`abort`, portable thread ids, block-shared memory ([`shared`]), warp
+//! operations ([`warp`]), the atomics `core` lacks ([`atomic`]), math functions ([`math`]), and
+//! the `#[gpurun::test]` registry.
 //!
 //! The same crate builds for `nvptx64-nvidia-cuda`, `amdgcn-amd-amdhsa` and the host. On the
 //! host (the emulation backend) it links `std`: the emulator runs each device thread on an OS
@@ -12,9 +13,9 @@
 //! `#[gpurun::test]`, `#[gpurun::main]`, `gpurun::println!`.
 //!
 //! Owns: what runs on the device (entry kernels, output, panics, allocation, arguments and
-//! environment, exit/abort, ids, barrier, shared memory, host stdio). Must not: know the host's
-//! side (it talks to it only over RPC, through `gpurun-rpc`'s client sequences) or spell the
-//! ABI's names and formats itself (they come from `gpurun-abi`).
+//! environment, exit/abort, ids, barrier, shared memory, warp operations, atomics, math, host
+//! stdio). Must not: know the host's side (it talks to it only over RPC, through `gpurun-rpc`'s
+//! client sequences) or spell the ABI's names and formats itself (they come from `gpurun-abi`).
 #![cfg_attr(any(target_arch = "nvptx64", target_arch = "amdgpu"), no_std)]
 #![cfg_attr(
     target_arch = "nvptx64",
@@ -24,7 +25,8 @@
         allow_internal_unstable,
         core_intrinsics,
         gpu_intrinsics,
-        gpu_launch_sized_workgroup_mem
+        gpu_launch_sized_workgroup_mem,
+        core_float_math
     )
 )]
 #![cfg_attr(
@@ -36,7 +38,8 @@
         gpu_intrinsics,
         gpu_launch_sized_workgroup_mem,
         link_llvm_intrinsics,
-        abi_unadjusted
+        abi_unadjusted,
+        core_float_math
     )
 )]
 // `allow_internal_unstable` lets `__gpurun_kernel!` use the kernel ABI in user crates without
@@ -49,6 +52,7 @@
 extern crate alloc;
 
 pub mod arch;
+pub mod atomic;
 pub mod env;
 #[doc(hidden)]
 pub mod export;
@@ -56,8 +60,10 @@ pub mod export;
 mod gpu;
 mod host_io;
 pub mod io;
+pub mod math;
 mod rpc;
 pub mod shared;
+pub mod warp;
 
 pub use arch::{barrier, block_dim, block_idx, grid_dim, lane_id, lane_size, thread_idx};
 pub use env::{args, Args};

@@ -2,14 +2,15 @@
 //! that lives as long as the loaded module, so a launch starts no thread once the pool is big
 //! enough. At most [`MAX_LIVE_THREADS`] threads run a grid at once: the blocks are dealt to
 //! groups of `threads per block` pool threads, each group runs its blocks one after another,
-//! and all threads of a group run one block together, so block barriers work. A launch with
-//! shared memory gives each group one zeroed region, zeroed again between its blocks once every
-//! thread of the group has left the block before.
+//! and all threads of a group run one block together, so block barriers and warp operations
+//! work (`warp.rs`). A launch with shared memory gives each group one zeroed region, zeroed
+//! again between its blocks while no thread of the group is in one.
 
+use super::warp::{self, BlockSync};
 use crate::{BackendError, LaunchShape};
 use gpurun_rpc::host_waits::ServerWaker;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::{JoinHandle, Thread};
 use std::time::{Duration, Instant};
 
@@ -36,13 +37,6 @@ pub(crate) struct Registers {
     pub integer: [u64; INTEGER_REGISTERS],
     /// Bit patterns (an `f32` in the low half, as the callee reads it).
     pub float: [u64; FLOAT_REGISTERS],
-}
-
-unsafe extern "C" fn wait_at_barrier(context: *const std::ffi::c_void) {
-    // SAFETY: `context` is a `Barrier` of the launch's `GridRun`, kept alive by the `Arc` that
-    // every thread of the launch holds until it has returned from the kernel.
-    let barrier = unsafe { &*(context as *const Barrier) };
-    barrier.wait();
 }
 
 /// Function pointers that are plain addresses, so they can cross to other threads.
@@ -138,13 +132,10 @@ struct GridRun {
     registers: Registers,
     lane_size: u32,
     deal: Deal,
-    /// One per group, reused for each of the group's blocks.
-    barriers: Vec<Barrier>,
-    /// With shared memory: one region per group, and one barrier per group that its threads
-    /// pass between blocks (apart from `barriers`, so that a thread that left a block early
-    /// never stands in for one still at a block barrier).
+    /// One per group (its barrier and warps), reused for each of the group's blocks.
+    blocks: Vec<BlockSync>,
+    /// With shared memory: one region per group, reused for each of the group's blocks.
     shared: Vec<SharedRegion>,
-    between_blocks: Vec<Barrier>,
     /// Pool threads still running this launch.
     running: AtomicUsize,
     done: AtomicBool,
@@ -164,42 +155,46 @@ impl GridRun {
         let [tx, ty, _] = self.shape.threads.map(u64::from);
         let thread_idx = [local % tx, local / tx % ty, local / (tx * ty)].map(|i| i as u32);
         let [gx, gy, _] = self.shape.blocks.map(u64::from);
-        let barrier = &self.barriers[group as usize];
+        let seat = self.blocks[group as usize].seat(local as usize);
+        let seat_context = std::ptr::from_ref(&seat).cast();
         let shared = self.shared.get(group as usize);
         let mut block = group;
+        let mut round = 0;
         while block < self.deal.blocks {
-            if let (Some(region), true) = (shared, block != group) {
-                // The group's previous block is over for every thread before its memory is
-                // zeroed, and zeroed before any thread starts the next one.
-                let between = &self.between_blocks[group as usize];
-                if between.wait().is_leader() {
-                    // SAFETY: every thread of the group is waiting here, so none uses it.
+            let block_idx = [block % gx, block / gx % gy, block / (gx * gy)].map(|i| i as u32);
+            seat.begin(round, block_idx, || {
+                if let Some(region) = shared {
+                    // SAFETY: `begin` calls this while every thread of the group has returned
+                    // from the previous block and none has begun this one.
                     unsafe { region.zero() };
                 }
-                between.wait();
-            }
+            });
             let info = HostThreadInfo {
                 abi_version: HOST_ABI_VERSION,
                 lane_size: self.lane_size,
                 thread_idx,
-                block_idx: [block % gx, block / gx % gy, block / (gx * gy)].map(|i| i as u32),
+                block_idx,
                 block_dim: self.shape.threads,
                 grid_dim: self.shape.blocks,
-                barrier_context: std::ptr::from_ref(barrier).cast(),
-                barrier: Some(wait_at_barrier),
+                barrier_context: seat_context,
+                barrier: Some(warp::wait_at_barrier),
                 shared_memory: shared.map_or(std::ptr::null_mut(), |region| region.start),
                 shared_memory_bytes: shared.map_or(0, |_| self.shape.shared_bytes as usize),
+                warp_context: seat_context,
+                warp_exchange: Some(warp::warp_exchange),
             };
             // SAFETY: `enter` and `kernel` come from the loaded image, which outlives the pool
-            // (`HostPrimitives` drops the pool first); `info` lives on this stack and its
-            // barrier in `self` until the kernel returns.
+            // (`HostPrimitives` drops the pool first); `info` and the seat its callbacks get
+            // live on this stack, and the seat's block in `self`, until the kernel returns.
             unsafe {
                 (self.entry.enter)(&info);
                 let [a, b, c, d, e, f] = self.registers.integer;
                 let [g, h, i, j, k, l, m, n] = self.registers.float.map(f64::from_bits);
                 (self.entry.kernel)(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
             }
+            seat.end();
             block += self.deal.groups;
+            round += 1;
         }
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             let _ = self.ended.set(Instant::now());
@@ -342,17 +337,13 @@ impl Grid {
         waker: Option<ServerWaker>,
     ) -> Result<Grid, BackendError> {
         let threads = deal.threads() as usize;
-        let (shared, between_blocks) = if shape.shared_bytes > 0 {
+        let shared = if shape.shared_bytes > 0 {
             // The module checked the size against `MAX_SHARED_BYTES`.
-            let regions = (0..deal.groups)
+            (0..deal.groups)
                 .map(|_| SharedRegion::new(shape.shared_bytes as usize))
-                .collect::<Result<Vec<_>, _>>()?;
-            let barriers = (0..deal.groups)
-                .map(|_| Barrier::new(deal.per_block as usize))
-                .collect();
-            (regions, barriers)
+                .collect::<Result<Vec<_>, _>>()?
         } else {
-            (Vec::new(), Vec::new())
+            Vec::new()
         };
         pool.reserve(threads)?;
         let run = Arc::new(GridRun {
@@ -361,11 +352,10 @@ impl Grid {
             registers,
             lane_size,
             deal,
-            barriers: (0..deal.groups)
-                .map(|_| Barrier::new(deal.per_block as usize))
+            blocks: (0..deal.groups)
+                .map(|_| BlockSync::new(deal.per_block as usize, lane_size))
                 .collect(),
             shared,
-            between_blocks,
             running: AtomicUsize::new(threads),
             done: AtomicBool::new(false),
             started: Instant::now(),

@@ -12,6 +12,7 @@
 mod launch;
 pub(crate) mod memory;
 mod primitives;
+mod warp;
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};

@@ -141,3 +141,63 @@ pub fn shared_bytes() -> usize {
 pub fn end_thread() -> ! {
     amdgpu::endpgm()
 }
+
+// Warp operations (`crate::warp`). A wavefront has one program counter and an EXEC mask: the
+// lanes that execute an instruction are the active ones, so masks only select among them, and
+// nothing waits for a lane outside EXEC (it reads as 0 in votes and `ds_bpermute`).
+
+pub fn active_mask() -> u64 {
+    amdgpu::ballot(true)
+}
+
+/// The lanes of a wavefront run in lock step: the wave barrier only keeps the compiler from
+/// moving code across, and wavefront-scope fences need no instruction (LLVM's AMDGPU memory
+/// model), so compiler fences order memory as HIP's `__syncwarp` does.
+pub fn sync_lanes(_mask: u64) {
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    amdgpu::wave_barrier();
+    core::sync::atomic::compiler_fence(Ordering::SeqCst);
+}
+
+pub fn ballot(mask: u64, predicate: bool) -> u64 {
+    amdgpu::ballot(predicate) & mask
+}
+
+pub fn vote_any(mask: u64, predicate: bool) -> bool {
+    ballot(mask, predicate) != 0
+}
+
+pub fn vote_all(mask: u64, predicate: bool) -> bool {
+    ballot(mask, !predicate) == 0
+}
+
+/// Lane `source`'s `value` through `ds_bpermute`, which takes the source as a byte address.
+fn shuffle_word(value: u32, source: u32) -> u32 {
+    // SAFETY: a cross-lane read through the LDS crossbar; it touches no LDS memory and reads 0
+    // from an inactive lane.
+    unsafe { amdgpu::ds_bpermute(source << 2, value) }
+}
+
+/// `value` of lane `source` (a lane of `mask`): 64-bit values move as two words.
+pub fn shuffle(_op: u32, _mask: u64, value: u64, wide: bool, source: u32) -> u64 {
+    let low = u64::from(shuffle_word(value as u32, source));
+    if wide {
+        low | u64::from(shuffle_word((value >> 32) as u32, source)) << 32
+    } else {
+        low
+    }
+}
+
+/// `value` of lane `source`, the same lane in every caller: `v_readlane` into a scalar
+/// register, cheaper than a permute.
+pub fn broadcast(_mask: u64, value: u64, wide: bool, source: u32) -> u64 {
+    // SAFETY: the caller's contract makes `source` uniform across the wavefront, as
+    // `readlane` requires.
+    unsafe {
+        if wide {
+            amdgpu::readlane_u64(value, source)
+        } else {
+            u64::from(amdgpu::readlane_u32(value as u32, source))
+        }
+    }
+}

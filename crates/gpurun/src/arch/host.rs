@@ -3,6 +3,7 @@
 
 use std::cell::Cell;
 
+use gpurun_abi::host::{warp_op, WarpExchange};
 pub use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION};
 
 #[unsafe(no_mangle)]
@@ -18,8 +19,8 @@ thread_local! {
 /// Called by the emulator on each emulated thread before any kernel.
 ///
 /// # Safety
-/// `info` must point at a valid [`HostThreadInfo`] whose barrier function (if any) stays callable
-/// for as long as this thread runs device code.
+/// `info` must point at a valid [`HostThreadInfo`] whose barrier and warp exchange functions (if
+/// any) stay callable, with their contexts, for as long as this thread runs device code.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __gpurun_host_enter_thread(info: *const HostThreadInfo) {
     // SAFETY: the caller guarantees `info` is valid for reads.
@@ -87,3 +88,106 @@ pub(crate) struct ThreadEnded;
 /// The emulated warp as the RPC client sees it: each emulated thread talks alone, in its own
 /// lane slot of a port.
 pub(crate) type Lanes = gpurun_rpc::lanes::HostLane;
+
+// Warp operations (`crate::warp`): every one is an exchange among the lanes of the mask through
+// the emulator (`HostThreadInfo::warp_exchange`), which fails one that can never complete.
+
+/// What the lanes of an exchange gave: the lanes that called (`participants`) and each one's
+/// value.
+struct Gathered {
+    participants: u64,
+    values: [u64; gpurun_abi::host::MAX_LANES],
+}
+
+/// This lane's part in warp operation `op` among the lanes of `mask`. Panics (failing the test
+/// like any device panic) when the emulator says it can never complete.
+fn exchange(op: u32, mask: u64, value: u64) -> Gathered {
+    let info = current();
+    let lane = lane_id();
+    let own = 1u64 << lane;
+    let alone = lane_size() == 1 || (warp_op::kind(op) != warp_op::ACTIVE_MASK && mask == own);
+    let Some(exchange) = info.warp_exchange.filter(|_| !alone) else {
+        if mask & own == 0 && warp_op::kind(op) != warp_op::ACTIVE_MASK {
+            panic!(
+                "{} called by lane {lane} with mask {mask:#x}, which does not include it",
+                warp_op::name(op)
+            );
+        }
+        let mut values = [0; gpurun_abi::host::MAX_LANES];
+        values[lane as usize] = value;
+        return Gathered {
+            participants: own,
+            values,
+        };
+    };
+    let mut request = WarpExchange::new(op, mask, value);
+    // SAFETY: the emulator guarantees the function and its context outlive the thread; the
+    // request is ours to lend for the call.
+    unsafe { exchange(info.warp_context, &mut request) };
+    if request.status != WarpExchange::DONE {
+        panic!("{}", request.message());
+    }
+    Gathered {
+        participants: request.participants,
+        values: request.values,
+    }
+}
+
+pub fn active_mask() -> u64 {
+    exchange(warp_op::ACTIVE_MASK, 0, 0).participants
+}
+
+pub fn sync_lanes(mask: u64) {
+    exchange(warp_op::SYNC, mask, 0);
+}
+
+/// The lanes of `gathered` whose value is non-zero.
+fn votes(gathered: &Gathered) -> u64 {
+    (0..64)
+        .filter(|&lane| gathered.participants >> lane & 1 == 1 && gathered.values[lane] != 0)
+        .fold(0, |set, lane| set | 1u64 << lane)
+}
+
+pub fn ballot(mask: u64, predicate: bool) -> u64 {
+    votes(&exchange(warp_op::BALLOT, mask, u64::from(predicate)))
+}
+
+pub fn vote_any(mask: u64, predicate: bool) -> bool {
+    votes(&exchange(warp_op::ANY, mask, u64::from(predicate))) != 0
+}
+
+pub fn vote_all(mask: u64, predicate: bool) -> bool {
+    let gathered = exchange(warp_op::ALL, mask, u64::from(predicate));
+    votes(&gathered) == gathered.participants
+}
+
+/// Lane `source`'s value out of `gathered` (this lane's `own` value if `source` is not in the
+/// mask: `crate::warp` returns the caller's own value then anyway). A lane of the mask that
+/// returned from the kernel has none (on a GPU the value read is undefined): that fails the
+/// test.
+fn value_of(op: u32, mask: u64, gathered: &Gathered, source: u32, own: u64) -> u64 {
+    if mask >> source & 1 == 0 {
+        return own;
+    }
+    if gathered.participants >> source & 1 == 0 {
+        panic!(
+            "{} on lane {} reads lane {source}, which has returned from the kernel (on a GPU \
+             the value read is undefined)",
+            warp_op::name(op),
+            lane_id()
+        );
+    }
+    gathered.values[source as usize]
+}
+
+/// `value` of lane `source` (a lane of `mask`).
+pub fn shuffle(op: u32, mask: u64, value: u64, _wide: bool, source: u32) -> u64 {
+    value_of(op, mask, &exchange(op, mask, value), source, value)
+}
+
+/// `value` of lane `source`, the same lane in every caller (lanes that name different ones do
+/// not meet, which fails the test).
+pub fn broadcast(mask: u64, value: u64, _wide: bool, source: u32) -> u64 {
+    let op = warp_op::broadcast(source);
+    value_of(op, mask, &exchange(op, mask, value), source, value)
+}

@@ -1,0 +1,300 @@
+//! `fixtures/device-ops` on the host emulation with warps of 1, 32 and 64 lanes: its device
+//! tests (warp operations against per-lane references, atomics, math) pass; the two that break
+//! the warp rules on purpose fail with a message naming the lanes instead of hanging; and its
+//! kernels, launched from here through `gpurun-test`, agree with a CPU reference (atomics from a
+//! whole grid, warp sums, ballot-based compaction, math bit for bit against the `libm` crate).
+
+use gpurun_test::{DeviceCrate, Gpu, LaunchShape};
+use gpurun_tests::{assert_contains, describe, fixtures_dir, host_images, run_fixture, text};
+
+const FIXTURE: &str = "device-ops";
+
+/// The device tests that must fail on the host emulation (`#[ignore]`d in the fixture).
+const DIVERGED: &str = "diverged_shuffle_fails_naming_the_lanes";
+const READS_RETURNED: &str = "shuffle_from_a_returned_lane_fails";
+
+fn summary(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|line| line.starts_with("test result:"))
+        .unwrap_or("<no summary>")
+}
+
+#[test]
+fn device_tests_pass_with_lane_sizes_1_32_and_64() {
+    host_images();
+    for lane_size in ["1", "32", "64"] {
+        let output = run_fixture(&["--lane-size", lane_size], FIXTURE, &[])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success()
+                && summary(&text(&output.stdout))
+                    .starts_with("test result: ok. 10 passed; 0 failed; 2 ignored;"),
+            "lane size {lane_size}: {}",
+            describe(&output)
+        );
+    }
+}
+
+/// Runs the ignored device test `name` alone with `lane_size`; it must fail.
+fn run_failing(lane_size: &str, name: &str) -> (String, std::process::Output) {
+    // A deadlock would end as a timeout, which fails the message checks below.
+    let output = run_fixture(
+        &["--lane-size", lane_size, "--timeout", "120"],
+        FIXTURE,
+        &["--ignored", "--exact", name],
+    )
+    .output()
+    .unwrap();
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert!(
+        summary(&stdout).starts_with("test result: FAILED. 0 passed; 1 failed;"),
+        "{}",
+        describe(&output)
+    );
+    (stdout, output)
+}
+
+#[test]
+fn lanes_that_diverge_around_a_shuffle_fail_the_test_naming_them() {
+    host_images();
+    for (lane_size, mask) in [("32", "0xffffffff"), ("64", "0xffffffffffffffff")] {
+        let (stdout, output) = run_failing(lane_size, DIVERGED);
+        let expected = format!(
+            "warp::shuffle_xor with mask {mask} can never complete (block (0, 0, 0), warp 0): \
+             lanes 0-15 called it, but lanes 16-31 wait at the block barrier"
+        );
+        assert_contains(&stdout, &expected, &output);
+        assert_contains(&stdout, "16 of 32 device threads panicked", &output);
+    }
+}
+
+#[test]
+fn a_shuffle_reading_a_returned_lane_fails_the_test() {
+    host_images();
+    for lane_size in ["32", "64"] {
+        let (stdout, output) = run_failing(lane_size, READS_RETURNED);
+        // Which even lane reports first varies; each reads the odd lane above it.
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with("warp::shuffle on lane "))
+            .unwrap_or_else(|| panic!("no shuffle failure:\n{}", describe(&output)));
+        let lanes: Vec<u32> = line
+            .split(' ')
+            .filter_map(|word| word.trim_end_matches(',').parse().ok())
+            .collect();
+        assert!(
+            lanes.len() == 2 && lanes[0].is_multiple_of(2) && lanes[1] == lanes[0] + 1,
+            "{line}"
+        );
+        assert!(
+            line.ends_with(
+                "which has returned from the kernel (on a GPU the value read is undefined)"
+            ),
+            "{line}"
+        );
+    }
+}
+
+/// The fixture loaded on the host emulation with warps of `lane_size` lanes.
+fn load(lane_size: u32) -> Gpu {
+    DeviceCrate::new(fixtures_dir().join(FIXTURE))
+        .target("host")
+        .lane_size(lane_size)
+        .load()
+        .unwrap_or_else(|error| panic!("loading {FIXTURE} (lane size {lane_size}): {error}"))
+}
+
+#[test]
+fn a_lane_size_other_than_1_32_or_64_is_refused() {
+    let error = DeviceCrate::new(fixtures_dir().join(FIXTURE))
+        .target("host")
+        .lane_size(16)
+        .load()
+        .expect_err("lane size 16 loaded");
+    assert!(
+        error
+            .to_string()
+            .contains("lane size must be 1, 32 or 64, not 16"),
+        "{error}"
+    );
+}
+
+#[test]
+fn grid_wide_atomics_count_every_thread() {
+    let gpu = load(32);
+    let (blocks, threads, ring) = (7u32, 96u32, 9u32);
+    let mut total = gpu.buffer::<u32>(1).unwrap();
+    let mut per_block = gpu.buffer::<u32>(blocks as usize).unwrap();
+    let mut rings = gpu.buffer::<u32>(2).unwrap();
+    gpu.launch(
+        "count_threads",
+        LaunchShape::blocks(blocks).threads(threads),
+        (&mut total, &mut per_block, &mut rings, ring),
+    )
+    .unwrap();
+    let launched = blocks * threads;
+    assert_eq!(total.to_vec().unwrap(), [launched]);
+    assert_eq!(per_block.to_vec().unwrap(), vec![threads; blocks as usize]);
+    // `fetch_inc` goes round a ring of `ring + 1` slots from 0, `fetch_dec` the other way.
+    let slots = ring + 1;
+    let up = launched % slots;
+    assert_eq!(rings.to_vec().unwrap(), [up, (slots - up) % slots]);
+}
+
+#[test]
+fn float_atomics_sum_and_bound_a_grid_of_values() {
+    let gpu = load(32);
+    // Quarters: every partial sum is exact in f32, so the order of the adds does not matter.
+    let values: Vec<f32> = (0..1000)
+        .map(|i| ((i * 37) % 101) as f32 * 0.25 - 12.5)
+        .collect();
+    let n = values.len();
+    let input = gpu.buffer_from(&values).unwrap();
+    let mut stats = gpu
+        .buffer_from(&[0.0f32, f32::INFINITY, f32::NEG_INFINITY])
+        .unwrap();
+    let mut wide = gpu
+        .buffer_from(&[0.0f64, f64::INFINITY, f64::NEG_INFINITY])
+        .unwrap();
+    gpu.launch(
+        "float_stats",
+        LaunchShape::blocks(4).threads(256),
+        (&input, n, &mut stats, &mut wide),
+    )
+    .unwrap();
+    let sum: f32 = values.iter().sum();
+    let min = values.iter().copied().fold(f32::INFINITY, f32::min);
+    let max = values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    assert_eq!(stats.to_vec().unwrap(), [sum, min, max]);
+    assert_eq!(
+        wide.to_vec().unwrap(),
+        [f64::from(sum), f64::from(min), f64::from(max)]
+    );
+}
+
+#[test]
+fn warp_sums_and_compaction_follow_the_lane_size() {
+    for lane_size in [32u32, 64] {
+        let gpu = load(lane_size);
+        let (blocks, threads) = (3u32, 128u32);
+        let grid = (blocks * threads) as usize;
+
+        let n: usize = 300;
+        let values: Vec<u32> = (0..n as u32)
+            .map(|i| i.wrapping_mul(2_654_435_761))
+            .collect();
+        let input = gpu.buffer_from(&values).unwrap();
+        let mut sums = gpu.buffer::<u32>(grid).unwrap();
+        let mut shape = gpu.buffer::<u32>(1).unwrap();
+        gpu.launch(
+            "warp_sums",
+            LaunchShape::blocks(blocks).threads(threads),
+            (&input, n, &mut sums, &mut shape),
+        )
+        .unwrap();
+        assert_eq!(shape.to_vec().unwrap(), [lane_size]);
+        let lanes = lane_size as usize;
+        let expected: Vec<u32> = (0..grid)
+            .map(|i| {
+                let warp = i / lanes * lanes;
+                (warp..warp + lanes)
+                    .map(|j| values.get(j).copied().unwrap_or(0))
+                    .fold(0u32, u32::wrapping_add)
+            })
+            .collect();
+        assert_eq!(sums.to_vec().unwrap(), expected, "lane size {lane_size}");
+
+        // Positive values are their index + 1, so each kept value says where it came from.
+        let n: usize = 350;
+        let values: Vec<i32> = (0..n as i32)
+            .map(|i| if (i * 7) % 5 < 2 { i + 1 } else { -i - 1 })
+            .collect();
+        let input = gpu.buffer_from(&values).unwrap();
+        let mut kept = gpu.buffer::<i32>(n).unwrap();
+        let mut count = gpu.buffer::<u32>(1).unwrap();
+        gpu.launch(
+            "keep_positive",
+            LaunchShape::blocks(blocks).threads(threads),
+            (&input, n, &mut kept, &mut count),
+        )
+        .unwrap();
+        let positive: Vec<i32> = values.iter().copied().filter(|&v| v > 0).collect();
+        let count = count.to_vec().unwrap()[0] as usize;
+        assert_eq!(count, positive.len(), "lane size {lane_size}");
+        let kept = &kept.to_vec().unwrap()[..count];
+        let mut sorted = kept.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, positive, "lane size {lane_size}");
+        // Each warp's values sit together, in its lanes' order.
+        let warp_of = |value: i32| (value - 1) as usize / lanes;
+        for pair in kept.windows(2) {
+            if warp_of(pair[0]) == warp_of(pair[1]) {
+                assert!(pair[0] < pair[1], "lane size {lane_size}: {kept:?}");
+            }
+        }
+        let mut warps: Vec<usize> = kept.iter().map(|&v| warp_of(v)).collect();
+        warps.dedup();
+        let mut distinct = warps.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(
+            warps.len(),
+            distinct.len(),
+            "a warp's values are split: {kept:?}"
+        );
+    }
+}
+
+/// What `math_of` in the fixture computes, with the `libm` crate on the CPU.
+fn math_reference(x: f32) -> [f32; 16] {
+    let wide = f64::from(x);
+    [
+        libm::sinf(x),
+        libm::cosf(x),
+        libm::tanf(x),
+        libm::expf(x),
+        libm::logf(x),
+        libm::powf(x, 1.7),
+        libm::atan2f(x, 0.75),
+        libm::tanhf(x),
+        libm::cbrtf(x),
+        libm::erff(x),
+        libm::sqrtf(x),
+        libm::fmaf(x, 1.5, -0.25),
+        libm::floorf(x * 3.3),
+        libm::sin(wide) as f32,
+        libm::exp(wide * 0.5) as f32,
+        libm::sqrt(wide) as f32,
+    ]
+}
+
+#[test]
+fn math_functions_match_the_libm_crate_bit_for_bit() {
+    let gpu = load(32);
+    let x: Vec<f32> = (0..200).map(|i| (i as f32 - 60.0) * 0.173).collect();
+    let n = x.len();
+    let input = gpu.buffer_from(&x).unwrap();
+    let mut out = gpu.buffer::<f32>(n * 16).unwrap();
+    gpu.launch(
+        "math_table",
+        LaunchShape::blocks(1).threads(256),
+        (&input, n, &mut out),
+    )
+    .unwrap();
+    let out = out.to_vec().unwrap();
+    for (i, &x) in x.iter().enumerate() {
+        let got = &out[i * 16..(i + 1) * 16];
+        let want = math_reference(x);
+        for (function, (got, want)) in got.iter().zip(want).enumerate() {
+            // NaN (log of a negative) compares by bits too: same code, same NaN.
+            assert_eq!(
+                got.to_bits(),
+                want.to_bits(),
+                "function {function} at x = {x}: {got} != {want}"
+            );
+        }
+    }
+}
