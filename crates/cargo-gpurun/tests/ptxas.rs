@@ -34,7 +34,13 @@ const PTXAS_13_ARCHES: &[&str] = &["sm_90", "sm_100"];
 /// The fixture images (file stems) assembled for every claimed architecture: those whose device
 /// code uses warp operations, atomics, shared memory or barriers, where code generation differs
 /// between architectures.
-const EVERY_ARCH: &[&str] = &["basic", "concurrency", "host_app_kernels", "shared_memory"];
+const EVERY_ARCH: &[&str] = &[
+    "basic",
+    "concurrency",
+    "device_ops",
+    "host_app_kernels",
+    "shared_memory",
+];
 
 /// Overrides where ptxas 13.x is.
 const PTXAS_13_ENV: &str = "GPURUN_PTXAS_13";
