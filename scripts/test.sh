@@ -15,6 +15,13 @@ step_done() {
     lap=$SECONDS
 }
 scripts/setup.sh
+# Every other workspace's lock file is current (the fixtures', the examples', the fuzz crates'):
+# a stale one would otherwise fail only the step that builds it, late in the run.
+git ls-files -z '*/Cargo.lock' | while IFS= read -r -d '' lock; do
+    cargo +nightly metadata --locked --offline --format-version 1 \
+        --manifest-path "$(dirname "$lock")/Cargo.toml" >/dev/null ||
+        { echo "error: $lock is not current: run \`cargo metadata\` in $(dirname "$lock")" >&2; exit 1; }
+done
 step_done setup
 cargo fmt --all --check
 # The fixtures and examples are workspaces of their own, outside `cargo fmt --all` (many-tests
