@@ -8,7 +8,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
 
 use gpurun_harness::filter::select;
-use gpurun_harness::{HarnessArgs, TestCase};
+use gpurun_harness::{HarnessArgs, TestDesc};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let argv = std::iter::once(OsString::from("test-binary")).chain(
@@ -18,7 +18,9 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     match HarnessArgs::parse_args(argv) {
         Ok(args) => {
             let _ = args.effective_format();
-            let tests = ["a", "tests::b", "[suite] c", "ü::d"].map(TestCase::new).to_vec();
+            let tests = ["a", "tests::b", "[suite] c", "ü::d"]
+                .map(TestDesc::new)
+                .to_vec();
             let selection = select(&args, tests);
             assert!(selection.tests.len() + selection.filtered_out <= 4);
         }
