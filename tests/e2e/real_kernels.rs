@@ -6,7 +6,7 @@
 
 use gpurun_test::{DeviceCrate, Gpu};
 use gpurun_tests::real_kernels::{self, Check};
-use gpurun_tests::{describe, fixtures_dir, package_binary, text};
+use gpurun_tests::{describe, fixtures_dir, package_binary, repo_root, text};
 
 const FIXTURE: &str = "real-kernels";
 
@@ -104,4 +104,46 @@ fn real_kernels_check_program_passes_on_the_host_emulation() {
         "{}",
         describe(&output)
     );
+}
+
+/// The item of `source` that starts at the line starting with `first`, through its closing `}`
+/// at the start of a line.
+fn item<'a>(source: &'a str, first: &str) -> &'a str {
+    let start = source
+        .find(&format!("\n{first}"))
+        .unwrap_or_else(|| panic!("no `{first}` in the fixture"))
+        + 1;
+    let end = source[start..]
+        .find("\n}\n")
+        .unwrap_or_else(|| panic!("`{first}` does not end"))
+        + start
+        + 2;
+    &source[start..end]
+}
+
+/// The README's "Writing kernels" example is the fixture's block reduction, as it is (so the
+/// example compiles and is tested): `warp_sum` and `block_sum`, indented as a code block.
+#[test]
+fn the_readme_quotes_the_block_reduction_as_it_is() {
+    let source = std::fs::read_to_string(fixtures_dir().join(FIXTURE).join("src/lib.rs")).unwrap();
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    for first in [
+        "fn warp_sum(",
+        "#[gpurun::kernel(len(x = n, sums = blocks))]",
+    ] {
+        let quoted: String = item(&source, first)
+            .lines()
+            .map(|line| {
+                if line.is_empty() {
+                    "\n".to_owned()
+                } else {
+                    format!("    {line}\n")
+                }
+            })
+            .collect();
+        assert!(
+            readme.contains(&quoted),
+            "README.md does not quote the fixture's `{first}` as it is:\n{quoted}"
+        );
+    }
 }
