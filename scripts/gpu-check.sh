@@ -4,8 +4,9 @@
 # baselines taken in the same run on the same GPU, as one table of rows, each with a verdict.
 #
 #   scripts/gpu-check.sh --make-bundle DIR   build here (Rust, nightly, ptxas from scripts/setup.sh):
-#                                            a release, stripped cargo-gpurun, the host-launch
-#                                            check and every fixture's image and cubin into DIR
+#                                            a release, stripped cargo-gpurun, the host-launch and
+#                                            real-kernels checks and every fixture's image and
+#                                            cubin into DIR
 #                                            (inside this repository, ignored by git); prints its
 #                                            size and the one command to run on the GPU machine
 #   scripts/gpu-check.sh --bundle DIR        run from a bundle (needs no Rust on that machine)
@@ -29,7 +30,7 @@
 # Exit status: 0 when every row matches, 1 otherwise, 2 on bad usage or a failed build.
 set -uo pipefail
 
-usage() { sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bundle="" make_bundle="" arch="" self_test="" target=nvptx out="" budget=450
@@ -57,6 +58,9 @@ esac
 # status (a number or "nonzero") | time limit in seconds.
 #   run       `cargo gpurun run --backend B LAUNCH images/FIXTURE ARGS`
 #   launch    the host-launch check (crates/gpurun-test/examples/launch_check.rs) on FIXTURE's image
+#   kernels   the real-kernels check (tests/src/bin/real-kernels-check.rs) on FIXTURE's image: each
+#             kernel of fixtures/real-kernels on several sizes against its CPU reference, the
+#             checks tests/e2e/real_kernels.rs runs on the host emulation
 #   nvcc      builds scripts/gpu-baselines/FIXTURE.cu with nvcc for the GPU (baseline programs)
 #   printf    the nvcc-built printf_lines ARGS (CUDA's printf printing what print-throughput prints)
 #   pingpong  the nvcc-built pingpong ARGS (a bare host-pinned-memory round trip)
@@ -77,6 +81,7 @@ run|panics|||nonzero|30
 run|basic|||101|60
 run|big-block|||0|30
 launch|host-app-kernels|||0|60
+kernels|real-kernels|||0|90
 run|concurrency||--test-threads 8|0|90
 run|concurrency||--test-threads 11 --include-ignored|101|90
 run|fault-mid-print||--test-timeout 60|101|90
@@ -155,7 +160,7 @@ cases() {
 
 # The fixtures whose images a bundle needs.
 fixture_names() {
-    awk -F'|' '$1 == "run" || $1 == "launch" { print $2 }' <<<"$CASES" | sort -u
+    awk -F'|' '$1 == "run" || $1 == "launch" || $1 == "kernels" { print $2 }' <<<"$CASES" | sort -u
 }
 
 # Bytes of DIR (all files, recursively).
@@ -173,13 +178,15 @@ build_bundle() {
     local dir="$1" json target_dir fixture image cubin packages=() missing=0
     [[ -n "$arch" ]] || arch=$(detect_arch)
     mkdir -p "$dir/images" || exit 2
-    echo "gpu-check: building cargo-gpurun and the host-launch check (release, stripped)" >&2
+    echo "gpu-check: building cargo-gpurun, the host-launch and the real-kernels checks (release, stripped)" >&2
     (cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked \
-        -p cargo-gpurun -p gpurun-test --bin cargo-gpurun --example launch_check) >&2 || exit 2
+        -p cargo-gpurun -p gpurun-test -p gpurun-tests --bin cargo-gpurun \
+        --example launch_check --bin real-kernels-check) >&2 || exit 2
     target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])') || exit 2
     cp "$target_dir/release/cargo-gpurun" "$dir/" || exit 2
     cp "$target_dir/release/examples/launch_check" "$dir/launch-check" || exit 2
+    cp "$target_dir/release/real-kernels-check" "$dir/real-kernels-check" || exit 2
     for fixture in $(fixture_names); do packages+=(-p "$fixture"); done
     echo "gpu-check: building ${#packages[@]} fixture packages for $arch (release)" >&2
     json=$("$dir/cargo-gpurun" gpurun build --manifest-path "$root/fixtures/Cargo.toml" \
@@ -327,6 +334,19 @@ check_recovery_output() {
     fi
 }
 
+# The kernels of fixtures/real-kernels, as real-kernels-check names them.
+REAL_KERNELS="matmul_tiled block_sum histogram weighted_histogram inclusive_scan compact_above"
+
+# real-kernels-check: one `NAME ok` line per kernel and the closing line. Says what is wrong.
+check_kernels_output() {
+    local file="$1" kernel count
+    for kernel in $REAL_KERNELS; do
+        grep -q "^real-kernels-check: $kernel ok (" "$file" || { echo "$kernel did not match"; return 1; }
+    done
+    count=$(wc -w <<<"$REAL_KERNELS")
+    grep -qx "real-kernels-check: all $count kernels match the CPU" "$file" || { echo "no closing line"; return 1; }
+}
+
 # The tests libtest's summary line in FILE counts as run (passed + failed), or nothing.
 tests_run() {
     awk '/^test result:/ { for (i = 1; i < NF; i++) {
@@ -377,6 +397,9 @@ judge() {
         launch:*)
             grep -q 'match the CPU' "$log.out" || verdict="BAD OUTPUT (no match line)"
             measured="fill (ptr, u64, u32), saxpy" ;;
+        kernels:*)
+            problem=$(check_kernels_output "$log.out") || verdict="BAD OUTPUT ($problem)"
+            measured="$(wc -w <<<"$REAL_KERNELS") kernels vs CPU" ;;
         run:many-tests)
             tests=$(tests_run "$log.out")
             if [[ -z "$tests" ]]; then
@@ -543,6 +566,7 @@ run_row() {
     case "$kind" in
         run) program=("$dir/cargo-gpurun" gpurun run --backend "$backend") ;;
         launch) program=("$dir/launch-check") ;;
+        kernels) program=("$dir/real-kernels-check") ;;
         nvcc) program=(nvcc -O2 "-arch=$gpu_arch" -o "$work/$fixture" "$root/scripts/gpu-baselines/$fixture.cu") ;;
         printf|pingpong) program=("$work/$fixture") ;;
         cupy) program=(python3 "$root/scripts/gpu-baselines/$fixture.py") ;;
@@ -554,7 +578,7 @@ run_row() {
     # shellcheck disable=SC2086 # the launch and arguments columns are split on spaces on purpose
     case "$kind" in
         run) timeout -k 5 "$limit" "${program[@]}" $launch "$image" $args ;;
-        launch) timeout -k 5 "$limit" "${program[@]}" "$image" ;;
+        launch|kernels) timeout -k 5 "$limit" "${program[@]}" "$image" ;;
         nvcc) timeout -k 5 "$limit" "${program[@]}" ;;
         *) timeout -k 5 "$limit" "${program[@]}" $args ;;
     esac >"$log.out" 2>"$log.err" </dev/null
@@ -590,7 +614,7 @@ run_cases() {
         if ((limit < 5)); then
             got=- ms=-
             verdict="NOT RUN (out of the ${budget} s budget)"
-        elif [[ "$kind" == run || "$kind" == launch ]] && [[ ! -e "$dir/images/$fixture.$ext" ]]; then
+        elif [[ "$kind" == run || "$kind" == launch || "$kind" == kernels ]] && [[ ! -e "$dir/images/$fixture.$ext" ]]; then
             got=- ms=-
             verdict="MISSING IMAGE"
         elif [[ "$kind" == printf || "$kind" == pingpong ]] && [[ -z "${GPURUN_CHECK_RUNNER:-}" && ! -x "$work/$fixture" ]]; then
@@ -693,6 +717,12 @@ case "$kind:$image" in
     run:print-throughput) print_lines "$2" $((threads * blocks)); exit 0 ;;
     run:rpc-latency) [[ "$2" == 0 ]] || sleep 0.2; exit 0 ;;
     launch:*) echo "launch_check: fill (ptr, u64, u32) and saxpy match the CPU"; exit 0 ;;
+    kernels:*)
+        for name in matmul_tiled block_sum histogram weighted_histogram inclusive_scan compact_above; do
+            echo "real-kernels-check: $name ok (sizes)"
+        done
+        echo "real-kernels-check: all 6 kernels match the CPU"
+        exit 0 ;;
     cupy:*) echo "ms_per_launch 0.0125"; exit 0 ;;
     printf:*) print_lines "$image" $(($1 * $2)); exit 0 ;;
     pingpong:*) echo "ns_per_round_trip 1850.0"; exit 0 ;;
@@ -756,6 +786,8 @@ self_test_checks() {
         { fail "nonzero expectation not honoured"; return; }
     grep -Eq '^launch +host-app-kernels .* fill \(ptr, u64, u32\), saxpy +ok$' <<<"$table" ||
         { fail "no host-launch row"; return; }
+    grep -Eq '^kernels +real-kernels +- +- +0 .* 6 kernels vs CPU +ok$' <<<"$table" ||
+        { fail "no real-kernels row"; return; }
     grep -Eq '^run +concurrency +- +--test-threads 8 .* ok$' <<<"$table" || { fail "no concurrent-slots row"; return; }
     grep -Eq '^run +many-tests .* [0-9.]+ ms/test \(1000 tests, start-up taken off\) +ok$' <<<"$table" ||
         { fail "many-tests row has no per-test time"; return; }
@@ -862,6 +894,14 @@ self_test_output_checks() {
         check_sanitize_output "$file.plain" plain >/dev/null || { fail "good unsanitized output rejected"; return; }
         ! check_sanitize_output "$file" plain >/dev/null || { fail "a failure accepted without a sanitizer"; return; }
     fi
+    file="$tmp/kernels.out"
+    "$tmp/fake-runner" kernels "$dir/images/real-kernels.$ext" >"$file"
+    check_kernels_output "$file" >/dev/null || { fail "good real-kernels output rejected"; return; }
+    sed 's/^real-kernels-check: inclusive_scan ok .*/real-kernels-check: inclusive_scan FAILED: element 1 is 3, not 4/' \
+        "$file" >"$file.wrong"
+    ! check_kernels_output "$file.wrong" >/dev/null || { fail "a failed kernel accepted"; return; }
+    grep -v 'match the CPU' "$file" >"$file.cut"
+    ! check_kernels_output "$file.cut" >/dev/null || { fail "a run without its closing line accepted"; return; }
     file="$tmp/print.out"
     "$tmp/fake-runner" run --threads 2 --blocks 2 "$dir/images/print-throughput.ptx" --bytes 640 >"$file"
     check_print_output "$file" 640 4 >/dev/null || { fail "good print output rejected"; return; }

@@ -15,6 +15,7 @@ mod lifetime;
 mod load;
 mod loader;
 mod plain_cargo;
+mod real_kernels;
 mod sanitize;
 mod saxpy_example;
 mod setup;

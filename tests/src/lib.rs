@@ -4,6 +4,8 @@
 //! Owns: what the end-to-end tests and benchmarks share. Must not: reach into the crates'
 //! internals; these tests drive the binary as a user would.
 
+pub mod real_kernels;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;

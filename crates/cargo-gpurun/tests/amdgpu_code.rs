@@ -17,9 +17,13 @@
 //! - block-shared memory (`gpurun::shared`) is LDS: release builds of the shared-memory fixture
 //!   read, write and add to it with `ds_` instructions on gfx90a and gfx1100.
 //! - the device runtime's warp shuffles are `ds_bpermute` on both, and its float and wrapping
-//!   atomics the GPU's own instructions where it has them (fixtures/device-ops).
+//!   atomics the GPU's own instructions where it has them (fixtures/device-ops);
+//! - the real kernels (fixtures/real-kernels) declare dynamic LDS in their metadata (a
+//!   `hidden_dynamic_lds_size` argument, so the dispatch's group segment size comes from the
+//!   launch) and shuffle with `ds_bpermute`, on both.
 //!
-//! gfx90a: release builds (`-p big-block -p panics -p basic -p device-ops --release`), so the fences are
+//! gfx90a: release builds (`-p big-block -p panics -p basic -p device-ops -p real-kernels
+//! --release`), so the fences are
 //! inlined around the barrier as users' code gets them. basic has several tests that compile to
 //! nothing, whose kernels LLVM merged into aliases without kernel descriptors until each
 //! kernel's body named its own descriptor. gfx1100: debug builds of the same crates, and a
@@ -37,7 +41,7 @@ use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
 use object::{Object, ObjectSymbol};
 
 /// The fixtures every build here makes.
-const FIXTURES: [&str; 4] = ["big-block", "panics", "basic", "device-ops"];
+const FIXTURES: [&str; 5] = ["big-block", "panics", "basic", "device-ops", "real-kernels"];
 
 /// Builds `fixtures` for `arch` (`--release` or not) and returns their code objects.
 fn build(fixtures: &[&str], arch: &str, release: bool) -> Vec<PathBuf> {
@@ -538,5 +542,103 @@ fn warp_shuffles_are_ds_bpermute_and_atomics_are_native() {
                 "{arch} device_ops has no {needle}"
             );
         }
+    }
+}
+
+/// The code object v5 metadata of each kernel of the code object at `path` (`llvm-readobj
+/// --notes`), as (name, its lines of `amdhsa.kernels`).
+fn kernel_metadata(toolchain: &Toolchain, path: &Path) -> Vec<(String, Vec<String>)> {
+    let readobj = toolchain::find_llvm_tool_in(&toolchain.rustlib_bin_dir(), "llvm-readobj")
+        .expect("llvm-readobj is part of llvm-tools");
+    let output = Command::new(readobj)
+        .arg("--notes")
+        .arg(path)
+        .output()
+        .expect("run llvm-readobj");
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut kernels: Vec<Vec<String>> = Vec::new();
+    let mut in_kernels = false;
+    for line in text.lines() {
+        if line.starts_with("amdhsa.kernels:") {
+            in_kernels = true;
+        } else if in_kernels && line.starts_with("  - ") {
+            kernels.push(vec![line.to_owned()]);
+        } else if in_kernels && line.starts_with("    ") {
+            if let Some(kernel) = kernels.last_mut() {
+                kernel.push(line.to_owned());
+            }
+        } else {
+            in_kernels = false;
+        }
+    }
+    kernels
+        .into_iter()
+        .map(|lines| {
+            let name = lines
+                .iter()
+                .find_map(|line| line.trim().strip_prefix(".name:"))
+                .map(|name| name.trim().to_owned())
+                .unwrap_or_else(|| panic!("a kernel without .name: {lines:?}"));
+            (name, lines)
+        })
+        .collect()
+}
+
+/// The real kernels of issue 24 (fixtures/real-kernels: tiled matrix product, block reduction,
+/// histograms, scan, compaction), as built above (gfx90a release, gfx1100 debug). Their shared
+/// memory is dynamic LDS (`gpu_launch_sized_workgroup_mem`): the kernel descriptor's and the
+/// metadata's `.group_segment_fixed_size` count static LDS only (0 here), and code object v5
+/// says a kernel takes LDS sized at launch with a `hidden_dynamic_lds_size` argument; the HSA
+/// backend puts the static size plus the launch's `shared_bytes` in the dispatch packet. A
+/// kernel without shared memory (device-ops' `count_threads`) has no such argument. Their
+/// warp operations are `ds_bpermute` on both architectures.
+#[test]
+fn real_kernels_take_dynamic_lds_and_shuffle_with_ds_bpermute() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    const KERNELS: [&str; 6] = [
+        "matmul_tiled",
+        "block_sum",
+        "histogram",
+        "weighted_histogram",
+        "inclusive_scan",
+        "compact_above",
+    ];
+    let dynamic_lds = |lines: &[String]| {
+        lines.iter().any(|line| {
+            line.trim()
+                .strip_prefix(".value_kind:")
+                .is_some_and(|kind| kind.trim() == "hidden_dynamic_lds_size")
+        })
+    };
+    for (arch, images) in [("gfx90a", images()), ("gfx1100", wave32_images())] {
+        let real = find_in(images, "real_kernels");
+        let metadata = kernel_metadata(&toolchain, real);
+        for kernel in KERNELS {
+            let (_, lines) = metadata
+                .iter()
+                .find(|(name, _)| name == kernel)
+                .unwrap_or_else(|| panic!("{arch}: no metadata for {kernel}: {metadata:?}"));
+            assert!(
+                dynamic_lds(lines),
+                "{arch}: {kernel} takes no dynamic LDS: {lines:#?}"
+            );
+        }
+        let device_ops = kernel_metadata(&toolchain, find_in(images, "device_ops"));
+        let (_, plain) = device_ops
+            .iter()
+            .find(|(name, _)| name == "count_threads")
+            .unwrap_or_else(|| panic!("{arch}: no metadata for count_threads"));
+        assert!(
+            !dynamic_lds(plain),
+            "{arch}: count_threads uses no shared memory, yet takes dynamic LDS"
+        );
+        let code = disassemble(&toolchain, real, arch);
+        assert!(
+            count_instructions(&code, "ds_bpermute_b32") > 0,
+            "{arch} real_kernels has no ds_bpermute_b32"
+        );
     }
 }

@@ -39,6 +39,7 @@ const EVERY_ARCH: &[&str] = &[
     "concurrency",
     "device_ops",
     "host_app_kernels",
+    "real_kernels",
     "shared_memory",
 ];
 
@@ -269,6 +270,49 @@ fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
         "{} calls an external function",
         ptx.display()
     );
+}
+
+/// The real kernels of issue 24 (fixtures/real-kernels, assembled for every architecture by
+/// the test above): their shared memory is PTX shared memory (the `.extern .shared` array sized
+/// at launch, reached with `.shared` loads and stores), and their shuffles and ballots are
+/// `shfl.sync` and `vote.sync` with the full mask `-1`. (The device runtime's own ballots, in
+/// its RPC client, take computed masks: so a full-mask one must be there, not all of them.)
+#[test]
+fn real_kernels_use_shared_memory_and_full_mask_warp_operations_in_ptx() {
+    if nightly().is_none() {
+        return;
+    }
+    let ptx = fixture_ptx()
+        .into_iter()
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name == "real_kernels.ptx")
+        })
+        .expect("fixtures/real-kernels was built");
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    assert!(
+        text.lines()
+            .any(|line| line.trim_start().starts_with(".extern .shared")),
+        "no .extern .shared array in {}",
+        ptx.display()
+    );
+    for opcode in ["ld.shared", "st.shared"] {
+        assert!(
+            instructions(&text, opcode).next().is_some(),
+            "no {opcode} in {}",
+            ptx.display()
+        );
+    }
+    for opcode in ["shfl.sync", "vote.sync.ballot.b32"] {
+        let found: Vec<&str> = instructions(&text, opcode).collect();
+        assert!(
+            found
+                .iter()
+                .any(|instruction| instruction.ends_with(", -1") || instruction.ends_with(" -1")),
+            "no {opcode} with the full mask -1 in {}: {found:?}",
+            ptx.display()
+        );
+    }
 }
 
 /// `ptxas -v` for `arch`: the registers each entry uses.
