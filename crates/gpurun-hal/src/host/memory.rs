@@ -48,6 +48,12 @@ impl HostMemory {
             len: size,
         })
     }
+
+    /// A zeroed device buffer (`Primitives::alloc_device` of the backends on host memory): its
+    /// address, the same on both sides.
+    pub fn alloc_device(&mut self, size: usize) -> Result<u64, crate::BackendError> {
+        self.alloc_shared(size).map(|block| block.device)
+    }
 }
 
 impl HostMemory {

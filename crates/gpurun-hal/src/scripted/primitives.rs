@@ -74,10 +74,7 @@ impl Primitives for ScriptedPrimitives {
     }
 
     fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
-        self.buffers
-            .alloc_zeroed(size)
-            .map(|block| block as u64)
-            .ok_or_else(|| BackendError::InvalidArgument(format!("no memory for {size} bytes")))
+        self.buffers.alloc_device(size)
     }
 
     fn free_device(&mut self, address: u64) -> Result<(), BackendError> {
