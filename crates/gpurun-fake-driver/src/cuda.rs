@@ -902,6 +902,15 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     })
 }
 
+/// The entry name behind a function handle; empty for a handle this driver never gave out.
+fn function_name(handle: usize) -> String {
+    state()
+        .functions
+        .get(&handle)
+        .map(|(name, _)| name.clone())
+        .unwrap_or_default()
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn cuFuncGetAttribute(
     value: *mut c_int,
@@ -910,11 +919,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
 ) -> CUresult {
     use CUfunction_attribute as A;
     let handle = handle_of(function);
-    let name = state()
-        .functions
-        .get(&handle)
-        .map(|(name, _)| name.clone())
-        .unwrap_or_default();
+    let name = function_name(handle);
     call(
         "cuFuncGetAttribute",
         format!("{which:?} function={name}"),
@@ -947,11 +952,7 @@ pub unsafe extern "C" fn cuFuncSetAttribute(
 ) -> CUresult {
     use CUfunction_attribute as A;
     let handle = handle_of(function);
-    let name = state()
-        .functions
-        .get(&handle)
-        .map(|(name, _)| name.clone())
-        .unwrap_or_default();
+    let name = function_name(handle);
     call(
         "cuFuncSetAttribute",
         format!("{which:?} value={value} function={name}"),
