@@ -526,6 +526,18 @@ impl<T: DeviceCopy> Buffer<'_, T> {
         count * std::mem::size_of::<T>()
     }
 
+    /// The bytes of a copy of the first `count` elements, which may be at most [`Buffer::len`]
+    /// ([`Error::CopyTooLong`] otherwise): the one length rule of reads and writes.
+    fn copy_bytes(&self, count: usize) -> Result<usize, Error> {
+        if count > self.len {
+            return Err(Error::CopyTooLong {
+                given: count,
+                len: self.len,
+            });
+        }
+        Ok(Self::bytes(count))
+    }
+
     /// Copies the elements out (on CUDA on the kernels' stream, after the launches before).
     pub fn to_vec(&self) -> Result<Vec<T>, Error> {
         let mut out = zeroed_vec::<T>(self.len);
@@ -537,13 +549,7 @@ impl<T: DeviceCopy> Buffer<'_, T> {
     /// [`Buffer::len`] ([`Error::CopyTooLong`] otherwise): [`Buffer::to_vec`] without a new
     /// allocation.
     pub fn read_into(&self, out: &mut [T]) -> Result<(), Error> {
-        if out.len() > self.len {
-            return Err(Error::CopyTooLong {
-                given: out.len(),
-                len: self.len,
-            });
-        }
-        let bytes = Self::bytes(out.len());
+        let bytes = self.copy_bytes(out.len())?;
         let target = out.as_mut_ptr().cast::<u8>();
         match self.mapped {
             // SAFETY: the mapped block holds `len` elements and lives as long as the borrowed
@@ -567,13 +573,7 @@ impl<T: DeviceCopy> Buffer<'_, T> {
     /// next launch); `data` may hold at most [`Buffer::len`] ([`Error::CopyTooLong`]
     /// otherwise).
     pub fn write(&mut self, data: &[T]) -> Result<(), Error> {
-        if data.len() > self.len {
-            return Err(Error::CopyTooLong {
-                given: data.len(),
-                len: self.len,
-            });
-        }
-        let bytes = Self::bytes(data.len());
+        let bytes = self.copy_bytes(data.len())?;
         let source = data.as_ptr().cast::<u8>();
         match self.mapped {
             // SAFETY: as in `read_into`; `&mut self` excludes other users of the buffer.
