@@ -420,23 +420,19 @@ mod tests {
         unsafe { (info.barrier.unwrap())(info.barrier_context) };
     }
 
-    unsafe extern "C" fn nothing(
-        _: u64,
-        _: u64,
-        _: u64,
-        _: u64,
-        _: u64,
-        _: u64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-    ) {
+    /// Defines a test kernel of the [`KernelFn`] signature that ignores its register arguments
+    /// (the test kernels read what they need from their thread's record instead).
+    macro_rules! kernel_ignoring_arguments {
+        ($(#[$attribute:meta])* $name:ident $body:block) => {
+            $(#[$attribute])*
+            unsafe extern "C" fn $name(
+                _: u64, _: u64, _: u64, _: u64, _: u64, _: u64,
+                _: f64, _: f64, _: f64, _: f64, _: f64, _: f64, _: f64, _: f64,
+            ) $body
+        };
     }
+
+    kernel_ignoring_arguments!(nothing {});
 
     #[test]
     fn every_thread_of_every_block_runs_once_and_the_pool_is_reused() {
@@ -484,44 +480,32 @@ mod tests {
         ENTERED.with(|entered| entered.set(unsafe { *info }));
     }
 
-    /// Reads this thread's slot of the block's shared memory, waits for the whole block, then
-    /// writes into the slot what a block that did not zero it would leave for the next one.
-    unsafe extern "C" fn use_shared_memory(
-        _: u64,
-        _: u64,
-        _: u64,
-        _: u64,
-        _: u64,
-        _: u64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-        _: f64,
-    ) {
-        let info = ENTERED.with(std::cell::Cell::get);
-        let slot = info
-            .shared_memory
-            .cast::<u64>()
-            .wrapping_add(info.thread_idx[0] as usize);
-        // SAFETY: the region holds a u64 per thread (the test's launch), aligned; each thread
-        // touches only its own slot, and the barrier callback is valid during the kernel.
-        unsafe {
-            let before = slot.read();
-            SHARED_SEEN.lock().unwrap().push((
-                info.block_idx[0],
-                info.thread_idx[0],
-                info.shared_memory as usize,
-                info.shared_memory_bytes,
-                before,
-            ));
-            (info.barrier.unwrap())(info.barrier_context);
-            slot.write(u64::from(info.block_idx[0]) + 100);
+    kernel_ignoring_arguments!(
+        /// Reads this thread's slot of the block's shared memory, waits for the whole block,
+        /// then writes into the slot what a block that did not zero it would leave for the
+        /// next one.
+        use_shared_memory {
+            let info = ENTERED.with(std::cell::Cell::get);
+            let slot = info
+                .shared_memory
+                .cast::<u64>()
+                .wrapping_add(info.thread_idx[0] as usize);
+            // SAFETY: the region holds a u64 per thread (the test's launch), aligned; each thread
+            // touches only its own slot, and the barrier callback is valid during the kernel.
+            unsafe {
+                let before = slot.read();
+                SHARED_SEEN.lock().unwrap().push((
+                    info.block_idx[0],
+                    info.thread_idx[0],
+                    info.shared_memory as usize,
+                    info.shared_memory_bytes,
+                    before,
+                ));
+                (info.barrier.unwrap())(info.barrier_context);
+                slot.write(u64::from(info.block_idx[0]) + 100);
+            }
         }
-    }
+    );
 
     #[test]
     fn each_block_gets_its_groups_region_zeroed() {
