@@ -4,8 +4,10 @@
 //! kernels, launched from here through `gpurun-test`, agree with a CPU reference (atomics from a
 //! whole grid, warp sums, ballot-based compaction, math bit for bit against the `libm` crate).
 
-use gpurun_test::{DeviceCrate, Gpu, LaunchShape};
-use gpurun_tests::{assert_contains, describe, fixtures_dir, host_images, run_fixture, text};
+use gpurun_test::{DeviceCrate, LaunchShape};
+use gpurun_tests::{
+    assert_contains, describe, fixtures_dir, host_images, load_on_host, run_fixture, text,
+};
 
 const FIXTURE: &str = "device-ops";
 
@@ -98,15 +100,6 @@ fn a_shuffle_reading_a_returned_lane_fails_the_test() {
     }
 }
 
-/// The fixture loaded on the host emulation with warps of `lane_size` lanes.
-fn load(lane_size: u32) -> Gpu {
-    DeviceCrate::new(fixtures_dir().join(FIXTURE))
-        .target("host")
-        .lane_size(lane_size)
-        .load()
-        .unwrap_or_else(|error| panic!("loading {FIXTURE} (lane size {lane_size}): {error}"))
-}
-
 #[test]
 fn a_lane_size_other_than_1_32_or_64_is_refused() {
     let error = DeviceCrate::new(fixtures_dir().join(FIXTURE))
@@ -124,7 +117,7 @@ fn a_lane_size_other_than_1_32_or_64_is_refused() {
 
 #[test]
 fn grid_wide_atomics_count_every_thread() {
-    let gpu = load(32);
+    let gpu = load_on_host(FIXTURE, 32);
     let (blocks, threads, ring) = (7u32, 96u32, 9u32);
     let mut total = gpu.buffer::<u32>(1).unwrap();
     let mut per_block = gpu.buffer::<u32>(blocks as usize).unwrap();
@@ -146,7 +139,7 @@ fn grid_wide_atomics_count_every_thread() {
 
 #[test]
 fn float_atomics_sum_and_bound_a_grid_of_values() {
-    let gpu = load(32);
+    let gpu = load_on_host(FIXTURE, 32);
     // Quarters: every partial sum is exact in f32, so the order of the adds does not matter.
     let values: Vec<f32> = (0..1000)
         .map(|i| ((i * 37) % 101) as f32 * 0.25 - 12.5)
@@ -178,7 +171,7 @@ fn float_atomics_sum_and_bound_a_grid_of_values() {
 #[test]
 fn warp_sums_and_compaction_follow_the_lane_size() {
     for lane_size in [32u32, 64] {
-        let gpu = load(lane_size);
+        let gpu = load_on_host(FIXTURE, lane_size);
         let (blocks, threads) = (3u32, 128u32);
         let grid = (blocks * threads) as usize;
 
@@ -273,7 +266,7 @@ fn math_reference(x: f32) -> [f32; 16] {
 
 #[test]
 fn math_functions_match_the_libm_crate_bit_for_bit() {
-    let gpu = load(32);
+    let gpu = load_on_host(FIXTURE, 32);
     let x: Vec<f32> = (0..200).map(|i| (i as f32 - 60.0) * 0.173).collect();
     let n = x.len();
     let input = gpu.buffer_from(&x).unwrap();

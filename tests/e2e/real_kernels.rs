@@ -4,20 +4,10 @@
 //! on several sizes and compared with its CPU reference (`gpurun_tests::real_kernels`, which the
 //! GPU check's `real-kernels-check` program runs on a GPU).
 
-use gpurun_test::{DeviceCrate, Gpu};
 use gpurun_tests::real_kernels::{self, Check};
-use gpurun_tests::{describe, fixtures_dir, package_binary, repo_root, text};
+use gpurun_tests::{describe, fixtures_dir, load_on_host, package_binary, repo_root, text};
 
 const FIXTURE: &str = "real-kernels";
-
-/// The fixture loaded on the host emulation with warps of `lane_size` lanes.
-fn load(lane_size: u32) -> Gpu {
-    DeviceCrate::new(fixtures_dir().join(FIXTURE))
-        .target("host")
-        .lane_size(lane_size)
-        .load()
-        .unwrap_or_else(|error| panic!("loading {FIXTURE} (lane size {lane_size}): {error}"))
-}
 
 /// Runs the check of `kernel` with lane sizes 32 and 64.
 fn check_with_both_lane_sizes(kernel: &str) {
@@ -26,7 +16,7 @@ fn check_with_both_lane_sizes(kernel: &str) {
         .find(|(name, _)| *name == kernel)
         .unwrap_or_else(|| panic!("no check for {kernel}"));
     for lane_size in [32, 64] {
-        if let Err(problem) = check(&load(lane_size)) {
+        if let Err(problem) = check(&load_on_host(FIXTURE, lane_size)) {
             panic!("{kernel}, lane size {lane_size}: {problem}");
         }
     }

@@ -23,6 +23,16 @@ pub fn fixtures_dir() -> PathBuf {
     repo_root().join("fixtures")
 }
 
+/// Fixture `fixture` loaded through `gpurun-test` on the host emulation with warps of
+/// `lane_size` lanes; panics with the load error.
+pub fn load_on_host(fixture: &str, lane_size: u32) -> gpurun_test::Gpu {
+    gpurun_test::DeviceCrate::new(fixtures_dir().join(fixture))
+        .target("host")
+        .lane_size(lane_size)
+        .load()
+        .unwrap_or_else(|error| panic!("loading {fixture} (lane size {lane_size}): {error}"))
+}
+
 /// Builds binary `name` of workspace package `package` (for the current target, or with
 /// `release` in release mode) and returns its path.
 fn build_binary(package: &str, name: &str, release: bool) -> PathBuf {
