@@ -902,13 +902,27 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     })
 }
 
-/// The entry name behind a function handle; empty for a handle this driver never gave out.
-fn function_name(handle: usize) -> String {
-    state()
+/// [`call`] for an API on a function handle: recorded with `details` and the function's entry
+/// name; `body` gets the handle, and a handle this driver never gave out is
+/// `CUDA_ERROR_INVALID_HANDLE`.
+fn call_on_function(
+    api: &str,
+    function: CUfunction,
+    details: String,
+    body: impl FnOnce(usize) -> CUresult,
+) -> CUresult {
+    let handle = handle_of(function);
+    let name = state()
         .functions
         .get(&handle)
         .map(|(name, _)| name.clone())
-        .unwrap_or_default()
+        .unwrap_or_default();
+    call(api, format!("{details} function={name}"), || {
+        if name.is_empty() {
+            return CUresult::CUDA_ERROR_INVALID_HANDLE;
+        }
+        body(handle)
+    })
 }
 
 #[no_mangle]
@@ -918,15 +932,11 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
     function: CUfunction,
 ) -> CUresult {
     use CUfunction_attribute as A;
-    let handle = handle_of(function);
-    let name = function_name(handle);
-    call(
+    call_on_function(
         "cuFuncGetAttribute",
-        format!("{which:?} function={name}"),
-        || {
-            if name.is_empty() {
-                return CUresult::CUDA_ERROR_INVALID_HANDLE;
-            }
+        function,
+        format!("{which:?}"),
+        |handle| {
             let answer = match which {
                 A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK => {
                     i32::try_from(number_setting(MAX_THREADS_ENV, 1024)).unwrap_or(1024)
@@ -951,25 +961,19 @@ pub unsafe extern "C" fn cuFuncSetAttribute(
     value: c_int,
 ) -> CUresult {
     use CUfunction_attribute as A;
-    let handle = handle_of(function);
-    let name = function_name(handle);
-    call(
+    call_on_function(
         "cuFuncSetAttribute",
-        format!("{which:?} value={value} function={name}"),
-        || {
-            if name.is_empty() {
-                return CUresult::CUDA_ERROR_INVALID_HANDLE;
-            }
-            match which {
-                A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => {
-                    if value < 0 || value > SHARED_PER_BLOCK_OPTIN - static_shared() {
-                        return CUresult::CUDA_ERROR_INVALID_VALUE;
-                    }
-                    state().dynamic_shared.insert(handle, value);
-                    CUresult::CUDA_SUCCESS
+        function,
+        format!("{which:?} value={value}"),
+        |handle| match which {
+            A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => {
+                if value < 0 || value > SHARED_PER_BLOCK_OPTIN - static_shared() {
+                    return CUresult::CUDA_ERROR_INVALID_VALUE;
                 }
-                _ => CUresult::CUDA_ERROR_INVALID_VALUE,
+                state().dynamic_shared.insert(handle, value);
+                CUresult::CUDA_SUCCESS
             }
+            _ => CUresult::CUDA_ERROR_INVALID_VALUE,
         },
     )
 }
