@@ -218,6 +218,42 @@ fn instructions<'a>(ptx: &'a str, opcode: &'a str) -> impl Iterator<Item = &'a s
         .filter(move |instruction| instruction.starts_with(opcode))
 }
 
+/// The built fixture PTX file `file_name` (see [`fixture_ptx`]): its path and text.
+fn built_fixture_ptx(file_name: &str) -> (PathBuf, String) {
+    let ptx = fixture_ptx()
+        .into_iter()
+        .find(|path| path.file_name().is_some_and(|name| name == file_name))
+        .unwrap_or_else(|| panic!("the fixtures build wrote no {file_name}"));
+    let text = std::fs::read_to_string(&ptx).unwrap();
+    (ptx, text)
+}
+
+/// Asserts that `text` (of `ptx`) has at least one instruction of each of `opcodes`.
+fn assert_has_instructions(ptx: &Path, text: &str, opcodes: &[&str]) {
+    for opcode in opcodes {
+        assert!(
+            instructions(text, opcode).next().is_some(),
+            "no {opcode} in {}",
+            ptx.display()
+        );
+    }
+}
+
+/// Asserts that `text` (of `ptx`) has, for each of `opcodes`, an instruction with the full warp
+/// as the immediate member mask `-1`.
+fn assert_full_mask_use(ptx: &Path, text: &str, opcodes: &[&str]) {
+    for opcode in opcodes {
+        let found: Vec<&str> = instructions(text, opcode).collect();
+        assert!(
+            found
+                .iter()
+                .any(|instruction| instruction.ends_with(", -1") || instruction.ends_with(" -1")),
+            "no {opcode} with the full mask -1 in {}: {found:?}",
+            ptx.display()
+        );
+    }
+}
+
 /// `gpurun::warp` on NVIDIA (fixtures/device-ops, which the test above assembles for every
 /// architecture): `shfl.sync`, `vote.sync` and `bar.warp.sync` with the member mask, the full
 /// warp as the immediate `-1` (independent thread scheduling, sm_70+, needs the mask right);
@@ -228,43 +264,29 @@ fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
     if nightly().is_none() {
         return;
     }
-    let ptx = fixture_ptx()
-        .into_iter()
-        .find(|path| {
-            path.file_name()
-                .is_some_and(|name| name == "device_ops.ptx")
-        })
-        .expect("fixtures/device-ops was built");
-    let text = std::fs::read_to_string(&ptx).unwrap();
-    for opcode in [
-        "shfl.sync.idx.b32",
-        "vote.sync.ballot.b32",
-        "vote.sync.any.pred",
-        "vote.sync.all.pred",
-        "bar.warp.sync",
-    ] {
-        let found: Vec<&str> = instructions(&text, opcode).collect();
-        assert!(
-            found
-                .iter()
-                .any(|instruction| instruction.ends_with(", -1") || instruction.ends_with(" -1")),
-            "no {opcode} with the full mask -1 in {}: {found:?}",
-            ptx.display()
-        );
-    }
-    for opcode in [
-        "atom.add.f32",
-        "atom.add.f64",
-        "atom.inc.u32",
-        "atom.dec.u32",
-        "activemask.b32",
-    ] {
-        assert!(
-            instructions(&text, opcode).next().is_some(),
-            "no {opcode} in {}",
-            ptx.display()
-        );
-    }
+    let (ptx, text) = built_fixture_ptx("device_ops.ptx");
+    assert_full_mask_use(
+        &ptx,
+        &text,
+        &[
+            "shfl.sync.idx.b32",
+            "vote.sync.ballot.b32",
+            "vote.sync.any.pred",
+            "vote.sync.all.pred",
+            "bar.warp.sync",
+        ],
+    );
+    assert_has_instructions(
+        &ptx,
+        &text,
+        &[
+            "atom.add.f32",
+            "atom.add.f64",
+            "atom.inc.u32",
+            "atom.dec.u32",
+            "activemask.b32",
+        ],
+    );
     assert!(
         !text.contains(".extern .func"),
         "{} calls an external function",
@@ -282,37 +304,15 @@ fn real_kernels_use_shared_memory_and_full_mask_warp_operations_in_ptx() {
     if nightly().is_none() {
         return;
     }
-    let ptx = fixture_ptx()
-        .into_iter()
-        .find(|path| {
-            path.file_name()
-                .is_some_and(|name| name == "real_kernels.ptx")
-        })
-        .expect("fixtures/real-kernels was built");
-    let text = std::fs::read_to_string(&ptx).unwrap();
+    let (ptx, text) = built_fixture_ptx("real_kernels.ptx");
     assert!(
         text.lines()
             .any(|line| line.trim_start().starts_with(".extern .shared")),
         "no .extern .shared array in {}",
         ptx.display()
     );
-    for opcode in ["ld.shared", "st.shared"] {
-        assert!(
-            instructions(&text, opcode).next().is_some(),
-            "no {opcode} in {}",
-            ptx.display()
-        );
-    }
-    for opcode in ["shfl.sync", "vote.sync.ballot.b32"] {
-        let found: Vec<&str> = instructions(&text, opcode).collect();
-        assert!(
-            found
-                .iter()
-                .any(|instruction| instruction.ends_with(", -1") || instruction.ends_with(" -1")),
-            "no {opcode} with the full mask -1 in {}: {found:?}",
-            ptx.display()
-        );
-    }
+    assert_has_instructions(&ptx, &text, &["ld.shared", "st.shared"]);
+    assert_full_mask_use(&ptx, &text, &["shfl.sync", "vote.sync.ballot.b32"]);
 }
 
 /// `ptxas -v` for `arch`: the registers each entry uses.
