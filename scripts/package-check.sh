@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Every published crate builds and works from its packaged `.crate` alone, as a user gets it
 # from a registry, without this repository:
-#   1. `cargo package` of the public crates (the workspace members without `publish = false`):
-#      cargo builds each `.crate`'s sources against the others' `.crate`s. Every package must
-#      also carry its readme and both license files. Then each crate's documentation, built as
-#      docs.rs builds it (its [package.metadata.docs.rs]), without a warning.
+#   1. `cargo package` of the public crates (the workspace members without `publish = false`),
+#      without cargo's own verification build: the steps below build every one of them from its
+#      unpacked package, which the end of this script checks in their build logs. Every package
+#      must also carry its readme and both license files. Then each crate's documentation,
+#      built as docs.rs builds it (its [package.metadata.docs.rs]), without a warning.
 #   2. The `.crate`s unpacked into a scratch directory whose `.cargo/config.toml` patches
 #      crates.io's names to them, so every cargo started below it (the nested ones too: the
 #      device builds, the nvptx linker's build) takes our crates from the packages.
@@ -77,7 +78,7 @@ packages=()
 for crate in "${public[@]}"; do
     packages+=(-p "${crate%|*}")
 done
-CARGO_TARGET_DIR="$check_target" cargo package --locked --allow-dirty --quiet "${packages[@]}"
+CARGO_TARGET_DIR="$check_target" cargo package --locked --allow-dirty --quiet --no-verify "${packages[@]}"
 for crate in "${public[@]}"; do
     name=${crate%|*} version=${crate#*|}
     file="$check_target/package/$name-$version.crate"
@@ -124,6 +125,13 @@ cli_version=$(printf '%s\n' "${public[@]}" | awk -F'|' '$1 == "cargo-gpurun" { p
 cli="$scratch/crates/cargo-gpurun-$cli_version"
 quietly "$scratch/install.out" cargo update --manifest-path "$cli/Cargo.toml" --workspace
 quietly "$scratch/install.out" cargo install --locked --debug --path "$cli" --root "$scratch/root" \
+    --target-dir "$check_target"
+# The device runtime and its macros on their own (the device crates below build them only in
+# nested cargo runs, whose output is not ours to read).
+runtime_version=$(printf '%s\n' "${public[@]}" | awk -F'|' '$1 == "gpurun" { print $2 }')
+runtime="$scratch/crates/gpurun-$runtime_version"
+quietly "$scratch/runtime.out" cargo update --manifest-path "$runtime/Cargo.toml" --workspace
+quietly "$scratch/runtime.out" cargo build --locked --manifest-path "$runtime/Cargo.toml" \
     --target-dir "$check_target"
 timed "install"
 status=0
@@ -175,5 +183,14 @@ timed "saxpy-nvptx"
 linker=$(readlink "$CARGO_TARGET_DIR/gpurun/gpurun-nvptx-link") || fail "no nvptx linker link in $CARGO_TARGET_DIR/gpurun"
 [[ "$linker" == "$CARGO_TARGET_DIR/gpurun/nvptx-linker/"* ]] ||
     fail "the kernels were linked with $linker, not one built in $CARGO_TARGET_DIR/gpurun/nvptx-linker"
+
+# Every public crate was compiled from its unpacked package by one of the builds above (what
+# cargo's verification would have done once more).
+for crate in "${public[@]}"; do
+    name=${crate%|*} version=${crate#*|}
+    grep -qF "Compiling $name v$version ($scratch/crates/$name-$version)" \
+        "$scratch/install.out" "$scratch/runtime.out" "$scratch/saxpy.out" ||
+        fail "no build above compiled $name from its package"
+done
 
 say "ok in $((SECONDS - started))s (${timings[*]}): ${#public[@]} crates packaged; the packaged cargo-gpurun ran fixtures/basic (7 passed, 4 failed, 2 ignored); examples/saxpy passed on the packages and built for nvptx"
