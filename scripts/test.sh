@@ -18,7 +18,7 @@ scripts/setup.sh
 # Every other workspace's lock file is current (the fixtures', the examples', the fuzz crates'):
 # a stale one would otherwise fail only the step that builds it, late in the run.
 git ls-files -z '*/Cargo.lock' | while IFS= read -r -d '' lock; do
-    cargo +nightly metadata --locked --offline --format-version 1 \
+    cargo +nightly metadata --locked --format-version 1 \
         --manifest-path "$(dirname "$lock")/Cargo.toml" >/dev/null ||
         { echo "error: $lock is not current: run \`cargo metadata\` in $(dirname "$lock")" >&2; exit 1; }
 done
