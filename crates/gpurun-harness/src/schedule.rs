@@ -559,7 +559,45 @@ impl Sinks<'_, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{passed, MockExecutor};
+    use crate::testing::passed;
+
+    /// Output that signals once libtest's slow-test warning has been written.
+    struct WarningWatch {
+        out: Vec<u8>,
+        warned: Option<crossbeam_channel::Sender<()>>,
+    }
+
+    impl Write for WarningWatch {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            self.out.extend_from_slice(buf);
+            let text = String::from_utf8_lossy(&self.out);
+            if text.contains("has been running for over") || text.contains("\"event\": \"timeout\"")
+            {
+                if let Some(warned) = self.warned.take() {
+                    let _ = warned.send(());
+                }
+            }
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// "slow" ends only after its warning was written, so the warning is certain however late
+    /// a loaded machine schedules the reporting thread.
+    struct SlowUntilWarned(crossbeam_channel::Receiver<()>);
+
+    impl Executor for SlowUntilWarned {
+        fn run(&self, test: &TestDesc) -> TestRun {
+            if test.name == "slow" {
+                // Bounded: a harness that never warns fails the assertions instead of hanging.
+                let _ = self.0.recv_timeout(Duration::from_secs(60));
+            }
+            passed("")
+        }
+    }
 
     #[test]
     fn a_long_test_gets_libtests_warning_once_and_still_reports() {
@@ -569,17 +607,18 @@ mod tests {
                     .unwrap();
             // Never touch the real CI's step summary from a test.
             args.github_step_summary = None;
-            let (mut out, mut err) = (Vec::new(), Vec::new());
+            let (warned_tx, warned_rx) = crossbeam_channel::bounded(1);
+            let mut out = WarningWatch {
+                out: Vec::new(),
+                warned: Some(warned_tx),
+            };
+            let mut err = Vec::new();
             let tests = vec![TestDesc::new("fast"), TestDesc::new("slow")];
-            let executor: Arc<dyn Executor> = Arc::new(MockExecutor::new().with_delay(
-                "slow",
-                passed(""),
-                Duration::from_millis(1300),
-            ));
+            let executor: Arc<dyn Executor> = Arc::new(SlowUntilWarned(warned_rx));
             let conclusion =
                 run_with_output(&args, tests, executor, false, &mut out, &mut err).unwrap();
             assert_eq!(conclusion.num_passed, 2);
-            let out = String::from_utf8(out).unwrap();
+            let out = String::from_utf8(out.out).unwrap();
             let warning = if format == "json" {
                 "{ \"type\": \"test\", \"event\": \"timeout\", \"name\": \"slow\" }\n"
             } else {
