@@ -154,10 +154,14 @@ pub struct WorkerEnd {
 }
 
 /// The worker's command line and environment: `exe args image`, or under a sanitizer
-/// `compute-sanitizer OPTIONS -- exe args image` with its report in `sanitizer_log`.
-fn worker_command(spec: &WorkerSpec, slot_count: usize, sanitizer_log: Option<&Path>) -> Process {
-    let mut command = match (&spec.sanitizer, sanitizer_log) {
-        (Some(sanitizer), Some(log)) => {
+/// `compute-sanitizer OPTIONS -- exe args image` with its report in the given folder.
+fn worker_command(
+    spec: &WorkerSpec,
+    slot_count: usize,
+    sanitized: Option<(&Sanitizer, &Path)>,
+) -> Process {
+    let mut command = match sanitized {
+        Some((sanitizer, log)) => {
             let mut command = Process::new(&sanitizer.program);
             command
                 .args(sanitizer.arguments(&Sanitizer::log_file(log)))
@@ -165,7 +169,7 @@ fn worker_command(spec: &WorkerSpec, slot_count: usize, sanitizer_log: Option<&P
                 .env(SANITIZED_ENV, "1");
             command
         }
-        _ => Process::new(&spec.exe),
+        None => Process::new(&spec.exe),
     };
     if std::env::var_os(MODULE_LOADING_ENV).is_none() {
         // Lazy loading (the default since CUDA 12.2) loads a kernel at its first launch, which
@@ -197,10 +201,11 @@ impl WorkerHandle {
             ),
             None => None,
         };
+        let sanitized = spec.sanitizer.as_ref().zip(sanitizer_log.as_ref());
         let mut command = worker_command(
             spec,
             slot_count,
-            sanitizer_log.as_ref().map(tempfile::TempDir::path),
+            sanitized.map(|(sanitizer, log)| (sanitizer, log.path())),
         );
         command
             .stdin(Stdio::piped())
@@ -531,7 +536,7 @@ mod tests {
             backend: gpurun_hal::BackendKind::Cuda,
             sanitizer: Some(sanitizer.clone()),
         };
-        let command = worker_command(&spec, 1, Some(Path::new("/tmp/log")));
+        let command = worker_command(&spec, 1, Some((&sanitizer, Path::new("/tmp/log"))));
         assert_eq!(command.get_program(), "/cuda/bin/compute-sanitizer");
         let args: Vec<&OsStr> = command.get_args().collect();
         let options = sanitizer.arguments(&Sanitizer::log_file(Path::new("/tmp/log")));
