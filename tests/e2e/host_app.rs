@@ -67,6 +67,7 @@ pub(crate) fn host_crate_cargo(manifest: &Path, subcommand: &[&str], rest: &[&st
         .args(rest)
         .current_dir(repo_root())
         .env("GPURUN_BACKEND", "host")
+        .env_remove("GPURUN_SANITIZE")
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("RUSTFLAGS")
         .env_remove("GITHUB_ACTIONS");
@@ -217,6 +218,42 @@ fn list_filter_and_ignored_work_as_with_libtest() {
     );
     let hang = failure_section(&stdout, "hangs");
     assert!(hang.contains("note: test timed out after 2s"), "{hang}");
+}
+
+#[test]
+fn gpurun_sanitize_is_honoured_or_refused_never_ignored() {
+    // Each case: (GPURUN_SANITIZE, GPURUN_COMPUTE_SANITIZER, what stderr says). The stand-in
+    // is found but the host emulation cannot be sanitized; a program that is not there and an
+    // unknown tool are errors before anything is built.
+    let stand_in = repo_root().join("tests/sanitizer-stand-in/compute-sanitizer");
+    let missing = repo_root().join("tests/sanitizer-stand-in/not-there");
+    let cases = [
+        (
+            "memcheck",
+            stand_in.as_path(),
+            "checks CUDA kernels only, but this run uses the host backend",
+        ),
+        (
+            "memcheck",
+            missing.as_path(),
+            "is not an executable program",
+        ),
+        ("bogus", stand_in.as_path(), "unknown sanitizer `bogus`"),
+    ];
+    for (tool, program, says) in cases {
+        let mut command = cargo(&["test"], &["--test", "gpu"]);
+        command
+            .env("GPURUN_SANITIZE", tool)
+            .env("GPURUN_COMPUTE_SANITIZER", program);
+        let output = output_of(command);
+        assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+        assert!(text(&output.stderr).contains(says), "{}", describe(&output));
+        assert!(
+            !text(&output.stdout).contains("test result:"),
+            "no trial may run unsanitized:\n{}",
+            describe(&output)
+        );
+    }
 }
 
 #[test]

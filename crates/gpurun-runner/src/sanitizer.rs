@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpurun_abi::symbols::TEST_KERNEL_PREFIX;
+use gpurun_hal::select::BackendChoice;
 use gpurun_hal::BackendKind;
 
 /// The environment variable that asks for a sanitizer (`--sanitize`'s value).
@@ -105,10 +106,38 @@ pub enum SanitizerError {
     #[error("{PROGRAM_ENV}=`{path}` is not an executable program: {reason}")]
     NotExecutable { path: String, reason: String },
     #[error(
-        "--sanitize runs compute-sanitizer, which checks CUDA kernels only, but this run uses the \
-         {0} backend; run the nvptx images on the cuda backend (`--backend cuda`)"
+        "--sanitize ({SANITIZE_ENV}) runs compute-sanitizer, which checks CUDA kernels only, but \
+         this run uses the {0} backend; run the nvptx images on the cuda backend (`--backend \
+         cuda`, GPURUN_BACKEND=cuda)"
     )]
     NotCuda(BackendKind),
+    #[error(
+        "--sanitize ({SANITIZE_ENV}) runs compute-sanitizer, which checks CUDA kernels only: it \
+         takes one backend, cuda, not a list or `all`"
+    )]
+    SeveralBackends,
+}
+
+/// The tool `GPURUN_SANITIZE` asks for (unset or empty: none). `cargo gpurun test --sanitize`
+/// reads the same variable through its command line; a host crate's trials
+/// (`gpurun-test`) read it here.
+pub fn requested_by_env() -> Result<Option<SanitizerTool>, SanitizerError> {
+    match std::env::var(SANITIZE_ENV) {
+        Ok(name) if !name.is_empty() => name.parse().map(Some),
+        _ => Ok(None),
+    }
+}
+
+/// The backend choice in effect under a sanitizer: `auto` means CUDA (compute-sanitizer checks
+/// nothing else); another single backend, a list or `all` is an error.
+pub fn backend_choice(choice: &BackendChoice) -> Result<BackendChoice, SanitizerError> {
+    match choice {
+        BackendChoice::Auto | BackendChoice::Only(BackendKind::Cuda) => {
+            Ok(BackendChoice::Only(BackendKind::Cuda))
+        }
+        BackendChoice::Only(kind) => Err(SanitizerError::NotCuda(*kind)),
+        BackendChoice::Each(_) | BackendChoice::All => Err(SanitizerError::SeveralBackends),
+    }
 }
 
 /// A tool and the compute-sanitizer program that runs it: what `--sanitize` asks for, from the
@@ -502,6 +531,26 @@ mod tests {
 ========= ERROR SUMMARY: 2 errors
 "
         )
+    }
+
+    #[test]
+    fn a_sanitized_run_is_on_cuda_or_refused() {
+        let cuda = BackendChoice::Only(BackendKind::Cuda);
+        assert_eq!(backend_choice(&BackendChoice::Auto), Ok(cuda.clone()));
+        assert_eq!(backend_choice(&cuda), Ok(cuda));
+        assert_eq!(
+            backend_choice(&BackendChoice::Only(BackendKind::Host)),
+            Err(SanitizerError::NotCuda(BackendKind::Host))
+        );
+        for several in [
+            BackendChoice::All,
+            BackendChoice::Each(vec![BackendKind::Host, BackendKind::Cuda]),
+        ] {
+            assert_eq!(
+                backend_choice(&several),
+                Err(SanitizerError::SeveralBackends)
+            );
+        }
     }
 
     #[test]

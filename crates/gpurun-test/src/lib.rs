@@ -33,7 +33,8 @@
 //! The device crate is built through the same pipeline as `cargo gpurun build`
 //! (`gpurun_build`), which runs the nightly cargo as a subprocess, so the caller stays
 //! on stable: for the GPU present (CUDA, then HSA), else for the host emulation, once per
-//! process. `GPURUN_BACKEND=host|cuda|hsa` or [`DeviceCrate::target`] pick one explicitly.
+//! process. `GPURUN_BACKEND=host|cuda|hsa` or [`DeviceCrate::target`] pick one explicitly;
+//! `GPURUN_SANITIZE=TOOL` runs the trials under compute-sanitizer, on CUDA.
 //!
 //! Owns: the libtest-mimic trials and host-driven launches with typed buffers. Must not:
 //! duplicate the runner (trials run through `gpurun_runner::WorkerExecutor`, verdicts come from
@@ -51,6 +52,7 @@ use std::time::Duration;
 
 use gpurun_build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
+use gpurun_runner::sanitizer;
 
 pub use gpu::{Buffer, Gpu, Memory, Output};
 pub use gpurun_hal::kernel_args::KernelArg;
@@ -75,6 +77,10 @@ pub enum Error {
     /// The backend refused: no driver, no device, a load or launch failure, bad arguments.
     #[error("{0}")]
     Backend(#[from] gpurun_hal::BackendError),
+    /// `GPURUN_SANITIZE` asks for a sanitizer these trials cannot run under (another backend
+    /// than CUDA, no compute-sanitizer, an unknown tool).
+    #[error("{0}")]
+    Sanitizer(#[from] gpurun_runner::SanitizerError),
     /// The devices to run trials on cannot be listed (a bad `GPURUN_HOST_DEVICES`).
     #[error("{0}")]
     Devices(String),
@@ -321,10 +327,16 @@ impl DeviceCrate {
                 vec![parsed]
             }
             None => {
-                let choice = match std::env::var("GPURUN_BACKEND") {
+                let mut choice = match std::env::var("GPURUN_BACKEND") {
                     Ok(name) => name.parse::<BackendChoice>()?,
                     Err(_) => BackendChoice::Auto,
                 };
+                // Trials under GPURUN_SANITIZE run on CUDA, as `cargo gpurun test --sanitize`.
+                if mode == BuildMode::Test && sanitizer::requested_by_env().ok().flatten().is_some()
+                {
+                    choice =
+                        sanitizer::backend_choice(&choice).map_err(|error| error.to_string())?;
+                }
                 gpurun_build::suite::targets_for(&choice, required)
                     .map_err(|error| error.to_string())?
             }

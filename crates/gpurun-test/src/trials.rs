@@ -12,7 +12,7 @@ use gpurun_harness::outcome::{judge, panic_text, Verdict};
 use gpurun_harness::schedule::NEEDS_A_GPU;
 use gpurun_harness::variants::variant_name;
 use gpurun_harness::{Executor, TestDesc};
-use gpurun_runner::{WorkerExecutor, WorkerOptions, WorkerSpec};
+use gpurun_runner::{sanitizer, Sanitizer, WorkerExecutor, WorkerOptions, WorkerSpec};
 use libtest_mimic::{Arguments, Completion, Failed, Trial};
 
 use crate::{DeviceCrate, Error};
@@ -54,7 +54,15 @@ impl DeviceCrate {
     /// match as a whole. With several backends (`GPURUN_BACKEND=host,cuda` or `all`) the crate
     /// is built for each and every test is a trial per backend, named `[host] adds`. Each
     /// suite's trials run on every device the backend sees, each test on the least busy one.
+    ///
+    /// With `GPURUN_SANITIZE=TOOL` (as `cargo gpurun test --sanitize TOOL`) the trials run on
+    /// CUDA, each test in a worker of its own under compute-sanitizer; a test its report
+    /// names fails.
     pub fn trials(&self, arguments: &Arguments) -> Result<Vec<Trial>, Error> {
+        // Before the build: a missing compute-sanitizer is the first thing to fix.
+        let sanitizer = sanitizer::requested_by_env()?
+            .map(Sanitizer::find)
+            .transpose()?;
         let suites = gpurun_build::suite::test_suites(self.build_for_test()?);
         let exe = std::env::current_exe().map_err(|error| Error::Image {
             path: self.dir.clone(),
@@ -98,7 +106,13 @@ impl DeviceCrate {
         let mut trials = Vec::new();
         for (suite, backend, tests) in with_tests {
             let built = &suite.built;
-            let specs = worker_specs(backend, self.lane_size, &exe, &built.path)?;
+            let mut specs = worker_specs(backend, self.lane_size, &exe, &built.path)?;
+            if let Some(sanitizer) = &sanitizer {
+                Sanitizer::check_backend(backend)?;
+                for spec in &mut specs {
+                    spec.sanitizer = Some(sanitizer.clone());
+                }
+            }
             // Workers start on the first test run, so listing starts none.
             let executor = Arc::new(WorkerExecutor::new(
                 specs,

@@ -8,7 +8,7 @@ use clap::Args;
 use gpurun_hal::select::{self, BackendChoice};
 use gpurun_hal::BackendKind;
 use gpurun_image::{Image, ImageKind};
-use gpurun_runner::sanitizer::SANITIZE_ENV;
+use gpurun_runner::sanitizer::{self, SANITIZE_ENV};
 use gpurun_runner::{Sanitizer, SanitizerTool, WorkerOptions};
 
 /// Which device runs the image; shared by `run` and `test`.
@@ -89,24 +89,11 @@ pub fn start_failure(kind: BackendKind, image: &Image, error: String) -> anyhow:
     anyhow::anyhow!("{error}{hint}")
 }
 
-/// The backend choice in effect: `--sanitize` means CUDA (compute-sanitizer checks nothing
-/// else), so with `auto` it picks the cuda backend, and any other choice is an error.
+/// The backend choice in effect: under `--sanitize`, CUDA ([`sanitizer::backend_choice`]).
 pub fn backend_choice(device: &DeviceArgs) -> anyhow::Result<BackendChoice> {
-    if device.sanitize.is_none() {
-        return Ok(device.backend.clone());
-    }
-    match &device.backend {
-        BackendChoice::Auto | BackendChoice::Only(BackendKind::Cuda) => {
-            Ok(BackendChoice::Only(BackendKind::Cuda))
-        }
-        BackendChoice::Only(kind) => {
-            Sanitizer::check_backend(*kind)?;
-            Ok(BackendChoice::Only(*kind))
-        }
-        BackendChoice::Each(_) | BackendChoice::All => bail!(
-            "--sanitize runs compute-sanitizer, which checks CUDA kernels only: it takes one \
-             backend, cuda, not a list or `all`"
-        ),
+    match device.sanitize {
+        None => Ok(device.backend.clone()),
+        Some(_) => Ok(sanitizer::backend_choice(&device.backend)?),
     }
 }
 
