@@ -99,6 +99,10 @@ pub fn lanes() -> u64 {
 /// host emulation: the lanes that call it while every other lane of the warp waits elsewhere (the
 /// block barrier, another warp operation) or has returned.
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn active_mask() -> u64 {
     imp::active_mask() & lanes()
 }
@@ -112,6 +116,10 @@ pub fn active_mask() -> u64 {
 /// not wait for lanes that returned and fails the test, naming the lanes and where they wait,
 /// for lanes that can never come.
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn sync(mask: u64) {
     imp::sync_lanes(mask & lanes())
 }
@@ -123,6 +131,10 @@ pub fn sync(mask: u64) {
 /// every target; a lane elsewhere (diverged) reads as false on AMD (outside `EXEC`), hangs or
 /// is undefined on NVIDIA, and fails the test on the host emulation, naming the lanes.
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn ballot(mask: u64, predicate: bool) -> u64 {
     let mask = mask & lanes();
     imp::ballot(mask, predicate) & mask
@@ -133,6 +145,10 @@ pub fn ballot(mask: u64, predicate: bool) -> u64 {
 /// Lanes of `mask` that do not take part count as false, as in [`ballot`] (and with the same
 /// outcome per target for lanes elsewhere).
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn any(mask: u64, predicate: bool) -> bool {
     imp::vote_any(mask & lanes(), predicate)
 }
@@ -142,6 +158,10 @@ pub fn any(mask: u64, predicate: bool) -> bool {
 /// Lanes of `mask` that do not take part are not counted: a lane that returned from the kernel
 /// does not make it false on any target; for a lane elsewhere, as in [`ballot`].
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn all(mask: u64, predicate: bool) -> bool {
     imp::vote_all(mask & lanes(), predicate)
 }
@@ -149,6 +169,10 @@ pub fn all(mask: u64, predicate: bool) -> bool {
 /// The value of lane `source` when it is a lane of `mask`, else the caller's own: every lane
 /// of the mask calls it (with its own `source`), whether it uses the result or not.
 #[inline(always)]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 fn exchange<T: WarpValue>(op: u32, mask: u64, value: T, source: Option<u32>) -> T {
     let mask = mask & lanes();
     let source = source.filter(|&source| mask >> source & 1 == 1);
@@ -169,6 +193,10 @@ fn exchange<T: WarpValue>(op: u32, mask: u64, value: T, source: Option<u32>) -> 
 /// lane outside `EXEC`); the host emulation fails the test, saying the lane returned, or, for a
 /// lane elsewhere, naming the lanes and where they wait. The same holds for every shuffle.
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn shuffle<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
     exchange(
         warp_op::SHUFFLE,
@@ -182,6 +210,10 @@ pub fn shuffle<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
 ///
 /// A source lane outside `mask` or not taking part: as in [`shuffle`].
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn shuffle_up<T: WarpValue>(mask: u64, value: T, delta: u32) -> T {
     exchange(
         warp_op::SHUFFLE_UP,
@@ -196,6 +228,10 @@ pub fn shuffle_up<T: WarpValue>(mask: u64, value: T, delta: u32) -> T {
 ///
 /// A source lane outside `mask` or not taking part: as in [`shuffle`].
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn shuffle_down<T: WarpValue>(mask: u64, value: T, delta: u32) -> T {
     let source = crate::lane_id()
         .checked_add(delta)
@@ -208,6 +244,10 @@ pub fn shuffle_down<T: WarpValue>(mask: u64, value: T, delta: u32) -> T {
 ///
 /// A source lane outside `mask` or not taking part: as in [`shuffle`].
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn shuffle_xor<T: WarpValue>(mask: u64, value: T, lane_mask: u32) -> T {
     let source = Some(crate::lane_id() ^ lane_mask).filter(|&source| source < crate::lane_size());
     exchange(warp_op::SHUFFLE_XOR, mask, value, source)
@@ -222,6 +262,10 @@ pub fn shuffle_xor<T: WarpValue>(mask: u64, value: T, lane_mask: u32) -> T {
 /// [`shuffle`]; AMD's `v_readlane` reads that lane's register whether it is active or not (a
 /// stale, undefined value); the host emulation fails the test as [`shuffle`] does.
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn broadcast<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
     let mask = mask & lanes();
     let source = source % crate::lane_size();

@@ -91,6 +91,8 @@ pub(crate) type Lanes = gpurun_rpc::lanes::HostLane;
 
 // Warp operations (`crate::warp`): every one is an exchange among the lanes of the mask through
 // the emulator (`HostThreadInfo::warp_exchange`), which fails one that can never complete.
+// They and `crate::warp`'s functions are `#[track_caller]` on the host (only there: GPU code
+// pays nothing), so such a failure points at the kernel's line, not at this file.
 
 /// What the lanes of an exchange gave: the lanes that called (`participants`) and each one's
 /// value.
@@ -101,6 +103,7 @@ struct Gathered {
 
 /// This lane's part in warp operation `op` among the lanes of `mask`. Panics (failing the test
 /// like any device panic) when the emulator says it can never complete.
+#[track_caller]
 fn exchange(op: u32, mask: u64, value: u64) -> Gathered {
     let info = current();
     let lane = lane_id();
@@ -133,10 +136,12 @@ fn exchange(op: u32, mask: u64, value: u64) -> Gathered {
     }
 }
 
+#[track_caller]
 pub fn active_mask() -> u64 {
     exchange(warp_op::ACTIVE_MASK, 0, 0).participants
 }
 
+#[track_caller]
 pub fn sync_lanes(mask: u64) {
     exchange(warp_op::SYNC, mask, 0);
 }
@@ -148,14 +153,17 @@ fn votes(gathered: &Gathered) -> u64 {
         .fold(0, |set, lane| set | 1u64 << lane)
 }
 
+#[track_caller]
 pub fn ballot(mask: u64, predicate: bool) -> u64 {
     votes(&exchange(warp_op::BALLOT, mask, u64::from(predicate)))
 }
 
+#[track_caller]
 pub fn vote_any(mask: u64, predicate: bool) -> bool {
     votes(&exchange(warp_op::ANY, mask, u64::from(predicate))) != 0
 }
 
+#[track_caller]
 pub fn vote_all(mask: u64, predicate: bool) -> bool {
     let gathered = exchange(warp_op::ALL, mask, u64::from(predicate));
     votes(&gathered) == gathered.participants
@@ -165,6 +173,7 @@ pub fn vote_all(mask: u64, predicate: bool) -> bool {
 /// mask: `crate::warp` returns the caller's own value then anyway). A lane of the mask that
 /// returned from the kernel has none (on a GPU the value read is undefined): that fails the
 /// test.
+#[track_caller]
 fn value_of(op: u32, mask: u64, gathered: &Gathered, source: u32, own: u64) -> u64 {
     if mask >> source & 1 == 0 {
         return own;
@@ -181,12 +190,14 @@ fn value_of(op: u32, mask: u64, gathered: &Gathered, source: u32, own: u64) -> u
 }
 
 /// `value` of lane `source` (a lane of `mask`).
+#[track_caller]
 pub fn shuffle(op: u32, mask: u64, value: u64, _wide: bool, source: u32) -> u64 {
     value_of(op, mask, &exchange(op, mask, value), source, value)
 }
 
 /// `value` of lane `source`, the same lane in every caller (lanes that name different ones do
 /// not meet, which fails the test).
+#[track_caller]
 pub fn broadcast(mask: u64, value: u64, _wide: bool, source: u32) -> u64 {
     let op = warp_op::broadcast(source);
     value_of(op, mask, &exchange(op, mask, value), source, value)
