@@ -2,7 +2,7 @@
 //! each test image equals the one written in its source (program fixtures have no tests). Also: the PTX of the panic path has no
 //! `trap` (a trap would poison the CUDA context instead of ending one thread).
 
-use gpurun_tests::{describe, fixtures_dir, gpurun, host_images, text};
+use gpurun_tests::{describe, fixtures_dir, gpu_images_dir, gpurun, host_images, text};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -110,14 +110,11 @@ fn gpu_toolchain_present() -> bool {
     present
 }
 
-/// Builds every fixture for `target` in a target directory of its own: cargo holds the host
-/// build directory's lock through a whole cross build (minutes with `-Zbuild-std` on a loaded
-/// machine), and in `fixtures/target` every host build of the other tests running meanwhile
-/// (the host app's trials under nextest among them) would wait for it.
+/// Builds every fixture for `target` in [`gpu_images_dir`].
 fn build_gpu(target: &str, extra: &[&str]) -> PathBuf {
     let mut args = vec!["build", "--workspace", "--target", target];
     args.extend_from_slice(extra);
-    let target_dir = fixtures_dir().join("target").join("gpu-images");
+    let target_dir = gpu_images_dir();
     let output = gpurun(&args)
         .env("CARGO_TARGET_DIR", &target_dir)
         .output()

@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use gpurun_tests::{
-    assert_contains, assert_test_lines, describe, gpurun, host_image, json_lines, repo_root, text,
-    HOST_BUILD_JSON,
+    assert_contains, assert_test_lines, describe, gpu_images_dir, gpurun, host_image, json_lines,
+    repo_root, text, HOST_BUILD_JSON,
 };
 
 use crate::lifetime::{ended, send, Run};
@@ -55,7 +55,10 @@ fn sanitize_ptx() -> &'static Path {
         let mut args = HOST_BUILD_JSON[1..].to_vec();
         args[2] = "nvptx";
         args.extend(["-p", "sanitize"]);
-        let output = gpurun(&args).output().unwrap();
+        let output = gpurun(&args)
+            .env("CARGO_TARGET_DIR", gpu_images_dir())
+            .output()
+            .unwrap();
         assert!(output.status.success(), "{}", describe(&output));
         let built = json_lines(&text(&output.stdout))
             .find_map(|message| {

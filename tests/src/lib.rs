@@ -23,6 +23,15 @@ pub fn fixtures_dir() -> PathBuf {
     repo_root().join("fixtures")
 }
 
+/// The target directory of the fixtures' GPU builds (nvptx, amdgcn), apart from
+/// `fixtures/target`: cargo holds a build directory's lock through a whole cross build
+/// (minutes with `-Zbuild-std` on a loaded machine), and every host build of the tests running
+/// meanwhile would wait for it there. Every test that builds fixtures for a GPU target with the
+/// default options builds here, so each image is built (and assembled by ptxas) once per run.
+pub fn gpu_images_dir() -> PathBuf {
+    fixtures_dir().join("target").join("gpu-images")
+}
+
 /// Fixture `fixture` loaded through `gpurun-test` on the host emulation with warps of
 /// `lane_size` lanes; panics with the load error.
 pub fn load_on_host(fixture: &str, lane_size: u32) -> gpurun_test::Gpu {

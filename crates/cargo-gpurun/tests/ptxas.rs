@@ -60,7 +60,8 @@ fn ptxas_13() -> Option<PathBuf> {
 
 /// The PTX of every fixture, built (debug, the default [`BUILD_ARCH`]) as `cargo gpurun build
 /// --workspace` builds it, which also assembles each for that arch with the ptxas it finds.
-/// Built once for both tests.
+/// Built once for both tests, in the GPU images' target directory, where the end-to-end tests
+/// find these images built.
 fn fixture_ptx() -> Vec<PathBuf> {
     static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
     BUILT.get_or_init(build_fixture_ptx).clone()
@@ -77,7 +78,7 @@ fn build_fixture_ptx() -> Vec<PathBuf> {
             "--manifest-path",
             manifest.to_str().unwrap(),
         ],
-        &[],
+        &[("CARGO_TARGET_DIR", &gpurun_tests::gpu_images_dir())],
     );
     let mut paths = built_image_paths(&output);
     paths.sort();
