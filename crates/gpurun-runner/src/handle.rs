@@ -188,35 +188,36 @@ impl WorkerHandle {
     /// Starts a worker and waits until every slot has opened the device and loaded the image.
     pub fn spawn(spec: &WorkerSpec, start_timeout: Duration) -> Result<WorkerHandle, StartError> {
         let slot_count = spec.slots.clamp(1, MAX_SLOTS);
-        let sanitizer_log = match &spec.sanitizer {
-            Some(_) => Some(
+        // The sanitizer and the folder of its report, made together.
+        let sanitized = spec
+            .sanitizer
+            .as_ref()
+            .map(|sanitizer| {
                 tempfile::Builder::new()
                     .prefix("gpurun-sanitizer-")
                     .tempdir()
+                    .map(|log| (sanitizer, log))
                     .map_err(|error| {
                         StartError(format!(
                             "failed to make a folder for compute-sanitizer's report: {error}"
                         ))
-                    })?,
-            ),
-            None => None,
-        };
-        let sanitized = spec.sanitizer.as_ref().zip(sanitizer_log.as_ref());
+                    })
+            })
+            .transpose()?;
         let mut command = worker_command(
             spec,
             slot_count,
-            sanitized.map(|(sanitizer, log)| (sanitizer, log.path())),
+            sanitized
+                .as_ref()
+                .map(|(sanitizer, log)| (*sanitizer, log.path())),
         );
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
+        let program = PathBuf::from(command.get_program());
         // Tied to this process: it ends when this process does, however that happens.
         let mut child = crate::spawn::spawn_worker(command).map_err(|source| {
-            let program = spec
-                .sanitizer
-                .as_ref()
-                .map_or(&spec.exe, |sanitizer| &sanitizer.program);
             StartError(format!(
                 "failed to start worker `{}`: {source}",
                 program.display()
@@ -234,7 +235,7 @@ impl WorkerHandle {
             child: Mutex::new(child),
             status: OnceLock::new(),
             stdin: Mutex::new(Some(stdin)),
-            sanitizer_log,
+            sanitizer_log: sanitized.map(|(_, log)| log),
             slots: receivers.into_iter().map(Mutex::new).collect(),
             breakage: Arc::clone(&breakage),
             device: String::new(),
