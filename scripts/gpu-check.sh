@@ -4,15 +4,20 @@
 # baselines taken in the same run on the same GPU, as one table of rows, each with a verdict.
 #
 #   scripts/gpu-check.sh --make-bundle DIR   build here (Rust, nightly, ptxas from scripts/setup.sh):
-#                                            a release, stripped cargo-gpurun, the host-launch and
-#                                            real-kernels checks and every fixture's image and
-#                                            cubin into DIR
-#                                            (inside this repository, ignored by git); prints its
-#                                            size and the one command to run on the GPU machine
+#                                            a release, stripped cargo-gpurun, the host-launch,
+#                                            host-recovery and real-kernels checks, gpurun-hal's
+#                                            tests and every fixture's image and cubin (packed)
+#                                            into DIR (inside this repository, ignored by git);
+#                                            prints its size and the one command to run on the
+#                                            GPU machine
 #   scripts/gpu-check.sh --bundle DIR        run from a bundle (needs no Rust on that machine)
 #   scripts/gpu-check.sh                     build a bundle in a temporary directory, then run it
 #   scripts/gpu-check.sh --self-test         check this script against a fake runner (no GPU, no
-#                                            build): rows, verdicts, time limits, output folder
+#                                            build): rows, verdicts, time limits, output folder;
+#                                            and the printf baseline, built for the CPU, against
+#                                            the print rows' own output check
+#   scripts/gpu-check.sh --preflight DIR     what this machine has and bundle DIR needs (the
+#                                            preflight row)
 #
 # Options: --target nvptx|amdgcn (default nvptx: CUDA; amdgcn: HSA, images are code objects,
 # no baselines), --arch sm_NN or gfxNNN (default: the first GPU's, from nvidia-smi or rocminfo;
@@ -21,8 +26,9 @@
 #
 # Every row has its own time limit (`timeout`, the whole process group); the run stops starting
 # rows when the budget is spent, so it ends within 8 minutes. The table (table.txt), the heads
-# of each failing row's logs (failures.txt) and the GPU's nvidia-smi line (gpu.txt) go to the
-# output folder, the table rewritten as each row finishes (a hang leaves the rows before it).
+# of each failing row's logs (failures.txt), of each passing row's (passing.txt), the GPU's
+# nvidia-smi line (gpu.txt) and the preflight row's report (preflight.txt) go to the output
+# folder, the table rewritten as each row finishes (a hang leaves the rows before it).
 #
 # GPURUN_CHECK_RUNNER replaces every row's program (for testing this script without a GPU): it is
 # called as `RUNNER KIND ARGS...` (see run_row) and its exit status and output are judged as the
@@ -30,10 +36,10 @@
 # Exit status: 0 when every row matches, 1 otherwise, 2 on bad usage or a failed build.
 set -uo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bundle="" make_bundle="" arch="" self_test="" target=nvptx out="" budget=450
+bundle="" make_bundle="" arch="" self_test="" target=nvptx out="" budget=450 preflight_of=""
 while (($#)); do
     case "$1" in
         --target) target="${2:?--target needs nvptx or amdgcn}"; shift 2 ;;
@@ -43,6 +49,7 @@ while (($#)); do
         --out) out="${2:?--out needs a directory}"; shift 2 ;;
         --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
         --self-test) self_test=1; shift ;;
+        --preflight) preflight_of="${2:?--preflight needs a bundle directory}"; shift 2 ;;
         -h|--help) usage ;;
         *) echo "gpu-check: unknown argument '$1'" >&2; usage ;;
     esac
@@ -55,12 +62,23 @@ esac
 [[ "$budget" =~ ^[0-9]+$ ]] || { echo "gpu-check: --budget takes whole seconds" >&2; exit 2; }
 
 # The rows, as data: kind | fixture (or program) | launch options | arguments | expected exit
-# status (a number or "nonzero") | time limit in seconds.
+# status (a number, "nonzero", or "any" for a probe whose outcome is recorded, not judged) | time
+# limit in seconds.
+#   preflight the machine and the bundle: uname, glibc, what the binaries link, nvidia-smi (driver,
+#             compute mode, MIG, persistence), nvcc, compute-sanitizer, the ptxas that made the
+#             cubins and `cargo gpurun info`, into the output folder's preflight.txt
 #   run       `cargo gpurun run --backend B LAUNCH images/FIXTURE ARGS`
+#   jit       as run, on a copy of FIXTURE's PTX without its cubin: the driver compiles it (timed
+#             against the run row of the same fixture and arguments, which loads the cubin)
+#   blocking  as run, with CUDA_LAUNCH_BLOCKING=1 (launches move to a helper thread)
 #   launch    the host-launch check (crates/gpurun-test/examples/launch_check.rs) on FIXTURE's image
+#   recovery  the host-recovery check (crates/gpurun-test/examples/recovery_check.rs) on FIXTURE's
+#             image: panics after a context reset, a fault, what opening another Gpu then says
 #   kernels   the real-kernels check (tests/src/bin/real-kernels-check.rs) on FIXTURE's image: each
 #             kernel of fixtures/real-kernels on several sizes against its CPU reference, the
 #             checks tests/e2e/real_kernels.rs runs on the host emulation
+#   haltests  gpurun-hal's own unit tests, prebuilt, filtered by ARGS (the CUDA backend's hardware
+#             tests run where a GPU is present)
 #   nvcc      builds scripts/gpu-baselines/FIXTURE.cu with nvcc for the GPU (baseline programs)
 #   printf    the nvcc-built printf_lines ARGS (CUDA's printf printing what print-throughput prints)
 #   pingpong  the nvcc-built pingpong ARGS (a bare host-pinned-memory round trip)
@@ -71,7 +89,14 @@ esac
 # test at a time, as CuPy launches), print-throughput and printf_lines with 0 and N bytes,
 # rpc-latency with 0 and N round trips. 1024 threads run as 4 blocks of 256: print-throughput's
 # `_start` needs 72 registers per thread (ptxas, sm_90), too many for 1024 threads in one block.
+# launch-checks: a panic deep in a call stack must come back with its message under the default
+# stack (the recursion's depth is unknown to the compiler, so the loader's default must hold
+# it), launches of ten shapes in one module must each see their own block and grid dims, and 64
+# rounds of barriers between the warps of 256-thread blocks must order their memory; its
+# partial-warp probe (48 threads: full-mask ballot and shuffle in a warp of 16 lanes) is
+# recorded, since what a GPU does there is what the host emulation must be strict about.
 CASES='
+preflight|-|||0|30
 run|hello|||0|30
 run|alloc|||0|30
 run|args-env-exit||exit 3|3|30
@@ -80,6 +105,12 @@ run|args-env-exit||abort|nonzero|30
 run|panics|||nonzero|30
 run|basic|||101|60
 run|big-block|||0|30
+run|device-ops|||0|60
+run|shared-memory|||0|60
+run|launch-checks||deep_panic|0|60
+run|launch-checks||dims_ --test-threads 1|0|60
+run|launch-checks||barrier_heavy|0|60
+run|launch-checks||--include-ignored --exact partial_warp_probe --nocapture|any|30
 launch|host-app-kernels|||0|60
 kernels|real-kernels|||0|90
 run|concurrency||--test-threads 8|0|90
@@ -106,26 +137,28 @@ pingpong|pingpong||100000|0|60
 '
 # Kinds that only exist for CUDA (baselines); an amdgcn run leaves them out.
 CUDA_ONLY_KINDS="nvcc printf pingpong cupy"
-# Rows only `--target amdgcn` runs (what the HSA path promises and only an AMD GPU can show):
-# launch-checks' panic deep in a call stack must come back with its message under the default
-# stack (dynamic-stack kernels get 16 KiB beyond their static frames), its launches of ten
-# shapes in one module must each see their own block and grid dims (read from each dispatch
-# packet), and 64 rounds of barriers between the wavefronts of 256-thread blocks must order
-# their memory (a workgroup-scope barrier on gfx9).
-AMDGCN_CASES='
-run|launch-checks||deep_panic|0|60
-run|launch-checks||dims_ --test-threads 1|0|60
-run|launch-checks||barrier_heavy|0|60
-'
-[[ "$target" != amdgcn ]] || CASES+="$AMDGCN_CASES"
-# Rows only `--target nvptx` runs: compute-sanitizer (`--sanitize`, CUDA only). The sanitize
-# fixture's planted write one u32 past a 16-byte allocation passes unnoticed without it, and
-# under memcheck must fail that test alone with memcheck's report (compute-sanitizer from
-# PATH, CUDA_HOME or /usr/local/cuda on the GPU machine; each test runs in a sanitized worker
-# of its own).
+# Kinds whose program is `cargo gpurun run` on an image of the bundle.
+RUN_KINDS="run jit blocking"
+# Kinds that need FIXTURE's image in the bundle.
+IMAGE_KINDS="$RUN_KINDS launch recovery kernels"
+# Rows only `--target nvptx` runs, CUDA's own: compute-sanitizer (`--sanitize`), the driver's
+# JIT, CUDA_LAUNCH_BLOCKING, the host-driven recovery check (what a fault leaves of a process is
+# the CUDA driver's rule) and gpurun-hal's CUDA hardware tests. The sanitize fixture's planted
+# write one u32 past a 16-byte allocation passes unnoticed without a sanitizer, and under
+# memcheck must fail that test alone with memcheck's report (compute-sanitizer from PATH,
+# CUDA_HOME or /usr/local/cuda on the GPU machine; each test runs in a sanitized worker of its
+# own); hello under memcheck must print and pass with no finding at all (nothing we ask of the
+# driver may be an API error memcheck reports), and the blocking memcheck row launches from the
+# helper thread.
 NVPTX_CASES='
 run|sanitize|||0|60
 run|sanitize|--sanitize memcheck||101|240
+run|hello|--sanitize memcheck||0|120
+blocking|sanitize|--sanitize memcheck||101|240
+blocking|concurrency||--test-threads 8|0|90
+jit|basic|||101|120
+recovery|host-app-kernels|||0|60
+haltests|gpurun-hal||cuda::|0|120
 '
 [[ "$target" != nvptx ]] || CASES+="$NVPTX_CASES"
 # The print-throughput fixture's line size (its default); printf_lines prints the same lines.
@@ -160,7 +193,10 @@ cases() {
 
 # The fixtures whose images a bundle needs.
 fixture_names() {
-    awk -F'|' '$1 == "run" || $1 == "launch" || $1 == "kernels" { print $2 }' <<<"$CASES" | sort -u
+    local kind fixture rest
+    while IFS='|' read -r kind fixture rest; do
+        [[ " $IMAGE_KINDS " != *" $kind "* ]] || echo "$fixture"
+    done < <(cases) | sort -u
 }
 
 # Bytes of DIR (all files, recursively).
@@ -174,19 +210,40 @@ paste_command() {
     echo "bash scripts/gpu-check.sh --bundle $1 --out \"\$OUT\""
 }
 
+# The newest glibc symbol version the ELF files FILES need (e.g. 2.34), from their dynamic
+# symbol tables; empty when objdump is missing.
+glibc_needed() {
+    command -v objdump >/dev/null || return 0
+    objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1
+}
+
+# The host programs of a bundle: cargo-gpurun and the checks, built here (release, stripped).
+BUNDLE_PROGRAMS="cargo-gpurun launch-check recovery-check real-kernels-check hal-tests"
+
 build_bundle() {
-    local dir="$1" json target_dir fixture image cubin packages=() missing=0
+    local dir="$1" json target_dir fixture image cubin hal_tests packages=() missing=0
     [[ -n "$arch" ]] || arch=$(detect_arch)
+    rm -rf "$dir/images" "$dir/images.tar.xz"
     mkdir -p "$dir/images" || exit 2
-    echo "gpu-check: building cargo-gpurun, the host-launch and the real-kernels checks (release, stripped)" >&2
+    echo "gpu-check: building cargo-gpurun, the host-launch, host-recovery and real-kernels checks and gpurun-hal's tests (release, stripped)" >&2
     (cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked \
         -p cargo-gpurun -p gpurun-test -p gpurun-tests --bin cargo-gpurun \
-        --example launch_check --bin real-kernels-check) >&2 || exit 2
+        --example launch_check --example recovery_check --bin real-kernels-check) >&2 || exit 2
+    hal_tests=$(cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo test --release --locked \
+        -p gpurun-hal --lib --no-run --message-format json |
+        python3 -c 'import json,sys
+for line in sys.stdin:
+    v = json.loads(line)
+    if v.get("reason") == "compiler-artifact" and v.get("executable") and v["target"]["name"] == "gpurun_hal":
+        print(v["executable"])') || exit 2
+    [[ -x "$hal_tests" ]] || { echo "gpu-check: no gpurun-hal test binary was built" >&2; exit 2; }
     target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])') || exit 2
     cp "$target_dir/release/cargo-gpurun" "$dir/" || exit 2
     cp "$target_dir/release/examples/launch_check" "$dir/launch-check" || exit 2
+    cp "$target_dir/release/examples/recovery_check" "$dir/recovery-check" || exit 2
     cp "$target_dir/release/real-kernels-check" "$dir/real-kernels-check" || exit 2
+    cp "$hal_tests" "$dir/hal-tests" || exit 2
     for fixture in $(fixture_names); do packages+=(-p "$fixture"); done
     echo "gpu-check: building ${#packages[@]} fixture packages for $arch (release)" >&2
     json=$("$dir/cargo-gpurun" gpurun build --manifest-path "$root/fixtures/Cargo.toml" \
@@ -209,8 +266,23 @@ for line in sys.stdin:
         fi
     done
     ((missing == 0)) || exit 2
+    # Cubins are mostly zeros and repeated tables: compressed, the images are a tenth of their
+    # size, which keeps the bundle and the working tree within what travels to the GPU machine.
+    tar -cJf "$dir/images.tar.xz" -C "$dir" images && rm -rf "$dir/images" || exit 2
     { echo "arch $arch"; echo "target $target"
-      echo "commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"; } >"$dir/bundle-info"
+      echo "commit $(cd "$root" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+      echo "ptxas $("$dir/cargo-gpurun" gpurun doctor 2>/dev/null | awk '$1 == "ptxas" { $1 = ""; $2 = ""; sub(/^ +/, ""); print }')"
+      # shellcheck disable=SC2086 # the programs' names, split on spaces on purpose
+      echo "glibc $(cd "$dir" && glibc_needed $BUNDLE_PROGRAMS)"; } >"$dir/bundle-info"
+}
+
+# Unpacks a bundle's images (once: a bundle run again keeps them).
+unpack_images() {
+    local dir="$1"
+    [[ -e "$dir/images.tar.xz" && ! -d "$dir/images" ]] || return 0
+    tar -xJf "$dir/images.tar.xz" -C "$dir" 2>/dev/null ||
+        python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+            "$dir/images.tar.xz" "$dir" || { echo "gpu-check: cannot unpack $dir/images.tar.xz" >&2; exit 2; }
 }
 
 # After --make-bundle: the bundle's size, the tree's, and the command for the GPU machine.
@@ -347,6 +419,17 @@ check_kernels_output() {
     grep -qx "real-kernels-check: all $count kernels match the CPU" "$file" || { echo "no closing line"; return 1; }
 }
 
+# Whether libtest output FILE ran tests (COUNT of them, when given) and none failed. Says what is
+# wrong.
+check_all_passed() {
+    local file="$1" count="${2:-}" failed ran
+    failed=$(failed_tests "$file" | tr '\n' ' ')
+    [[ -z "$failed" ]] || { echo "failed: $failed"; return 1; }
+    ran=$(tests_run "$file")
+    [[ -n "$ran" ]] || { echo "no test ran"; return 1; }
+    [[ -z "$count" || "$ran" == "$count" ]] || { echo "$ran tests ran, not $count"; return 1; }
+}
+
 # The tests libtest's summary line in FILE counts as run (passed + failed), or nothing.
 tests_run() {
     awk '/^test result:/ { for (i = 1; i < NF; i++) {
@@ -378,8 +461,49 @@ judge() {
     local kind="$1" fixture="$2" launch="$3" args="$4" log="$5" ms="$6" problem threads blocks bytes
     local tests startup key value
     case "$kind:$fixture" in
-        run:basic) problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)" ;;
-        run:sanitize)
+        preflight:*)
+            measured=$(sed -n 's/^cuda 0: \(.*\) (\(sm_[0-9]*\),.*/\1 \2/p' "$log.out" | head -n1)
+            if [[ "$target" == nvptx && -z "$measured" ]]; then
+                measured=-
+                verdict="BAD OUTPUT (no CUDA device in cargo gpurun info)"
+            fi
+            [[ -n "$measured" ]] || measured=- ;;
+        run:basic)
+            problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)"
+            [[ -n "$launch$args" ]] || M[basic_ms]=$ms ;;
+        jit:basic)
+            problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)"
+            measured="PTX JIT-compiled by the driver"
+            [[ -z "${M[basic_ms]:-}" ]] || measured+=", $(ratio "$ms" "${M[basic_ms]}")x the time with its cubin" ;;
+        run:hello)
+            grep -q '^hello from thread 0 of block 0$' "$log.out" || verdict="BAD OUTPUT (no hello line)"
+            [[ "$launch" != *--sanitize* ]] || measured="no memcheck finding" ;;
+        run:device-ops|run:shared-memory)
+            problem=$(check_all_passed "$log.out") || verdict="BAD OUTPUT ($problem)" ;;
+        run:launch-checks)
+            case "$args" in
+                *partial_warp_probe*)
+                    # A probe: what the GPU did is the measurement; only a lost line is wrong.
+                    measured=$(sed -n 's/^partial-warp: //p' "$log.out" | head -n1)
+                    if [[ -z "$measured" ]]; then
+                        measured="exit $got, no probe line"
+                    else
+                        measured="exit $got: $measured"
+                    fi ;;
+                dims_*) problem=$(check_all_passed "$log.out" 10) || verdict="BAD OUTPUT ($problem)" ;;
+                *) problem=$(check_all_passed "$log.out" 1) || verdict="BAD OUTPUT ($problem)" ;;
+            esac ;;
+        recovery:*)
+            grep -q '^recovery_check: all [0-9]* steps as expected$' "$log.out" ||
+                verdict="BAD OUTPUT ($(grep -m1 'FAILED' "$log.out" || echo 'no closing line'))"
+            measured="panic after reset, fault, open after fault" ;;
+        haltests:*)
+            problem=$(check_all_passed "$log.out") || verdict="BAD OUTPUT ($problem)"
+            if [[ "$verdict" == ok ]] && ! grep -q '^test cuda::tests::hardware_launch_globals_and_usage \.\.\. ok$' "$log.out"; then
+                verdict="BAD OUTPUT (the hardware tests did not run)"
+            fi
+            measured="$(tests_run "$log.out") tests" ;;
+        run:sanitize|blocking:sanitize)
             local sanitized=plain
             [[ "$launch" != *--sanitize* ]] || { sanitized=sanitized; measured="memcheck report"; }
             problem=$(check_sanitize_output "$log.out" "$sanitized") || verdict="BAD OUTPUT ($problem)" ;;
@@ -531,8 +655,8 @@ write_table() {
     } >"$file.tmp" && mv "$file.tmp" "$file"
 }
 
-# Appends the heads of a failing row's logs to FILE.
-record_failure() {
+# Appends the heads of a row's logs to FILE (failures.txt or passing.txt).
+record_log_heads() {
     local file="$1" title="$2" log="$3" stream
     {
         echo "=== $title ==="
@@ -561,28 +685,83 @@ gpu_info() {
 # limit), output to $log.out/.err. Sets `got`.
 run_row() {
     local kind="$1" fixture="$2" launch="$3" args="$4" limit="$5" log="$6" image
-    local -a program
+    local -a program environment=()
     image="$dir/images/$fixture.$ext"
     case "$kind" in
+        preflight) program=(bash "$root/scripts/gpu-check.sh" --target "$target" --preflight "$dir") ;;
         run) program=("$dir/cargo-gpurun" gpurun run --backend "$backend") ;;
+        blocking)
+            program=("$dir/cargo-gpurun" gpurun run --backend "$backend")
+            environment=(CUDA_LAUNCH_BLOCKING=1) ;;
+        jit)
+            # The PTX alone, in a folder of its own: no cubin beside it to load instead.
+            mkdir -p "$work/jit" && cp "$image" "$work/jit/" || return
+            image="$work/jit/$fixture.$ext"
+            program=("$dir/cargo-gpurun" gpurun run --backend "$backend") ;;
         launch) program=("$dir/launch-check") ;;
+        recovery) program=("$dir/recovery-check") ;;
         kernels) program=("$dir/real-kernels-check") ;;
-        nvcc) program=(nvcc -O2 "-arch=$gpu_arch" -o "$work/$fixture" "$root/scripts/gpu-baselines/$fixture.cu") ;;
+        haltests) program=("$dir/hal-tests" --test-threads 1) ;;
+        nvcc) program=("$(nvcc_path)" -O2 "-arch=$gpu_arch" -o "$work/$fixture" "$root/scripts/gpu-baselines/$fixture.cu") ;;
         printf|pingpong) program=("$work/$fixture") ;;
         cupy) program=(python3 "$root/scripts/gpu-baselines/$fixture.py") ;;
     esac
     if [[ -n "${GPURUN_CHECK_RUNNER:-}" ]]; then
         read -r -a program <<<"$GPURUN_CHECK_RUNNER"
         program+=("$kind")
+        [[ "$kind" != preflight ]] || program+=("$dir")
     fi
     # shellcheck disable=SC2086 # the launch and arguments columns are split on spaces on purpose
     case "$kind" in
-        run) timeout -k 5 "$limit" "${program[@]}" $launch "$image" $args ;;
-        launch|kernels) timeout -k 5 "$limit" "${program[@]}" "$image" ;;
-        nvcc) timeout -k 5 "$limit" "${program[@]}" ;;
+        run|blocking|jit) timeout -k 5 "$limit" env "${environment[@]}" "${program[@]}" $launch "$image" $args ;;
+        launch|recovery|kernels) timeout -k 5 "$limit" "${program[@]}" "$image" ;;
+        preflight|nvcc) timeout -k 5 "$limit" "${program[@]}" ;;
         *) timeout -k 5 "$limit" "${program[@]}" $args ;;
     esac >"$log.out" 2>"$log.err" </dev/null
     got=$?
+}
+
+# nvcc: from PATH, else CUDA_HOME's or /usr/local/cuda's.
+nvcc_path() {
+    local candidate
+    for candidate in "$(command -v nvcc)" "${CUDA_HOME:+$CUDA_HOME/bin/nvcc}" /usr/local/cuda/bin/nvcc; do
+        [[ -z "$candidate" || ! -x "$candidate" ]] || { echo "$candidate"; return; }
+    done
+    echo nvcc
+}
+
+# What the GPU machine has and what the bundle needs of it, for preflight.txt: a run that fails
+# for want of a library, a driver or a tool says why here first.
+preflight() {
+    local dir="$1" program needed have sanitizer status=0
+    echo "== machine"; uname -srm
+    have=$(ldd --version 2>/dev/null | head -n1 | grep -o '[0-9][0-9.]*$')
+    needed=$(awk '$1 == "glibc" { print $2 }' "$dir/bundle-info" 2>/dev/null)
+    echo "glibc ${have:-unknown}; the bundle needs ${needed:-unknown}"
+    if [[ -n "$have" && -n "$needed" ]] && [[ $(printf '%s\n%s\n' "$needed" "$have" | sort -V | head -n1) != "$needed" ]]; then
+        echo "PROBLEM: this glibc is older than the bundle's binaries need"
+        status=1
+    fi
+    echo "== bundle"; cat "$dir/bundle-info" 2>/dev/null
+    for program in $BUNDLE_PROGRAMS; do
+        echo "-- ldd $program"
+        ldd "$dir/$program" 2>&1 || status=1
+    done
+    if [[ "$target" == nvptx ]]; then
+        echo "== nvidia-smi"
+        nvidia-smi --query-gpu=name,driver_version,compute_cap,compute_mode,persistence_mode,mig.mode.current,memory.total \
+            --format=csv 2>&1 || status=1
+        echo "== libcuda"; ldconfig -p 2>/dev/null | grep -E 'libcuda\.so' || echo "no libcuda in the loader's cache"
+        echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-} CUDA_HOME=${CUDA_HOME:-}"
+        echo "== nvcc"; "$(nvcc_path)" --version 2>&1 | tail -n2
+        sanitizer=$(command -v compute-sanitizer || echo "${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer")
+        echo "== compute-sanitizer"; "$sanitizer" --version 2>&1 | tail -n1
+    else
+        echo "== rocminfo"; rocminfo 2>&1 | grep -m4 -E 'Marketing Name|gfx|Runtime Version' || status=1
+    fi
+    echo "== cargo gpurun info"
+    "$dir/cargo-gpurun" gpurun info 2>&1 || status=1
+    return "$status"
 }
 
 # Runs every row, writing the table to the output folder as each finishes; prints the table.
@@ -597,7 +776,7 @@ run_cases() {
     # The baselines are built for the GPU present (the images for the bundle's architecture).
     gpu_arch=$(detect_arch)
     mkdir -p "$work/logs" "$out" || exit 2
-    rm -f "$out/failures.txt"
+    rm -f "$out/failures.txt" "$out/passing.txt" "$out/preflight.txt"
     gpu_info >"$out/gpu.txt" 2>&1
     rows+=("kind|fixture|launch|args|expected|limit|got|time|measured|verdict")
     started=$(date +%s)
@@ -614,7 +793,7 @@ run_cases() {
         if ((limit < 5)); then
             got=- ms=-
             verdict="NOT RUN (out of the ${budget} s budget)"
-        elif [[ "$kind" == run || "$kind" == launch || "$kind" == kernels ]] && [[ ! -e "$dir/images/$fixture.$ext" ]]; then
+        elif [[ " $IMAGE_KINDS " == *" $kind "* ]] && [[ ! -e "$dir/images/$fixture.$ext" ]]; then
             got=- ms=-
             verdict="MISSING IMAGE"
         elif [[ "$kind" == printf || "$kind" == pingpong ]] && [[ -z "${GPURUN_CHECK_RUNNER:-}" && ! -x "$work/$fixture" ]]; then
@@ -628,13 +807,18 @@ run_cases() {
             ms=$(((end - start) / 1000000))
             if ((got == 124 || got == 137)); then
                 verdict="TIMED OUT (${limit} s limit)"
-            elif [[ "$expected" == nonzero && "$got" != 0 ]] || [[ "$got" == "$expected" ]]; then
+            elif [[ "$expected" == any || ("$expected" == nonzero && "$got" != 0) || "$got" == "$expected" ]]; then
                 judge "$kind" "$fixture" "$launch" "$args" "$log" "$ms"
             else
                 verdict=MISMATCH
             fi
             ms="${ms}ms"
-            [[ "$verdict" == ok ]] || record_failure "$out/failures.txt" "$title: $verdict" "$log"
+            [[ "$kind" != preflight ]] || cp "$log.out" "$out/preflight.txt"
+            if [[ "$verdict" == ok ]]; then
+                record_log_heads "$out/passing.txt" "$title: ok" "$log"
+            else
+                record_log_heads "$out/failures.txt" "$title: $verdict" "$log"
+            fi
         fi
         [[ "$verdict" == ok ]] || failures=$((failures + 1))
         done_rows=$((done_rows + 1))
@@ -653,6 +837,12 @@ write_fake_runner() {
 #!/usr/bin/env bash
 kind="$1"; shift
 threads=1 blocks=1 sanitize=""
+if [[ "$kind" == preflight ]]; then
+    echo "cuda 0: NVIDIA H100 80GB HBM3 (sm_90, 32 lanes, 81079 MiB, driver CUDA 13.0)"
+    exit 0
+fi
+# The kinds that run `cargo gpurun run` behave as it does.
+[[ "$kind" != blocking && "$kind" != jit ]] || kind=run
 if [[ "$kind" == run ]]; then
     while (($#)) && [[ "$1" != *.ptx && "$1" != *.elf ]]; do
         [[ "$1" != --threads ]] || threads="$2"
@@ -672,6 +862,7 @@ print_lines() {
             "..........................................." }'
 }
 tests() { for name in "$@"; do echo "test ${name%=*} ... ${name#*=}"; done; }
+passed() { echo "test result: ok. $1 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.10s"; }
 case "$kind:$image" in
     run:args-env-exit) case "$1" in exit) exit 3 ;; return) exit 5 ;; abort) exit 134 ;; esac ;;
     run:panics) exit 1 ;;
@@ -700,6 +891,17 @@ case "$kind:$image" in
         fi
         echo "a real failure after the hang"
         exit 101 ;;
+    run:hello) echo "hello from thread 0 of block 0"; exit 0 ;;
+    run:device-ops|run:shared-memory) tests a=ok b=ok; passed 2; exit 0 ;;
+    run:launch-checks)
+        case "$1" in
+            deep_panic) echo "test deep_panic_is_reported - should panic ... ok"; passed 1 ;;
+            dims_) for n in 0 1 2 3 4 5 6 7 8 9; do echo "test dims_$n ... ok"; done; passed 10 ;;
+            barrier_heavy) tests barrier_heavy=ok; passed 1 ;;
+            *) echo "partial-warp: lanes 0xffffffff active 0xffff ballot 0xffff shuffle-from-missing 47"
+               passed 1 ;;
+        esac
+        exit 0 ;;
     run:concurrency) [[ "$*" == *include-ignored* ]] && exit 101; exit 0 ;;
     run:sanitize)
         if [[ -n "$sanitize" ]]; then
@@ -717,6 +919,8 @@ case "$kind:$image" in
     run:print-throughput) print_lines "$2" $((threads * blocks)); exit 0 ;;
     run:rpc-latency) [[ "$2" == 0 ]] || sleep 0.2; exit 0 ;;
     launch:*) echo "launch_check: fill (ptr, u64, u32) and saxpy match the CPU"; exit 0 ;;
+    recovery:*) echo "recovery_check: all 5 steps as expected"; exit 0 ;;
+    haltests:*) tests cuda::tests::hardware_launch_globals_and_usage=ok; passed 27; exit 0 ;;
     kernels:*)
         for name in matmul_tiled block_sum histogram weighted_histogram inclusive_scan compact_above; do
             echo "real-kernels-check: $name ok (sizes)"
@@ -747,7 +951,7 @@ self_test() {
     echo "arch sm_90" >"$dir/bundle-info"
     write_fake_runner "$tmp/fake-runner"
     out="$tmp/out"
-    export FAKE_WRONG="run hello " FAKE_HANG="run recovery --test-timeout 5 --skip b_faults" \
+    export FAKE_WRONG="run alloc " FAKE_HANG="run recovery --test-timeout 5 --skip b_faults" \
         FAKE_HANG_FILE="$tmp/hanging"
     GPURUN_CHECK_RUNNER="$tmp/fake-runner" GPURUN_CHECK_MAX_LIMIT=15 run_cases >"$tmp/printed" 2>/dev/null &
     local runner=$! waited=0
@@ -757,13 +961,13 @@ self_test() {
     wait "$runner"
     status=$?
     table=$(cat "$tmp/printed")
-    echo "gpu-check self-test against a fake runner (hello mismatches and one recovery row hangs on purpose):"
+    echo "gpu-check self-test against a fake runner (alloc mismatches and one recovery row hangs on purpose):"
     echo "$table"
     self_test_checks "$tmp" "$table" "$status"
     status=$?
     if ((status == 0)); then
         self_test_budget "$tmp" && self_test_output_checks "$tmp" && self_test_paste_command &&
-            self_test_baselines_compile "$tmp"
+            self_test_baselines_compile "$tmp" && self_test_printf_baseline "$tmp"
         status=$?
     fi
     rm -rf "$tmp"
@@ -777,7 +981,7 @@ fail() { echo "self-test: $1" >&2; return 1; }
 self_test_checks() {
     local tmp="$1" table="$2" status="$3" rows name offset files total args
     [[ $status != 0 ]] || { fail "a mismatching row did not fail the run"; return; }
-    grep -Eq '^run +hello +- +- +0 +15s +7 .* MISMATCH$' <<<"$table" || { fail "mismatch not flagged"; return; }
+    grep -Eq '^run +alloc +- +- +0 +15s +7 .* MISMATCH$' <<<"$table" || { fail "mismatch not flagged"; return; }
     grep -Eq '^run +recovery +- +--test-timeout 5 --skip b_faults +101 +15s +(124|137) .* TIMED OUT \(15 s limit\)$' <<<"$table" ||
         { fail "the hanging row was not stopped at its limit"; return; }
     grep -Eq '^run +recovery +- +--test-timeout 5 --skip d_hangs +101 .* fault +ok$' <<<"$table" ||
@@ -796,25 +1000,40 @@ self_test_checks() {
     total=$(cases | wc -l)
     [[ $(grep -c ' ok$' <<<"$table") == $((total - 2)) ]] || { fail "expected $((total - 2)) ok rows"; return; }
     grep -q "^rows: $total of $total done, 2 not as expected$" <<<"$table" || { fail "no verdict line"; return; }
+    grep -Eq '^preflight +- +- +- +0 .* NVIDIA H100 80GB HBM3 sm_90 +ok$' <<<"$table" || { fail "no preflight row"; return; }
+    for args in deep_panic "dims_ --test-threads 1" barrier_heavy; do
+        grep -Eq "^run +launch-checks +- +$args +0 .* ok$" <<<"$table" ||
+            { fail "no launch-checks row for $args"; return; }
+    done
+    grep -Eq "^run +launch-checks +- +--include-ignored --exact partial_warp_probe --nocapture +any .* exit 0: lanes 0xffffffff active 0xffff .* ok$" <<<"$table" ||
+        { fail "the partial-warp probe's line is not recorded"; return; }
+    for name in device-ops shared-memory; do
+        grep -Eq "^run +$name +- +- +0 .* ok$" <<<"$table" || { fail "no $name row"; return; }
+    done
     if [[ "$target" == amdgcn ]]; then
-        # No CUDA baselines; the HSA-only rows run.
+        # No CUDA baselines, no CUDA-only rows.
         [[ $(grep -Ec ' start-up +ok$' <<<"$table") == 3 ]] || { fail "expected 3 start-up rows"; return; }
-        ! grep -Eq '^(cupy|pingpong|printf|nvcc) ' <<<"$table" || { fail "a CUDA baseline ran for amdgcn"; return; }
-        ! grep -Eq '^run +sanitize ' <<<"$table" || { fail "a compute-sanitizer row ran for amdgcn"; return; }
-        for args in deep_panic "dims_ --test-threads 1" barrier_heavy; do
-            grep -Eq "^run +launch-checks +- +$args +0 .* ok$" <<<"$table" ||
-                { fail "no amdgcn launch-checks row for $args"; return; }
-        done
+        ! grep -Eq '^(cupy|pingpong|printf|nvcc|jit|blocking|recovery|haltests) ' <<<"$table" ||
+            { fail "a CUDA-only row ran for amdgcn"; return; }
+        ! grep -Eq '^run +sanitize |--sanitize' <<<"$table" || { fail "a compute-sanitizer row ran for amdgcn"; return; }
     else
         [[ $(grep -Ec ' start-up +ok$' <<<"$table") == 5 ]] || { fail "expected 5 start-up rows"; return; }
         [[ $(grep -Ec ' MB/s \(start-up taken off\) +ok$' <<<"$table") == 4 ]] ||
             { fail "expected 4 MB/s rows (ours and CUDA printf, 1 and 1024 threads)"; return; }
         grep -Eq '^pingpong .* 1\.850 us/round trip +ok$' <<<"$table" || { fail "no ping-pong baseline"; return; }
         grep -Eq '^cupy .* 0\.0125 ms/launch\+sync +ok$' <<<"$table" || { fail "no CuPy baseline"; return; }
-        ! grep -Eq '^run +launch-checks ' <<<"$table" || { fail "an amdgcn-only row ran for nvptx"; return; }
         grep -Eq '^run +sanitize +--sanitize memcheck +- +101 .* memcheck report +ok$' <<<"$table" ||
             { fail "no compute-sanitizer row"; return; }
+        grep -Eq '^blocking +sanitize +--sanitize memcheck +- +101 .* memcheck report +ok$' <<<"$table" ||
+            { fail "no compute-sanitizer row launching from the helper thread"; return; }
+        grep -Eq '^run +hello +--sanitize memcheck +- +0 .* no memcheck finding +ok$' <<<"$table" ||
+            { fail "no clean memcheck row"; return; }
         grep -Eq '^run +sanitize +- +- +0 .* ok$' <<<"$table" || { fail "no unsanitized sanitize row"; return; }
+        grep -Eq '^blocking +concurrency +- +--test-threads 8 +0 .* ok$' <<<"$table" || { fail "no CUDA_LAUNCH_BLOCKING row"; return; }
+        grep -Eq '^jit +basic +- +- +101 .* PTX JIT-compiled by the driver, [0-9.]+x the time with its cubin +ok$' <<<"$table" ||
+            { fail "no JIT row timed against the cubin"; return; }
+        grep -Eq '^recovery +host-app-kernels +- +- +0 .* ok$' <<<"$table" || { fail "no host-recovery row"; return; }
+        grep -Eq '^haltests +gpurun-hal +- +cuda:: +0 .* 27 tests +ok$' <<<"$table" || { fail "no gpurun-hal tests row"; return; }
         for name in "per-test overhead, many-tests" "print, 1 thread" "print, 1024 threads" "RPC round trip"; do
             grep -Eq "^$name +[0-9.]+ [^|]+ +[0-9.]+ .* [0-9]+\.[0-9]{3}$" <<<"$table" ||
                 { fail "no ratio for $name"; return; }
@@ -833,7 +1052,7 @@ self_test_checks() {
     ((files >= 3 && files <= 8)) || { fail "$files files in the output folder"; return; }
     ! find "$tmp/out" -type f | grep -q '[^A-Za-z0-9._/-]' || { fail "odd file names in the output folder"; return; }
     diff -q <(sed '/^logs: /d' <<<"$table") "$tmp/out/table.txt" >/dev/null || { fail "table.txt differs"; return; }
-    if ! { grep -q '^=== run hello: MISMATCH ===$' "$tmp/out/failures.txt" &&
+    if ! { grep -q '^=== run alloc: MISMATCH ===$' "$tmp/out/failures.txt" &&
         grep -q '^=== run recovery --test-timeout 5 --skip b_faults: TIMED OUT' "$tmp/out/failures.txt"; }; then
         fail "failing rows' logs missing"
         return
@@ -894,6 +1113,14 @@ self_test_output_checks() {
         check_sanitize_output "$file.plain" plain >/dev/null || { fail "good unsanitized output rejected"; return; }
         ! check_sanitize_output "$file" plain >/dev/null || { fail "a failure accepted without a sanitizer"; return; }
     fi
+    file="$tmp/launch-checks.out"
+    "$tmp/fake-runner" run "$dir/images/launch-checks.$ext" dims_ --test-threads 1 >"$file"
+    check_all_passed "$file" 10 >/dev/null || { fail "good dims_ output rejected"; return; }
+    ! check_all_passed "$file" 1 >/dev/null || { fail "a wrong test count accepted"; return; }
+    sed 's/^test dims_3 ... ok$/test dims_3 ... FAILED/' "$file" >"$file.failed"
+    ! check_all_passed "$file.failed" 10 >/dev/null || { fail "a failed dims_ test accepted"; return; }
+    grep -v '^test result' "$file" >"$file.none"
+    ! check_all_passed "$file.none" >/dev/null || { fail "output without a result line accepted"; return; }
     file="$tmp/kernels.out"
     "$tmp/fake-runner" kernels "$dir/images/real-kernels.$ext" >"$file"
     check_kernels_output "$file" >/dev/null || { fail "good real-kernels output rejected"; return; }
@@ -946,8 +1173,36 @@ self_test_baselines_compile() {
         { fail "cupy_launches.py does not compile"; return; }
 }
 
+# The printf baseline, built for the CPU against scripts/gpu-baselines/host-stand-in (a launch
+# runs each thread in turn), prints what the print rows' check accepts: its own lines, not a
+# stand-in's, so a baseline whose lines differ from print-throughput's fails here, not on a GPU.
+self_test_printf_baseline() {
+    local tmp="$1" program threads blocks bytes
+    program="$tmp/printf_lines_cpu"
+    if ! command -v g++ >/dev/null; then
+        in_ci && { fail "CI=true but g++ is missing (scripts/setup.sh installs it)"; return; }
+        echo "self-test: not checked: the printf baseline's lines (no g++; scripts/setup.sh installs it)" >&2
+        return 0
+    fi
+    g++ -std=c++17 -O2 -x c++ -I "$root/scripts/gpu-baselines/host-stand-in" -o "$program" \
+        "$root/scripts/gpu-baselines/printf_lines.cu" || { fail "printf_lines.cu does not build for the CPU"; return; }
+    for threads in "1 1" "256 4"; do
+        read -r threads blocks <<<"$threads"
+        for bytes in 0 $((PRINT_LINE_BYTES * 1000)); do
+            "$program" "$bytes" "$threads" "$blocks" >"$tmp/printf.out" ||
+                { fail "printf_lines $bytes $threads $blocks failed on the CPU"; return; }
+            check_print_output "$tmp/printf.out" "$bytes" $((threads * blocks)) >"$tmp/printf.problem" ||
+                { fail "printf_lines $bytes $threads $blocks: $(cat "$tmp/printf.problem")"; return; }
+        done
+    done
+}
+
 if [[ -n "$self_test" ]]; then
     self_test
+    exit $?
+fi
+if [[ -n "$preflight_of" ]]; then
+    preflight "$preflight_of"
     exit $?
 fi
 if [[ -n "$make_bundle" ]]; then
@@ -972,6 +1227,7 @@ fi
 [[ -n "$arch" ]] || arch=$(awk '$1 == "arch" { print $2 }' "$dir/bundle-info" 2>/dev/null)
 [[ -n "$arch" ]] || arch=$(detect_arch)
 [[ -n "$out" ]] || out="${OUT:-$dir/out}"
+unpack_images "$dir"
 # A copied bundle may give a cubin an older time than its PTX, and the loader would take that
 # cubin for stale and JIT the PTX in every slot: the cubins are as new as the images here.
 for cubin in "$dir"/images/*.cubin; do

@@ -63,14 +63,16 @@ if [ -z "${GPURUN_PTXAS_13:-}" ] && ! [ -x "$ptxas13_dir/nvidia/cu13/bin/ptxas" 
     python3 -m pip install --quiet --disable-pip-version-check --target "$ptxas13_dir" nvidia-cuda-nvcc
 fi
 
-# A C compiler: the hsa-sys layout test compiles static asserts against the HSA headers.
-if ! command -v cc >/dev/null; then
+# C and C++ compilers: the hsa-sys layout test compiles static asserts against the HSA headers;
+# the GPU check's self-test builds the CUDA baselines with nvcc (which needs a host C++
+# compiler) and runs the printf baseline on the CPU.
+if ! command -v cc >/dev/null || ! command -v g++ >/dev/null; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        say "apt-get install gcc"
+        say "apt-get install gcc g++"
         apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc g++ >/dev/null
     else
-        say "warning: no C compiler (cc); the hsa-sys layout test will report it"
+        say "warning: no C or C++ compiler (cc, g++); the hsa-sys layout test and the GPU check's self-test will report it"
     fi
 fi
 

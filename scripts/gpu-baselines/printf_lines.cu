@@ -8,6 +8,10 @@
 // threads, then synchronizes (which is when the driver writes the printf FIFO to stdout). The
 // FIFO is sized so that no line is dropped; the check script verifies every line arrived.
 // Exit status 0, 1 on a CUDA error, 2 on bad usage.
+//
+// The launch goes through the runtime's `cudaLaunchKernel` template rather than `<<<>>>`, so that
+// a plain C++ compiler builds this file against scripts/gpu-baselines/host-stand-in/ (the GPU
+// check's self-test runs it on the CPU and checks its lines as it checks the GPU's).
 #include <cstdio>
 #include <cstdlib>
 #include <cuda_runtime.h>
@@ -16,7 +20,9 @@ constexpr unsigned long long kLineBytes = 64;
 // `t000000 n0000000000 ` plus the newline.
 constexpr unsigned long long kFixedBytes = 21;
 
-__device__ char dots[kLineBytes - kFixedBytes + 1];
+// The dots after the fixed part, up to the line's last byte (its newline), and a NUL.
+constexpr unsigned long long kDots = kLineBytes - kFixedBytes;
+__device__ char dots[kDots + 1];
 
 __global__ void print_lines(unsigned long long lines) {
     unsigned long long threads = (unsigned long long)gridDim.x * blockDim.x;
@@ -47,9 +53,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     unsigned long long lines = bytes / kLineBytes;
-    char host_dots[kLineBytes - kFixedBytes + 1];
-    for (unsigned long long i = 0; i < kLineBytes - kFixedBytes - 1; i++) host_dots[i] = '.';
-    host_dots[kLineBytes - kFixedBytes - 1] = '\0';
+    char host_dots[kDots + 1];
+    for (unsigned long long i = 0; i < kDots; i++) host_dots[i] = '.';
+    host_dots[kDots] = '\0';
     // A record holds the format pointer, three arguments and the copied string: 256 bytes a
     // line is ample.
     size_t fifo = (size_t)lines * 256 + (1 << 20);
@@ -57,9 +63,11 @@ int main(int argc, char **argv) {
         check(cudaMemcpyToSymbol(dots, host_dots, sizeof host_dots), "cudaMemcpyToSymbol")) {
         return 1;
     }
-    print_lines<<<blocks, threads>>>(lines);
-    if (check(cudaGetLastError(), "launch") ||
-        check(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) {
+    void *args[] = {&lines};
+    if (check(cudaLaunchKernel(print_lines, dim3(blocks), dim3(threads), args), "launch")) {
+        return 1;
+    }
+    if (check(cudaDeviceSynchronize(), "cudaDeviceSynchronize")) {
         return 1;
     }
     return 0;

@@ -2,7 +2,7 @@
 //! context: `recovery_check IMAGE` (a build of `fixtures/host-app/kernels`) runs these steps on
 //! device 0 of the image's backend and says of each whether it went as a user expects:
 //!
-//! 1. a device panic (`divide` by zero) comes back as a panic, not a fault: the stack holds the
+//! 1. a device panic (`divide` by zero, whose message says "division by zero") comes back as a panic, not a fault: the stack holds the
 //!    panic path;
 //! 2. after every `Gpu` is dropped (the driver may reset the context), a new one still reports
 //!    that panic as a panic: the stack size survived the reset;
@@ -75,7 +75,7 @@ fn expect_panic(gpu: &Gpu) -> Result<String, String> {
         .map_err(|e| e.to_string())?;
     let mut out = gpu.buffer::<u32>(8).map_err(|e| e.to_string())?;
     match gpu.launch("divide", LaunchShape::SINGLE.threads(8), (&num, &den, &mut out, 8usize)) {
-        Err(Error::Panicked(panic)) if panic.report.message.contains("divide by zero") => {
+        Err(Error::Panicked(panic)) if panic.report.message.contains("division by zero") => {
             Ok(format!("thread {:?}", panic.report.thread))
         }
         Err(other) => Err(other.to_string()),
