@@ -53,22 +53,23 @@ impl TestEnd {
         }
     }
 
-    /// The panics of a launch that completed: `None` for any other end, where the end decides.
-    fn completed_panics(&self) -> Option<(Option<&PanicReport>, u64)> {
+    /// The panics a launch reported, however it ended: a launch that timed out or faulted after
+    /// some threads panicked still shows them (the end decides the verdict, not what is shown).
+    fn reported_panics(&self) -> Option<(Option<&PanicReport>, u64, &LaunchEnd)> {
         match self {
             TestEnd::Ran {
-                end: LaunchEnd::Completed,
+                end,
                 first_panic,
                 panicked_threads,
                 ..
-            } => Some((first_panic.as_ref(), *panicked_threads)),
-            _ => None,
+            } => Some((first_panic.as_ref(), *panicked_threads, end)),
+            TestEnd::NotRun(_) => None,
         }
     }
 
-    /// The first panic of a launch that completed (where a failure points).
+    /// The first panic the launch reported (where a failure points), however it ended.
     pub fn first_panic(&self) -> Option<&PanicReport> {
-        self.completed_panics().and_then(|(first, _)| first)
+        self.reported_panics().and_then(|(first, _, _)| first)
     }
 
     /// What a sanitizer found in the test's launch, if it found anything.
@@ -225,8 +226,16 @@ fn judge_panics(
 /// The text Rust's panic hook would have printed for this device panic, with the device thread
 /// and block in place of the host thread id. Empty when nothing panicked.
 pub fn panic_text(test: &TestDesc, end: &TestEnd) -> String {
-    let Some((first_panic, panicked_threads)) = end.completed_panics() else {
+    let Some((first_panic, panicked_threads, launch_end)) = end.reported_panics() else {
         return String::new();
+    };
+    // A launch cut short counted only the panics reported before its end.
+    let counted = match launch_end {
+        LaunchEnd::Completed => "panicked".to_owned(),
+        LaunchEnd::TimedOut(_) => "had panicked when the test timed out".to_owned(),
+        LaunchEnd::Faulted(_) => "had panicked when the device faulted".to_owned(),
+        LaunchEnd::Exited(code) => format!("had panicked when the device called exit({code})"),
+        LaunchEnd::Aborted => "had panicked when the device called abort()".to_owned(),
     };
     let mut text = String::new();
     match first_panic {
@@ -237,9 +246,9 @@ pub fn panic_text(test: &TestDesc, end: &TestEnd) -> String {
                 "\nthread '{}' (block ({bx},{by},{bz}), thread ({tx},{ty},{tz})) panicked at {}:{}:{}:\n{}\n",
                 test.name, report.file, report.line, report.column, report.message
             ));
-            if panicked_threads > 1 {
+            if panicked_threads > 1 || *launch_end != LaunchEnd::Completed {
                 text.push_str(&format!(
-                    "note: {panicked_threads} of {} device threads panicked; the first report is shown\n",
+                    "note: {panicked_threads} of {} device threads {counted}; the first report is shown\n",
                     test.shape.total_threads()
                 ));
             }
@@ -252,7 +261,7 @@ pub fn panic_text(test: &TestDesc, end: &TestEnd) -> String {
         }
         None if panicked_threads > 0 => {
             text.push_str(&format!(
-                "\nthread '{}' panicked on the device without a report: {panicked_threads} of {} device threads panicked\n",
+                "\nthread '{}' panicked on the device without a report: {panicked_threads} of {} device threads {counted}\n",
                 test.name,
                 test.shape.total_threads()
             ));
@@ -481,6 +490,61 @@ mod tests {
             "boom\nnote: 4 of 256 device threads panicked; the first report is shown\n"
         ));
         assert_eq!(panic_text(&test, &CLEAN), "");
+    }
+
+    #[test]
+    fn panics_reported_before_a_timeout_or_fault_are_shown_with_it() {
+        let test = launched("tests::t", [256, 1, 1], [8, 1, 1]);
+        let report = panic_report("boom", 12, [3, 0, 0], [0, 0, 0]);
+        for (end, counted) in [
+            (
+                LaunchEnd::TimedOut(Duration::from_secs(10)),
+                "had panicked when the test timed out",
+            ),
+            (
+                LaunchEnd::Faulted("CUDA_ERROR_ILLEGAL_ADDRESS".into()),
+                "had panicked when the device faulted",
+            ),
+        ] {
+            let ended = TestEnd::Ran {
+                end: end.clone(),
+                first_panic: Some(report.clone()),
+                panicked_threads: 700,
+                sanitizer: None,
+            };
+            // The end decides the verdict; the panics are shown beside it.
+            assert!(judge(&test, &ended).failed());
+            assert_eq!(ended.first_panic(), Some(&report));
+            let text = panic_text(&test, &ended);
+            assert!(
+                text.starts_with(
+                    "\nthread 'tests::t' (block (0,0,0), thread (3,0,0)) panicked at src/lib.rs:12:5:\nboom\n"
+                ),
+                "{text}"
+            );
+            assert!(
+                text.ends_with(&format!(
+                    "note: 700 of 2048 device threads {counted}; the first report is shown\n"
+                )),
+                "{text}"
+            );
+        }
+        // One panic and then a timeout still says the count was cut short.
+        let one = TestEnd::Ran {
+            end: LaunchEnd::TimedOut(Duration::from_secs(10)),
+            first_panic: Some(report),
+            panicked_threads: 1,
+            sanitizer: None,
+        };
+        assert!(panic_text(&test, &one)
+            .contains("note: 1 of 2048 device threads had panicked when the test timed out"));
+        assert_eq!(
+            panic_text(
+                &test,
+                &TestEnd::launch(LaunchEnd::TimedOut(Duration::from_secs(1)))
+            ),
+            ""
+        );
     }
 
     #[test]

@@ -189,6 +189,17 @@ fn ends_of_one_test() -> Result<(), Failed> {
             ("aborts", vec![Step::SleepMs(50), Step::Abort]),
             ("hangs", vec![Step::Hang]),
             (
+                "panics_then_hangs",
+                vec![
+                    Step::Thread(vec![Step::Panic {
+                        message: "before the hang".into(),
+                        file: "src/lib.rs".into(),
+                        line: 7,
+                    }]),
+                    Step::Hang,
+                ],
+            ),
+            (
                 "fine_a",
                 vec![Step::SleepMs(100), Step::Print("a\n".into())],
             ),
@@ -228,6 +239,19 @@ fn ends_of_one_test() -> Result<(), Failed> {
             }
         ),
         || format!("{:?}", runs["hangs"].end),
+    )?;
+    // A timeout keeps the panics reported before it: the reporter shows them with the timeout.
+    check(
+        matches!(
+            &runs["panics_then_hangs"].end,
+            TestEnd::Ran {
+                end: LaunchEnd::TimedOut(_),
+                first_panic: Some(report),
+                panicked_threads: 1,
+                ..
+            } if report.message == "before the hang" && report.line == 7
+        ),
+        || format!("{:?}", runs["panics_then_hangs"].end),
     )?;
     for name in ["fine_a", "fine_b"] {
         let run = &runs[name];
