@@ -316,6 +316,17 @@ impl Toolchain {
         checks.push(Check {
             component: "libhsa-runtime64.so.1",
             outcome: probe_library(&["libhsa-runtime64.so.1", "libhsa-runtime64.so"])
+                .map(|loads| {
+                    if gpurun_hal::hsa::amd_kernel_driver_present() {
+                        loads
+                    } else {
+                        // The runtime alone runs nothing: say so beside "loads".
+                        format!(
+                            "{loads}; no AMD GPU: {} does not exist",
+                            gpurun_hal::hsa::AMD_KERNEL_DRIVER_DEVICE
+                        )
+                    }
+                })
                 .map_err(|err| format!("{err} (optional: running on AMD GPUs)")),
             required: false,
         });

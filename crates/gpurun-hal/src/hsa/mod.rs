@@ -50,6 +50,7 @@ mod runtime;
 pub use device::arch_from_isa_name;
 pub use driver::HsaError;
 pub use primitives::{kernel_descriptor_name, HsaPrimitives, MAX_QUEUES_PER_GPU};
+pub use runtime::{amd_kernel_driver_present, AMD_KERNEL_DRIVER_DEVICE};
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};

@@ -33,6 +33,15 @@ impl LibrarySource {
     }
 }
 
+/// The device through which ROCr reaches the AMD kernel driver (amdgpu's KFD): without it
+/// there is no AMD GPU the runtime can use, whatever `hsa_init` says.
+pub const AMD_KERNEL_DRIVER_DEVICE: &str = "/dev/kfd";
+
+/// Whether [`AMD_KERNEL_DRIVER_DEVICE`] exists here.
+pub fn amd_kernel_driver_present() -> bool {
+    std::path::Path::new(AMD_KERNEL_DRIVER_DEVICE).exists()
+}
+
 /// One `hsa_init` reference; `hsa_shut_down` when dropped (the runtime counts references).
 pub(crate) struct Runtime {
     lib: Arc<HsaLib>,
@@ -55,7 +64,16 @@ impl Runtime {
                 return Ok(open);
             }
         }
-        calls::init(&lib).map_err(runtime)?;
+        calls::init(&lib).map_err(|error| match amd_kernel_driver_present() {
+            // ROCr's own words for a missing driver are a resource error
+            // (HSA_STATUS_ERROR_OUT_OF_RESOURCES on Debian's runtime); the user needs to hear
+            // that there is no AMD GPU here, as for a missing runtime.
+            false => not_available(format!(
+                "no AMD GPU found: {AMD_KERNEL_DRIVER_DEVICE}, the AMD kernel driver's device, \
+                 does not exist (the HSA runtime loaded, and {error})"
+            )),
+            true => runtime(error),
+        })?;
         let opened = Arc::new(Runtime {
             lib,
             timestamp_hz: OnceLock::new(),

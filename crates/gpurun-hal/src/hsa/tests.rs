@@ -28,7 +28,7 @@ fn installed_runtime() -> Option<()> {
 
 /// Whether this machine has the AMD kernel driver (and so possibly a GPU).
 fn has_amd_driver() -> bool {
-    Path::new("/dev/kfd").exists()
+    super::amd_kernel_driver_present()
 }
 
 /// Asserts that `error`'s message starts with `start`.
@@ -82,24 +82,29 @@ fn real_runtime_without_a_gpu_reports_its_own_status() {
         Err(error) => {
             let message = error.to_string();
             eprintln!("the installed runtime says: {message}");
-            assert!(
-                matches!(
-                    error,
-                    BackendError::Runtime {
-                        backend: BackendKind::Hsa,
-                        ..
-                    }
-                ),
-                "{error:?}"
-            );
-            assert!(
-                message.starts_with("hsa backend: hsa_init failed with HSA_STATUS_"),
-                "{message}"
-            );
-            if !has_amd_driver() {
-                // What Debian's ROCr answers on a machine without /dev/kfd.
+            if has_amd_driver() {
                 assert!(
-                    message.contains("HSA_STATUS_ERROR_OUT_OF_RESOURCES"),
+                    matches!(
+                        error,
+                        BackendError::Runtime {
+                            backend: BackendKind::Hsa,
+                            ..
+                        }
+                    ),
+                    "{error:?}"
+                );
+                assert!(
+                    message.starts_with("hsa backend: hsa_init failed with HSA_STATUS_"),
+                    "{message}"
+                );
+            } else {
+                // No AMD GPU can be here: said as such, with what the runtime answered
+                // (Debian's ROCr: HSA_STATUS_ERROR_OUT_OF_RESOURCES).
+                assert!(matches!(error, BackendError::NotAvailable(_)), "{error:?}");
+                assert!(
+                    message.starts_with(
+                        "no AMD GPU found: /dev/kfd, the AMD kernel driver's device, does not exist (the HSA runtime loaded, and hsa_init failed with HSA_STATUS_ERROR_OUT_OF_RESOURCES"
+                    ),
                     "{message}"
                 );
             }
