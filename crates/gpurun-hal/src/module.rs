@@ -166,6 +166,8 @@ pub struct LoadedModule<P: Primitives> {
     /// Block-size bounds the image declares per kernel (PTX `.maxntid`, AMDGPU
     /// `.max_flat_workgroup_size`).
     declared_max_threads: HashMap<String, u64>,
+    /// The test each test kernel runs: a refusal names the test, not its mangled kernel.
+    tests_by_kernel: HashMap<String, String>,
     /// Each launched kernel's block-size limit (declared and the backend's), asked of the
     /// backend once: on CUDA it is a driver call.
     block_limits: HashMap<String, Option<u64>>,
@@ -236,6 +238,11 @@ impl<P: Primitives> LoadedModule<P> {
             rpc,
             device_blocks: Vec::new(),
             declared_max_threads,
+            tests_by_kernel: image
+                .tests()
+                .iter()
+                .map(|test| (test.kernel.clone(), test.name.clone()))
+                .collect(),
             block_limits: HashMap::new(),
             shared_limits: HashMap::new(),
             primitives: ManuallyDrop::new(primitives),
@@ -268,6 +275,14 @@ impl<P: Primitives> LoadedModule<P> {
         limit
     }
 
+    /// How a refusal names what `kernel` runs: the test it is the kernel of, else the kernel.
+    fn launched(&self, kernel: &str) -> String {
+        match self.tests_by_kernel.get(kernel) {
+            Some(test) => format!("test `{test}`"),
+            None => format!("`{kernel}`"),
+        }
+    }
+
     /// Refuses a launch that asks for more shared memory per block than `kernel` can have.
     fn check_shared(&mut self, kernel: &str, shape: &LaunchShape) -> Result<(), BackendError> {
         if shape.shared_bytes == 0 {
@@ -292,9 +307,10 @@ impl<P: Primitives> LoadedModule<P> {
                         format!(" (it declares {bytes} bytes of static shared memory)")
                     });
                 Err(BackendError::InvalidArgument(format!(
-                    "`{kernel}` can have at most {max} bytes of dynamic shared memory per block \
-                     on this device{statically}, and the launch asks for {}: launch with less \
-                     (a test's `shared = N`, `LaunchShape::shared_bytes`)",
+                    "{} can have at most {max} bytes of dynamic shared memory per block on this \
+                     device{statically}, and the launch asks for {}: launch with less (a test's \
+                     `shared = N`, `LaunchShape::shared_bytes`)",
+                    self.launched(kernel),
                     shape.shared_bytes
                 )))
             }
@@ -373,9 +389,10 @@ impl<P: Primitives> Module for LoadedModule<P> {
                     .and_then(|usage| usage.registers)
                     .map_or_else(String::new, |n| format!(" ({n} registers per thread)"));
                 return Err(BackendError::InvalidArgument(format!(
-                    "`{kernel}` can run at most {max} threads per block on this device\
-                     {registers}, and the launch asks for {asked}: launch fewer threads per \
-                     block (a test's `threads = N`), or make the kernel use fewer registers"
+                    "{} can run at most {max} threads per block on this device{registers}, and \
+                     the launch asks for {asked}: launch fewer threads per block (a test's \
+                     `threads = N`), or make the kernel use fewer registers",
+                    self.launched(kernel)
                 )));
             }
         }

@@ -361,6 +361,39 @@ fn device_memory_is_written_read_and_freed_through_the_module() {
 }
 
 #[test]
+fn a_refused_test_launch_names_the_test_not_its_kernel() {
+    let mut test = gpurun_abi::TestDesc::new("tests::uses_too_much");
+    test.kernel = "__gpurun_test_uses_too_much_79dd".into();
+    let image = image(&ImageSpec::with_tests(vec![test.clone()]));
+    let script = Script {
+        kernels: [(test.kernel.clone(), vec![print("ran\n")])]
+            .into_iter()
+            .collect(),
+        max_shared_bytes: [(test.kernel.clone(), 4096)].into_iter().collect(),
+        max_block_threads: [(test.kernel.clone(), 256)].into_iter().collect(),
+        ..Script::default()
+    };
+    let backend = ScriptedBackend::new(script);
+    let mut device = backend.open(0).unwrap();
+    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+    let mut sink = Collect::default();
+    for shape in [
+        LaunchShape::blocks(1).threads(32).shared_bytes(8192),
+        LaunchShape::blocks(1).threads(512),
+    ] {
+        let error = module
+            .launch(&test.kernel, shape, &[], None, &mut sink)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("test `tests::uses_too_much` can "),
+            "{error}"
+        );
+        assert!(!error.contains("__gpurun_test"), "{error}");
+    }
+}
+
+#[test]
 fn shared_memory_over_the_kernels_limit_is_refused_before_the_launch() {
     let (_, image) = setup(vec![]);
     let script = Script {
