@@ -748,6 +748,77 @@ fn ptxas_errors_and_ptxas_crashes_fail_the_build() {
     );
 }
 
+#[cfg(unix)]
+#[test]
+fn debug_cubins_are_compiled_fast_where_ptxas_can_and_release_ones_fully() {
+    let _lock = lock_fixtures();
+    if nightly().is_none() {
+        return;
+    }
+    let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-ptxas-arguments.log");
+    // Records its arguments and writes the cubin it is asked for; `--help` lists the fast
+    // option only in the `new` variant, as ptxas 12.8 and later do.
+    let recording = |name: &str, help: &str| {
+        fake_ptxas(
+            name,
+            &format!(
+                "if [ \"$1\" = --help ]; then echo '{help}'; exit 0; fi\n\
+                 echo \"$*\" >>'{}'\n\
+                 while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then echo fake >\"$2\"; fi; shift; done",
+                log.display()
+            ),
+        )
+    };
+    let new = recording("new-ptxas", "--Ofast-compile <0|min|mid|max>   (-Ofc)");
+    let old = recording("old-ptxas", "--opt-level <N>   (-O)");
+    let manifest = fixtures_manifest();
+    let mut written = Vec::new();
+    for (ptxas, release, fast) in [
+        (&new, false, true),
+        (&new, true, false),
+        (&old, false, false),
+    ] {
+        // A fresh PTX build output, so that the cubin is assembled again.
+        let _ = std::fs::remove_file(&log);
+        let images = build_json(
+            "bare-kernel",
+            "nvptx",
+            if release { &["--release"] } else { &[] },
+        );
+        let cubin = image_path(&images[0], "path").with_extension("cubin");
+        let _ = std::fs::remove_file(&cubin);
+        let mut args = vec![
+            "build",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+            "-p",
+            "bare-kernel",
+        ];
+        if release {
+            args.push("--release");
+        }
+        let output = gpurun(&args, &[(toolchain::PTXAS_ENV, ptxas)]);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let arguments = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(
+            arguments.contains("--Ofast-compile=max"),
+            fast,
+            "release {release}, {}: {arguments}",
+            ptxas.display()
+        );
+        assert!(arguments.contains("-arch=sm_"), "{arguments}");
+        written.push(cubin);
+    }
+    // The fakes' cubins must not stand in for real ones in later builds.
+    for cubin in written {
+        let _ = std::fs::remove_file(cubin);
+    }
+}
+
 /// A toolchain that is installed but lacks rust-src or llvm-tools, to exercise installing them.
 fn toolchain_missing_components() -> Option<String> {
     for name in ["stable", "1.95.0"] {

@@ -432,7 +432,7 @@ impl CargoBuild<'_> {
                 let text = read(&path)?;
                 let summary = validate::check_ptx(&text).map_err(invalid)?;
                 if let Some(arch) = self.arch {
-                    cubin = assemble_cubin(&path, arch)?;
+                    cubin = assemble_cubin(&path, arch, self.opts.release)?;
                 }
                 summary.entries
             }
@@ -527,9 +527,10 @@ fn read(path: &Path) -> Result<String, BuildError> {
     })
 }
 
-/// `<ptx stem>.cubin` next to the PTX, assembled by ptxas unless it is already newer than the PTX.
-/// Returns `None` (no cubin) when ptxas is not installed.
-fn assemble_cubin(ptx: &Path, arch: &str) -> Result<Option<PathBuf>, BuildError> {
+/// `<ptx stem>.cubin` next to the PTX, assembled by ptxas unless it is already newer than the PTX:
+/// fully optimized for a release build, compiled fast for a debug one where ptxas can (see
+/// [`validate::PtxasOptimization`]). Returns `None` (no cubin) when ptxas is not installed.
+fn assemble_cubin(ptx: &Path, arch: &str, release: bool) -> Result<Option<PathBuf>, BuildError> {
     let cubin = ptx.with_extension("cubin");
     if is_newer(&cubin, ptx) {
         return Ok(Some(cubin));
@@ -541,7 +542,12 @@ fn assemble_cubin(ptx: &Path, arch: &str) -> Result<Option<PathBuf>, BuildError>
     };
     // A ptxas crash fails the build too: the driver's JIT is the same compiler generation, so
     // it would likely crash the process that loads the PTX (docs/abi.md, "ptxas").
-    match validate::assemble_ptx(&ptxas, ptx, arch, &cubin) {
+    let optimization = if release || !validate::ptxas_has_fast_compile(&ptxas) {
+        validate::PtxasOptimization::Full
+    } else {
+        validate::PtxasOptimization::FastCompile
+    };
+    match validate::assemble_ptx_as(&ptxas, ptx, arch, &cubin, optimization) {
         Ok(()) => Ok(Some(cubin)),
         Err(err) => Err(BuildError::Ptxas {
             ptx: ptx.to_owned(),
