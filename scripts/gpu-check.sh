@@ -89,6 +89,8 @@ esac
 # test at a time, as CuPy launches), print-throughput and printf_lines with 0 and N bytes,
 # rpc-latency with 0 and N round trips. 1024 threads run as 4 blocks of 256: print-throughput's
 # `_start` needs 72 registers per thread (ptxas, sm_90), too many for 1024 threads in one block.
+# FIXTURE-debug is FIXTURE's debug build (what `cargo gpurun test` runs; its cubin assembled fast,
+# see gpurun-build's PtxasOptimization), every other image a release build.
 # launch-checks: a panic deep in a call stack must come back with its message under the default
 # stack (the recursion's depth is unknown to the compiler, so the loader's default must hold
 # it), launches of ten shapes in one module must each see their own block and grid dims, and 64
@@ -110,7 +112,10 @@ run|shared-memory|||0|60
 run|launch-checks||deep_panic|0|60
 run|launch-checks||dims_ --test-threads 1|0|60
 run|launch-checks||barrier_heavy|0|60
+run|launch-checks||float_assert|0|60
 run|launch-checks||--include-ignored --exact partial_warp_probe --nocapture|any|30
+run|launch-checks-debug|||0|90
+run|basic-debug|||101|60
 launch|host-app-kernels|||0|60
 kernels|real-kernels|||0|90
 run|concurrency||--test-threads 8|0|90
@@ -221,7 +226,8 @@ glibc_needed() {
 BUNDLE_PROGRAMS="cargo-gpurun launch-check recovery-check real-kernels-check hal-tests"
 
 build_bundle() {
-    local dir="$1" json target_dir fixture image cubin hal_tests packages=() missing=0
+    local dir="$1" json debug_json="" target_dir fixture image cubin hal_tests missing=0
+    local -a packages=() debug_packages=()
     [[ -n "$arch" ]] || arch=$(detect_arch)
     rm -rf "$dir/images" "$dir/images.tar.xz"
     mkdir -p "$dir/images" || exit 2
@@ -244,16 +250,24 @@ for line in sys.stdin:
     cp "$target_dir/release/examples/recovery_check" "$dir/recovery-check" || exit 2
     cp "$target_dir/release/real-kernels-check" "$dir/real-kernels-check" || exit 2
     cp "$hal_tests" "$dir/hal-tests" || exit 2
-    for fixture in $(fixture_names); do packages+=(-p "$fixture"); done
+    for fixture in $(fixture_names); do
+        [[ "$fixture" == *-debug ]] && debug_packages+=(-p "${fixture%-debug}") || packages+=(-p "$fixture")
+    done
     echo "gpu-check: building ${#packages[@]} fixture packages for $arch (release)" >&2
     json=$("$dir/cargo-gpurun" gpurun build --manifest-path "$root/fixtures/Cargo.toml" \
         "${packages[@]}" --target "$triple" --arch "$arch" --release --message-format json) || exit 2
+    if ((${#debug_packages[@]})); then
+        echo "gpu-check: building ${#debug_packages[@]} fixture packages for $arch (debug)" >&2
+        debug_json=$("$dir/cargo-gpurun" gpurun build --manifest-path "$root/fixtures/Cargo.toml" \
+            "${debug_packages[@]}" --target "$triple" --arch "$arch" --message-format json) || exit 2
+    fi
     for fixture in $(fixture_names); do
         read -r image cubin < <(python3 -c 'import json,sys
 for line in sys.stdin:
     v = json.loads(line)
     if v.get("reason") == "gpurun-image" and v.get("kind") == "lib" and v.get("package") == sys.argv[1]:
-        print(v["path"], v.get("cubin") or "-"); break' "$fixture" <<<"$json")
+        print(v["path"], v.get("cubin") or "-"); break' "${fixture%-debug}" \
+            <<<"$([[ "$fixture" == *-debug ]] && echo "$debug_json" || echo "$json")")
         [[ -n "${image:-}" ]] || { echo "gpu-check: no image reported for $fixture" >&2; exit 2; }
         cp -p "$image" "$dir/images/$fixture.$ext" || exit 2
         if [[ "$target" == nvptx ]]; then
@@ -471,6 +485,10 @@ judge() {
         run:basic)
             problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)"
             [[ -n "$launch$args" ]] || M[basic_ms]=$ms ;;
+        run:basic-debug) problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)" ;;
+        run:launch-checks-debug)
+            problem=$(check_all_passed "$log.out") || verdict="BAD OUTPUT ($problem)"
+            measured="debug build, cubin assembled fast" ;;
         jit:basic)
             problem=$(check_basic_output "$log.out") || verdict="BAD OUTPUT ($problem)"
             measured="PTX JIT-compiled by the driver"
@@ -491,6 +509,9 @@ judge() {
                         measured="exit $got: $measured"
                     fi ;;
                 dims_*) problem=$(check_all_passed "$log.out" 10) || verdict="BAD OUTPUT ($problem)" ;;
+                float_assert)
+                    problem=$(check_all_passed "$log.out" 1) || verdict="BAD OUTPUT ($problem)"
+                    measured="f32 values in the message" ;;
                 *) problem=$(check_all_passed "$log.out" 1) || verdict="BAD OUTPUT ($problem)" ;;
             esac ;;
         recovery:*)
@@ -866,7 +887,7 @@ passed() { echo "test result: ok. $1 passed; 0 failed; 0 ignored; 0 measured; 0 
 case "$kind:$image" in
     run:args-env-exit) case "$1" in exit) exit 3 ;; return) exit 5 ;; abort) exit 134 ;; esac ;;
     run:panics) exit 1 ;;
-    run:basic)
+    run:basic|run:basic-debug)
         for name in passes fails_with_assert should_panic_expected_differs should_panic_but_returns \
             one_thread_panics grid_ids_are_in_range; do
             case "$name" in
@@ -892,12 +913,13 @@ case "$kind:$image" in
         echo "a real failure after the hang"
         exit 101 ;;
     run:hello) echo "hello from thread 0 of block 0"; exit 0 ;;
-    run:device-ops|run:shared-memory) tests a=ok b=ok; passed 2; exit 0 ;;
+    run:device-ops|run:shared-memory|run:launch-checks-debug) tests a=ok b=ok; passed 2; exit 0 ;;
     run:launch-checks)
         case "$1" in
             deep_panic) echo "test deep_panic_is_reported - should panic ... ok"; passed 1 ;;
             dims_) for n in 0 1 2 3 4 5 6 7 8 9; do echo "test dims_$n ... ok"; done; passed 10 ;;
             barrier_heavy) tests barrier_heavy=ok; passed 1 ;;
+            float_assert) echo "test float_assert_keeps_the_values - should panic ... ok"; passed 1 ;;
             *) echo "partial-warp: lanes 0xffffffff active 0xffff ballot 0xffff shuffle-from-missing 47"
                passed 1 ;;
         esac
@@ -1007,9 +1029,12 @@ self_test_checks() {
     done
     grep -Eq "^run +launch-checks +- +--include-ignored --exact partial_warp_probe --nocapture +any .* exit 0: lanes 0xffffffff active 0xffff .* ok$" <<<"$table" ||
         { fail "the partial-warp probe's line is not recorded"; return; }
-    for name in device-ops shared-memory; do
+    for name in device-ops shared-memory launch-checks-debug; do
         grep -Eq "^run +$name +- +- +0 .* ok$" <<<"$table" || { fail "no $name row"; return; }
     done
+    grep -Eq "^run +basic-debug +- +- +101 .* ok$" <<<"$table" || { fail "no debug basic row"; return; }
+    grep -Eq "^run +launch-checks +- +float_assert +0 .* f32 values in the message +ok$" <<<"$table" ||
+        { fail "no float assert row"; return; }
     if [[ "$target" == amdgcn ]]; then
         # No CUDA baselines, no CUDA-only rows.
         [[ $(grep -Ec ' start-up +ok$' <<<"$table") == 3 ]] || { fail "expected 3 start-up rows"; return; }
