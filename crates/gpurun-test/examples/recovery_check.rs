@@ -38,7 +38,10 @@ fn main() -> ExitCode {
     };
 
     step("panic", open(image).and_then(|gpu| expect_panic(&gpu)));
-    step("panic-after-reset", open(image).and_then(|gpu| expect_panic(&gpu)));
+    step(
+        "panic-after-reset",
+        open(image).and_then(|gpu| expect_panic(&gpu)),
+    );
     match open(image) {
         Ok(faulted) => {
             step("fault", expect_fault(&faulted));
@@ -74,7 +77,11 @@ fn expect_panic(gpu: &Gpu) -> Result<String, String> {
         .buffer_from(&[1u32, 1, 1, 0, 1, 1, 1, 1])
         .map_err(|e| e.to_string())?;
     let mut out = gpu.buffer::<u32>(8).map_err(|e| e.to_string())?;
-    match gpu.launch("divide", LaunchShape::SINGLE.threads(8), (&num, &den, &mut out, 8usize)) {
+    match gpu.launch(
+        "divide",
+        LaunchShape::SINGLE.threads(8),
+        (&num, &den, &mut out, 8usize),
+    ) {
         Err(Error::Panicked(panic)) if panic.report.message.contains("divide by zero") => {
             Ok(format!("thread {:?}", panic.report.thread))
         }
