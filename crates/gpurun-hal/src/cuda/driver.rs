@@ -283,6 +283,13 @@ pub(crate) mod calls {
     }
 
     /// The per-thread stack size of the current context.
+    pub(crate) fn context_stack_size() -> Result<usize, DriverError> {
+        result::ctx::get_limit(sys::CUlimit::CU_LIMIT_STACK_SIZE)
+            .map_err(named("cuCtxGetLimit(CU_LIMIT_STACK_SIZE)"))
+    }
+
+    /// Sets the per-thread stack size of the current context. The driver waits for every
+    /// running kernel of the context to end first.
     pub(crate) fn context_set_stack_size(bytes: usize) -> Result<(), DriverError> {
         result::ctx::set_limit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
             .map_err(named("cuCtxSetLimit(CU_LIMIT_STACK_SIZE)"))

@@ -11,8 +11,12 @@
 //!   nvrtc and passes no JIT options, hence the `sys` layer).
 //! - Host memory the device reads (RPC buffer, argv/envp, return value, ctor arrays) is
 //!   `cuMemHostAlloc(PORTABLE | DEVICEMAP)`, zeroed, never write-combined (see `memory`).
-//! - The per-thread stack is set once per context before any module loads ([`DEFAULT_STACK_SIZE`]
-//!   unless `--stack-size` says otherwise).
+//! - The per-thread stack is a limit of the context: after each module loads (before anything of
+//!   it launches), the context's limit is read and raised where it is below what the module wants:
+//!   `--stack-size`, else 16 KiB ([`STACK_BEYOND_FRAMES`]) beyond its kernels' largest static
+//!   frame, kept within an eighth of the device's memory ([`automatic_stack_size`]). Read every
+//!   time because a primary context made again starts over at the driver's 1 KiB; never lowered,
+//!   and never set needlessly, since setting it waits for the context's running kernels.
 //! - Kernels run on a non-blocking stream; RPC `malloc`/`free` use a second one so they cannot
 //!   wait behind the running kernel. Without memory pools, frees wait until the launch has
 //!   ended (`cuMemFree` synchronizes with the context). With `CUDA_LAUNCH_BLOCKING=1` the
@@ -34,7 +38,10 @@ mod memory;
 mod primitives;
 mod timing;
 
-pub use device::{driver_version_text, sm_arch, sm_number, CudaDevice, DEFAULT_STACK_SIZE};
+pub use device::{
+    automatic_stack_size, driver_version_text, sm_arch, sm_number, CudaDevice, StackRoom,
+    STACK_BEYOND_FRAMES, STACK_MEMORY_SHARE,
+};
 pub use driver::NO_DRIVER;
 pub use image::{choose_image, ImageChoice};
 pub use primitives::{CudaPrimitives, ImageFacts};
@@ -90,6 +97,7 @@ fn image_facts(image: &Image) -> Result<ImageFacts<'_>, BackendError> {
         bytes: image.bytes(),
         is_cubin,
         globals: image.globals().iter().map(|g| g.name.as_str()).collect(),
+        kernels: image.kernels().iter().map(|k| k.name.as_str()).collect(),
         ptx_target: image.ptx_target(),
         ptx_version: image.ptx_version(),
         ctors: ctors.iter().map(|g| g.name.as_str()).collect(),
