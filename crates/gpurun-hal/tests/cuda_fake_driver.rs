@@ -74,6 +74,11 @@ const TEST_PTX: &str = "\
 }
 ";
 
+/// [`TEST_PTX`] with LLVM libc's clock frequency global, which the loader fills in.
+fn clock_ptx() -> String {
+    format!("{TEST_PTX}\n.visible .global .align 8 .u64 __llvm_libc_clock_freq;\n")
+}
+
 const SHAPE: LaunchShape = LaunchShape::grid([2, 1, 1], [64, 1, 1]);
 
 /// The fake driver, built once per test process and linked as `libcuda.so` into a directory
@@ -236,6 +241,10 @@ fn fake_driver_child() {
                 drop(device.load(&image, options).unwrap());
             }
         }
+        "clock" => {
+            let clock = Image::parse(clock_ptx().into_bytes(), None).unwrap();
+            drop(device.load(&clock, &LoadOptions::default()).unwrap());
+        }
         "limit_fails" => {
             let error = device
                 .load(&image, &LoadOptions::default())
@@ -354,7 +363,8 @@ fn fake_driver_child() {
 /// a second module, for which the limit already suffices, reads it and leaves it. Also the
 /// launch itself: non-blocking streams, the block limit asked once before the first launch, the
 /// packed parameters, the kernel running until its stream says it is done, and the teardown
-/// order.
+/// order; and no global is looked up that the image does not declare (LLVM libc's clock
+/// frequency, the RPC client: a failed lookup is an error under compute-sanitizer).
 #[test]
 fn stack_is_raised_once_per_context() {
     let calls = run(
@@ -403,6 +413,10 @@ fn stack_is_raised_once_per_context() {
     assert!(
         current.iter().any(|&at| retain < at && at < reads[0]),
         "the context is current when its stack is set: {calls:#?}"
+    );
+    assert!(
+        positions(&calls, "cuModuleGetGlobal", "").is_empty(),
+        "globals the image lacks are looked up: {calls:#?}"
     );
     // The JIT's logs are asked for.
     assert!(calls[loads[0]]
@@ -494,10 +508,30 @@ fn stack_is_raised_once_per_context() {
         "{calls:#?}"
     );
     assert!(
-        calls.iter().all(|call| call.status == "CUDA_SUCCESS"
-            || call.status == "CUDA_ERROR_NOT_READY"
-            || (call.function == "cuModuleGetGlobal" && call.status == "CUDA_ERROR_NOT_FOUND")),
+        calls
+            .iter()
+            .all(|call| call.status == "CUDA_SUCCESS" || call.status == "CUDA_ERROR_NOT_READY"),
         "unexpected failures: {calls:#?}"
+    );
+}
+
+/// An image that declares LLVM libc's clock frequency gets it looked up and written (8 bytes,
+/// on the kernels' stream); [`stack_is_raised_once_per_context`] checks that an image without it
+/// is not asked for it.
+#[test]
+fn clock_frequency_is_written_where_the_image_declares_it() {
+    let calls = run("clock", &[]);
+    let lookup = first(&calls, "cuModuleGetGlobal", "name=__llvm_libc_clock_freq");
+    assert_eq!(calls[lookup].status, "CUDA_SUCCESS");
+    let write = first(
+        &calls,
+        "cuMemcpyHtoDAsync",
+        "to=__llvm_libc_clock_freq bytes=8",
+    );
+    assert!(lookup < write);
+    assert!(
+        positions(&calls, "cuModuleGetGlobal", "name=__llvm_rpc_client").is_empty(),
+        "{calls:#?}"
     );
 }
 
