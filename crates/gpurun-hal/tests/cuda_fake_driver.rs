@@ -4,7 +4,8 @@
 //!
 //! Each scenario runs in a child process (this test binary again, `fake_driver_child`, through
 //! the `Backend` API; or `cargo gpurun run`, through the real worker): the dynamic loader reads
-//! `LD_LIBRARY_PATH` at process start, and `cuInit` happens once per process.
+//! `LD_LIBRARY_PATH` at process start, `cuInit` happens once per process, and a kernel fault
+//! ends the driver's use for the rest of the process.
 
 #![cfg(target_os = "linux")]
 
@@ -190,6 +191,11 @@ fn fake_driver_child() {
         println!("scenario done");
         return;
     }
+    if scenario == "fault_ends_the_process" {
+        fault_ends_the_process(&image);
+        println!("scenario done");
+        return;
+    }
     if scenario == "memory_pools" {
         // The RPC heap, which only a running kernel's `malloc` reaches: through the
         // primitives of a module, as the launch loop calls them.
@@ -355,6 +361,84 @@ fn fake_driver_child() {
     }
     drop(device);
     println!("scenario done");
+}
+
+/// A kernel faults in one module while a second device (the same primary context, retained
+/// again) has a module with a buffer, and a third has none: afterwards that module launches,
+/// copies and allocates nothing, the third device loads nothing, and the device cannot be
+/// opened again, each refused with the one error that names the fault, before any driver call.
+fn fault_ends_the_process(image: &Image) {
+    let mut faulting = CudaBackend.open(0).expect("the fake driver opens");
+    let mut other = CudaBackend.open(0).expect("the fake driver opens twice");
+    let mut spare = CudaBackend.open(0).expect("the fake driver opens thrice");
+    let mut sink = Collect::default();
+    let (mut module, out) = load_with_output(faulting.as_mut(), image);
+    let (mut beside, buffer) = load_with_output(other.as_mut(), image);
+    let end = launch_store(module.as_mut(), SHAPE, out, &mut sink).unwrap();
+    assert!(matches!(end, LaunchEnd::Faulted(_)), "{end:?}");
+    let earlier = |error: BackendError| match error {
+        BackendError::EarlierFault {
+            backend,
+            kernel,
+            fault,
+        } => {
+            assert_eq!(backend, gpurun_hal::BackendKind::Cuda);
+            assert_eq!(kernel, "gpurun_store");
+            assert!(fault.starts_with("CUDA_ERROR_ILLEGAL_ADDRESS"), "{fault}");
+        }
+        other => panic!("expected the earlier fault, got {other:?}"),
+    };
+    earlier(launch_store(beside.as_mut(), SHAPE, buffer, &mut sink).unwrap_err());
+    earlier(beside.write_device(buffer, &[1; 4]).unwrap_err());
+    earlier(beside.read_device(buffer, 4).unwrap_err());
+    earlier(beside.alloc_device(4).unwrap_err());
+    earlier(beside.alloc_shared(4).unwrap_err());
+    earlier(spare.load(image, &LoadOptions::default()).err().unwrap());
+    earlier(CudaBackend.open(0).err().unwrap());
+    earlier(CudaDevice::open(0).err().unwrap());
+    // The text says what happened, for whoever reads only the message.
+    let text = CudaBackend.open(0).err().unwrap().to_string();
+    assert!(
+        text.contains("kernel `gpurun_store` faulted earlier (CUDA_ERROR_ILLEGAL_ADDRESS")
+            && text.contains("refuses all work in the process"),
+        "{text}"
+    );
+    // Leaving without tearing anything down, as a worker does after a fault.
+    std::mem::forget(module);
+    std::mem::forget(beside);
+    std::mem::forget((faulting, other, spare));
+}
+
+/// After a kernel fault nothing more reaches the driver: the fault's launch is the last
+/// `cuLaunchKernel`, the module beside it copies nothing more, and no module loads and no
+/// context is retained again, however the device is opened.
+#[test]
+fn fault_ends_the_process_use_of_the_driver() {
+    let calls = run(
+        "fault_ends_the_process",
+        &[(KERNEL_FAULT_ENV, "CUDA_ERROR_ILLEGAL_ADDRESS")],
+    );
+    let launches = positions(&calls, "cuLaunchKernel", "");
+    assert_eq!(launches.len(), 1, "{calls:#?}");
+    let fault = first(&calls, "cuStreamQuery", "");
+    assert_eq!(calls[fault].status, "CUDA_ERROR_ILLEGAL_ADDRESS");
+    assert_eq!(positions(&calls, "cuModuleLoadDataEx", "").len(), 2);
+    assert_eq!(positions(&calls, "cuDevicePrimaryCtxRetain", "").len(), 3);
+    for function in [
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyDtoHAsync",
+        "cuMemAlloc",
+        "cuMemHostAlloc",
+        "cuModuleLoadDataEx",
+        "cuDevicePrimaryCtxRetain",
+        "cuDeviceGet",
+    ] {
+        let late: Vec<&Call> = calls[fault..]
+            .iter()
+            .filter(|call| call.function == function)
+            .collect();
+        assert!(late.is_empty(), "{function} after the fault: {late:#?}");
+    }
 }
 
 /// Without `--stack-size`, each module load reads the context's stack limit and raises it,

@@ -3,6 +3,7 @@
 use super::driver::{calls, init, Driver, DriverError};
 use crate::{BackendError, BackendKind, DeviceInfo};
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdevice_attribute};
+use std::sync::OnceLock;
 
 /// `sm_NN` for a compute capability.
 pub fn sm_arch(major: i32, minor: i32) -> String {
@@ -126,21 +127,65 @@ pub fn automatic_stack_size(largest_frame: u64, room: Option<StackRoom>) -> usiz
     usize::try_from(bytes).unwrap_or(usize::MAX)
 }
 
+/// The first kernel fault of this process on CUDA: which kernel, and the driver's error.
+#[derive(Debug)]
+struct ProcessFault {
+    kernel: String,
+    fault: String,
+}
+
+/// Set once a kernel of this process faulted. Measured on an H200 (driver 580): after a kernel
+/// fault (`CUDA_ERROR_ILLEGAL_ADDRESS`) every context of the process is dead and no new one can
+/// be had. Retaining the primary context again after its last release, resetting it, or creating
+/// a fresh context with `cuCtxCreate` all fail with the fault's error, as does loading a module
+/// into a context retained before. So the backend refuses everything after a fault with one clear
+/// error ([`refuse_after_fault`]) instead of the driver's echo of the fault from an unrelated
+/// call.
+static PROCESS_FAULT: OnceLock<ProcessFault> = OnceLock::new();
+
+/// Records that `kernel` ended with `error`, if it is a fault that kills the process's use of the
+/// driver (a sticky error); the first such fault is the one reported afterwards.
+pub(crate) fn record_fault(kernel: &str, error: &DriverError) {
+    if error.is_sticky() {
+        let _ = PROCESS_FAULT.set(ProcessFault {
+            kernel: kernel.to_owned(),
+            fault: error.describe(),
+        });
+    }
+}
+
+/// [`BackendError::EarlierFault`] once a kernel of this process has faulted.
+pub(crate) fn refuse_after_fault() -> Result<(), BackendError> {
+    match PROCESS_FAULT.get() {
+        Some(fault) => Err(BackendError::EarlierFault {
+            backend: BackendKind::Cuda,
+            kernel: fault.kernel.clone(),
+            fault: fault.fault.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// One device with its primary context retained (released on drop).
 pub struct CudaDevice {
     pub(crate) handle: CUdevice,
     pub(crate) context: CUcontext,
     pub(crate) info: DeviceInfo,
     /// Set when a module saw a fault or a timeout: the context may still be running a kernel
-    /// that never ends, so it is not released (the process exit does that).
+    /// that never ends, so it is not released (the process exit does that). After a timeout the
+    /// process's CUDA still works (a kernel spinning forever does not stop a fresh context made
+    /// beside it, measured on an H200), but this context cannot be reset under the kernel:
+    /// `cuDevicePrimaryCtxReset` did not return for as long as the kernel ran.
     pub(crate) poisoned: std::cell::Cell<bool>,
 }
 
 impl CudaDevice {
     /// Opens device `ordinal`: its primary context, retained until the device is dropped.
     /// [`super::CudaBackend`]'s `open` wraps this; its [`crate::module::LoadPrimitives`] gives
-    /// an image's primitives without the shared module (for tests of the driver calls).
+    /// an image's primitives without the shared module (for tests of the driver calls). Refused
+    /// without a driver call once a kernel of this process faulted ([`BackendError::EarlierFault`]).
     pub fn open(ordinal: usize) -> Result<CudaDevice, BackendError> {
+        refuse_after_fault()?;
         let info = describe(ordinal)?;
         let handle = device_handle(ordinal)?;
         let context = calls::primary_context_retain(handle)?;

@@ -25,7 +25,11 @@
 //!   memory, start a launch, its state from `cuStreamQuery`); serving RPC, deadlines and how a
 //!   launch ends are the shared loop's (`crate::launch_loop`). A sticky error (illegal address, trap,
 //!   ...) is a fault; after a fault or a timeout dropping the module leaks instead of waiting on
-//!   a kernel that may never end, and the worker process is replaced.
+//!   a kernel that may never end, and the worker process is replaced. A fault ends the driver's
+//!   use for the whole process (no context works again, measured), so the first one is recorded
+//!   and everything after it, on any device or module, is refused with
+//!   [`BackendError::EarlierFault`] before the driver is called (`device`). A timeout does not:
+//!   the kernel keeps running, its context is kept (never released or reset under it).
 //! - `CUDA_VISIBLE_DEVICES` is applied by the driver itself: ordinals are those it leaves.
 //! - A launch's device time is the time between two timing events of its module recorded on
 //!   its stream right before and after `cuLaunchKernel` (`timing`).

@@ -1,7 +1,7 @@
 //! A loaded image: the CUDA module, its streams and everything else the seed loader sets up
 //! before the first launch (constructor arrays); the primitives the shared module runs on.
 
-use super::device::{automatic_stack_size, CudaDevice};
+use super::device::{automatic_stack_size, refuse_after_fault, CudaDevice};
 use super::driver::{calls, runtime, DriverError};
 use super::image::{
     check_ptx_target, choose_image, cubin_arch, pack_init_arrays, ImageChoice, GLOBALTIMER_HZ,
@@ -77,6 +77,7 @@ pub(crate) fn load<'d>(
     facts: &ImageFacts<'_>,
     stack_size: Option<usize>,
 ) -> Result<CudaPrimitives<'d>, BackendError> {
+    refuse_after_fault()?;
     device.make_current()?;
     let module = load_module(device, facts)?;
     // From here on, dropping `loaded` on an error releases everything made so far.
@@ -314,7 +315,10 @@ impl CudaPrimitives<'_> {
         Ok(())
     }
 
+    /// Refuses driver work after a fault anywhere in the process ([`refuse_after_fault`]), and
+    /// work on a stream that may wait behind a kernel that never ends.
     fn check_stream_usable(&self) -> Result<(), BackendError> {
+        refuse_after_fault()?;
         if self.device.poisoned.get() {
             return Err(runtime(
                 "the context may still run a faulted or timed-out kernel: no more copies",
@@ -473,6 +477,7 @@ impl Primitives for CudaPrimitives<'_> {
     }
 
     fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        refuse_after_fault()?;
         self.device.make_current()?;
         let block = PinnedHost::new(size)?;
         let alloc = SharedAlloc {
@@ -529,6 +534,7 @@ impl Primitives for CudaPrimitives<'_> {
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
+        refuse_after_fault()?;
         self.device.make_current()?;
         // Frees the device asked for during the last launch (see `DeviceHeap::free`).
         self.heap.release_deferred();
@@ -544,7 +550,11 @@ impl Primitives for CudaPrimitives<'_> {
             args_size,
             events: self.events,
         };
-        Ok(Box::new(CudaLaunch::start(raw, self.launch_blocking)?))
+        Ok(Box::new(CudaLaunch::start(
+            raw,
+            kernel,
+            self.launch_blocking,
+        )?))
     }
 
     fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage> {
