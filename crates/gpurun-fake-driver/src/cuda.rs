@@ -86,7 +86,7 @@ const CONTEXT: usize = 0xc000;
 pub const JIT_ERROR_TEXT: &str = "ptxas fatal   : failure chosen by the fake driver";
 
 /// Statuses a test may name in [`FAIL_ENV`] or [`KERNEL_FAULT_ENV`].
-const NAMED_STATUSES: [CUresult; 16] = [
+const NAMED_STATUSES: [CUresult; 17] = [
     CUresult::CUDA_ERROR_INVALID_VALUE,
     CUresult::CUDA_ERROR_OUT_OF_MEMORY,
     CUresult::CUDA_ERROR_NOT_INITIALIZED,
@@ -103,6 +103,7 @@ const NAMED_STATUSES: [CUresult; 16] = [
     CUresult::CUDA_ERROR_LAUNCH_TIMEOUT,
     CUresult::CUDA_ERROR_ASSERT,
     CUresult::CUDA_ERROR_UNKNOWN,
+    CUresult::CUDA_ERROR_STUB_LIBRARY,
 ];
 
 /// The status called `name`; an unknown name is recorded and reads as `CUDA_ERROR_UNKNOWN`, so

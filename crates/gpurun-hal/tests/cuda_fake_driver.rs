@@ -12,7 +12,7 @@
 mod common;
 
 use common::{cargo_build, fake_driver_library, first, positions, read_calls, Call};
-use gpurun_hal::cuda::{CudaBackend, CudaDevice, STACK_BEYOND_FRAMES};
+use gpurun_hal::cuda::{CudaBackend, CudaDevice, STACK_BEYOND_FRAMES, STUB_DRIVER};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::kernel_args::KernelArg;
 use gpurun_hal::module::{LoadPrimitives, Primitives};
@@ -181,6 +181,22 @@ const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
 fn fake_driver_child() {
     let scenario = std::env::var(SCENARIO_ENV).expect("started by a fake-driver test");
     let image = the_image();
+    if scenario == "stub" {
+        // The toolkit's stub answers cuInit with CUDA_ERROR_STUB_LIBRARY.
+        match CudaBackend.devices() {
+            Err(BackendError::NotAvailable(text)) => {
+                assert!(
+                    text.starts_with(STUB_DRIVER)
+                        && text.contains("/libcuda.so`")
+                        && text.contains("LD_LIBRARY_PATH"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected the stub library to be named, got {other:?}"),
+        }
+        println!("scenario done");
+        return;
+    }
     if scenario == "made_again" {
         // Every retain of the primary context released, then a new one: the driver makes the
         // context again, with its own stack limit.
@@ -700,6 +716,18 @@ fn failed_stack_setting_stops_the_load() {
     assert_eq!(positions(&calls, "cuModuleLoadDataEx", "").len(), 1);
     assert!(set < first(&calls, "cuModuleUnload", ""), "{calls:#?}");
     assert!(positions(&calls, "cuLaunchKernel", "").is_empty());
+}
+
+/// A `libcuda.so` whose `cuInit` says it is the toolkit's stub is named as such, with the file
+/// it was loaded from and what to change.
+#[test]
+fn stub_library_is_named() {
+    let calls = run("stub", &[(FAIL_ENV, "cuInit=CUDA_ERROR_STUB_LIBRARY")]);
+    assert_eq!(calls[0].status, "CUDA_ERROR_STUB_LIBRARY");
+    assert!(
+        positions(&calls, "cuDeviceGetCount", "").is_empty(),
+        "{calls:#?}"
+    );
 }
 
 /// A JIT failure reports the driver's error and the JIT's error log.
