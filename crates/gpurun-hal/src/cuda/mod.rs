@@ -200,8 +200,10 @@ $L_spin:
         std::fs::create_dir_all(&dir).unwrap();
         let ptx = dir.join("hw.ptx");
         std::fs::write(&ptx, TEST_PTX).unwrap();
+        // The PTX's `.target` (sm_70) or, for a ptxas that dropped it, its oldest architecture.
+        let arch = format!("-arch=sm_{}", image::tests::oldest_arch(&ptxas));
         let output = std::process::Command::new(ptxas)
-            .args(["-arch=sm_70", "-o"])
+            .args([arch.as_str(), "-o"])
             .arg(dir.join("hw.cubin"))
             .arg(&ptx)
             .output()
