@@ -33,6 +33,14 @@
 //! - [`ELAPSED_MS_ENV`]: the milliseconds `cuEventElapsedTime` answers (`0.25`).
 //! - [`STATIC_SHARED_ENV`]: each kernel's static shared memory, `CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES`
 //!   (0).
+//! - [`LOCAL_BYTES_ENV`]: `kernel=bytes,...`: kernels' `CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES` (their
+//!   static frames; 0 for any other).
+//! - [`MEMORY_MIB_ENV`]: the device's memory in MiB (80 GiB).
+//!
+//! The primary context is counted as the real driver counts it: retained, released, and made
+//! again by the first retain after the last release. Its stack limit (`CU_LIMIT_STACK_SIZE`,
+//! `cuCtxGetLimit`/`cuCtxSetLimit`) starts at the driver's 1024 bytes each time it is made, as on
+//! an H200. The device holds 132 multiprocessors of 2048 threads.
 //!
 //! Shared memory as an H100 has it: 48 KiB per block by default
 //! (`CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK`), 227 KiB once a kernel opts in
@@ -62,6 +70,11 @@ pub const MEMORY_POOLS_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_POOLS";
 pub const MAX_THREADS_ENV: &str = "GPURUN_FAKE_CUDA_MAX_THREADS";
 pub const ELAPSED_MS_ENV: &str = "GPURUN_FAKE_CUDA_ELAPSED_MS";
 pub const STATIC_SHARED_ENV: &str = "GPURUN_FAKE_CUDA_STATIC_SHARED";
+pub const LOCAL_BYTES_ENV: &str = "GPURUN_FAKE_CUDA_LOCAL_BYTES";
+pub const MEMORY_MIB_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_MIB";
+
+/// The stack limit of a newly made primary context, as the real driver sets it.
+pub const DEFAULT_STACK_LIMIT: usize = 1024;
 
 /// Shared memory per block without and with a kernel's opt-in (an H100's).
 pub const SHARED_PER_BLOCK: i32 = 48 * 1024;
@@ -73,7 +86,7 @@ const CONTEXT: usize = 0xc000;
 pub const JIT_ERROR_TEXT: &str = "ptxas fatal   : failure chosen by the fake driver";
 
 /// Statuses a test may name in [`FAIL_ENV`] or [`KERNEL_FAULT_ENV`].
-const NAMED_STATUSES: [CUresult; 16] = [
+const NAMED_STATUSES: [CUresult; 17] = [
     CUresult::CUDA_ERROR_INVALID_VALUE,
     CUresult::CUDA_ERROR_OUT_OF_MEMORY,
     CUresult::CUDA_ERROR_NOT_INITIALIZED,
@@ -90,6 +103,7 @@ const NAMED_STATUSES: [CUresult; 16] = [
     CUresult::CUDA_ERROR_LAUNCH_TIMEOUT,
     CUresult::CUDA_ERROR_ASSERT,
     CUresult::CUDA_ERROR_UNKNOWN,
+    CUresult::CUDA_ERROR_STUB_LIBRARY,
 ];
 
 /// The status called `name`; an unknown name is recorded and reads as `CUDA_ERROR_UNKNOWN`, so
@@ -123,6 +137,17 @@ fn number_setting(name: &str, default: u64) -> u64 {
 /// Each kernel's static shared memory ([`STATIC_SHARED_ENV`]).
 fn static_shared() -> i32 {
     i32::try_from(number_setting(STATIC_SHARED_ENV, 0)).unwrap_or(0)
+}
+
+/// The static frame [`LOCAL_BYTES_ENV`] gives `kernel`.
+fn local_bytes(kernel: &str) -> i32 {
+    let setting = std::env::var(LOCAL_BYTES_ENV).unwrap_or_default();
+    setting
+        .split(',')
+        .filter_map(|entry| entry.trim().split_once('='))
+        .find(|(name, _)| *name == kernel)
+        .and_then(|(_, bytes)| bytes.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The dynamic shared memory `function` may launch with.
@@ -186,6 +211,10 @@ struct Event {
 #[derive(Default)]
 struct State {
     next_handle: usize,
+    /// Retains of the primary context not yet released.
+    primary_retains: u32,
+    /// The primary context's stack limit; `None` until set in the context made last.
+    stack_limit: Option<usize>,
     events: HashMap<usize, Event>,
     blocks: BTreeMap<u64, Block>,
     modules: HashMap<usize, Module>,
@@ -472,6 +501,8 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
                 A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR => 9,
                 A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR => 0,
                 A::CU_DEVICE_ATTRIBUTE_WARP_SIZE => 32,
+                A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT => 132,
+                A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR => 2048,
                 A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK => SHARED_PER_BLOCK,
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN => SHARED_PER_BLOCK_OPTIN,
@@ -489,8 +520,9 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice) -> CUresult {
     call("cuDeviceTotalMem", format!("device={device}"), || {
+        let bytes_total = number_setting(MEMORY_MIB_ENV, 80 << 10) << 20;
         // SAFETY: an out-pointer per the API.
-        unsafe { put(bytes, 80 << 30) }
+        unsafe { put(bytes, usize::try_from(bytes_total).unwrap_or(usize::MAX)) }
     })
 }
 
@@ -504,7 +536,11 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRetain(
         format!("device={device}"),
         || {
             // SAFETY: an out-pointer per the API.
-            unsafe { put(context, pointer_of(CONTEXT)) }
+            let status = unsafe { put(context, pointer_of(CONTEXT)) };
+            if status == CUresult::CUDA_SUCCESS {
+                state().primary_retains += 1;
+            }
+            status
         },
     )
 }
@@ -514,7 +550,19 @@ pub unsafe extern "C" fn cuDevicePrimaryCtxRelease_v2(device: CUdevice) -> CUres
     call(
         "cuDevicePrimaryCtxRelease",
         format!("device={device}"),
-        || CUresult::CUDA_SUCCESS,
+        || {
+            let mut state = state();
+            let Some(retains) = state.primary_retains.checked_sub(1) else {
+                return CUresult::CUDA_ERROR_INVALID_CONTEXT;
+            };
+            state.primary_retains = retains;
+            if retains == 0 {
+                // The context is destroyed; the next retain makes a new one, with the
+                // driver's limits.
+                state.stack_limit = None;
+            }
+            CUresult::CUDA_SUCCESS
+        },
     )
 }
 
@@ -531,8 +579,25 @@ pub unsafe extern "C" fn cuCtxSetCurrent(context: CUcontext) -> CUresult {
 }
 
 #[no_mangle]
+pub unsafe extern "C" fn cuCtxGetLimit(value: *mut usize, limit: CUlimit) -> CUresult {
+    let answer = match limit {
+        CUlimit::CU_LIMIT_STACK_SIZE => state().stack_limit.unwrap_or(DEFAULT_STACK_LIMIT),
+        _ => 0,
+    };
+    // SAFETY: an out-pointer per the API.
+    call(
+        "cuCtxGetLimit",
+        format!("{limit:?} value={answer}"),
+        || unsafe { put(value, answer) },
+    )
+}
+
+#[no_mangle]
 pub unsafe extern "C" fn cuCtxSetLimit(limit: CUlimit, value: usize) -> CUresult {
     call("cuCtxSetLimit", format!("{limit:?} value={value}"), || {
+        if limit == CUlimit::CU_LIMIT_STACK_SIZE {
+            state().stack_limit = Some(value);
+        }
         CUresult::CUDA_SUCCESS
     })
 }
@@ -942,6 +1007,11 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
                     i32::try_from(number_setting(MAX_THREADS_ENV, 1024)).unwrap_or(1024)
                 }
                 A::CU_FUNC_ATTRIBUTE_NUM_REGS => 64,
+                A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES => {
+                    let state = state();
+                    let name = state.functions.get(&handle).map(|(name, _)| name.as_str());
+                    local_bytes(name.unwrap_or_default())
+                }
                 A::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES => static_shared(),
                 A::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES => {
                     dynamic_shared_allowed(&state(), handle)

@@ -20,6 +20,17 @@ pub enum BackendError {
     /// A symbol or kernel the caller asked for is not in the loaded image.
     #[error("no {what} named `{name}` in the image")]
     MissingSymbol { what: &'static str, name: String },
+    /// A kernel of this process faulted earlier on a backend whose driver refuses all work in
+    /// the process after a fault (CUDA): nothing more can be loaded or run on it here.
+    #[error(
+        "{backend} backend: nothing more can run on the GPU in this process: kernel `{kernel}` \
+         faulted earlier ({fault}), and after a fault the driver refuses all work in the process"
+    )]
+    EarlierFault {
+        backend: BackendKind,
+        kernel: String,
+        fault: String,
+    },
     /// Bad arguments from the caller (sizes, shapes).
     #[error("{0}")]
     InvalidArgument(String),

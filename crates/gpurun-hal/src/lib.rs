@@ -116,12 +116,19 @@ impl DeviceInfo {
     }
 }
 
+/// Stack per thread, beyond its static frames, for a kernel whose call depth nothing can bound
+/// (recursion, indirect and `dyn` calls: `core::fmt`, which every panic message goes through):
+/// what LLVM's AMDGPU loader gives such kernels. The HSA backend adds it to a dynamic-stack
+/// kernel's private segment, the CUDA backend to the largest static frame of a module's kernels.
+pub const DYNAMIC_STACK_SIZE: u32 = 16 * 1024;
+
 /// Options that apply when an image is loaded.
 #[derive(Clone, Debug)]
 pub struct LoadOptions {
     /// RPC ports to create (clamped to the layout's maximum).
     pub rpc_ports: u32,
-    /// Per-thread stack size where the backend can set it (CUDA: `CU_LIMIT_STACK_SIZE`).
+    /// Per-thread stack size where the backend can set it (CUDA: the context's
+    /// `CU_LIMIT_STACK_SIZE` is raised to it); `None`: the backend's own choice.
     pub stack_size: Option<usize>,
     /// Lane size the host emulation uses (1, 32 or 64). Ignored by GPU backends.
     pub emulated_lane_size: u32,

@@ -200,21 +200,22 @@ impl<P: Primitives> LoadedModule<P> {
     /// Finishes loading `image`, which the backend has loaded into `primitives`: fills in the
     /// clock frequency and, when the image talks RPC, lays out the RPC buffer (for the image's
     /// tests, where the backend sizes it per launch) and writes the client into
-    /// `__llvm_rpc_client`.
+    /// `__llvm_rpc_client`. Only globals the image declares are looked up: a failed lookup is
+    /// an error to a tool that watches the driver (compute-sanitizer reports CUDA's
+    /// `CUDA_ERROR_NOT_FOUND` from `cuModuleGetGlobal` on every load of an image without them).
     pub fn new(
         mut primitives: P,
         image: &Image,
         options: &LoadOptions,
     ) -> Result<LoadedModule<P>, BackendError> {
         if let Some(hz) = primitives.clock_frequency() {
-            if primitives
-                .global_size(symbols::CLOCK_FREQ)
+            if declared_global_size(&primitives, image, symbols::CLOCK_FREQ)
                 .is_some_and(|size| size >= 8)
             {
                 primitives.write_global(symbols::CLOCK_FREQ, &hz.to_le_bytes())?;
             }
         }
-        let rpc = match primitives.global_size(symbols::RPC_CLIENT) {
+        let rpc = match declared_global_size(&primitives, image, symbols::RPC_CLIENT) {
             Some(size) => {
                 let ports = initial_ports(&primitives, image, options.rpc_ports);
                 Some(InstalledRpc::install(&mut primitives, size, ports)?)
@@ -352,6 +353,13 @@ impl<P: Primitives> LoadedModule<P> {
             self.broken = Some(reason);
         }
     }
+}
+
+/// The size of the global `name` in the loaded module, asked of the backend only where `image`
+/// declares it.
+fn declared_global_size<P: Primitives>(primitives: &P, image: &Image, name: &str) -> Option<u64> {
+    image.global(name)?;
+    primitives.global_size(name)
 }
 
 /// Shapes no backend can launch, refused before the driver sees them.

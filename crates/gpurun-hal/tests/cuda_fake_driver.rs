@@ -4,15 +4,15 @@
 //!
 //! Each scenario runs in a child process (this test binary again, `fake_driver_child`, through
 //! the `Backend` API; or `cargo gpurun run`, through the real worker): the dynamic loader reads
-//! `LD_LIBRARY_PATH` at process start, and `cuInit` and the stack-size setting happen once per
-//! process.
+//! `LD_LIBRARY_PATH` at process start, `cuInit` happens once per process, and a kernel fault
+//! ends the driver's use for the rest of the process.
 
 #![cfg(target_os = "linux")]
 
 mod common;
 
 use common::{cargo_build, fake_driver_library, first, positions, read_calls, Call};
-use gpurun_hal::cuda::{CudaBackend, CudaDevice, DEFAULT_STACK_SIZE};
+use gpurun_hal::cuda::{CudaBackend, CudaDevice, STACK_BEYOND_FRAMES, STUB_DRIVER};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::kernel_args::KernelArg;
 use gpurun_hal::module::{LoadPrimitives, Primitives};
@@ -37,6 +37,11 @@ const ELAPSED_MS_ENV: &str = "GPURUN_FAKE_CUDA_ELAPSED_MS";
 const TOLD_MS: &str = "1.5";
 const TOLD: Duration = Duration::from_micros(1500);
 const STATIC_SHARED_ENV: &str = "GPURUN_FAKE_CUDA_STATIC_SHARED";
+const LOCAL_BYTES_ENV: &str = "GPURUN_FAKE_CUDA_LOCAL_BYTES";
+const MEMORY_MIB_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_MIB";
+/// The static frames the stack tests give the kernels: `gpurun_fill`'s is the larger.
+const FRAMES: &str = "gpurun_store=72,gpurun_fill=200";
+const LARGEST_FRAME: usize = 200;
 
 /// A kernel with a pointer and a 32-bit argument, one with `(ptr, u64, u32)` (the signature of
 /// `fixtures/host-app`'s `fill`), and a global.
@@ -69,6 +74,11 @@ const TEST_PTX: &str = "\
     ret;
 }
 ";
+
+/// [`TEST_PTX`] with LLVM libc's clock frequency global, which the loader fills in.
+fn clock_ptx() -> String {
+    format!("{TEST_PTX}\n.visible .global .align 8 .u64 __llvm_libc_clock_freq;\n")
+}
 
 const SHAPE: LaunchShape = LaunchShape::grid([2, 1, 1], [64, 1, 1]);
 
@@ -171,6 +181,37 @@ const LIMIT: Option<Duration> = Some(Duration::from_secs(20));
 fn fake_driver_child() {
     let scenario = std::env::var(SCENARIO_ENV).expect("started by a fake-driver test");
     let image = the_image();
+    if scenario == "stub" {
+        // The toolkit's stub answers cuInit with CUDA_ERROR_STUB_LIBRARY.
+        match CudaBackend.devices() {
+            Err(BackendError::NotAvailable(text)) => {
+                assert!(
+                    text.starts_with(STUB_DRIVER)
+                        && text.contains("/libcuda.so`")
+                        && text.contains("LD_LIBRARY_PATH"),
+                    "{text}"
+                );
+            }
+            other => panic!("expected the stub library to be named, got {other:?}"),
+        }
+        println!("scenario done");
+        return;
+    }
+    if scenario == "made_again" {
+        // Every retain of the primary context released, then a new one: the driver makes the
+        // context again, with its own stack limit.
+        for _ in 0..2 {
+            let mut device = CudaBackend.open(0).expect("the fake driver opens");
+            drop(device.load(&image, &LoadOptions::default()).unwrap());
+        }
+        println!("scenario done");
+        return;
+    }
+    if scenario == "fault_ends_the_process" {
+        fault_ends_the_process(&image);
+        println!("scenario done");
+        return;
+    }
     if scenario == "memory_pools" {
         // The RPC heap, which only a running kernel's `malloc` reaches: through the
         // primitives of a module, as the launch loop calls them.
@@ -202,17 +243,36 @@ fn fake_driver_child() {
             drop(device.load(&image, &LoadOptions::default()).unwrap());
         }
         "stack_size" => {
-            let options = LoadOptions {
-                stack_size: Some(16384),
+            // Exactly what is asked, then raised for a module that wants more, then not lowered
+            // for one that wants less.
+            let small = LoadOptions {
+                stack_size: Some(8192),
                 ..LoadOptions::default()
             };
-            drop(device.load(&image, &options).unwrap());
+            for options in [&small, &LoadOptions::default(), &small] {
+                drop(device.load(&image, options).unwrap());
+            }
+        }
+        "clamped" => {
+            // The automatic size within an eighth of the memory; an explicit one as asked.
+            let large = LoadOptions {
+                stack_size: Some(65536),
+                ..LoadOptions::default()
+            };
+            for options in [&LoadOptions::default(), &large] {
+                drop(device.load(&image, options).unwrap());
+            }
+        }
+        "clock" => {
+            let clock = Image::parse(clock_ptx().into_bytes(), None).unwrap();
+            drop(device.load(&clock, &LoadOptions::default()).unwrap());
         }
         "limit_fails" => {
             let error = device
                 .load(&image, &LoadOptions::default())
                 .err()
                 .expect("loading fails when the stack cannot be set");
+            assert!(matches!(&error, BackendError::Runtime { .. }), "{error:?}");
             let text = error.to_string();
             assert!(
                 text.contains("cuCtxSetLimit(CU_LIMIT_STACK_SIZE) failed")
@@ -319,31 +379,144 @@ fn fake_driver_child() {
     println!("scenario done");
 }
 
-/// Item 4 of issue 14: without `--stack-size`, the context's stack is set to the default once,
-/// while the context is current and before any module loads; a second module does not set it
-/// again. Also the launch itself: non-blocking streams, the block limit asked once before the
-/// first launch, the packed parameters, the kernel running until its stream says it is done,
-/// and the teardown order.
+/// A kernel faults in one module while a second device (the same primary context, retained
+/// again) has a module with a buffer, and a third has none: afterwards that module launches,
+/// copies and allocates nothing, the third device loads nothing, and the device cannot be
+/// opened again, each refused with the one error that names the fault, before any driver call.
+fn fault_ends_the_process(image: &Image) {
+    let mut faulting = CudaBackend.open(0).expect("the fake driver opens");
+    let mut other = CudaBackend.open(0).expect("the fake driver opens twice");
+    let mut spare = CudaBackend.open(0).expect("the fake driver opens thrice");
+    let mut sink = Collect::default();
+    let (mut module, out) = load_with_output(faulting.as_mut(), image);
+    let (mut beside, buffer) = load_with_output(other.as_mut(), image);
+    let end = launch_store(module.as_mut(), SHAPE, out, &mut sink).unwrap();
+    assert!(matches!(end, LaunchEnd::Faulted(_)), "{end:?}");
+    let earlier = |error: BackendError| match error {
+        BackendError::EarlierFault {
+            backend,
+            kernel,
+            fault,
+        } => {
+            assert_eq!(backend, gpurun_hal::BackendKind::Cuda);
+            assert_eq!(kernel, "gpurun_store");
+            assert!(fault.starts_with("CUDA_ERROR_ILLEGAL_ADDRESS"), "{fault}");
+        }
+        other => panic!("expected the earlier fault, got {other:?}"),
+    };
+    earlier(launch_store(beside.as_mut(), SHAPE, buffer, &mut sink).unwrap_err());
+    earlier(beside.write_device(buffer, &[1; 4]).unwrap_err());
+    earlier(beside.read_device(buffer, 4).unwrap_err());
+    earlier(beside.alloc_device(4).unwrap_err());
+    earlier(beside.alloc_shared(4).unwrap_err());
+    earlier(spare.load(image, &LoadOptions::default()).err().unwrap());
+    earlier(CudaBackend.open(0).err().unwrap());
+    earlier(CudaDevice::open(0).err().unwrap());
+    // The text says what happened, for whoever reads only the message.
+    let text = CudaBackend.open(0).err().unwrap().to_string();
+    assert!(
+        text.contains("kernel `gpurun_store` faulted earlier (CUDA_ERROR_ILLEGAL_ADDRESS")
+            && text.contains("refuses all work in the process"),
+        "{text}"
+    );
+    // Leaving without tearing anything down, as a worker does after a fault.
+    std::mem::forget(module);
+    std::mem::forget(beside);
+    std::mem::forget((faulting, other, spare));
+}
+
+/// After a kernel fault nothing more reaches the driver: the fault's launch is the last
+/// `cuLaunchKernel`, the module beside it copies nothing more, and no module loads and no
+/// context is retained again, however the device is opened.
 #[test]
-fn stack_is_set_once_before_modules_load() {
-    let calls = run("two_modules", &[(RUNNING_QUERIES_ENV, "3")]);
-    let stack = format!("CU_LIMIT_STACK_SIZE value={DEFAULT_STACK_SIZE}");
+fn fault_ends_the_process_use_of_the_driver() {
+    let calls = run(
+        "fault_ends_the_process",
+        &[(KERNEL_FAULT_ENV, "CUDA_ERROR_ILLEGAL_ADDRESS")],
+    );
+    let launches = positions(&calls, "cuLaunchKernel", "");
+    assert_eq!(launches.len(), 1, "{calls:#?}");
+    let fault = first(&calls, "cuStreamQuery", "");
+    assert_eq!(calls[fault].status, "CUDA_ERROR_ILLEGAL_ADDRESS");
+    assert_eq!(positions(&calls, "cuModuleLoadDataEx", "").len(), 2);
+    assert_eq!(positions(&calls, "cuDevicePrimaryCtxRetain", "").len(), 3);
+    for function in [
+        "cuMemcpyHtoDAsync",
+        "cuMemcpyDtoHAsync",
+        "cuMemAlloc",
+        "cuMemHostAlloc",
+        "cuModuleLoadDataEx",
+        "cuDevicePrimaryCtxRetain",
+        "cuDeviceGet",
+    ] {
+        let late: Vec<&Call> = calls[fault..]
+            .iter()
+            .filter(|call| call.function == function)
+            .collect();
+        assert!(late.is_empty(), "{function} after the fault: {late:#?}");
+    }
+}
+
+/// Without `--stack-size`, each module load reads the context's stack limit and raises it,
+/// while the context is current and before anything launches, to 16 KiB beyond the largest
+/// static frame among the module's kernels (which the driver tells only of a loaded module);
+/// a second module, for which the limit already suffices, reads it and leaves it. Also the
+/// launch itself: non-blocking streams, the block limit asked once before the first launch, the
+/// packed parameters, the kernel running until its stream says it is done, and the teardown
+/// order; and no global is looked up that the image does not declare (LLVM libc's clock
+/// frequency, the RPC client: a failed lookup is an error under compute-sanitizer).
+#[test]
+fn stack_is_raised_once_per_context() {
+    let calls = run(
+        "two_modules",
+        &[(RUNNING_QUERIES_ENV, "3"), (LOCAL_BYTES_ENV, FRAMES)],
+    );
+    let stack = format!(
+        "CU_LIMIT_STACK_SIZE value={}",
+        STACK_BEYOND_FRAMES + LARGEST_FRAME
+    );
     let limits = positions(&calls, "cuCtxSetLimit", "");
     assert_eq!(
         limits,
         positions(&calls, "cuCtxSetLimit", &stack),
-        "only the stack limit is set"
+        "only the stack limit is set, to 16 KiB beyond the largest frame: {calls:#?}"
     );
     assert_eq!(limits.len(), 1, "set once per context: {calls:#?}");
     let set_limit = limits[0];
     let loads = positions(&calls, "cuModuleLoadDataEx", "");
     assert_eq!(loads.len(), 2, "{calls:#?}");
-    assert!(set_limit < loads[0], "the stack is set before modules load");
+    let reads = positions(&calls, "cuCtxGetLimit", "CU_LIMIT_STACK_SIZE");
+    assert_eq!(reads.len(), 2, "read at each load: {calls:#?}");
+    assert_eq!(calls[reads[0]].value("value"), Some("1024"));
+    assert_eq!(
+        calls[reads[1]].value("value"),
+        Some((STACK_BEYOND_FRAMES + LARGEST_FRAME).to_string().as_str())
+    );
+    assert!(loads[0] < reads[0] && reads[0] < set_limit && set_limit < loads[1]);
+    assert!(loads[1] < reads[1]);
+    let frames = positions(
+        &calls,
+        "cuFuncGetAttribute",
+        "CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES",
+    );
+    assert!(
+        frames.iter().filter(|&&at| at < reads[0]).count() == 2,
+        "both kernels' frames are asked before the first read: {calls:#?}"
+    );
+    let first_launch = first(&calls, "cuLaunchKernel", "");
+    assert!(
+        set_limit < first_launch,
+        "the stack is set before any launch"
+    );
     let retain = first(&calls, "cuDevicePrimaryCtxRetain", "");
     let current = positions(&calls, "cuCtxSetCurrent", "context=0xc000");
     assert!(
-        current.iter().any(|&at| retain < at && at < set_limit),
+        current.iter().any(|&at| retain < at && at < reads[0]),
         "the context is current when its stack is set: {calls:#?}"
+    );
+    assert!(
+        positions(&calls, "cuModuleGetGlobal", "").is_empty(),
+        "globals the image lacks are looked up: {calls:#?}"
     );
     // The JIT's logs are asked for.
     assert!(calls[loads[0]]
@@ -435,11 +608,63 @@ fn stack_is_set_once_before_modules_load() {
         "{calls:#?}"
     );
     assert!(
-        calls.iter().all(|call| call.status == "CUDA_SUCCESS"
-            || call.status == "CUDA_ERROR_NOT_READY"
-            || (call.function == "cuModuleGetGlobal" && call.status == "CUDA_ERROR_NOT_FOUND")),
+        calls
+            .iter()
+            .all(|call| call.status == "CUDA_SUCCESS" || call.status == "CUDA_ERROR_NOT_READY"),
         "unexpected failures: {calls:#?}"
     );
+}
+
+/// An image that declares LLVM libc's clock frequency gets it looked up and written (8 bytes,
+/// on the kernels' stream); [`stack_is_raised_once_per_context`] checks that an image without it
+/// is not asked for it.
+#[test]
+fn clock_frequency_is_written_where_the_image_declares_it() {
+    let calls = run("clock", &[]);
+    let lookup = first(&calls, "cuModuleGetGlobal", "name=__llvm_libc_clock_freq");
+    assert_eq!(calls[lookup].status, "CUDA_SUCCESS");
+    let write = first(
+        &calls,
+        "cuMemcpyHtoDAsync",
+        "to=__llvm_libc_clock_freq bytes=8",
+    );
+    assert!(lookup < write);
+    assert!(
+        positions(&calls, "cuModuleGetGlobal", "name=__llvm_rpc_client").is_empty(),
+        "{calls:#?}"
+    );
+}
+
+/// A primary context released to no retains is made again by the next retain, with the
+/// driver's own 1 KiB stack: the second device's load reads that and sets the stack again (a
+/// record of contexts already set, kept by the process, would miss it).
+#[test]
+fn a_context_made_again_gets_its_stack_again() {
+    let calls = run("made_again", &[]);
+    let retains = positions(&calls, "cuDevicePrimaryCtxRetain", "");
+    let releases = positions(&calls, "cuDevicePrimaryCtxRelease", "");
+    assert_eq!((retains.len(), releases.len()), (2, 2), "{calls:#?}");
+    assert!(releases[0] < retains[1]);
+    let reads = positions(&calls, "cuCtxGetLimit", "CU_LIMIT_STACK_SIZE value=1024");
+    let sets = positions(
+        &calls,
+        "cuCtxSetLimit",
+        &format!("CU_LIMIT_STACK_SIZE value={STACK_BEYOND_FRAMES}"),
+    );
+    assert_eq!((reads.len(), sets.len()), (2, 2), "{calls:#?}");
+    assert!(retains[1] < reads[1] && reads[1] < sets[1], "{calls:#?}");
+}
+
+/// The automatic stack stays within an eighth of the device's memory: on a 4 GiB device that
+/// holds 132 x 2048 threads, 1985 bytes. `--stack-size` is not lowered.
+#[test]
+fn automatic_stack_is_kept_within_an_eighth_of_memory() {
+    let calls = run("clamped", &[(MEMORY_MIB_ENV, "4096")]);
+    let sets: Vec<&str> = positions(&calls, "cuCtxSetLimit", "CU_LIMIT_STACK_SIZE")
+        .into_iter()
+        .filter_map(|at| calls[at].value("value"))
+        .collect();
+    assert_eq!(sets, ["1985", "65536"], "{calls:#?}");
 }
 
 /// Issue 22, item 1: a host-driven launch whose last parameter is narrower than the widest
@@ -459,25 +684,50 @@ fn narrow_last_parameter_is_passed_without_tail_padding() {
     assert!(positions(&calls, "cuMemcpyDtoH", "").is_empty());
 }
 
-/// `--stack-size` (the load option) overrides the default.
+/// `--stack-size` (the load option) replaces the automatic size: the stack is set to exactly
+/// that, not 16 KiB beyond the frames. A later module that wants more raises it; one that wants
+/// less leaves it (another module of the context may need it).
 #[test]
 fn stack_size_option_overrides_the_default() {
-    let calls = run("stack_size", &[]);
-    let limits = positions(&calls, "cuCtxSetLimit", "CU_LIMIT_STACK_SIZE");
-    assert_eq!(limits.len(), 1, "{calls:#?}");
-    assert_eq!(calls[limits[0]].details, "CU_LIMIT_STACK_SIZE value=16384");
-    assert!(limits[0] < first(&calls, "cuModuleLoadDataEx", ""));
+    let calls = run("stack_size", &[(LOCAL_BYTES_ENV, FRAMES)]);
+    let sets: Vec<&str> = positions(&calls, "cuCtxSetLimit", "CU_LIMIT_STACK_SIZE")
+        .into_iter()
+        .filter_map(|at| calls[at].value("value"))
+        .collect();
+    let automatic = (STACK_BEYOND_FRAMES + LARGEST_FRAME).to_string();
+    assert_eq!(sets, ["8192", automatic.as_str()], "{calls:#?}");
+    let reads: Vec<&str> = positions(&calls, "cuCtxGetLimit", "CU_LIMIT_STACK_SIZE")
+        .into_iter()
+        .filter_map(|at| calls[at].value("value"))
+        .collect();
+    assert_eq!(reads, ["1024", "8192", automatic.as_str()], "{calls:#?}");
 }
 
-/// A stack that cannot be set stops the load with the driver's error, before any module loads.
+/// A stack that cannot be set fails the load with the driver's error: the module it loaded is
+/// unloaded again, and nothing launches.
 #[test]
 fn failed_stack_setting_stops_the_load() {
     let calls = run(
         "limit_fails",
         &[(FAIL_ENV, "cuCtxSetLimit=CUDA_ERROR_INVALID_VALUE")],
     );
+    let set = first(&calls, "cuCtxSetLimit", "");
     assert_eq!(positions(&calls, "cuCtxSetLimit", "").len(), 1);
-    assert!(positions(&calls, "cuModuleLoadDataEx", "").is_empty());
+    assert_eq!(positions(&calls, "cuModuleLoadDataEx", "").len(), 1);
+    assert!(set < first(&calls, "cuModuleUnload", ""), "{calls:#?}");
+    assert!(positions(&calls, "cuLaunchKernel", "").is_empty());
+}
+
+/// A `libcuda.so` whose `cuInit` says it is the toolkit's stub is named as such, with the file
+/// it was loaded from and what to change.
+#[test]
+fn stub_library_is_named() {
+    let calls = run("stub", &[(FAIL_ENV, "cuInit=CUDA_ERROR_STUB_LIBRARY")]);
+    assert_eq!(calls[0].status, "CUDA_ERROR_STUB_LIBRARY");
+    assert!(
+        positions(&calls, "cuDeviceGetCount", "").is_empty(),
+        "{calls:#?}"
+    );
 }
 
 /// A JIT failure reports the driver's error and the JIT's error log.
@@ -784,9 +1034,9 @@ fn end_gets_the_status_where_it_takes_one() {
     }
 }
 
-/// Items 4 and 13 of issue 14 through the real worker: `cargo gpurun run` starts the driver
-/// with eager module loading (unless the user chose a mode) and sets the stack before the
-/// module loads, from `--stack-size` or the default.
+/// Through the real worker: `cargo gpurun run` starts the driver with eager module loading
+/// (unless the user chose a mode), and raises the stack after the module loads and before
+/// anything launches, to `--stack-size` or the automatic size.
 #[test]
 fn worker_loads_eagerly_with_the_stack_set_first() {
     let stack_order = |calls: &[Call], value: &str| {
@@ -796,12 +1046,14 @@ fn worker_loads_eagerly_with_the_stack_set_first() {
             calls[limits[0]].details,
             format!("CU_LIMIT_STACK_SIZE value={value}")
         );
-        assert!(limits[0] < first(calls, "cuModuleLoadDataEx", ""));
-        assert!(first(calls, "cuModuleLoadDataEx", "") < first(calls, "cuLaunchKernel", "_start"));
+        let read = first(calls, "cuCtxGetLimit", "CU_LIMIT_STACK_SIZE");
+        let load = first(calls, "cuModuleLoadDataEx", "");
+        assert!(load < read && read < limits[0], "{calls:#?}");
+        assert!(limits[0] < first(calls, "cuLaunchKernel", ""), "{calls:#?}");
     };
     let calls = run_through_worker("default", START_ONLY, &[], &[]);
     assert_eq!(calls[0].details, "flags=0 CUDA_MODULE_LOADING=EAGER");
-    stack_order(&calls, &DEFAULT_STACK_SIZE.to_string());
+    stack_order(&calls, &STACK_BEYOND_FRAMES.to_string());
 
     let calls = run_through_worker("stack", START_ONLY, &["--stack-size", "8192"], &[]);
     stack_order(&calls, "8192");

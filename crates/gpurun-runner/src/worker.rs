@@ -550,10 +550,8 @@ fn run_command(
     end_params: Option<u64>,
     sink: &mut dyn Sink,
 ) -> Result<LaunchEnd, String> {
-    match command {
-        Command::RunTest { kernel, shape } => module
-            .launch(&kernel, shape, &[], None, sink)
-            .map_err(|error| error.to_string()),
+    let outcome = match command {
+        Command::RunTest { kernel, shape } => module.launch(&kernel, shape, &[], None, sink),
         Command::RunMain {
             argv,
             envp,
@@ -571,8 +569,14 @@ fn run_command(
                 end_params,
             },
             sink,
-        )
-        .map_err(|error| error.to_string()),
+        ),
+    };
+    match outcome {
+        // Another slot's kernel faulted and the driver refuses all work in the process since:
+        // this run is that fault's casualty, as a launch started just before it would be, so
+        // it ends as a fault (the parent re-runs it alone) rather than as a refusal (not run).
+        Err(error @ BackendError::EarlierFault { .. }) => Ok(LaunchEnd::Faulted(error.to_string())),
+        outcome => outcome.map_err(|error| error.to_string()),
     }
 }
 
@@ -662,4 +666,107 @@ fn run_main(
 
 fn show(value: Option<u64>) -> String {
     value.map_or_else(|| "unknown".into(), |v| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpurun_hal::handlers::Collect;
+    use gpurun_hal::{ResourceUsage, SharedAlloc};
+
+    /// A module whose every launch and allocation fails with `error`.
+    struct Refusing(fn() -> BackendError);
+
+    impl Module for Refusing {
+        fn launch(
+            &mut self,
+            _: &str,
+            _: LaunchShape,
+            _: &[kernel_args::KernelArg],
+            _: Option<Duration>,
+            _: &mut dyn Sink,
+        ) -> Result<LaunchEnd, BackendError> {
+            Err((self.0)())
+        }
+        fn last_device_time(&self) -> Option<Duration> {
+            None
+        }
+        fn alloc_shared(&mut self, _: usize) -> Result<SharedAlloc, BackendError> {
+            Err((self.0)())
+        }
+        fn alloc_device(&mut self, _: usize) -> Result<u64, BackendError> {
+            Err((self.0)())
+        }
+        fn write_device(&mut self, _: u64, _: &[u8]) -> Result<(), BackendError> {
+            Err((self.0)())
+        }
+        fn read_device_into(&mut self, _: u64, _: &mut [u8]) -> Result<(), BackendError> {
+            Err((self.0)())
+        }
+        fn free_device(&mut self, _: u64) -> Result<(), BackendError> {
+            Err((self.0)())
+        }
+        fn write_global(&mut self, _: &str, _: &[u8]) -> Result<(), BackendError> {
+            Err((self.0)())
+        }
+        fn read_global(&mut self, _: &str, _: usize) -> Result<Vec<u8>, BackendError> {
+            Err((self.0)())
+        }
+        fn resource_usage(&self, _: &str) -> Option<ResourceUsage> {
+            None
+        }
+    }
+
+    fn earlier_fault() -> BackendError {
+        BackendError::EarlierFault {
+            backend: BackendKind::Cuda,
+            kernel: "other_slots_test".into(),
+            fault: "CUDA_ERROR_ILLEGAL_ADDRESS".into(),
+        }
+    }
+
+    fn missing() -> BackendError {
+        BackendError::MissingSymbol {
+            what: "kernel",
+            name: "k".into(),
+        }
+    }
+
+    /// A run refused because another slot's kernel faulted ends as a fault (the parent re-runs
+    /// such a test alone), for a test and for a program; any other refusal stays a refusal.
+    #[test]
+    fn a_run_refused_after_another_slots_fault_is_a_fault() {
+        let commands = || {
+            [
+                Command::RunTest {
+                    kernel: "k".into(),
+                    shape: LaunchShape::SINGLE,
+                },
+                Command::RunMain {
+                    argv: Vec::new(),
+                    envp: Vec::new(),
+                    shape: LaunchShape::SINGLE,
+                    kernels: Vec::new(),
+                    print_resource_usage: false,
+                },
+            ]
+        };
+        for command in commands() {
+            let mut sink = Collect::default();
+            let end = run_command(&mut Refusing(earlier_fault), command, None, &mut sink);
+            assert!(
+                matches!(&end, Ok(LaunchEnd::Faulted(text))
+                    if text.contains("kernel `other_slots_test` faulted earlier")),
+                "{end:?}"
+            );
+        }
+        for command in commands() {
+            let mut sink = Collect::default();
+            let end = run_command(&mut Refusing(missing), command, None, &mut sink);
+            assert!(
+                matches!(&end, Err(text) if text.contains("no kernel named `k`")),
+                "{end:?}"
+            );
+        }
+    }
 }

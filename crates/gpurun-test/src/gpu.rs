@@ -96,10 +96,15 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 ///
 /// Launches run in this process, unlike device tests run as trials (each in a worker process).
 /// A device panic is an `Err` ([`Error::Panicked`]) and the image stays usable. A fault or a
-/// timeout on a GPU is an `Err` after which this `Gpu` refuses further launches (load a new
-/// one). On the host emulation a kernel runs on threads of this process: a fault there (a bad
-/// pointer) takes the whole test process down, and a kernel still running after a timeout
-/// keeps its threads; the trial style, which runs each test in a worker, has neither problem.
+/// timeout on a GPU is an `Err` ([`Error::Ended`]) after which this `Gpu` refuses further
+/// launches. On CUDA a fault also ends the driver's use for the whole process: every later
+/// [`Gpu::open`], and every launch or copy of any other `Gpu`, fails with
+/// [`Error::EarlierFault`], because the driver refuses all work in a process after a fault. A
+/// timed-out kernel keeps running (nothing stops a GPU kernel) until the process ends. On the
+/// host emulation a kernel runs on threads of this process: a fault there (a bad pointer) takes
+/// the whole test process down, and a kernel still running after a timeout keeps its threads.
+/// Tests that may fault or hang belong in a process of their own: `cargo nextest run` runs each
+/// test in one, and the trial style runs each device test in a worker.
 ///
 /// Buffers live in device memory, copied to and from explicitly ([`Gpu::buffer`]), or, by
 /// choice, in host memory mapped for the device ([`Gpu::mapped_buffer`]); see [`Memory`].

@@ -76,7 +76,25 @@ pub enum Error {
     Image { path: PathBuf, message: String },
     /// The backend refused: no driver, no device, a load or launch failure, bad arguments.
     #[error("{0}")]
-    Backend(#[from] gpurun_hal::BackendError),
+    Backend(gpurun_hal::BackendError),
+    /// A kernel of this process faulted earlier on a GPU whose driver refuses all work in the
+    /// process after a fault (CUDA): no [`Gpu`] can load, launch or copy here any more, however it
+    /// is opened. Only a new process can use the GPU again, so tests that may fault want a
+    /// process of their own.
+    #[error(
+        "nothing more can run on the GPU in this test process: kernel `{kernel}` faulted earlier \
+         ({fault}), and after a fault the {backend} driver refuses all work in the process. Run \
+         tests that may fault in a process of their own: `cargo nextest run` runs each test in \
+         its own process, and device tests as trials (`DeviceCrate::libtest_mimic_main`) run \
+         each in a worker process"
+    )]
+    EarlierFault {
+        backend: BackendKind,
+        /// The kernel that faulted first.
+        kernel: String,
+        /// The driver's error for it.
+        fault: String,
+    },
     /// `GPURUN_SANITIZE` asks for a sanitizer these trials cannot run under (another backend
     /// than CUDA, no compute-sanitizer, an unknown tool).
     #[error("{0}")]
@@ -114,9 +132,27 @@ pub enum Error {
     Panicked(Box<DevicePanic>),
     /// The launch ended other than by completing: a fault (illegal address, trap), a timeout
     /// (see [`DeviceCrate::timeout`]), an `exit()` or an `abort()` on the device. After a fault
-    /// or a timeout the loaded image cannot run more kernels.
+    /// or a timeout the loaded image cannot run more kernels; after a fault on CUDA nothing more
+    /// runs in the process ([`Error::EarlierFault`]).
     #[error("kernel `{kernel}` {}", ended(end))]
     Ended { kernel: String, end: LaunchEnd },
+}
+
+impl From<gpurun_hal::BackendError> for Error {
+    fn from(error: gpurun_hal::BackendError) -> Self {
+        match error {
+            gpurun_hal::BackendError::EarlierFault {
+                backend,
+                kernel,
+                fault,
+            } => Error::EarlierFault {
+                backend,
+                kernel,
+                fault,
+            },
+            other => Error::Backend(other),
+        }
+    }
 }
 
 /// How [`Error::Ended`] words a launch's end.

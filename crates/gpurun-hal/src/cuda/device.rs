@@ -3,6 +3,7 @@
 use super::driver::{calls, init, Driver, DriverError};
 use crate::{BackendError, BackendKind, DeviceInfo};
 use cudarc::driver::sys::{CUcontext, CUdevice, CUdevice_attribute};
+use std::sync::OnceLock;
 
 /// `sm_NN` for a compute capability.
 pub fn sm_arch(major: i32, minor: i32) -> String {
@@ -88,10 +89,82 @@ pub(crate) fn list() -> Result<Vec<DeviceInfo>, BackendError> {
     (0..device_count()?).map(describe).collect()
 }
 
-/// Stack bytes per thread unless `--stack-size` says otherwise. LLVM's loader sets 3 KiB; our
-/// panic report path alone takes about 1.3 KiB of frames (`ptxas -v`), so user code gets more
-/// room. The driver reserves this for every resident thread (about 1.1 GB on an H100).
-pub const DEFAULT_STACK_SIZE: usize = 4096;
+/// Stack bytes per thread a module gets beyond the largest static frame of its kernels, unless
+/// `--stack-size` says otherwise: [`crate::DYNAMIC_STACK_SIZE`], what the HSA backend gives a
+/// dynamic-stack kernel. Nothing in a CUDA image bounds a kernel's call depth: ptxas cannot
+/// (recursion, indirect calls such as `core::fmt`'s), and the driver's
+/// `CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES` is the static frame alone (72 bytes, measured on an H200,
+/// for `fixtures/launch-checks`' `deep_panic_is_reported`, which recurses 48 deep with 64-byte
+/// frames before it panics). So the amount is a stated default, not a computed one; the earlier
+/// 4 KiB made that test fault instead of reporting its panic.
+pub const STACK_BEYOND_FRAMES: usize = crate::DYNAMIC_STACK_SIZE as usize;
+
+/// The automatic stack is lowered where needed so that what the driver reserves for it stays
+/// within one part in this many of the device's memory: the driver reserves the per-thread stack
+/// for every thread the GPU can hold at once (on an H200, raising it from 1 KiB to 16 KiB took
+/// 3.9 GiB more of its 140 GiB).
+pub const STACK_MEMORY_SHARE: u64 = 8;
+
+/// What bounds the automatic stack: how many threads the device holds at once (multiprocessors
+/// times threads per multiprocessor) and its memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackRoom {
+    pub resident_threads: u64,
+    pub memory_bytes: u64,
+}
+
+/// The per-thread stack a module gets without `--stack-size`: [`STACK_BEYOND_FRAMES`] plus
+/// `largest_frame` (the largest static frame among its kernels), lowered where `room` is known so
+/// that the stack for every resident thread takes at most 1/[`STACK_MEMORY_SHARE`] of the memory.
+pub fn automatic_stack_size(largest_frame: u64, room: Option<StackRoom>) -> usize {
+    let wanted = (STACK_BEYOND_FRAMES as u64).saturating_add(largest_frame);
+    let bytes = match room {
+        Some(room) if room.resident_threads > 0 && room.memory_bytes > 0 => {
+            wanted.min(room.memory_bytes / STACK_MEMORY_SHARE / room.resident_threads)
+        }
+        _ => wanted,
+    };
+    usize::try_from(bytes).unwrap_or(usize::MAX)
+}
+
+/// The first kernel fault of this process on CUDA: which kernel, and the driver's error.
+#[derive(Debug)]
+struct ProcessFault {
+    kernel: String,
+    fault: String,
+}
+
+/// Set once a kernel of this process faulted. Measured on an H200 (driver 580): after a kernel
+/// fault (`CUDA_ERROR_ILLEGAL_ADDRESS`) every context of the process is dead and no new one can
+/// be had. Retaining the primary context again after its last release, resetting it, or creating
+/// a fresh context with `cuCtxCreate` all fail with the fault's error, as does loading a module
+/// into a context retained before. So the backend refuses everything after a fault with one clear
+/// error ([`refuse_after_fault`]) instead of the driver's echo of the fault from an unrelated
+/// call.
+static PROCESS_FAULT: OnceLock<ProcessFault> = OnceLock::new();
+
+/// Records that `kernel` ended with `error`, if it is a fault that kills the process's use of the
+/// driver (a sticky error); the first such fault is the one reported afterwards.
+pub(crate) fn record_fault(kernel: &str, error: &DriverError) {
+    if error.is_sticky() {
+        let _ = PROCESS_FAULT.set(ProcessFault {
+            kernel: kernel.to_owned(),
+            fault: error.describe(),
+        });
+    }
+}
+
+/// [`BackendError::EarlierFault`] once a kernel of this process has faulted.
+pub(crate) fn refuse_after_fault() -> Result<(), BackendError> {
+    match PROCESS_FAULT.get() {
+        Some(fault) => Err(BackendError::EarlierFault {
+            backend: BackendKind::Cuda,
+            kernel: fault.kernel.clone(),
+            fault: fault.fault.clone(),
+        }),
+        None => Ok(()),
+    }
+}
 
 /// One device with its primary context retained (released on drop).
 pub struct CudaDevice {
@@ -99,15 +172,20 @@ pub struct CudaDevice {
     pub(crate) context: CUcontext,
     pub(crate) info: DeviceInfo,
     /// Set when a module saw a fault or a timeout: the context may still be running a kernel
-    /// that never ends, so it is not released (the process exit does that).
+    /// that never ends, so it is not released (the process exit does that). After a timeout the
+    /// process's CUDA still works (a kernel spinning forever does not stop a fresh context made
+    /// beside it, measured on an H200), but this context cannot be reset under the kernel:
+    /// `cuDevicePrimaryCtxReset` did not return for as long as the kernel ran.
     pub(crate) poisoned: std::cell::Cell<bool>,
 }
 
 impl CudaDevice {
     /// Opens device `ordinal`: its primary context, retained until the device is dropped.
     /// [`super::CudaBackend`]'s `open` wraps this; its [`crate::module::LoadPrimitives`] gives
-    /// an image's primitives without the shared module (for tests of the driver calls).
+    /// an image's primitives without the shared module (for tests of the driver calls). Refused
+    /// without a driver call once a kernel of this process faulted ([`BackendError::EarlierFault`]).
     pub fn open(ordinal: usize) -> Result<CudaDevice, BackendError> {
+        refuse_after_fault()?;
         let info = describe(ordinal)?;
         let handle = device_handle(ordinal)?;
         let context = calls::primary_context_retain(handle)?;
@@ -128,23 +206,35 @@ impl CudaDevice {
         unsafe { calls::context_set_current(self.context) }
     }
 
-    /// Sets the per-thread stack size once per context (every slot of a worker shares the
-    /// device's primary context), before any module of it loads: `requested`, else
-    /// [`DEFAULT_STACK_SIZE`]. The driver's own default (1 KiB) is too small for the panic path
-    /// through `core::fmt`, and ptxas cannot bound it (indirect calls), so a failing assert
-    /// would become an illegal-address fault instead of a reported panic.
-    pub(crate) fn set_stack_size(&self, requested: Option<usize>) -> Result<(), DriverError> {
-        static CONFIGURED: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
-        let mut configured = CONFIGURED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if configured.contains(&self.info.ordinal) {
-            return Ok(());
+    /// Gives the current context at least `bytes` of stack per thread. The driver's own default
+    /// (1 KiB) is too small for a panic formatted through `core::fmt`, and a stack overflow is an
+    /// illegal-address fault, not a reported panic. The limit is read every time, because it
+    /// belongs to the context, not to this process: a primary context released to no retains and
+    /// retained again starts over at the driver's 1 KiB (measured on an H200). It is only raised,
+    /// never lowered under another module of the context, and left alone when it is enough:
+    /// `cuCtxSetLimit` waits for every running kernel of the context to end (measured), which
+    /// would stall a slot's load behind another slot's test.
+    pub(crate) fn ensure_stack(&self, bytes: usize) -> Result<(), DriverError> {
+        if calls::context_stack_size()? < bytes {
+            calls::context_set_stack_size(bytes)?;
         }
-        let bytes = requested.unwrap_or(DEFAULT_STACK_SIZE);
-        calls::context_set_stack_size(bytes)?;
-        configured.push(self.info.ordinal);
         Ok(())
+    }
+
+    /// The threads the device holds at once and its memory, where the driver says.
+    pub(crate) fn stack_room(&self) -> Option<StackRoom> {
+        let count = |which| {
+            attribute(self.handle, which)
+                .ok()
+                .and_then(|value| u64::try_from(value).ok())
+        };
+        let processors = count(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let threads =
+            count(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR)?;
+        Some(StackRoom {
+            resident_threads: processors.saturating_mul(threads),
+            memory_bytes: self.info.memory_bytes?,
+        })
     }
 
     /// Whether `cuMemAllocAsync` works here (stream-ordered allocation needs memory pools).
@@ -186,7 +276,7 @@ impl Drop for CudaDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::super::driver::{availability, NO_DRIVER};
+    use super::super::driver::{availability, NO_DRIVER, STUB_DRIVER};
     use super::*;
     use cudarc::driver::sys;
 
@@ -206,6 +296,10 @@ mod tests {
         // SAFETY: only dlopen attempts.
         let present = unsafe { sys::is_culib_present() };
         match init() {
+            // A toolkit stub found before the driver (a `stubs` directory on LD_LIBRARY_PATH).
+            Err(BackendError::NotAvailable(message)) if message.starts_with(STUB_DRIVER) => {
+                assert!(present);
+            }
             Err(BackendError::NotAvailable(message)) => {
                 assert!(!present);
                 assert_eq!(message, NO_DRIVER);
@@ -232,6 +326,39 @@ mod tests {
         assert_eq!(sm_number("sm_"), None);
         assert_eq!(sm_number("gfx90a"), None);
         assert_eq!(sm_number("sm_9x"), None);
+    }
+
+    #[test]
+    fn automatic_stack_is_the_frames_plus_16_kib_within_an_eighth_of_memory() {
+        // An H200: 132 multiprocessors of 2048 threads, 143155 MiB. An eighth of it would allow
+        // about 68 KiB per thread: the automatic size is not lowered.
+        let h200 = StackRoom {
+            resident_threads: 132 * 2048,
+            memory_bytes: 143_155 << 20,
+        };
+        assert_eq!(automatic_stack_size(72, Some(h200)), 16 * 1024 + 72);
+        assert_eq!(automatic_stack_size(0, None), 16 * 1024);
+        // A small GPU: 2 GiB for 20 multiprocessors of 2048 threads. 16 KiB would reserve 640
+        // MiB; an eighth of 2 GiB is 256 MiB, 6553 bytes per thread.
+        let small = StackRoom {
+            resident_threads: 20 * 2048,
+            memory_bytes: 2 << 30,
+        };
+        assert_eq!(automatic_stack_size(72, Some(small)), 6553);
+        // A driver that reports no threads or no memory does not lower it.
+        for room in [
+            StackRoom {
+                resident_threads: 0,
+                memory_bytes: 2 << 30,
+            },
+            StackRoom {
+                resident_threads: 4096,
+                memory_bytes: 0,
+            },
+        ] {
+            assert_eq!(automatic_stack_size(8, Some(room)), 16 * 1024 + 8);
+        }
+        assert_eq!(automatic_stack_size(u64::MAX, None), usize::MAX);
     }
 
     #[test]

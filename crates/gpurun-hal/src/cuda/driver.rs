@@ -133,6 +133,12 @@ mod loading {
     /// What a missing `libcuda.so` is reported as, everywhere.
     pub const NO_DRIVER: &str = "no NVIDIA driver found (libcuda.so)";
 
+    /// How a `libcuda.so` that is the CUDA toolkit's stub begins to be reported (its `cuInit`
+    /// answers `CUDA_ERROR_STUB_LIBRARY`). cudarc tries `libcuda.so` before `libcuda.so.1`, so a
+    /// toolkit `stubs` directory on `LD_LIBRARY_PATH` hides the driver's own library.
+    pub const STUB_DRIVER: &str = "the libcuda.so loaded is the CUDA toolkit's stub library, \
+                                   not the NVIDIA driver";
+
     /// Set once the driver library was found: only then may any `sys::cu*` function be called,
     /// because cudarc panics when asked to load a missing library.
     static DRIVER_LOADED: AtomicBool = AtomicBool::new(false);
@@ -180,12 +186,49 @@ mod loading {
         match *outcome {
             None => Err(BackendError::NotAvailable(NO_DRIVER.into())),
             Some(Ok(driver)) => Ok(driver),
+            Some(Err(CUresult::CUDA_ERROR_STUB_LIBRARY)) => Err(BackendError::NotAvailable(
+                stub_message(loaded_library_path().as_deref()),
+            )),
             Some(Err(code)) => Err(DriverError {
                 call: "cuInit",
                 code,
             }
             .into()),
         }
+    }
+
+    /// What [`init`] says when the library found is the toolkit's stub, loaded from `path`.
+    pub(crate) fn stub_message(path: Option<&std::path::Path>) -> String {
+        let from = path.map_or_else(String::new, |path| format!(" (`{}`)", path.display()));
+        format!(
+            "{STUB_DRIVER}{from}: cuInit returned CUDA_ERROR_STUB_LIBRARY. A CUDA toolkit `stubs` \
+             directory on LD_LIBRARY_PATH hides the driver's own libcuda.so.1; the stubs are for \
+             linking only, so take that directory off LD_LIBRARY_PATH"
+        )
+    }
+
+    /// The file the driver library was loaded from, as the dynamic loader names it.
+    fn loaded_library_path() -> Option<std::path::PathBuf> {
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: only called once `cuInit` ran, so cudarc has loaded the library already; the
+        // symbol is used for its address alone, never called.
+        let address = unsafe {
+            let symbol = sys::culib()
+                .get::<unsafe extern "C" fn()>(b"cuInit\0")
+                .ok()?;
+            *symbol as *const std::ffi::c_void
+        };
+        // SAFETY: `Dl_info` is plain data, valid zeroed; `dladdr` fills it for an address
+        // inside a loaded object and leaves it alone (returning 0) otherwise.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: as above; `info` outlives the call.
+        if unsafe { libc::dladdr(address, &mut info) } == 0 || info.dli_fname.is_null() {
+            return None;
+        }
+        // SAFETY: `dli_fname` is the loader's NUL-terminated name of a loaded object, which
+        // stays loaded (cudarc never unloads it).
+        let name = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+        Some(std::ffi::OsStr::from_bytes(name.to_bytes()).into())
     }
 }
 
@@ -283,6 +326,13 @@ pub(crate) mod calls {
     }
 
     /// The per-thread stack size of the current context.
+    pub(crate) fn context_stack_size() -> Result<usize, DriverError> {
+        result::ctx::get_limit(sys::CUlimit::CU_LIMIT_STACK_SIZE)
+            .map_err(named("cuCtxGetLimit(CU_LIMIT_STACK_SIZE)"))
+    }
+
+    /// Sets the per-thread stack size of the current context. The driver waits for every
+    /// running kernel of the context to end first.
     pub(crate) fn context_set_stack_size(bytes: usize) -> Result<(), DriverError> {
         result::ctx::set_limit(sys::CUlimit::CU_LIMIT_STACK_SIZE, bytes)
             .map_err(named("cuCtxSetLimit(CU_LIMIT_STACK_SIZE)"))
@@ -622,8 +672,8 @@ pub(crate) mod calls {
 
 #[cfg(test)]
 pub(crate) use loading::availability;
-pub use loading::NO_DRIVER;
 pub(crate) use loading::{driver_loaded, init, Driver};
+pub use loading::{NO_DRIVER, STUB_DRIVER};
 
 #[cfg(test)]
 mod tests {
@@ -680,6 +730,20 @@ mod tests {
             describe("CUDA_ERROR_UNKNOWN", Some("")),
             "CUDA_ERROR_UNKNOWN"
         );
+    }
+
+    #[test]
+    fn stub_library_is_named_with_its_file_and_the_fix() {
+        let path = std::path::Path::new("/usr/local/cuda/lib64/stubs/libcuda.so");
+        let text = loading::stub_message(Some(path));
+        assert!(text.starts_with(STUB_DRIVER), "{text}");
+        assert!(
+            text.contains("(`/usr/local/cuda/lib64/stubs/libcuda.so`)")
+                && text.contains("CUDA_ERROR_STUB_LIBRARY")
+                && text.contains("take that directory off LD_LIBRARY_PATH"),
+            "{text}"
+        );
+        assert!(!loading::stub_message(None).contains("(`"));
     }
 
     #[test]

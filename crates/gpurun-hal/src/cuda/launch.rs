@@ -2,6 +2,7 @@
 //! non-blocking stream, between the module's two timing events (`timing`); its state is the
 //! stream's (`cuStreamQuery`). The shared loop (`crate::launch_loop`) does the rest.
 
+use super::device::record_fault;
 use super::driver::{calls, DriverError};
 use super::timing::LaunchEvents;
 use crate::kernel_args::KernelArg;
@@ -70,8 +71,10 @@ impl RawLaunch {
     }
 }
 
-/// A launch on a module's stream.
+/// A launch on a module's stream. A fault it ends with is recorded for the whole process
+/// ([`record_fault`]): the driver is unusable in this process afterwards.
 pub(crate) struct CudaLaunch {
+    kernel: String,
     context: sys::CUcontext,
     stream: CUstream,
     /// With `CUDA_LAUNCH_BLOCKING=1` the launch call returns only when the kernel has finished,
@@ -86,8 +89,8 @@ enum Issuer {
         timed: bool,
     },
     Pending(JoinHandle<Result<bool, DriverError>>),
-    /// The launch call itself failed with a sticky error.
-    Failed(String),
+    /// The launch call itself failed: with a sticky error, or any error on the helper thread.
+    Failed(DriverError),
 }
 
 impl Issuer {
@@ -107,7 +110,7 @@ impl Issuer {
                 code: CUresult::CUDA_ERROR_UNKNOWN,
             })) {
                 Ok(timed) => Issuer::Issued { timed },
-                Err(error) => Issuer::Failed(error.describe()),
+                Err(error) => Issuer::Failed(error),
             };
         }
         true
@@ -123,7 +126,12 @@ unsafe impl Sync for CudaLaunch {}
 impl CudaLaunch {
     /// Issues `raw` on this thread, or on a helper thread when the driver blocks in the launch
     /// call. A sticky failure becomes a launch in the `Faulted` state; anything else an error.
-    pub(crate) fn start(raw: RawLaunch, blocking: bool) -> Result<CudaLaunch, DriverError> {
+    /// `kernel` names the kernel in the record of a fault.
+    pub(crate) fn start(
+        raw: RawLaunch,
+        kernel: &str,
+        blocking: bool,
+    ) -> Result<CudaLaunch, DriverError> {
         let (context, stream, events) = (raw.context, raw.stream, raw.events);
         let issuer = if blocking {
             let handle = std::thread::Builder::new()
@@ -137,11 +145,12 @@ impl CudaLaunch {
         } else {
             match raw.issue() {
                 Ok(timed) => Issuer::Issued { timed },
-                Err(error) if error.is_sticky() => Issuer::Failed(error.describe()),
+                Err(error) if error.is_sticky() => Issuer::Failed(error),
                 Err(error) => return Err(error),
             }
         };
         Ok(CudaLaunch {
+            kernel: kernel.to_owned(),
             context,
             stream,
             issuer: Mutex::new(issuer),
@@ -156,8 +165,9 @@ impl Launch for CudaLaunch {
         if !issuer.settle() {
             return LaunchState::Running;
         }
-        if let Issuer::Failed(text) = &*issuer {
-            return LaunchState::Faulted(text.clone());
+        if let Issuer::Failed(error) = &*issuer {
+            record_fault(&self.kernel, error);
+            return LaunchState::Faulted(error.describe());
         }
         drop(issuer);
         // SAFETY: the context is retained by the device; the watchdog calls this from its own
@@ -170,13 +180,14 @@ impl Launch for CudaLaunch {
         match status {
             CUresult::CUDA_SUCCESS => LaunchState::Done,
             CUresult::CUDA_ERROR_NOT_READY => LaunchState::Running,
-            code => LaunchState::Faulted(
-                DriverError {
+            code => {
+                let error = DriverError {
                     call: "cuStreamQuery",
                     code,
-                }
-                .describe(),
-            ),
+                };
+                record_fault(&self.kernel, &error);
+                LaunchState::Faulted(error.describe())
+            }
         }
     }
 

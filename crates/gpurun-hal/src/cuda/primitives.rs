@@ -1,7 +1,7 @@
 //! A loaded image: the CUDA module, its streams and everything else the seed loader sets up
 //! before the first launch (constructor arrays); the primitives the shared module runs on.
 
-use super::device::CudaDevice;
+use super::device::{automatic_stack_size, refuse_after_fault, CudaDevice};
 use super::driver::{calls, runtime, DriverError};
 use super::image::{
     check_ptx_target, choose_image, cubin_arch, pack_init_arrays, ImageChoice, GLOBALTIMER_HZ,
@@ -32,6 +32,8 @@ pub struct ImageFacts<'a> {
     pub is_cubin: bool,
     /// Names of the image's global variables.
     pub globals: Vec<&'a str>,
+    /// Names of the image's kernels.
+    pub kernels: Vec<&'a str>,
     /// PTX: the `.target` architecture and the `.version`.
     pub ptx_target: Option<&'a str>,
     pub ptx_version: Option<(u32, u32)>,
@@ -66,23 +68,25 @@ pub struct CudaPrimitives<'d> {
 }
 
 /// Loads an image: cubin when one for this GPU exists next to the PTX, else the PTX through the
-/// driver's JIT.
+/// driver's JIT. Then gives the context the stack the module needs (see
+/// [`CudaDevice::ensure_stack`]): `stack_size` (`--stack-size`) where given, else
+/// [`automatic_stack_size`] for its kernels' largest static frame, which only the loaded module
+/// can tell. Set before anything of the module is launched.
 pub(crate) fn load<'d>(
     device: &'d CudaDevice,
     facts: &ImageFacts<'_>,
     stack_size: Option<usize>,
 ) -> Result<CudaPrimitives<'d>, BackendError> {
+    refuse_after_fault()?;
     device.make_current()?;
-    device.set_stack_size(stack_size)?;
     let module = load_module(device, facts)?;
-    let stream = new_stream()?;
-    let memory_stream = new_stream()?;
+    // From here on, dropping `loaded` on an error releases everything made so far.
     let mut loaded = CudaPrimitives {
         device,
         module,
-        stream,
-        memory_stream,
-        heap: DeviceHeap::new(memory_stream, device.supports_memory_pools()),
+        stream: std::ptr::null_mut(),
+        memory_stream: std::ptr::null_mut(),
+        heap: DeviceHeap::new(std::ptr::null_mut(), false),
         functions: HashMap::new(),
         shared: Vec::new(),
         buffers: HashSet::new(),
@@ -91,6 +95,14 @@ pub(crate) fn load<'d>(
         launch_blocking: std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1"),
         events: None,
     };
+    loaded.stream = new_stream()?;
+    loaded.memory_stream = new_stream()?;
+    loaded.heap = DeviceHeap::new(loaded.memory_stream, device.supports_memory_pools());
+    let stack = match stack_size {
+        Some(bytes) => bytes,
+        None => automatic_stack_size(loaded.largest_frame(&facts.kernels), device.stack_room()),
+    };
+    device.ensure_stack(stack)?;
     // Created once and reused by every launch of the module (they run one at a time).
     loaded.events = Some(LaunchEvents::create()?);
     loaded.set_up_init_arrays(&facts.ctors, &facts.dtors)?;
@@ -303,7 +315,10 @@ impl CudaPrimitives<'_> {
         Ok(())
     }
 
+    /// Refuses driver work after a fault anywhere in the process ([`refuse_after_fault`]), and
+    /// work on a stream that may wait behind a kernel that never ends.
     fn check_stream_usable(&self) -> Result<(), BackendError> {
+        refuse_after_fault()?;
         if self.device.poisoned.get() {
             return Err(runtime(
                 "the context may still run a faulted or timed-out kernel: no more copies",
@@ -367,6 +382,26 @@ impl CudaPrimitives<'_> {
         Ok(function)
     }
 
+    /// The largest `CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES` (static frame) among `kernels`, as far
+    /// as the driver reports them; 0 where it reports none.
+    fn largest_frame(&mut self, kernels: &[&str]) -> u64 {
+        use cudarc::driver::sys::CUfunction_attribute as A;
+        let mut largest = 0;
+        for kernel in kernels {
+            let Ok(function) = self.function(kernel) else {
+                continue;
+            };
+            // SAFETY: a function of the module loaded in the current context.
+            let bytes = unsafe {
+                calls::function_attribute(function, A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)
+            };
+            if let Some(bytes) = bytes.ok().and_then(|bytes| u64::try_from(bytes).ok()) {
+                largest = largest.max(bytes);
+            }
+        }
+        largest
+    }
+
     pub(crate) fn usage(&self, kernel: &str) -> Option<ResourceUsage> {
         let c = c_name(kernel).ok()?;
         // SAFETY: the module is loaded in the current context (made current by the caller).
@@ -400,7 +435,10 @@ impl Drop for CudaPrimitives<'_> {
         // once; nothing uses them after this point (no launch runs: a module whose kernel may
         // still run is never dropped).
         unsafe {
-            let _ = calls::stream_synchronize(self.memory_stream);
+            // A null stream is one a failed load never made (null would be the legacy stream).
+            if !self.memory_stream.is_null() {
+                let _ = calls::stream_synchronize(self.memory_stream);
+            }
             if let Some(events) = self.events.take() {
                 events.destroy();
             }
@@ -439,6 +477,7 @@ impl Primitives for CudaPrimitives<'_> {
     }
 
     fn alloc_host_visible(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
+        refuse_after_fault()?;
         self.device.make_current()?;
         let block = PinnedHost::new(size)?;
         let alloc = SharedAlloc {
@@ -495,6 +534,7 @@ impl Primitives for CudaPrimitives<'_> {
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
+        refuse_after_fault()?;
         self.device.make_current()?;
         // Frees the device asked for during the last launch (see `DeviceHeap::free`).
         self.heap.release_deferred();
@@ -510,7 +550,11 @@ impl Primitives for CudaPrimitives<'_> {
             args_size,
             events: self.events,
         };
-        Ok(Box::new(CudaLaunch::start(raw, self.launch_blocking)?))
+        Ok(Box::new(CudaLaunch::start(
+            raw,
+            kernel,
+            self.launch_blocking,
+        )?))
     }
 
     fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage> {

@@ -15,7 +15,7 @@ pub const IMPLICIT_GRID_DIMS: usize = 64;
 /// Stack per work-item a kernel whose call stack size is not known statically (recursion,
 /// indirect calls, `dyn` calls such as `core::fmt`'s) gets beyond its static private size,
 /// unless `--stack-size` asks for more: LLVM's loader uses 16 KiB.
-pub const DYNAMIC_STACK_PRIVATE_SIZE: u32 = 16 * 1024;
+pub const DYNAMIC_STACK_PRIVATE_SIZE: u32 = crate::DYNAMIC_STACK_SIZE;
 /// The most scratch ROCr gives one wavefront (`MAX_WAVE_SCRATCH` in ROCr's `amd_gpu_agent.cpp`,
 /// the largest `COMPUTE_TMPRING_SIZE.WAVESIZE`: 8191 units of 1 KiB); a dispatch asking for more
 /// per wavefront gets no scratch and fails.
