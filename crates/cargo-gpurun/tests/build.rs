@@ -740,6 +740,28 @@ fn ptxas_errors_and_ptxas_crashes_fail_the_build() {
     assert_one_line_error(&output, "ptxas crashed");
     assert!(!ptx.with_extension("cubin").exists());
 
+    // A ptxas without the architecture (13.x has no sm_70) leaves the image without a cubin,
+    // with a warning: the PTX is fine for a newer GPU's driver.
+    make_ptx_newer_than_cubin();
+    let lacking = fake_ptxas(
+        "lacking-ptxas",
+        "case \"$1\" in --*) exit 0 ;; esac\n\
+         echo \"ptxas fatal   : Value '${1#-arch=}' is not defined for option 'gpu-name'\" >&2\nexit 255",
+    );
+    let output = gpurun(&args, &[(toolchain::PTXAS_ENV, &lacking)]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("cannot assemble for sm_70, so ") && stderr.contains("has no cubin"),
+        "{stderr}"
+    );
+    assert!(built_images(&output)[0]["cubin"].is_null(), "{stderr}");
+    assert!(!ptx.with_extension("cubin").exists());
+
     // With a working ptxas (or none) the next build is back to normal.
     let images = build_json("bare-kernel", "nvptx", &[]);
     assert_eq!(

@@ -549,6 +549,19 @@ fn assemble_cubin(ptx: &Path, arch: &str, release: bool) -> Result<Option<PathBu
     };
     match validate::assemble_ptx_as(&ptxas, ptx, arch, &cubin, optimization) {
         Ok(()) => Ok(Some(cubin)),
+        Err(validate::ValidateError::PtxasLacksArch { .. }) => {
+            // The PTX is still good for any newer GPU, whose driver compiles it at load.
+            eprintln!(
+                "warning: {} ({}) cannot assemble for {arch}, so `{}` has no cubin; the driver \
+                 compiles the PTX when it loads (ptxas 13 and later start at sm_75: build for \
+                 the GPU's own architecture with `--arch`, or name an older ptxas in {})",
+                ptxas.display(),
+                toolchain::ptxas_version(&ptxas),
+                ptx.display(),
+                toolchain::PTXAS_ENV
+            );
+            Ok(None)
+        }
         Err(err) => Err(BuildError::Ptxas {
             ptx: ptx.to_owned(),
             stderr: err.to_string(),

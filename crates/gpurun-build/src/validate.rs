@@ -40,6 +40,10 @@ pub enum ValidateError {
     },
     #[error("ptxas failed for {arch}: {stderr}")]
     Ptxas { arch: String, stderr: String },
+    /// This ptxas does not know the architecture at all (ptxas 13 dropped sm_70, for one): not
+    /// a verdict on the PTX.
+    #[error("this ptxas cannot assemble for {arch}: {stderr}")]
+    PtxasLacksArch { arch: String, stderr: String },
     #[error("ptxas crashed ({status}) assembling for {arch}")]
     PtxasCrashed { arch: String, status: String },
     #[error("cannot run ptxas at {path}: {detail}")]
@@ -177,6 +181,14 @@ pub fn assemble_ptx_as(
     let mut stderr = String::from_utf8_lossy(&result.stderr).trim().to_owned();
     if stderr.is_empty() {
         stderr = format!("exited with {}", result.status);
+    }
+    // ptxas's words for an architecture it does not have: "Value 'sm_70' is not defined for
+    // option 'gpu-name'".
+    if stderr.contains(&format!("'{arch}' is not defined for option 'gpu-name'")) {
+        return Err(ValidateError::PtxasLacksArch {
+            arch: arch.to_owned(),
+            stderr,
+        });
     }
     Err(ValidateError::Ptxas {
         arch: arch.to_owned(),
