@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every cargo-fuzz target of the project for a bounded time (default 60 s each, two at a
-# time), starting from the corpus kept in the repository (crates/*/fuzz/corpus/TARGET). That
+# time), starting from the corpus kept in the repository (crates/*/fuzz/corpus/TARGET, harness/fuzz/corpus/TARGET). That
 # corpus is only read: inputs a run finds go to target/fuzz/corpus/TARGET, so a run leaves the
 # tree as it was. A crash fails the script; libFuzzer saves the input under
-# crates/*/fuzz/artifacts/TARGET/ (ignored by git): fix the bug, then copy the input into the
+# <crate>/fuzz/artifacts/TARGET/ (ignored by git): fix the bug, then copy the input into the
 # target's corpus so every later run replays it.
 #
 #   scripts/fuzz.sh [SECONDS]    run every target (scripts/test.sh runs it)
@@ -20,7 +20,7 @@ targets=(
     "crates/gpurun-image/fuzz parse_image 65536 crates/gpurun-image/tests/data"
     "crates/gpurun-rpc/fuzz server 4096"
     "crates/gpurun-runner/fuzz frames 4096"
-    "crates/gpurun-harness/fuzz command_line 1024"
+    "harness/fuzz command_line 1024"
 )
 
 mode=run
@@ -115,6 +115,6 @@ while [ "${#pids[@]}" -gt 0 ]; do
     wait_for_one
 done
 if [ "${#failed[@]}" -gt 0 ]; then
-    echo "fuzz: crashes in: ${failed[*]} (inputs under crates/*/fuzz/artifacts/)" >&2
+    echo "fuzz: crashes in: ${failed[*]} (inputs under crates/*/fuzz/artifacts/ and harness/fuzz/artifacts/)" >&2
     exit 1
 fi

@@ -30,7 +30,7 @@ step_done setup
 cargo fmt --all --check
 # The fixtures, examples and fuzz crates are workspaces of their own, outside `cargo fmt --all`
 # (many-tests is generated, one test per line, and stays that way).
-git ls-files -z 'fixtures/*.rs' 'examples/*.rs' 'crates/*/fuzz/*.rs' ':!fixtures/many-tests/*' |
+git ls-files -z 'fixtures/*.rs' 'examples/*.rs' 'crates/*/fuzz/*.rs' 'harness/fuzz/*.rs' ':!fixtures/many-tests/*' |
     xargs -0 rustfmt --edition 2021 --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 step_done fmt+clippy

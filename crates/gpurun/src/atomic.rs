@@ -250,7 +250,7 @@ mod amdgpu {
     // LLVM's older AMDGPU atomic intrinsics: inline assembly is rejected on this target and
     // Rust has no float `atomicrmw`, and LLVM upgrades each of these to the `atomicrmw` of the
     // same operation (agent scope, for coarse-grained memory), which it lowers to the GPU's
-    // instruction or a compare-and-swap loop. `crates/cargo-gpurun/tests/amdgpu_code.rs` checks
+    // instruction or a compare-and-swap loop. `cargo-gpurun/tests/amdgpu_code.rs` checks
     // the instructions in gfx90a and gfx1100 code objects.
     unsafe extern "unadjusted" {
         #[link_name = "llvm.amdgcn.flat.atomic.fadd.f32.p0.f32"]
