@@ -142,18 +142,29 @@ pub fn test_timeout(image: &BuiltImage) -> Result<Option<Duration>, crate::Build
     }
 }
 
-/// The environment variable that makes a missing GPU an error (`--require-gpu`): `1`, `true`,
-/// `yes` or `on` (as clap reads a flag's variable).
+/// The environment variable that makes a missing GPU an error (`--require-gpu`); its values
+/// are read by [`parse_require_gpu`], by the CLI and by `gpurun-test` alike.
 pub const REQUIRE_GPU_ENV: &str = "GPURUN_REQUIRE_GPU";
 
-/// Whether [`REQUIRE_GPU_ENV`] asks for a GPU.
-pub fn gpu_required_by_env() -> bool {
-    std::env::var(REQUIRE_GPU_ENV).is_ok_and(|value| {
-        matches!(
-            value.trim().to_ascii_lowercase().as_str(),
-            "1" | "true" | "yes" | "on"
-        )
-    })
+/// Whether a [`REQUIRE_GPU_ENV`] value asks for a GPU: the words clap takes for a yes or a no
+/// (`1`, `y`, `yes`, `t`, `true`, `on`; `0`, `n`, `no`, `f`, `false`, `off` or empty), any case;
+/// anything else is an error rather than a silent no.
+pub fn parse_require_gpu(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "y" | "yes" | "t" | "true" | "on" => Ok(true),
+        "" | "0" | "n" | "no" | "f" | "false" | "off" => Ok(false),
+        _ => Err(format!(
+            "`{value}` is neither a yes nor a no for {REQUIRE_GPU_ENV} (use 1 or 0)"
+        )),
+    }
+}
+
+/// Whether [`REQUIRE_GPU_ENV`] asks for a GPU (unset: no).
+pub fn gpu_required_by_env() -> Result<bool, String> {
+    match std::env::var(REQUIRE_GPU_ENV) {
+        Ok(value) => parse_require_gpu(&value),
+        Err(_) => Ok(false),
+    }
 }
 
 /// No GPU where one was required (`--require-gpu`): why each GPU backend has none.
@@ -252,6 +263,19 @@ pub fn require_gpu(targets: &[DeviceTarget]) -> Result<(), NoGpu> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn require_gpu_values_read_as_clap_reads_a_flag() {
+        for yes in ["1", "y", "YES", "t", "true", " On "] {
+            assert_eq!(parse_require_gpu(yes), Ok(true), "{yes}");
+        }
+        for no in ["", "0", "n", "No", "f", "false", "off"] {
+            assert_eq!(parse_require_gpu(no), Ok(false), "{no}");
+        }
+        for neither in ["2", "maybe", "yes please"] {
+            assert!(parse_require_gpu(neither).is_err(), "{neither}");
+        }
+    }
+
     use super::*;
 
     #[test]

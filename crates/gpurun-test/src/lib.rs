@@ -352,7 +352,7 @@ impl DeviceCrate {
     ) -> Result<Vec<gpurun_build::BuiltImage>, String> {
         // The same choice as `cargo gpurun test`, including `GPURUN_BACKEND` (one backend,
         // several, or `all`) and `GPURUN_REQUIRE_GPU`.
-        let required = gpurun_build::suite::gpu_required_by_env();
+        let required = gpurun_build::suite::gpu_required_by_env()?;
         let targets = match &self.target {
             Some(target) => {
                 let parsed = DeviceTarget::parse(target).map_err(|error| error.to_string())?;
