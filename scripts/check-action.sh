@@ -7,8 +7,9 @@
 #   - the action's test and summary steps, run as a runner runs them (bash -eo pipefail, the
 #     step's environment, GITHUB_OUTPUT/GITHUB_STEP_SUMMARY files), on the `basic` fixture with
 #     the cargo-gpurun built from this checkout: exit status 101, one `::error` annotation per
-#     failed test, the JUnit report and the summary table; and the `sanitize` input reaching
-#     `cargo gpurun test --sanitize` (refused there for a host build, as it must be).
+#     failed test, the JUnit report and the summary table; the `sanitize` input reaching
+#     `cargo gpurun test --sanitize` (refused there for a host build, as it must be); and the
+#     `coverage` input writing its report in the folder the upload step takes.
 #
 #   scripts/check-action.sh        (scripts/setup.sh installs actionlint, shellcheck and PyYAML)
 set -euo pipefail
@@ -70,7 +71,7 @@ print(runs[0])
 PY
 export GITHUB_ACTIONS=true GITHUB_ACTION_PATH="$root" GITHUB_OUTPUT="$scratch/output"
 export GITHUB_STEP_SUMMARY="$scratch/summary.md" PATH="$scratch/bin:$PATH"
-export ARGS="-p basic --target host" TEST_ARGS="--test-threads 2" PARTITION="" SANITIZE=""
+export ARGS="-p basic --target host" TEST_ARGS="--test-threads 2" PARTITION="" SANITIZE="" COVERAGE=false
 export JUNIT="$scratch/junit.xml"
 unset CARGO_TARGET_DIR
 status=0
@@ -97,4 +98,14 @@ status=0
 [[ $status == 1 ]] || { cat "$scratch/stderr" >&2; fail "with sanitize=memcheck on host the test step exited with $status, expected 1"; }
 grep -q -- '--sanitize runs compute-sanitizer' "$scratch/stderr" ||
     { cat "$scratch/stderr" >&2; fail "the sanitize input did not reach cargo gpurun test"; }
-echo "check-action: ok (actionlint clean; the action's test step ran basic: 7 passed, 4 failed, 2 ignored; sanitize reaches --sanitize)" >&2
+# The coverage input becomes --coverage, and the step names the report's folder for the upload.
+: >"$GITHUB_OUTPUT"
+status=0
+(cd fixtures && ARGS="-p coverage" COVERAGE=true \
+    bash --noprofile --norc -eo pipefail "$scratch/test.sh") >"$scratch/stdout" 2>"$scratch/stderr" ||
+    status=$?
+[[ $status == 0 ]] || { cat "$scratch/stderr" >&2; fail "with coverage=true the test step exited with $status, expected 0"; }
+coverage_dir=$(sed -n 's/^coverage=//p' "$GITHUB_OUTPUT")
+[[ -s "$coverage_dir/lcov.info" && -s "$coverage_dir/html/index.html" ]] ||
+    { cat "$scratch/stderr" >&2; fail "with coverage=true there is no report in '$coverage_dir'"; }
+echo "check-action: ok (actionlint clean; the action's test step ran basic: 7 passed, 4 failed, 2 ignored; sanitize reaches --sanitize; coverage writes its report where the upload looks)" >&2

@@ -132,6 +132,7 @@ impl CargoArgs {
             arch,
             quiet,
             nvptx_linker: None,
+            coverage: false,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! compute-sanitizer. Expected results are spelled out per test.
 
 mod concurrency;
+mod coverage;
 mod device_ops;
 mod harness;
 mod host_app;

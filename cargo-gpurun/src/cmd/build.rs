@@ -64,6 +64,7 @@ mod tests {
             }),
             kind: TargetKind::Lib,
             source: PathBuf::from("src/lib.rs"),
+            package_root: PathBuf::from("/repo/fixtures/hello"),
             kernels: vec!["_start".to_owned()],
             gpurun_metadata: None,
         }

@@ -218,6 +218,7 @@ fn run_test_image(
         &args.image,
         &harness_args,
         timeout,
+        Vec::new(),
     )?;
     let tests = image.tests().to_vec();
     let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
+use gpurun_build::coverage::{self, Profiles};
 use gpurun_build::suite::{self, Suite, DEFAULT_TEST_TIMEOUT};
 use gpurun_build::{BuiltImage, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
@@ -33,12 +34,20 @@ pub struct TestArgs {
     /// Build the test images but do not run them.
     #[arg(long)]
     pub no_run: bool,
+    /// Measure which lines of the device crates the tests run, on the host emulation: the host
+    /// images are built instrumented, and an lcov file and an HTML report are written under the
+    /// target directory's `gpurun-coverage/` (GPU images, with several backends, run as usual).
+    #[arg(long)]
+    pub coverage: bool,
     /// Arguments for the test harness (libtest's: filters, --exact, --list, ...), after `--`.
     #[arg(last = true, allow_hyphen_values = true)]
     pub harness_args: Vec<OsString>,
 }
 
 pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
+    if args.coverage && args.device.sanitize.is_some() {
+        bail!("--coverage measures the host emulation and --sanitize runs CUDA: use one of them");
+    }
     let mut build_options = args.cargo.build_options();
     let choice = backend_choice(&args.device)?;
     if let Some(tool) = args.device.sanitize {
@@ -54,7 +63,9 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         gpurun_runner::Sanitizer::find(tool)?;
     }
     let several = matches!(choice, BackendChoice::Each(_) | BackendChoice::All);
-    if build_options.targets.is_empty() {
+    if build_options.targets.is_empty() && args.coverage && !several {
+        build_options.targets = vec![DeviceTarget::Host.short_name().to_owned()];
+    } else if build_options.targets.is_empty() {
         let targets = suite::targets_for(&choice, args.device.require_gpu)?;
         build_options.targets = targets
             .iter()
@@ -70,10 +81,22 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
             .collect::<Result<Vec<_>, _>>()?;
         suite::require_gpu(&targets)?;
     }
-    let images = gpurun_build::build_for_test(&build_options)?;
+    let images = build(&build_options, args.coverage)?;
     if args.no_run {
         return Ok(ExitCode::SUCCESS);
     }
+    let coverage = match args.coverage {
+        true => Some(Profiles::fresh(&gpurun_build::target_dir(&build_options)?)?),
+        false => None,
+    };
+    let instrumented: Vec<BuiltImage> = match &coverage {
+        Some(_) => images
+            .iter()
+            .filter(|image| image.target == DeviceTarget::Host)
+            .cloned()
+            .collect(),
+        None => Vec::new(),
+    };
     let mut argv: Vec<OsString> = vec!["cargo-gpurun-test".into()];
     argv.extend(args.harness_args.iter().cloned());
     let mut harness_args = match HarnessArgs::parse_args(argv) {
@@ -125,12 +148,21 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
                 .test_timeout
                 .or(suite::test_timeout(&suite.built)?)
                 .unwrap_or(DEFAULT_TEST_TIMEOUT);
+            // Only host workers load instrumented images.
+            let env = match (&coverage, kind) {
+                (Some(profiles), BackendKind::Host) => vec![(
+                    gpurun_runner::worker::PROFILE_FILE_ENV.to_owned(),
+                    profiles.pattern().display().to_string(),
+                )],
+                _ => Vec::new(),
+            };
             let executor = Arc::new(test_executor(
                 &args.device,
                 kind,
                 &suite.built.path,
                 &harness_args,
                 timeout,
+                env,
             )?);
             if several {
                 tests.extend(variants.add(kind.name(), &image_tests, executor));
@@ -156,7 +188,75 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
             worst = worst.max(code);
         }
     }
+    if let Some(profiles) = coverage {
+        let target_dir = gpurun_build::target_dir(&build_options)?;
+        let out = coverage::root(&target_dir);
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let shown = |path: &Path| {
+            path.strip_prefix(&cwd)
+                .unwrap_or(path)
+                .display()
+                .to_string()
+        };
+        match profiles.report(&instrumented.iter().collect::<Vec<_>>(), &out) {
+            Ok(report) => {
+                let percent = match report.lines {
+                    0 => 0.0,
+                    lines => 100.0 * report.lines_hit as f64 / lines as f64,
+                };
+                eprintln!(
+                    "{:>12} {} of {} lines ({percent:.1}%) in {} file{}\n{:>12} {}\n{:>12} {}",
+                    "Coverage",
+                    report.lines_hit,
+                    report.lines,
+                    report.files,
+                    if report.files == 1 { "" } else { "s" },
+                    "lcov",
+                    shown(&report.lcov),
+                    "html",
+                    shown(&report.html)
+                );
+            }
+            Err(error) => {
+                eprintln!("error: coverage: {error}");
+                worst = worst.max(exit_code::ERROR);
+            }
+        }
+    }
     Ok(exit_code::code(worst))
+}
+
+/// Builds the test images; with `coverage`, the host images instrumented and any GPU images
+/// (several backends) as usual, in two builds.
+fn build(options: &gpurun_build::BuildOptions, coverage: bool) -> anyhow::Result<Vec<BuiltImage>> {
+    if !coverage {
+        return Ok(gpurun_build::build_for_test(options)?);
+    }
+    let (hosts, gpus): (Vec<String>, Vec<String>) = options
+        .targets
+        .iter()
+        .cloned()
+        .partition(|name| DeviceTarget::parse(name).is_ok_and(|target| !target.is_gpu()));
+    if hosts.is_empty() {
+        // Only GPU targets: nothing to measure, and the build says why.
+        return Ok(gpurun_build::build_for_test(&gpurun_build::BuildOptions {
+            coverage: true,
+            ..options.clone()
+        })?);
+    }
+    let mut images = Vec::new();
+    if !gpus.is_empty() {
+        images.extend(gpurun_build::build_for_test(&gpurun_build::BuildOptions {
+            targets: gpus,
+            ..options.clone()
+        })?);
+    }
+    images.extend(gpurun_build::build_for_test(&gpurun_build::BuildOptions {
+        targets: hosts,
+        coverage: true,
+        ..options.clone()
+    })?);
+    Ok(images)
 }
 
 /// The suites of several targets grouped by what they test (package, kind of target, name),
@@ -216,6 +316,7 @@ pub fn test_executor(
     image: &Path,
     harness_args: &HarnessArgs,
     timeout: Duration,
+    env: Vec<(String, String)>,
 ) -> anyhow::Result<WorkerExecutor> {
     let sanitizer = sanitizer(device, kind)?;
     let ordinals = gpurun_runner::test_devices(device.device, kind)?;
@@ -227,7 +328,9 @@ pub fn test_executor(
                 device: ordinal,
                 ..base.clone()
             };
-            worker_spec(&options, image, sanitizer.clone())
+            let mut spec = worker_spec(&options, image, sanitizer.clone())?;
+            spec.env.extend(env.iter().cloned());
+            Ok(spec)
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     // A bad RUST_TEST_THREADS is reported by the harness itself.

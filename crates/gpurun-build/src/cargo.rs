@@ -214,6 +214,25 @@ impl CargoBuild<'_> {
                 command.env_remove(var);
             }
             command.env(toolchain::LLVM_TOOLS_DIR_ENV, toolchain.llvm_tools_dir());
+        } else if let (true, Some(toolchain)) = (self.opts.coverage, self.toolchain) {
+            // Instrumented with the toolchain whose llvm-tools merge and read the profiles,
+            // in a target directory of its own, so that a coverage build and a plain one do
+            // not rebuild over each other.
+            command = toolchain_cargo(toolchain);
+            command.arg(self.subcommand());
+            for var in ["RUSTC", "RUSTDOC", "CARGO"] {
+                command.env_remove(var);
+            }
+            command.env(
+                "CARGO_TARGET_DIR",
+                crate::coverage::target_dir(&self.workspace.target_dir),
+            );
+            // The flag instruments the build's own programs too (build scripts, proc macros,
+            // run by cargo and rustc): their profiles go there, not into the source folders.
+            command.env(
+                "LLVM_PROFILE_FILE",
+                crate::coverage::build_profiles(&self.workspace.target_dir),
+            );
         } else {
             command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
             command.arg(self.subcommand());
@@ -314,6 +333,21 @@ impl CargoBuild<'_> {
     /// append to those instead.
     fn add_rustflags(&self, command: &mut Command) -> Result<(), BuildError> {
         let Some(triple) = self.target.triple() else {
+            if self.opts.coverage {
+                // Host builds pass no --target: the flag goes where cargo reads the user's,
+                // after them (an array given with --config adds to the config files' one).
+                let flag = crate::coverage::RUSTFLAG;
+                match env_rustflag_list() {
+                    Some(mut all) => {
+                        all.push(flag.to_owned());
+                        command.env_remove("RUSTFLAGS");
+                        command.env("CARGO_ENCODED_RUSTFLAGS", all.join("\x1f"));
+                    }
+                    None => {
+                        command.args(["--config", &format!("build.rustflags=[\"{flag}\"]")]);
+                    }
+                }
+            }
             return Ok(());
         };
         let mut flags = Vec::new();
@@ -335,13 +369,7 @@ impl CargoBuild<'_> {
             );
             flags.extend(self.arch.map(amdgcn::arch_rustflags).unwrap_or_default());
         }
-        let (encoded, plain) = env_rustflags();
-        if encoded.is_some() || plain.is_some() {
-            let mut all: Vec<String> = match (encoded, plain) {
-                (Some(encoded), _) => encoded.split('\x1f').map(str::to_owned).collect(),
-                (None, Some(plain)) => plain.split_whitespace().map(str::to_owned).collect(),
-                (None, None) => Vec::new(),
-            };
+        if let Some(mut all) = env_rustflag_list() {
             all.extend(flags);
             command.env_remove("RUSTFLAGS");
             command.env("CARGO_ENCODED_RUSTFLAGS", all.join("\x1f"));
@@ -459,6 +487,7 @@ impl CargoBuild<'_> {
                 .strip_prefix(package_root)
                 .unwrap_or(source)
                 .to_owned(),
+            package_root: package_root.to_owned(),
             target: self.target,
             arch: self.arch.map(str::to_owned),
             path,
@@ -479,6 +508,16 @@ fn env_rustflags() -> (Option<String>, Option<String>) {
         .ok()
         .filter(|flags| !flags.trim().is_empty());
     (encoded, plain)
+}
+
+/// The rustflags the environment gives cargo, one flag an entry (`CARGO_ENCODED_RUSTFLAGS`
+/// before `RUSTFLAGS`, as cargo reads them), or `None` when it gives none.
+fn env_rustflag_list() -> Option<Vec<String>> {
+    match env_rustflags() {
+        (Some(encoded), _) => Some(encoded.split('\x1f').map(str::to_owned).collect()),
+        (None, Some(plain)) => Some(plain.split_whitespace().map(str::to_owned).collect()),
+        (None, None) => None,
+    }
 }
 
 /// Whether cargo takes its rustflags from the environment (and so ignores every config file's).

@@ -18,6 +18,7 @@
 pub mod amdgcn;
 pub mod arch;
 mod cargo;
+pub mod coverage;
 mod crates;
 pub mod nvptx_link;
 mod rustflags;
@@ -72,6 +73,10 @@ pub struct BuildOptions {
     /// `cargo-gpurun` does); a library caller whose executable is not such a program (e.g.
     /// `gpurun-test` in a test binary) passes the `gpurun-nvptx-link` executable of this crate.
     pub nvptx_linker: Option<PathBuf>,
+    /// Instrument host images for source-based coverage (`-Cinstrument-coverage`, with the
+    /// nightly toolchain whose `llvm-tools` read the profiles), built in a target directory of
+    /// their own ([`coverage::target_dir`]). Host images only: a GPU target is an error.
+    pub coverage: bool,
 }
 
 /// What kind of cargo target an image came from. Ordered as `cargo test` runs them.
@@ -107,6 +112,10 @@ pub struct BuiltImage {
     pub kind: TargetKind,
     /// The target's source file, relative to the package root (`src/lib.rs`, `tests/foo.rs`).
     pub source: PathBuf,
+    /// The package root (the directory of its Cargo.toml): a coverage report covers the files
+    /// under it. Not in the JSON output.
+    #[serde(skip)]
+    pub package_root: PathBuf,
     /// Kernels found in the image by the offline validation (empty for host images).
     pub kernels: Vec<String>,
     /// The package's `[package.metadata.gpurun]` table, if any, from the build's own `cargo
@@ -167,6 +176,9 @@ pub enum BuildError {
     /// A package's Cargo.toml could not be read for its `[[test]]` targets.
     #[error("cannot read the [[test]] targets of `{package}`: {detail}")]
     Manifest { package: String, detail: String },
+    /// `coverage` with a GPU target: coverage is measured on the host emulation only.
+    #[error("coverage is measured on the host emulation only, not on {0}: build for the host (`--target host`), or leave out --target")]
+    CoverageOnGpu(DeviceTarget),
     /// Files under the target directory could not be read or written.
     #[error("{context}: {source}")]
     Io {
@@ -208,9 +220,15 @@ enum Mode {
 fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildError> {
     let targets = requested_targets(opts)?;
     arch::check_cli_arches(&targets, &opts.arch)?;
+    if opts.coverage {
+        if let Some(&gpu) = targets.iter().find(|target| target.is_gpu()) {
+            return Err(BuildError::CoverageOnGpu(gpu));
+        }
+    }
     // `cargo metadata` and the toolchain probe are independent processes: run them side by
-    // side, since together they are most of a no-op build's overhead over cargo's own.
-    let needs_toolchain = targets.iter().any(|target| target.is_gpu());
+    // side, since together they are most of a no-op build's overhead over cargo's own. A
+    // coverage build takes the nightly too: its llvm-tools must read the profiles it writes.
+    let needs_toolchain = opts.coverage || targets.iter().any(|target| target.is_gpu());
     let (workspace, toolchain) = std::thread::scope(|scope| {
         let probe =
             scope.spawn(|| needs_toolchain.then(crate::toolchain::Toolchain::ensure_for_build));

@@ -128,6 +128,30 @@ struct Collected {
     device_time: Option<Duration>,
 }
 
+/// How long a worker that owes a coverage profile gets to write it when the run ends.
+const PROFILE_WITHIN: Duration = Duration::from_secs(30);
+
+impl Drop for WorkerExecutor {
+    fn drop(&mut self) {
+        // A worker of a coverage run writes its profile as it ends as a program does: it is
+        // asked to leave, not killed (see `worker::PROFILE_FILE_ENV`). Any other is killed
+        // when its handle drops: it owes nothing, and may be stuck in a kernel.
+        for workers in &self.devices {
+            let profiled = workers
+                .spec
+                .env
+                .iter()
+                .any(|(key, _)| key == crate::worker::PROFILE_FILE_ENV);
+            if !profiled {
+                continue;
+            }
+            if let Some(pooled) = lock(&workers.current).take() {
+                pooled.worker.close(PROFILE_WITHIN);
+            }
+        }
+    }
+}
+
 impl WorkerExecutor {
     /// `specs`: one per device to use (their `slots` are set here); `concurrency`: how many
     /// tests the harness runs at once; `timeout`: each test's time limit (longer under a

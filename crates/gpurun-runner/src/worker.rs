@@ -123,8 +123,7 @@ impl Pipe {
         // running on the device, the process ends as a program does, so the sanitizer's
         // exit-time work runs.
         let settled = !matches!(event, Event::Ended(LaunchEnd::TimedOut(_)));
-        let clean =
-            settled && under_sanitizer() && parent_alive() && LAUNCHES.load(Ordering::SeqCst) <= 1;
+        let clean = settled && owes_exit_time_work() && LAUNCHES.load(Ordering::SeqCst) <= 1;
         // The files the device opened are C streams: flushed first, because the parent may
         // answer the report by killing this process.
         // SAFETY: `fflush(NULL)` flushes every open C output stream, taking each one's lock as
@@ -281,6 +280,12 @@ pub const SLOTS_ENV: &str = "GPURUN_WORKER_SLOTS";
 /// running and the sanitizer is still there, instead of `_exit`.
 pub const SANITIZED_ENV: &str = "GPURUN_WORKER_SANITIZED";
 
+/// LLVM's variable naming where an instrumented library writes its coverage profile; set for
+/// workers of a coverage run (`cargo gpurun test --coverage`). The profile is written by the
+/// library's exit-time handler, so such a worker, too, ends as a program does whenever no launch
+/// is running.
+pub const PROFILE_FILE_ENV: &str = "LLVM_PROFILE_FILE";
+
 /// Commands the slots are running (or about to run).
 static LAUNCHES: AtomicUsize = AtomicUsize::new(0);
 /// Set once the command pipe has closed: no slot starts another command.
@@ -290,6 +295,12 @@ static PARENT: OnceLock<u32> = OnceLock::new();
 
 fn under_sanitizer() -> bool {
     std::env::var_os(SANITIZED_ENV).is_some_and(|value| value == "1")
+}
+
+/// Whether the worker should end through `exit` when no launch runs, for exit-time work it owes
+/// someone: compute-sanitizer's report (while the sanitizer is there) or a coverage profile.
+fn owes_exit_time_work() -> bool {
+    (under_sanitizer() && parent_alive()) || std::env::var_os(PROFILE_FILE_ENV).is_some()
 }
 
 /// Whether the process that started the worker still runs (it has not been re-parented).
@@ -411,9 +422,10 @@ pub fn run(
     CLOSING.store(true, Ordering::SeqCst);
     let idle = LAUNCHES.load(Ordering::SeqCst) == 0;
     drop(commands);
-    if idle && under_sanitizer() && parent_alive() {
+    if idle && owes_exit_time_work() {
         // Every slot leaves its loop now that its commands ended; with none in a launch that is
-        // at once. Their modules are released before the driver's exit-time teardown runs.
+        // at once. Their modules are released (a coverage profile is written as its library
+        // goes) before the driver's exit-time teardown runs.
         for thread in threads {
             let _ = thread.join();
         }

@@ -545,6 +545,7 @@ mod tests {
             cubin: None,
             kind: TargetKind::Lib,
             source: PathBuf::from("src/lib.rs"),
+            package_root: PathBuf::from("timed"),
             kernels: Vec::new(),
             gpurun_metadata: metadata,
         };
