@@ -86,15 +86,16 @@ fn json_event_on_host(
         .unwrap_or_else(|| panic!("{}", describe(&output)))
 }
 
-/// The checks `scripts/gpu-check.sh --target amdgcn` runs on an AMD GPU pass on the host
-/// emulation, each as the GPU rows run them: a deep panic reported with its message, ten launch
-/// shapes one after another in one module, many barriers.
+/// The checks `scripts/gpu-check.sh` runs on a GPU pass on the host emulation, each as the GPU
+/// rows run them: a deep panic reported with its message, ten launch shapes one after another
+/// in one module, many barriers, a failed float assert whose message keeps both values.
 #[test]
 fn launch_checks_pass_on_the_host() {
     for filter in [
         &["deep_panic"][..],
         &["dims_", "--test-threads", "1"],
         &["barrier_heavy"],
+        &["float_assert"],
     ] {
         let output = test_on_host("launch-checks", filter, 0);
         let stdout = text(&output.stdout);
