@@ -308,6 +308,7 @@ fn host_driven_launches_pass() {
         "wrong_argument_count_or_types_are_errors_before_launch",
         "a_buffer_too_small_for_the_launch_is_an_error_before_launch",
         "a_kernel_without_declared_lengths_launches_as_before",
+        "kernels_call_host_functions_and_a_wrong_key_is_an_error",
         // A kernel panic is an `Err` with the device's message and location, on the host
         // emulation too (the kernel wrapper ends only the panicking emulated thread).
         "bad_input_is_an_error_with_the_device_message_and_location",

@@ -132,6 +132,10 @@ pub struct LoadOptions {
     pub stack_size: Option<usize>,
     /// Lane size the host emulation uses (1, 32 or 64). Ignored by GPU backends.
     pub emulated_lane_size: u32,
+    /// What the device may do on the host beyond printing (`system()`, its stdin).
+    pub host: handlers::HostAccess,
+    /// Host functions the device may call (LLVM libc's HOST_CALL).
+    pub host_functions: handlers::HostFunctions,
 }
 
 impl Default for LoadOptions {
@@ -140,6 +144,8 @@ impl Default for LoadOptions {
             rpc_ports: 1024,
             stack_size: None,
             emulated_lane_size: 32,
+            host: handlers::HostAccess::default(),
+            host_functions: handlers::HostFunctions::default(),
         }
     }
 }

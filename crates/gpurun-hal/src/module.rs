@@ -218,7 +218,12 @@ impl<P: Primitives> LoadedModule<P> {
         let rpc = match declared_global_size(&primitives, image, symbols::RPC_CLIENT) {
             Some(size) => {
                 let ports = initial_ports(&primitives, image, options.rpc_ports);
-                Some(InstalledRpc::install(&mut primitives, size, ports)?)
+                Some(InstalledRpc::install(
+                    &mut primitives,
+                    size,
+                    ports,
+                    options,
+                )?)
             }
             None if !image.tests().is_empty() => {
                 // Results, output and panics of tests travel over RPC: without a client a

@@ -12,7 +12,7 @@
 
 use crate::handlers::RpcHandlers;
 use crate::module::Primitives;
-use crate::{BackendError, LaunchShape, SharedAlloc};
+use crate::{BackendError, LaunchShape, LoadOptions, SharedAlloc};
 use gpurun_abi::symbols;
 use gpurun_image::Image;
 use gpurun_rpc::layout::Doorbell;
@@ -42,13 +42,16 @@ pub(crate) struct InstalledRpc {
 }
 
 impl InstalledRpc {
-    /// Installs a buffer of `ports` ports: see [`install_rpc`].
+    /// Installs a buffer of `ports` ports (see [`install_rpc`]) whose server lets the device
+    /// do what `options` allow on the host.
     pub(crate) fn install<P: Primitives>(
         primitives: &mut P,
         client_size: u64,
         ports: u32,
+        options: &LoadOptions,
     ) -> Result<InstalledRpc, BackendError> {
-        let (handlers, buffer) = install_rpc(primitives, client_size, ports)?;
+        let (mut handlers, buffer) = install_rpc(primitives, client_size, ports)?;
+        handlers.configure(options.host.clone(), options.host_functions.clone());
         Ok(InstalledRpc {
             handlers,
             buffer,

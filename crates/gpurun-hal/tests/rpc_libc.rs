@@ -3,8 +3,10 @@
 //! `file.h` and `OSUtil/gpu/exit.cpp`) through our client on a host thread, while the test
 //! thread runs [`RpcHandlers::poll`], and checks the host-side effect and the reply.
 
-use gpurun_hal::handlers::{DeviceMemory, HostAccess, PanicReport, RpcHandlers, Served, Sink};
-use gpurun_hal::LaunchEnd;
+use gpurun_hal::handlers::{
+    DeviceMemory, HostAccess, HostFunctions, PanicReport, RpcHandlers, Served, Sink,
+};
+use gpurun_hal::{BackendError, LaunchEnd};
 use gpurun_rpc::client::Port;
 use gpurun_rpc::{opcode, Client, HostLane, Layout};
 use std::path::{Path, PathBuf};
@@ -83,12 +85,29 @@ struct Outcome<R> {
     sink: Collect,
     memory: Memory,
     end: Option<LaunchEnd>,
+    /// The server's error, which ends the run (see [`serve`]).
+    error: Option<BackendError>,
 }
 
 /// Runs `device` on a client thread against an `RpcHandlers` polled here, until the thread ends
-/// and a drain finds nothing left.
+/// and a drain finds nothing left; the server must not fail.
 fn run_with<R: Send>(
     config: HostAccess,
+    sink: Collect,
+    device: impl FnOnce(&Client) -> R + Send,
+) -> Outcome<R> {
+    let outcome = serve(config, HostFunctions::default(), sink, device);
+    if let Some(error) = &outcome.error {
+        panic!("server error: {error}");
+    }
+    outcome
+}
+
+/// [`run_with`] with host functions, stopping at the server's first error (the device thread
+/// must then not wait for a reply).
+fn serve<R: Send>(
+    config: HostAccess,
+    functions: HostFunctions,
     sink: Collect,
     device: impl FnOnce(&Client) -> R + Send,
 ) -> Outcome<R> {
@@ -99,25 +118,36 @@ fn run_with<R: Send>(
     // endpoints (dropped at the end of this function).
     let (client, mut server) =
         unsafe { (Client::new(&layout, base), RpcHandlers::new(&layout, base)) };
-    server.configure(config);
+    server.configure(config, functions);
     let mut sink = sink;
     let mut memory = Memory::default();
     let mut end = None;
+    let mut error = None;
     let result = std::thread::scope(|scope| {
         let device = scope.spawn(|| device(&client));
         loop {
             let finished = device.is_finished();
-            match server.poll(&mut sink, &mut memory).expect("server error") {
-                Served::End(e) => {
+            match server.poll(&mut sink, &mut memory) {
+                Ok(Served::End(e)) => {
                     end.get_or_insert(e);
                 }
-                Served::Handled => {}
-                Served::Idle if finished => break,
-                Served::Idle => std::thread::yield_now(),
+                Ok(Served::Handled) => {}
+                Ok(Served::Idle) if finished => break,
+                Ok(Served::Idle) => std::thread::yield_now(),
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
             }
         }
-        if let Some(e) = server.drain(&mut sink, &mut memory).expect("drain") {
-            end.get_or_insert(e);
+        if error.is_none() {
+            match server.drain(&mut sink, &mut memory) {
+                Ok(Some(e)) => {
+                    end.get_or_insert(e);
+                }
+                Ok(None) => {}
+                Err(e) => error = Some(e),
+            }
         }
         device.join().expect("device thread")
     });
@@ -126,6 +156,7 @@ fn run_with<R: Send>(
         sink,
         memory,
         end,
+        error,
     }
 }
 
@@ -1000,4 +1031,80 @@ fn test_interface_and_stream_opcodes() {
         )
     });
     assert_eq!(out.result, (4, 5, true, 42));
+}
+
+/// HOST_CALL as LLVM libc's device code makes it (`rpc_host_call`): send_n(the argument blob),
+/// then the function's address in `data[0]`, then the reply.
+fn host_call(client: &Client, code: u32, function: u64, blob: &[u8]) -> u64 {
+    let mut port = open(client, code);
+    port.send_n(blob);
+    port.send(|buffer, _| buffer.data[0] = function);
+    reply(&mut port)
+}
+
+#[test]
+fn host_calls_run_the_registered_function_with_the_device_bytes() {
+    let functions = HostFunctions::default();
+    let sum = functions.register(|bytes| bytes.iter().map(|&b| u64::from(b)).sum());
+    let length = functions.register(|bytes| bytes.len() as u64 * 1000);
+    let long: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+    let long_sum: u64 = long.iter().map(|&b| u64::from(b)).sum();
+    let outcome = serve(
+        HostAccess::default(),
+        functions,
+        Collect::default(),
+        |client| {
+            [
+                host_call(client, opcode::HOST_CALL, sum, &[1, 2, 3]),
+                host_call(client, opcode::HOST_CALL, sum, &long),
+                // liboffload's opcode, the same protocol.
+                host_call(client, opcode::OFFLOAD_HOST_CALL, length, &long),
+                host_call(client, opcode::HOST_CALL, length, &[]),
+            ]
+        },
+    );
+    assert!(outcome.error.is_none(), "{:?}", outcome.error);
+    assert_eq!(outcome.result, [6, long_sum, 1_000_000, 0]);
+}
+
+#[test]
+fn host_calls_to_anything_unregistered_or_a_panic_end_the_launch_with_a_clear_error() {
+    let functions = HostFunctions::default();
+    let panics = functions.register(|_| panic!("the host function's own bug"));
+    // A stray pointer from the device is never called: the launch ends naming it.
+    for (function, expected) in [
+        (
+            0x7fff_dead_beef,
+            "host function 0x7fffdeadbeef, which the host did not register",
+        ),
+        (panics, "panicked"),
+    ] {
+        let outcome = serve(
+            HostAccess::default(),
+            functions.clone(),
+            Collect::default(),
+            |client| {
+                // No reply will come: the device sends its request and stops there.
+                let mut port = open(client, opcode::HOST_CALL);
+                port.send_n(b"args");
+                port.send(|buffer, _| buffer.data[0] = function);
+            },
+        );
+        match outcome.error {
+            Some(BackendError::Rpc(message)) => assert!(message.contains(expected), "{message}"),
+            other => panic!("expected an RPC error naming {function:#x}, got {other:?}"),
+        }
+    }
+    // With no functions at all (as under `cargo gpurun run`), every host call is refused.
+    let outcome = serve(
+        HostAccess::default(),
+        HostFunctions::default(),
+        Collect::default(),
+        |client| {
+            let mut port = open(client, opcode::HOST_CALL);
+            port.send_n(&[]);
+            port.send(|buffer, _| buffer.data[0] = 0x6770_0000_0000_0001);
+        },
+    );
+    assert!(matches!(outcome.error, Some(BackendError::Rpc(_))));
 }

@@ -126,6 +126,7 @@ impl WorkerOptions {
         LoadOptions {
             stack_size: self.stack_size,
             emulated_lane_size: self.lane_size,
+            host: self.host_access(),
             ..LoadOptions::default()
         }
     }

@@ -320,8 +320,6 @@ pub fn main(args: &[std::ffi::OsString]) -> i32 {
             return 2;
         }
     };
-    // The first and only setting in this process: no server exists before the slots start.
-    let _ = gpurun_hal::handlers::set_host_access(options.host_access());
     // SAFETY: getppid has no preconditions.
     let _ = PARENT.set(unsafe { libc::getppid() } as u32);
     let slots = std::env::var(SLOTS_ENV)

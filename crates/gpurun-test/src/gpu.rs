@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use gpurun_hal::handlers::{PanicReport, Sink};
+use gpurun_hal::handlers::{HostFunctions, PanicReport, Sink};
 use gpurun_hal::kernel_args::KernelArg;
 use gpurun_hal::{select, BackendKind, Device, LaunchEnd, LaunchShape, LoadOptions, Module};
 use gpurun_image::{Image, ImageKind};
@@ -123,6 +123,9 @@ pub struct Gpu {
     backend: BackendKind,
     /// The host image's file this `Gpu` holds in [`LOADED_HOST_FILES`].
     holds_file: Option<PathBuf>,
+    /// The host functions its kernels may call ([`Gpu::host_function`]), shared with the
+    /// module's RPC server.
+    host_functions: HostFunctions,
 }
 
 impl Drop for Gpu {
@@ -204,8 +207,10 @@ impl Gpu {
         } else {
             (image, None, None)
         };
+        let host_functions = HostFunctions::default();
         let options = LoadOptions {
             emulated_lane_size: lane_size,
+            host_functions: host_functions.clone(),
             ..LoadOptions::default()
         };
         let device: *mut dyn Device = Box::into_raw(device);
@@ -238,7 +243,20 @@ impl Gpu {
             timeout,
             backend: kind,
             holds_file,
+            host_functions,
         })
+    }
+
+    /// Registers `function` for this image's kernels to call with `gpurun::host::call(key,
+    /// bytes)`, and returns the key to pass them (it is a kernel argument like a `u64`). The
+    /// function gets the bytes the device sent and returns a `u64` for it; it runs on the thread
+    /// that serves the launch, once per calling device thread, while the kernel waits. A panic
+    /// in it, or a key that was never registered, ends the launch with an error.
+    pub fn host_function(
+        &self,
+        function: impl Fn(&[u8]) -> u64 + Send + Sync + 'static,
+    ) -> HostFunction {
+        HostFunction(self.host_functions.register(function))
     }
 
     /// The backend running the kernels.
@@ -623,3 +641,8 @@ fn zeroed_value<T: DeviceCopy>() -> T {
     // SAFETY: every bit pattern is a valid `T` (`DeviceCopy`).
     unsafe { std::mem::zeroed() }
 }
+
+/// A host function's key ([`Gpu::host_function`]): passed to a kernel as a `u64`, which hands it
+/// to `gpurun::host::call`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HostFunction(pub u64);

@@ -91,6 +91,12 @@ scalar!(
     f64 => |v| KernelArg::F64(v)
 );
 
+impl IntoKernelArg for crate::HostFunction {
+    fn into_kernel_arg(self, _gpu: u64) -> Result<Arg, ForeignBuffer> {
+        Ok(Arg::Scalar(KernelArg::U64(self.0)))
+    }
+}
+
 impl IntoKernelArg for KernelArg {
     fn into_kernel_arg(self, _gpu: u64) -> Result<Arg, ForeignBuffer> {
         Ok(Arg::Raw(self))

@@ -54,7 +54,7 @@ use gpurun_build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
 use gpurun_runner::sanitizer;
 
-pub use gpu::{Buffer, Gpu, Memory, Output};
+pub use gpu::{Buffer, Gpu, HostFunction, Memory, Output};
 pub use gpurun_hal::kernel_args::KernelArg;
 pub use gpurun_hal::LaunchShape;
 pub use gpurun_hal::{BackendKind, LaunchEnd};

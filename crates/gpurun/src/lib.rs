@@ -1,8 +1,8 @@
 //! The runtime a `#![no_std]` GPU crate links against: entry kernels, `print!`/`println!`,
 //! panics reported over RPC, a global allocator over RPC malloc/free, program arguments,
 //! environment, `exit`/`abort`, portable thread ids, block-shared memory ([`shared`]), warp
-//! operations ([`warp`]), the atomics `core` lacks ([`atomic`]), math functions ([`math`]), and
-//! the `#[gpurun::test]` registry.
+//! operations ([`warp`]), the atomics `core` lacks ([`atomic`]), math functions ([`math`]), calls
+//! of the host program's functions ([`host`]), and the `#[gpurun::test]` registry.
 //!
 //! The same crate builds for `nvptx64-nvidia-cuda`, `amdgcn-amd-amdhsa` and the host. On the
 //! host (the emulation backend) it links `std`: the emulator runs each device thread on an OS
@@ -14,7 +14,7 @@
 //!
 //! Owns: what runs on the device (entry kernels, output, panics, allocation, arguments and
 //! environment, exit/abort, ids, barrier, shared memory, warp operations, atomics, math, host
-//! stdio). Must not: know the host's side (it talks to it only over RPC, through `gpurun-rpc`'s
+//! stdio, host calls). Must not: know the host's side (it talks to it only over RPC, through `gpurun-rpc`'s
 //! client sequences) or spell the ABI's names and formats itself (they come from `gpurun-abi`).
 #![cfg_attr(any(target_arch = "nvptx64", target_arch = "amdgpu"), no_std)]
 #![cfg_attr(
@@ -58,6 +58,7 @@ pub mod env;
 pub mod export;
 #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
 mod gpu;
+pub mod host;
 mod host_io;
 pub mod io;
 pub mod math;

@@ -4,11 +4,13 @@
 //! an unknown opcode ends the launch with an error naming it, and nothing here panics.
 
 mod files;
+mod host_call;
 mod printf;
 mod stdio;
 mod testing;
 
-pub use stdio::{host_access, set_host_access, HostAccess};
+pub use host_call::{HostFn, HostFunctions};
+pub use stdio::HostAccess;
 
 use crate::{BackendError, LaunchEnd};
 use gpurun_rpc::layout::Layout;
@@ -75,6 +77,8 @@ pub struct RpcHandlers {
     resume_at: AtomicU32,
     /// Host files the device opened, its stdin, and what it may do (see [`HostAccess`]).
     host: Mutex<stdio::HostState>,
+    /// What HOST_CALL may call.
+    functions: HostFunctions,
 }
 
 impl RpcHandlers {
@@ -86,7 +90,8 @@ impl RpcHandlers {
             // SAFETY: forwarded from the caller.
             server: unsafe { Server::new(layout, base) },
             resume_at: AtomicU32::new(0),
-            host: Mutex::new(stdio::HostState::new(host_access())),
+            host: Mutex::new(stdio::HostState::new(HostAccess::default())),
+            functions: HostFunctions::default(),
         }
     }
 
@@ -96,7 +101,8 @@ impl RpcHandlers {
     }
 
     /// Takes over `previous`'s host state (the files the device opened, its stdin, what it may
-    /// do), when this server replaces it for a larger buffer of the same module.
+    /// do, the host functions it may call), when this server replaces it for a larger buffer of
+    /// the same module.
     pub fn keep_host_state_of(&mut self, previous: &mut RpcHandlers) {
         std::mem::swap(
             self.host.get_mut().unwrap_or_else(PoisonError::into_inner),
@@ -105,12 +111,15 @@ impl RpcHandlers {
                 .get_mut()
                 .unwrap_or_else(PoisonError::into_inner),
         );
+        self.functions = previous.functions.clone();
     }
 
-    /// Replaces the configuration taken from [`host_access`] at construction.
-    pub fn configure(&mut self, config: HostAccess) {
+    /// What the device may do on the host (a new server allows nothing and reads an empty
+    /// stdin), and which host functions it may call (none).
+    pub fn configure(&mut self, config: HostAccess, functions: HostFunctions) {
         *self.host.get_mut().unwrap_or_else(PoisonError::into_inner) =
             stdio::HostState::new(config);
+        self.functions = functions;
     }
 
     /// Uses the doorbell counter the host wrote into the allocation's record
@@ -175,7 +184,8 @@ impl RpcHandlers {
         let next = (port.index() + 1) % server.port_count().max(1);
         self.resume_at.store(next, Ordering::Relaxed);
         let mut host = self.host.lock().unwrap_or_else(PoisonError::into_inner);
-        handle(server, &mut host, &mut port, sink, memory).map_err(Fail::into_error)
+        handle(server, &mut host, &self.functions, &mut port, sink, memory)
+            .map_err(Fail::into_error)
     }
 
     /// Handles requests until none is pending: it returns only after a scan that started at
@@ -199,8 +209,15 @@ impl RpcHandlers {
             let next = (port.index() + 1) % self.server.port_count().max(1);
             self.resume_at.store(next, Ordering::Relaxed);
             let mut host = self.host.lock().unwrap_or_else(PoisonError::into_inner);
-            let served = handle(&self.server, &mut host, &mut port, sink, memory)
-                .map_err(Fail::into_error)?;
+            let served = handle(
+                &self.server,
+                &mut host,
+                &self.functions,
+                &mut port,
+                sink,
+                memory,
+            )
+            .map_err(Fail::into_error)?;
             if let Served::End(end) = served {
                 return Ok(Some(end));
             }
@@ -240,6 +257,7 @@ impl From<ServerError> for Fail {
 fn handle(
     server: &Server,
     host: &mut stdio::HostState,
+    functions: &HostFunctions,
     port: &mut ServerPort<'_>,
     sink: &mut dyn Sink,
     memory: &mut dyn DeviceMemory,
@@ -263,6 +281,7 @@ fn handle(
         opcode::REMOVE => files::remove(server, port),
         opcode::RENAME => files::rename(server, port),
         opcode::SYSTEM => files::system(server, host, port, sink),
+        opcode::HOST_CALL | opcode::OFFLOAD_HOST_CALL => host_call::call(server, functions, port),
         opcode::PRINTF_TO_STDOUT
         | opcode::PRINTF_TO_STDERR
         | opcode::PRINTF_TO_STREAM

@@ -14,7 +14,6 @@ use gpurun_rpc::opcode;
 use gpurun_rpc::server::{Server, ServerPort};
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::sync::OnceLock;
 
 /// Most bytes one `fread`/`fgets` request reads; a larger request reads this much (as a short
 /// read), so a device cannot make the host allocate without bound.
@@ -28,20 +27,6 @@ pub struct HostAccess {
     pub allow_system: bool,
     /// The file the device reads as its stdin; `None`: an empty stdin.
     pub stdin: Option<PathBuf>,
-}
-
-static PROCESS_CONFIG: OnceLock<HostAccess> = OnceLock::new();
-
-/// Sets the configuration every [`super::RpcHandlers`] created afterwards in this process starts
-/// with (the worker sets it once from its command line). Fails if already set.
-pub fn set_host_access(config: HostAccess) -> Result<(), HostAccess> {
-    PROCESS_CONFIG.set(config)
-}
-
-/// The configuration set by [`set_host_access`], or the default (nothing allowed, empty
-/// stdin).
-pub fn host_access() -> HostAccess {
-    PROCESS_CONFIG.get().cloned().unwrap_or_default()
 }
 
 /// A stream the device named.
