@@ -6,6 +6,8 @@
 #   scripts/bench-build.sh [RUNS]      (default 10; the binary is built with --release first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/timing.sh
+source scripts/lib/timing.sh
 runs="${1:-10}"
 toolchain="${GPURUN_TOOLCHAIN:-nightly}"
 
@@ -17,6 +19,7 @@ unset CARGO_TARGET_DIR
 fixtures_target="$PWD/fixtures/target"
 gpurun_build=("$exe" gpurun build --manifest-path fixtures/Cargo.toml -p hello --target nvptx -q)
 # Exactly the flags cargo gpurun passes, so both measure the same up-to-date build.
+# shellcheck disable=SC2054 # `core,alloc` is one argument
 cargo_build=(cargo "+$toolchain" build -Zbuild-std=core,alloc --target nvptx64-nvidia-cuda
   --manifest-path fixtures/Cargo.toml -p hello -q --message-format=json-render-diagnostics
   --config "target.nvptx64-nvidia-cuda.rustflags=[\"-Ctarget-cpu=sm_70\",\"-Clinker=$fixtures_target/gpurun/gpurun-nvptx-link\"]")
@@ -28,22 +31,12 @@ echo "warming up (a full build the first time)..."
 # Runs are interleaved (cargo, gpurun, cargo, ...) so that load from other processes on the
 # machine hits both alike. Reports the median and the minimum of each (the minimum is the least
 # disturbed by other load).
-elapsed_ms() {
-  local start end
-  start=$(date +%s%N)
-  "$@" >/dev/null
-  end=$(date +%s%N)
-  echo $(((end - start) / 1000000))
-}
 cargo_times=()
 gpurun_times=()
 for _ in $(seq "$runs"); do
   cargo_times+=("$(elapsed_ms "${cargo_build[@]}")")
   gpurun_times+=("$(elapsed_ms "${gpurun_build[@]}")")
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-minimum() { printf '%s\n' "$@" | sort -n | head -1; }
-ratio() { awk -v g="$1" -v c="$2" 'BEGIN {printf "%.2f", g / c}'; }
 
 cargo_ms=$(median "${cargo_times[@]}")
 gpurun_ms=$(median "${gpurun_times[@]}")

@@ -7,6 +7,8 @@
 #   scripts/bench-coverage.sh [RUNS]      (default 5; the binary is built with --release first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/timing.sh
+source scripts/lib/timing.sh
 runs="${1:-5}"
 
 cargo build --quiet --release -p cargo-gpurun
@@ -17,13 +19,6 @@ packages=(-p device-ops -p shared-memory -p launch-checks -p concurrency)
 plain=("$exe" gpurun test --manifest-path fixtures/Cargo.toml --target host "${packages[@]}")
 covered=("${plain[@]}" --coverage)
 
-elapsed_ms() {
-    local start end
-    start=$(date +%s%N)
-    "$@" >/dev/null 2>&1
-    end=$(date +%s%N)
-    echo $(((end - start) / 1000000))
-}
 echo "warming up (both builds)..."
 "${plain[@]}" >/dev/null 2>&1
 "${covered[@]}" >/dev/null 2>&1
@@ -32,10 +27,9 @@ for _ in $(seq "$runs"); do
     plain_times+=("$(elapsed_ms "${plain[@]}")")
     covered_times+=("$(elapsed_ms "${covered[@]}")")
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 plain_ms=$(median "${plain_times[@]}")
 covered_ms=$(median "${covered_times[@]}")
 echo "cargo gpurun test:            median ${plain_ms} ms ($runs runs: ${plain_times[*]})"
 echo "cargo gpurun test --coverage: median ${covered_ms} ms ($runs runs: ${covered_times[*]})"
-echo "ratio coverage/plain:         $(awk -v a="$covered_ms" -v b="$plain_ms" 'BEGIN {printf "%.2f", a / b}')x"
+echo "ratio coverage/plain:         $(ratio "$covered_ms" "$plain_ms")x"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -8,6 +8,8 @@
 #   scripts/bench-float-build.sh [RUNS]      (default 3; the binary is built with --release first)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/lib/timing.sh
+source scripts/lib/timing.sh
 root=$PWD
 runs="${1:-3}"
 arch=sm_90
@@ -72,13 +74,6 @@ make_crate floats f32 1.5f32 3.0f32
 make_crate integers u32 1u32 2u32
 
 build() { "$exe" gpurun build --manifest-path "$work/Cargo.toml" -p "$1" --target nvptx --arch "$arch" -q; }
-elapsed_ms() {
-    local start end
-    start=$(date +%s%N)
-    "$@" >/dev/null
-    end=$(date +%s%N)
-    echo $(((end - start) / 1000000))
-}
 echo "warming up (core and alloc for nvptx, both crates once)..."
 build floats >/dev/null
 build integers >/dev/null
@@ -95,8 +90,6 @@ for run in $(seq "$runs"); do
         fi
     done
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 
 ptx="$work/target/nvptx64-nvidia-cuda/debug/floats.ptx"
 full_ms=$(elapsed_ms "$ptxas" "-arch=$arch" -o "$work/full.cubin" "$ptx" 2>/dev/null)
