@@ -42,8 +42,8 @@
 //! - [`RUNNING_POLLS_ENV`]: how many loads or waits of a completion signal a dispatched kernel
 //!   runs for (0).
 //! - [`LONG_KERNEL_ENV`]: `NAME,SECONDS[,OTHERS]`: a dispatched kernel whose descriptor's name
-//!   contains `NAME` runs for `SECONDS` of wall time (fractions allowed), or until `OTHERS` other
-//!   kernels dispatched after it have completed, whichever comes first; the log says which
+//!   contains `NAME` runs for `SECONDS` of wall time (fractions allowed), or until `OTHERS`
+//!   other kernels of the process have completed, whichever comes first; the log says which
 //!   (`fake runtime: long kernel ended after N other kernels` or `... after SECONDS s`).
 //! - [`FAULT_ENV`]: an address (hex): the first load or wait of a running kernel's completion
 //!   signal first calls the registered system event handler with a GPU memory fault at that
@@ -165,7 +165,7 @@ struct LongKernel {
     /// Part of the kernel descriptor's name.
     name: String,
     seconds: f64,
-    /// Later kernels whose completion ends it.
+    /// Other kernels of the process whose completion ends it.
     others: Option<u64>,
 }
 
@@ -218,12 +218,12 @@ struct Executable {
 enum Running {
     /// Until its completion signal has been loaded or waited on this many more times.
     Polls(u64),
-    /// A [`LONG_KERNEL_ENV`] kernel: until `until`, or until the count of completed kernels
-    /// reaches `others.0` (`others.1` kernels after it).
+    /// A [`LONG_KERNEL_ENV`] kernel: until `until`, or until `others` other kernels of the
+    /// process have completed.
     Long {
         until: Instant,
         seconds: f64,
-        others: Option<(u64, u64)>,
+        others: Option<u64>,
     },
 }
 
@@ -491,7 +491,7 @@ impl State {
                 seconds,
                 others,
             }) => match others {
-                Some((target, count)) if completed >= *target => {
+                Some(count) if completed >= *count => {
                     Some(Some(format!("after {count} other kernels")))
                 }
                 _ if Instant::now() >= *until => Some(Some(format!("after {seconds} s"))),
@@ -659,9 +659,7 @@ impl State {
             Some(long) => Running::Long {
                 until: Instant::now() + Duration::from_secs_f64(long.seconds),
                 seconds: long.seconds,
-                others: long
-                    .others
-                    .map(|count| (self.completed_kernels + count, count)),
+                others: long.others,
             },
             None => Running::Polls(running_polls()),
         };
@@ -1385,7 +1383,7 @@ fn store(function: &str, signal: hsa_signal_t, value: hsa_signal_value_t) {
         .map(|(&queue, _)| queue);
     let mut details = format!("signal={:#x} value={value}", signal.handle);
     if let Some(queue) = doorbell_of {
-        details = format!("doorbell {}", state.ring(queue, value));
+        details = format!("doorbell queue={queue:#x} {}", state.ring(queue, value));
     }
     state.set_value(signal.handle, value);
     drop(state);

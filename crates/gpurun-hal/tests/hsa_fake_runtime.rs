@@ -37,6 +37,7 @@ const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
 const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
 const TIMESTAMP_HZ_ENV: &str = "GPURUN_FAKE_HSA_TIMESTAMP_HZ";
 const DISPATCH_TICKS_ENV: &str = "GPURUN_FAKE_HSA_DISPATCH_TICKS";
+const LONG_KERNEL_ENV: &str = "GPURUN_FAKE_HSA_LONG_KERNEL";
 /// What the `timed` scenario tells the fake (a 250 MHz system timestamp, unlike the GPU's
 /// 100 MHz `s_memrealtime` counter; dispatches 12,345 ticks long), and the device time that
 /// makes.
@@ -47,6 +48,13 @@ const TIMING: [(&str, &str); 2] = [
 const DISPATCH_TIME: Duration = Duration::from_nanos(49_380);
 /// Slots the `slots` scenario opens, as a worker with that many concurrent tests does.
 const SLOTS: usize = 6;
+/// The `busy` scenario: slots that run short kernels beside a long one, and how many each runs
+/// (more than a 64-packet queue holds).
+const BUSY_SLOTS: usize = 5;
+const BUSY_LAUNCHES: usize = 70;
+/// The sample's kernels the `busy` scenario runs long, and with a failing queue.
+const SLOW: &str = "__gpurun_test_slow_00000000000000aa";
+const BOOM: &str = "__gpurun_test_boom_00000000000000bb";
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -131,6 +139,7 @@ fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, Str
         .env_remove(WAVES_PER_CU_ENV)
         .env_remove(TIMESTAMP_HZ_ENV)
         .env_remove(DISPATCH_TICKS_ENV)
+        .env_remove(LONG_KERNEL_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -193,6 +202,19 @@ fn clean_teardown(calls: &[Call]) {
         })
         .collect();
     assert!(refused.is_empty(), "refused calls: {refused:#?}");
+}
+
+/// Waits (in the child) until the fake runtime has logged a line containing `needle`.
+fn wait_for_logged(needle: &str) {
+    let log = std::env::var_os(LOG_ENV).expect("the parent names the log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains(needle)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fake never logged {needle}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// What the child does for each scenario; the parent checks the calls it caused.
@@ -342,6 +364,77 @@ fn fake_runtime_child() {
             drop(whole);
             drop(modules);
             drop(devices);
+        }
+        "busy" => {
+            // A worker under a real test load: one slot runs a long test; one a test whose
+            // queue fails, then (as a worker does after a fault) the next test in a new module;
+            // and, once the long kernel runs, BUSY_SLOTS slots BUSY_LAUNCHES short tests each.
+            std::thread::scope(|scope| {
+                let long = scope.spawn(|| {
+                    let mut device = HsaBackend::new().open(0).unwrap();
+                    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+                    let mut sink = Collect::default();
+                    module.launch(SLOW, LaunchShape::SINGLE, &[], LIMIT, &mut sink)
+                });
+                wait_for_logged(&format!("kernel={SLOW}.kd"));
+                let faulty = scope.spawn(|| {
+                    let mut device = HsaBackend::new().open(0).unwrap();
+                    let mut sink = Collect::default();
+                    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+                    let faulted = module.launch(BOOM, LaunchShape::SINGLE, &[], LIMIT, &mut sink);
+                    // The broken module is leaked, as a worker's is.
+                    std::mem::forget(module);
+                    let mut next = device.load(&image, &LoadOptions::default()).unwrap();
+                    let after = next.launch(KERNEL, LaunchShape::SINGLE, &[], LIMIT, &mut sink);
+                    drop(next);
+                    (faulted, after)
+                });
+                let busy: Vec<_> = (0..BUSY_SLOTS)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            let mut device = HsaBackend::new().open(0).unwrap();
+                            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+                            let mut sink = Collect::default();
+                            (0..BUSY_LAUNCHES)
+                                .map(|_| {
+                                    module.launch(
+                                        KERNEL,
+                                        LaunchShape::SINGLE,
+                                        &[],
+                                        LIMIT,
+                                        &mut sink,
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                for (slot, ends) in busy.into_iter().enumerate() {
+                    for (launch, end) in ends.join().unwrap().into_iter().enumerate() {
+                        assert!(
+                            matches!(end, Ok(LaunchEnd::Completed)),
+                            "slot {slot}, launch {launch}: {end:?}"
+                        );
+                    }
+                }
+                let (faulted, after) = faulty.join().unwrap();
+                match faulted {
+                    Ok(LaunchEnd::Faulted(text)) => assert!(
+                        text.contains("the GPU queue failed with HSA_STATUS_ERROR_EXCEPTION"),
+                        "{text}"
+                    ),
+                    other => panic!("the failing queue's test: {other:?}"),
+                }
+                assert!(
+                    matches!(after, Ok(LaunchEnd::Completed)),
+                    "the test after the fault: {after:?}"
+                );
+                let long = long.join().unwrap();
+                assert!(
+                    matches!(long, Ok(LaunchEnd::Completed)),
+                    "the long test: {long:?}"
+                );
+            });
         }
         "memory_error" => {
             // The kernel ends; freeing its arguments fails with ROCr's memory error event.
@@ -896,11 +989,11 @@ fn a_memory_error_is_a_fault_not_an_abort() {
 
 /// What a slot costs on an MI300X-sized GPU (304 compute units x 32 waves): each slot's RPC
 /// buffer fits what it launches (a few ports for one-block tests), not the 9,728 wavefronts
-/// the GPU can hold (40 MB at 64 lanes a port), and the slots share at most four queues. The
+/// the GPU can hold (40 MB at 64 lanes a port), and each slot has its own queue. The
 /// buffer grows for a launch that fills the GPU, and the smaller one is freed. Prints the RPC
 /// memory per slot and the load-and-launch time of each kind of slot, measured in this run.
 #[test]
-fn rpc_buffers_fit_the_launch_and_slots_share_queues() {
+fn rpc_buffers_fit_the_launch_and_each_slot_has_a_queue() {
     let (calls, output) = run_with_output(
         "slots",
         &[(COMPUTE_UNITS_ENV, "304"), (WAVES_PER_CU_ENV, "32")],
@@ -961,19 +1054,13 @@ fn rpc_buffers_fit_the_launch_and_slots_share_queues() {
     let doorbells = positions(&calls, "hsa_signal_store_screlease", "doorbell ");
     assert_eq!(doorbells.len(), SLOTS + 1);
     before(&calls, freed, doorbells[SLOTS]);
-    // Seven modules, four queues.
-    assert_eq!(
-        positions(&calls, "hsa_queue_create", "").len(),
-        gpurun_hal::hsa::MAX_QUEUES_PER_GPU
-    );
+    // Seven modules, seven queues.
+    assert_eq!(positions(&calls, "hsa_queue_create", "").len(), SLOTS + 1);
     clean_teardown(&calls);
     println!(
         "measured on the fake runtime (MI300X-sized): RPC memory per slot {slot_buffer} bytes for \
-         one-block tests, {whole_gpu_buffer} bytes sized for the whole GPU ({:.0}x); {} queues \
-         for {} slots",
+         one-block tests, {whole_gpu_buffer} bytes sized for the whole GPU ({:.0}x)",
         whole_gpu_buffer as f64 / slot_buffer as f64,
-        gpurun_hal::hsa::MAX_QUEUES_PER_GPU,
-        SLOTS + 1
     );
     for line in output.lines().filter(|line| line.starts_with("measured:")) {
         println!("{line}");
@@ -1043,4 +1130,55 @@ fn buffers_are_coarse_grained_and_shared_memory_is_in_the_packet() {
         .unwrap_or_else(|| panic!("the buffer is never freed: {calls:#?}"));
     before(&calls, freed, first(&calls, "hsa_queue_destroy", ""));
     clean_teardown(&calls);
+}
+
+/// A worker under a real test load: a long test, BUSY_SLOTS slots running BUSY_LAUNCHES short
+/// tests each beside it (more than a queue of 64 packets holds), and a test whose queue fails.
+/// Each slot has its own queue: nothing waits for the long kernel (it ends once every other
+/// kernel has, not at its 15 s limit), the failed queue ends only its own test, the next test
+/// of that slot gets a new queue, and no packet goes to the failed queue after its error.
+#[test]
+fn slots_under_load_neither_wait_for_each_other_nor_share_a_fault() {
+    let others = BUSY_SLOTS * BUSY_LAUNCHES + 1;
+    let calls = run(
+        "busy",
+        &[
+            (RUNNING_POLLS_ENV, "2"),
+            (LONG_KERNEL_ENV, &format!("{SLOW},15,{others}")),
+            (
+                QUEUE_ERROR_ENV,
+                &format!("HSA_STATUS_ERROR_EXCEPTION@{BOOM}"),
+            ),
+        ],
+    );
+    let ended = first(&calls, "fake", "long kernel ended");
+    assert!(
+        calls[ended]
+            .details
+            .ends_with(&format!("after {others} other kernels")),
+        "a slot waited for the long kernel: {:?}",
+        calls[ended]
+    );
+    // One queue per module: the long one, the failing one and its successor, and the busy ones.
+    let queues = positions(&calls, "hsa_queue_create", "agent=0xa200");
+    assert_eq!(queues.len(), BUSY_SLOTS + 3, "{calls:#?}");
+    let error = first(&calls, "fake", "queue error queue=");
+    let failed = calls[error].value("queue").unwrap().to_owned();
+    let after_error: Vec<&Call> = positions(
+        &calls,
+        "hsa_signal_store_screlease",
+        &format!("doorbell queue={failed} "),
+    )
+    .into_iter()
+    .filter(|&at| at > error)
+    .map(|at| &calls[at])
+    .collect();
+    assert!(
+        after_error.is_empty(),
+        "packets for the failed queue: {after_error:#?}"
+    );
+    assert!(
+        positions(&calls, "hsa_queue_destroy", &format!("queue={failed}")).is_empty(),
+        "the failed queue is kept with its broken module"
+    );
 }

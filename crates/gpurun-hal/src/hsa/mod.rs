@@ -13,17 +13,17 @@
 //!   fine-grained pools; device `malloc` over RPC from the GPU's coarse-grained pool.
 //! - A module is a frozen, validated executable (one per concurrently running test: each slot
 //!   of a worker loads its own) with an RPC buffer sized for what it launches
-//!   (`crate::rpc_buffer`). Its queue it shares: a process creates at most
-//!   [`MAX_QUEUES_PER_GPU`] per GPU. Kernels are found by their descriptors `NAME.kd`;
-//!   the runtime reports their kernarg, group and private sizes.
+//!   (`crate::rpc_buffer`) and its own queue: a long kernel, a hung one or a queue error stays
+//!   with its test (`primitives::Queue` says why queues are not shared). Kernels are found by
+//!   their descriptors `NAME.kd`; the runtime reports their kernarg, group and private sizes.
 //! - A launch writes the explicit arguments and the hidden ones where the kernel's metadata puts
 //!   them, publishes an AQL dispatch packet (no barrier bit, system-scope fences, a private
 //!   segment of the static size plus the stack a dynamic-stack kernel needs) with a release
 //!   store of its header, rings the doorbell and waits on a completion signal while serving
-//!   RPC. A fault, a queue error or the
-//!   deadline leaves the module marked broken and its memory leaked, never freed under a kernel;
-//!   the leaked module keeps its reference to the runtime, so `hsa_shut_down` never runs under
-//!   it either.
+//!   RPC. A slot reserved and then given up is filled with a no-op barrier packet. A fault, a
+//!   queue error or the deadline leaves the module marked broken and its memory and queue
+//!   leaked, never freed under a kernel and never used again; the leaked module keeps its
+//!   reference to the runtime, so `hsa_shut_down` never runs under it either.
 //! - Every queue has profiling enabled from its creation, so the packet processor writes each
 //!   dispatch's start and end timestamps into its completion signal; a completed launch's device
 //!   time is their difference (`hsa_amd_profiling_get_dispatch_time`, system timestamp ticks at
@@ -49,7 +49,7 @@ mod runtime;
 
 pub use device::arch_from_isa_name;
 pub use driver::HsaError;
-pub use primitives::{kernel_descriptor_name, HsaPrimitives, MAX_QUEUES_PER_GPU};
+pub use primitives::{kernel_descriptor_name, HsaPrimitives};
 pub use runtime::{amd_kernel_driver_present, AMD_KERNEL_DRIVER_DEVICE};
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
