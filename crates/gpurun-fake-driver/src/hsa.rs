@@ -86,6 +86,9 @@ pub const TIMESTAMP_HZ_ENV: &str = "GPURUN_FAKE_HSA_TIMESTAMP_HZ";
 pub const DISPATCH_TICKS_ENV: &str = "GPURUN_FAKE_HSA_DISPATCH_TICKS";
 pub const LONG_KERNEL_ENV: &str = "GPURUN_FAKE_HSA_LONG_KERNEL";
 
+/// The global LLVM libc's GPU code keeps its RPC client in.
+const RPC_CLIENT_SYMBOL: &str = "__llvm_rpc_client";
+
 /// How long ROCr's signal waits spin before they sleep (`kMaxElapsed` in ROCr's `signal.cpp`).
 pub const WAIT_SPIN: Duration = Duration::from_micros(200);
 
@@ -699,6 +702,40 @@ impl State {
         ))
     }
 
+    /// What the RPC doorbell record says, for a copy of an RPC client object (`client`, its
+    /// first bytes): ` doorbell=none`, or which signal's value it counts in and whether its
+    /// event mailbox and id are that signal's (` doorbell=0x.. interrupt=true`).
+    fn rpc_doorbell(&self, client: &[u8]) -> String {
+        let word = |bytes: &[u8], at: usize| {
+            u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]))
+        };
+        // LLVM libc's client: the port count at 0, the pointer to the buffer's doorbell record
+        // at 8 (0 in the layout without one).
+        let record = word(client, 8);
+        if record == 0 || self.locate(record, 24).is_none() {
+            return " doorbell=none".into();
+        }
+        // SAFETY: 24 bytes of a live block (checked above).
+        let fields = unsafe { std::slice::from_raw_parts(record as *const u8, 24) };
+        let (value, mailbox) = (word(fields, 0), word(fields, 8));
+        let event_id = u32::from_le_bytes(fields[16..20].try_into().unwrap_or([0; 4]));
+        let Some(signal) = value
+            .checked_sub(SIGNAL_VALUE)
+            .filter(|signal| self.signals.contains_key(signal))
+        else {
+            return format!(" doorbell=not-a-signal:{value:#x}");
+        };
+        // SAFETY: a live signal's memory (64 bytes; see `new_signal`).
+        let (own_mailbox, own_id) = unsafe {
+            (
+                ((signal + SIGNAL_EVENT_MAILBOX) as *const u64).read(),
+                ((signal + SIGNAL_EVENT_ID) as *const u32).read(),
+            )
+        };
+        let interrupt = mailbox == own_mailbox && event_id == own_id && mailbox != 0;
+        format!(" doorbell={signal:#x} interrupt={interrupt}")
+    }
+
     fn leaks(&self) -> String {
         format!(
             "leaked blocks={} signals={} queues={} executables={} readers={}",
@@ -1200,6 +1237,9 @@ pub unsafe extern "C" fn hsa_amd_memory_async_copy(
                 std::slice::from_raw_parts(dst.cast::<u8>(), size.min(64))
             };
             details.push_str(&format!(" dst={to} src={from} data={}", hex(bytes)));
+            if to == RPC_CLIENT_SYMBOL {
+                details.push_str(&state.rpc_doorbell(bytes));
+            }
             state.decrement(completion_signal.handle);
             HSA_STATUS_SUCCESS
         },
@@ -1485,7 +1525,7 @@ pub extern "C" fn hsa_signal_wait_scacquire(
     timeout_hint: u64,
     wait_state_hint: hsa_wait_state_t,
 ) -> hsa_signal_value_t {
-    let (_, value, blocked) = wait_any(
+    let (held, value, blocked) = wait_any(
         &[(signal.handle, condition, compare_value)],
         timeout_hint,
         wait_state_hint,
@@ -1494,11 +1534,56 @@ pub extern "C" fn hsa_signal_wait_scacquire(
         "hsa_signal_wait_scacquire",
         format!(
             "signal={:#x} condition={condition} compare={compare_value} timeout={timeout_hint} \
-             state={wait_state_hint} value={value} blocked={blocked}",
-            signal.handle
+             state={wait_state_hint} value={value} met={} blocked={blocked}",
+            signal.handle,
+            held.is_some()
         ),
     );
     value
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_signal_wait_any(
+    signal_count: u32,
+    signals: *mut hsa_signal_t,
+    conds: *mut hsa_signal_condition_t,
+    values: *mut hsa_signal_value_t,
+    timeout_hint: u64,
+    wait_hint: hsa_wait_state_t,
+    satisfying_value: *mut hsa_signal_value_t,
+) -> u32 {
+    let conditions: Vec<(u64, hsa_signal_condition_t, i64)> = (0..signal_count as usize)
+        .map(|at| {
+            // SAFETY: `signal_count` entries in each array, per the API.
+            unsafe {
+                (
+                    signals.add(at).read().handle,
+                    conds.add(at).read(),
+                    values.add(at).read(),
+                )
+            }
+        })
+        .collect();
+    let (held, value, blocked) = wait_any(&conditions, timeout_hint, wait_hint);
+    if let (Some(_), false) = (held, satisfying_value.is_null()) {
+        // SAFETY: a valid out-pointer per the API.
+        unsafe { satisfying_value.write(value) };
+    }
+    let listed: Vec<String> = conditions
+        .iter()
+        .map(|(signal, condition, compare)| format!("{signal:#x}/{condition}/{compare}"))
+        .collect();
+    record_plain(
+        "hsa_amd_signal_wait_any",
+        format!(
+            "signals={} timeout={timeout_hint} state={wait_hint} index={} value={value} met={} \
+             blocked={blocked}",
+            listed.join(","),
+            held.map_or_else(|| "none".to_owned(), |index| index.to_string()),
+            held.is_some()
+        ),
+    );
+    held.map_or(u32::MAX, |index| index as u32)
 }
 
 #[no_mangle]
@@ -2001,6 +2086,7 @@ fn signatures_match(lib: &mut HsaLib) {
     lib.hsa_signal_store_relaxed = hsa_signal_store_relaxed;
     lib.hsa_signal_store_screlease = hsa_signal_store_screlease;
     lib.hsa_signal_wait_scacquire = hsa_signal_wait_scacquire;
+    lib.hsa_amd_signal_wait_any = hsa_amd_signal_wait_any;
     lib.hsa_queue_create = hsa_queue_create;
     lib.hsa_queue_destroy = hsa_queue_destroy;
     lib.hsa_queue_load_read_index_scacquire = hsa_queue_load_read_index_scacquire;

@@ -217,6 +217,20 @@ fn wait_for_logged(needle: &str) {
     }
 }
 
+/// CPU time the calling thread has used (the launch loop and the runtime's waits run on it).
+fn thread_cpu_time() -> Duration {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        usage
+    };
+    let time = |value: libc::timeval| {
+        Duration::from_secs(value.tv_sec as u64) + Duration::from_micros(value.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
 /// What the child does for each scenario; the parent checks the calls it caused.
 #[test]
 #[ignore = "run by the fake-runtime tests in a child process"]
@@ -435,6 +449,22 @@ fn fake_runtime_child() {
                     "the long test: {long:?}"
                 );
             });
+        }
+        "idle" => {
+            // One test whose kernel runs without a word over RPC (the fake holds it).
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let (cpu_before, started) = (thread_cpu_time(), std::time::Instant::now());
+            let end = module
+                .launch(SLOW, LaunchShape::SINGLE, &[], LIMIT, &mut sink)
+                .unwrap();
+            let (cpu, wall) = (thread_cpu_time() - cpu_before, started.elapsed());
+            assert_eq!(end, LaunchEnd::Completed);
+            println!(
+                "measured: host CPU time per idle second of a running kernel: {:.0} ms ({cpu:?} \
+                 over {wall:?}, on the fake runtime's model of ROCr's waits)",
+                1000.0 * cpu.as_secs_f64() / wall.as_secs_f64().max(1e-9)
+            );
+            drop(module);
         }
         "memory_error" => {
             // The kernel ends; freeing its arguments fails with ROCr's memory error event.
@@ -1181,4 +1211,66 @@ fn slots_under_load_neither_wait_for_each_other_nor_share_a_fault() {
         positions(&calls, "hsa_queue_destroy", &format!("queue={failed}")).is_empty(),
         "the failed queue is kept with its broken module"
     );
+}
+
+/// A test whose kernel runs 50 ms without a word over RPC is waited for in waits that sleep in
+/// the kernel driver (ROCr's waits sleep only in whole milliseconds of what is left of their
+/// timeout, and spin below one: a 1 ms wait is all spin), not in waits that spin until their
+/// timeout. Prints the host CPU time per idle second, as the fake's model of ROCr's waits
+/// costs it.
+#[test]
+fn an_idle_kernel_is_waited_for_in_blocked_waits() {
+    let (calls, output) = run_with_output("idle", &[(LONG_KERNEL_ENV, &format!("{SLOW},0.05"))]);
+    for line in output.lines().filter(|line| line.starts_with("measured:")) {
+        println!("{line}");
+    }
+    let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
+    let waits: Vec<&Call> = calls[doorbell..]
+        .iter()
+        .filter(|call| {
+            call.function == "hsa_signal_wait_scacquire"
+                || call.function == "hsa_amd_signal_wait_any"
+        })
+        .collect();
+    assert!(
+        waits.iter().any(|wait| wait.value("blocked") != Some("0")),
+        "no wait slept: {waits:#?}"
+    );
+    let spun: Vec<&&Call> = waits
+        .iter()
+        .filter(|wait| wait.value("met") == Some("false") && wait.value("blocked") == Some("0"))
+        .collect();
+    assert!(
+        spun.is_empty(),
+        "{} of {} waits spun until their timeout: {:#?}",
+        spun.len(),
+        waits.len(),
+        &spun[..spun.len().min(3)]
+    );
+    // The quiet waits also wake when the device opens an RPC request: the RPC client's doorbell
+    // counts in an interrupt signal's value and raises that signal's interrupt, and the waits
+    // are on that signal (value not 0) beside the completion signal (value below 1).
+    let client = first(
+        &calls,
+        "hsa_amd_memory_async_copy",
+        "dst=__llvm_rpc_client ",
+    );
+    assert_eq!(
+        calls[client].value("interrupt"),
+        Some("true"),
+        "{:?}",
+        calls[client]
+    );
+    let doorbell_signal = calls[client].value("doorbell").unwrap();
+    let completion = last(&calls, "hsa_signal_create", "initial=1");
+    let completion_signal = calls[completion].value("signal").unwrap();
+    let expected = format!("signals={doorbell_signal}/1/0,{completion_signal}/2/1 ");
+    assert!(
+        waits
+            .iter()
+            .any(|wait| wait.function == "hsa_amd_signal_wait_any"
+                && wait.details.starts_with(&expected)),
+        "no wait on {expected}: {waits:#?}"
+    );
+    clean_teardown(&calls);
 }

@@ -298,6 +298,29 @@ pub struct hsa_kernel_dispatch_packet_t {
     pub completion_signal: hsa_signal_t,
 }
 
+/// `amd_signal_t` (`amd_hsa_signal.h`): what ROCr's `hsa_signal_t` handles point to. A signal
+/// that can wake a sleeping host thread (an interrupt signal, what `hsa_signal_create` makes by
+/// default) names the event mailbox and event id the device writes before it raises an
+/// interrupt (`s_sendmsg`); the RPC doorbell hands the value, mailbox and id to the device, as
+/// HIP's runtime does. 64 bytes, 64-aligned.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct amd_signal_t {
+    /// `amd_signal_kind64_t`: `AMD_SIGNAL_KIND_USER` (1) for signals the application made.
+    pub kind: i64,
+    /// The signal's value (a union with the doorbell pointers of queue doorbells in C).
+    pub value: i64,
+    /// Where the device writes `event_id` before raising the interrupt (0: none).
+    pub event_mailbox_ptr: u64,
+    pub event_id: u32,
+    pub reserved1: u32,
+    pub start_ts: u64,
+    pub end_ts: u64,
+    /// A union of the queue pointer and this in C.
+    pub reserved2: u64,
+    pub reserved3: [u32; 2],
+}
+
 /// `hsa_amd_gpu_memory_fault_info_t`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -73,6 +73,17 @@ fn layouts() -> Vec<Layout> {
             memory_fault,
         }),
         layout!(hsa_amd_profiling_dispatch_time_t { start, end }),
+        layout!(amd_signal_t {
+            kind,
+            value,
+            event_mailbox_ptr,
+            event_id,
+            reserved1,
+            start_ts,
+            end_ts,
+            reserved2,
+            reserved3,
+        }),
     ]
 }
 
@@ -125,7 +136,7 @@ fn c_function_pointer(ret: &str, params: &[&str]) -> String {
 fn c_source() -> String {
     let mut c = String::from(
         "#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n\
-         #include <hsa/hsa.h>\n#include <hsa/hsa_ext_amd.h>\n\n",
+         #include <hsa/hsa.h>\n#include <hsa/hsa_ext_amd.h>\n#include <hsa/amd_hsa_signal.h>\n\n",
     );
     for (name, ret, params) in CALLBACK_SIGNATURES {
         let pointer = c_function_pointer(ret, params);
@@ -245,7 +256,8 @@ fn compile(include: &Path, name: &str, file: &str, source: &str) -> Option<Compi
 
 #[test]
 fn bindings_match_the_installed_headers() {
-    let Some(include) = include_with(&["hsa/hsa.h", "hsa/hsa_ext_amd.h"]) else {
+    let Some(include) = include_with(&["hsa/hsa.h", "hsa/hsa_ext_amd.h", "hsa/amd_hsa_signal.h"])
+    else {
         return;
     };
     let Some(compiled) = compile(&include, "hsa-sys-layout", "layout.c", &c_source()) else {

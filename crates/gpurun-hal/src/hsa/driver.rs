@@ -393,6 +393,49 @@ pub(crate) mod calls {
         }
     }
 
+    /// Waits (blocked) until one of `conditions` holds (signal, condition, compare value) or
+    /// about `timeout` ticks pass; the index of the one that held, `None` at the timeout.
+    /// Relaxed: load what the signals guard with acquire ordering afterwards.
+    ///
+    /// # Safety
+    /// Every signal must be live.
+    pub(crate) unsafe fn signal_wait_any(
+        lib: &HsaLib,
+        conditions: &[(hsa_signal_t, hsa_signal_condition_t, i64)],
+        timeout: u64,
+    ) -> Option<usize> {
+        let mut signals: Vec<hsa_signal_t> = conditions.iter().map(|c| c.0).collect();
+        let mut conds: Vec<hsa_signal_condition_t> = conditions.iter().map(|c| c.1).collect();
+        let mut values: Vec<i64> = conditions.iter().map(|c| c.2).collect();
+        let count = u32::try_from(conditions.len()).ok()?;
+        // SAFETY: per the caller; three arrays of `count` entries, which the runtime only reads
+        // (it takes them as non-const pointers); no satisfying value is asked for.
+        let index = unsafe {
+            (lib.hsa_amd_signal_wait_any)(
+                count,
+                signals.as_mut_ptr(),
+                conds.as_mut_ptr(),
+                values.as_mut_ptr(),
+                timeout,
+                HSA_WAIT_STATE_BLOCKED,
+                std::ptr::null_mut(),
+            )
+        };
+        usize::try_from(index)
+            .ok()
+            .filter(|&index| index < conditions.len())
+    }
+
+    /// The `amd_signal_t` ROCr keeps for `signal`: where its value lives and the event mailbox
+    /// and id a device writes to wake a host thread waiting on it.
+    ///
+    /// # Safety
+    /// `signal` must be live and come from ROCr (or a runtime with its layout), whose handles
+    /// are the address of the signal's `amd_signal_t`.
+    pub(crate) unsafe fn amd_signal(signal: hsa_signal_t) -> *mut amd_signal_t {
+        signal.handle as usize as *mut amd_signal_t
+    }
+
     /// # Safety
     /// `signal` must be live.
     pub(crate) unsafe fn signal_store_release(lib: &HsaLib, signal: hsa_signal_t, value: i64) {

@@ -16,7 +16,7 @@ use super::driver::{calls, runtime_message};
 use super::memory::{PoolBuffer, Signal};
 use super::primitives::{HsaPrimitives, Queue, QueueState};
 use super::runtime::{fault_count, fault_text};
-use crate::launch_loop::{Launch, LaunchState};
+use crate::launch_loop::{Launch, LaunchState, PauseWakes};
 use crate::BackendError;
 use hsa_sys::*;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -86,7 +86,15 @@ pub(crate) struct HsaLaunch {
     pub(crate) timestamp_hz: u64,
     /// The GPU agent of the queue, which the dispatch's timestamps are asked of.
     pub(crate) gpu: hsa_agent_t,
+    /// The module's RPC doorbell signal, when the device rings one: quiet waits wake on it too.
+    pub(crate) doorbell: Option<hsa_signal_t>,
 }
+
+/// The shortest wait on a completion signal alone: ROCr spins 200 us, then sleeps in the kernel
+/// driver for whole milliseconds of what is left, rounded down, and spins whenever that rounds
+/// to 0 (`Signal::WaitAny`, `InterruptSignal::WaitRelaxed`), so a wait of 1 ms or less never
+/// sleeps. 5 ms sleep at least 4 and spin at most about 1.2.
+pub(crate) const SHORTEST_BLOCKED_WAIT: Duration = Duration::from_millis(5);
 
 impl Launch for HsaLaunch {
     fn state(&self) -> LaunchState {
@@ -112,9 +120,36 @@ impl Launch for HsaLaunch {
     }
 
     fn pause(&self, pause: Duration) {
-        // Wakes as soon as the kernel ends.
-        self.done
-            .wait_zero(duration_to_ticks(pause, self.timestamp_hz));
+        // Wakes as soon as the kernel ends, or the device opens an RPC request.
+        match self.doorbell {
+            Some(doorbell) => {
+                let ticks = duration_to_ticks(pause, self.timestamp_hz);
+                // SAFETY: the module's doorbell signal outlives its launches; `done` lives
+                // as long as `self`.
+                unsafe {
+                    calls::signal_wait_any(
+                        &self.lib,
+                        &[
+                            (doorbell, HSA_SIGNAL_CONDITION_NE, 0),
+                            (self.done.handle, HSA_SIGNAL_CONDITION_LT, 1),
+                        ],
+                        ticks,
+                    )
+                };
+            }
+            None => {
+                let pause = pause.max(SHORTEST_BLOCKED_WAIT);
+                self.done
+                    .wait_zero(duration_to_ticks(pause, self.timestamp_hz));
+            }
+        }
+    }
+
+    fn pause_wakes(&self) -> PauseWakes {
+        match self.doorbell {
+            Some(_) => PauseWakes::EndOrRequest,
+            None => PauseWakes::End,
+        }
     }
 
     fn device_time(&self) -> Option<Duration> {

@@ -20,7 +20,12 @@
 //!   them, publishes an AQL dispatch packet (no barrier bit, system-scope fences, a private
 //!   segment of the static size plus the stack a dynamic-stack kernel needs) with a release
 //!   store of its header, rings the doorbell and waits on a completion signal while serving
-//!   RPC. A slot reserved and then given up is filled with a no-op barrier packet. A fault, a
+//!   RPC. Where the image's RPC client has a doorbell, its counter is an interrupt signal's
+//!   value: the device raises the signal's interrupt as it opens a request, so a quiet launch
+//!   sleeps in one `hsa_amd_signal_wait_any` on that signal and the completion signal (up to
+//!   `launch_loop::QUIET_WAIT`) instead of polling; without one, waits on the completion signal
+//!   last at least 5 ms, since ROCr spins through any wait under a millisecond or two.
+//!   A slot reserved and then given up is filled with a no-op barrier packet. A fault, a
 //!   queue error or the deadline leaves the module marked broken and its memory and queue
 //!   leaked, never freed under a kernel and never used again; the leaked module keeps its
 //!   reference to the runtime, so `hsa_shut_down` never runs under it either.
@@ -36,7 +41,7 @@
 //! exit/abort grace, faults, timeouts, RPC errors) with scripted closures; the event handler and
 //! queue callback with synthetic events; and the real runtime's refusal to start without a GPU.
 //! Unrun on hardware: executable loading, pools and allocations, queue creation, packet
-//! submission and doorbell, signal waits, async copies into globals, the RPC buffer as the GPU
+//! submission and doorbell, signal waits and the RPC doorbell's interrupt, async copies into globals, the RPC buffer as the GPU
 //! sees it, ROCr's behaviour after a claimed memory fault, and the dispatch timestamps.
 
 mod device;

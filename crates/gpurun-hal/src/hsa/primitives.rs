@@ -6,7 +6,7 @@ use super::device::Opened;
 use super::driver::runtime;
 use super::driver::{calls, describe_queue_error, status_string, HsaError};
 use super::launch::{earlier_fault, HsaLaunch, RefusedLaunch};
-use super::memory::{copy_and_wait, PoolBuffer, Signal};
+use super::memory::{copy_and_wait, PoolBuffer, RpcDoorbell, Signal};
 use super::packet::{
     dispatch_header, dispatch_packet, header_word, kernarg_block, lane_private_limit,
     launch_private_size, KernelFacts,
@@ -195,6 +195,9 @@ pub struct HsaPrimitives<'d> {
 /// The objects of a module, dropped in field order: the queue before what its kernels use.
 pub(crate) struct Resources {
     pub queue: Queue,
+    /// The RPC doorbell, once the RPC installation asked for one and the runtime's signals can
+    /// wake a sleeping thread.
+    pub doorbell: Option<RpcDoorbell>,
     pub heap: DeviceHeap,
     /// Device memory of the host's buffers (`alloc_device`), by address.
     buffers: HashMap<u64, PoolBuffer>,
@@ -235,6 +238,7 @@ pub(crate) fn load<'d>(
         device,
         res: Resources {
             queue,
+            doorbell: None,
             heap,
             buffers: HashMap::new(),
             shared: Vec::new(),
@@ -557,6 +561,24 @@ impl Primitives for HsaPrimitives<'_> {
         &mut self.res.heap
     }
 
+    fn doorbell_counter(&mut self) -> Result<Option<SharedAlloc>, BackendError> {
+        if self.res.doorbell.is_none() {
+            self.res.doorbell = RpcDoorbell::new(self.lib()).map_err(runtime)?;
+        }
+        Ok(self.res.doorbell.as_ref().map(|doorbell| SharedAlloc {
+            host: doorbell.counter as usize as *mut u8,
+            device: doorbell.counter,
+            len: 8,
+        }))
+    }
+
+    fn doorbell_interrupt(&self) -> Option<(u64, u32)> {
+        self.res
+            .doorbell
+            .as_ref()
+            .map(|doorbell| (doorbell.mailbox, doorbell.event_id))
+    }
+
     fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
         // The GPU's coarse-grained pool: its own memory, cached, which the host reaches only
         // through the runtime's copies (and where gfx90a's float atomics work, unlike on
@@ -642,6 +664,11 @@ impl Primitives for HsaPrimitives<'_> {
             faults_before,
             timestamp_hz: self.device.runtime.timestamp_hz(),
             gpu,
+            doorbell: self
+                .res
+                .doorbell
+                .as_ref()
+                .map(|doorbell| doorbell.signal.handle),
         }))
     }
 
