@@ -586,11 +586,12 @@ fn launch_calls_come_in_order() {
         before(&calls, a, b);
     }
 
-    // The queue, on the GPU, multi-producer, no segment limits; then the RPC client installed.
+    // The queue, on the GPU, multi-producer, with no scratch bound up front (ROCr would bind its
+    // default for the whole GPU to every queue); then the RPC client installed.
     let queue = first(
         &calls,
         "hsa_queue_create",
-        "agent=0xa200 size=64 type=0 private=0xffffffff group=0xffffffff",
+        "agent=0xa200 size=64 type=0 private=0x0 group=0xffffffff",
     );
     before(&calls, validate, queue);
     let client = first(

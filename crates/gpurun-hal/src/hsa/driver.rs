@@ -482,8 +482,11 @@ pub(crate) mod calls {
         .result(lib, "hsa_amd_memory_async_copy")
     }
 
-    /// A user-mode AQL queue of `size` packets on `agent` (no segment limits), with `callback`
-    /// told about queue errors.
+    /// A user-mode AQL queue of `size` packets on `agent`, with `callback` told about queue
+    /// errors. It asks for no scratch up front: given no hint (`UINT32_MAX`), ROCr binds its
+    /// default of 2 KiB per lane for every wavefront the GPU can hold to each new queue (about
+    /// 1.3 GB on an MI300X), and a worker makes a queue per test slot; with 0 the first
+    /// dispatch that needs scratch gets it, sized from its own private segment.
     ///
     /// # Safety
     /// `data` must stay valid for `callback` until the queue is destroyed.
@@ -495,8 +498,8 @@ pub(crate) mod calls {
         data: *mut c_void,
     ) -> Result<*mut hsa_queue_t, HsaError> {
         let mut queue: *mut hsa_queue_t = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; `callback` and `data` per the caller; u32::MAX for both
-        // segment sizes means "no limit".
+        // SAFETY: a valid out-pointer; `callback` and `data` per the caller; no private segment
+        // expected (see above), u32::MAX for the group segment: no hint.
         unsafe {
             (lib.hsa_queue_create)(
                 agent,
@@ -504,7 +507,7 @@ pub(crate) mod calls {
                 HSA_QUEUE_TYPE_MULTI,
                 callback,
                 data,
-                u32::MAX,
+                0,
                 u32::MAX,
                 &mut queue,
             )
