@@ -55,6 +55,9 @@
 //! - [`COMPUTE_UNITS_ENV`], [`WAVES_PER_CU_ENV`]: the GPU's compute units (2) and waves per
 //!   compute unit (4), e.g. 304 and 32 for an MI300X.
 //! - [`TIMESTAMP_HZ_ENV`]: `HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY` (1 GHz).
+//! - [`CPUS_ENV`]: `2` lists a second CPU agent (`0xa101`, a second socket, with its own
+//!   kernarg and fine-grained pools) before the GPU, and makes it the GPU's nearest
+//!   (`HSA_AMD_AGENT_INFO_NEAREST_CPU`); by default the one CPU agent is.
 //! - [`DISPATCH_TICKS_ENV`]: a profiled dispatch's length in system timestamp ticks (1000).
 //! - [`MEMORY_ERROR_ENV`]: a pool kind (`kernarg`, `fine` or `coarse`): the first free of a block
 //!   of that pool fails as ROCr's does when the GPU still holds the memory: the block leaves the
@@ -85,12 +88,21 @@ pub const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
 pub const TIMESTAMP_HZ_ENV: &str = "GPURUN_FAKE_HSA_TIMESTAMP_HZ";
 pub const DISPATCH_TICKS_ENV: &str = "GPURUN_FAKE_HSA_DISPATCH_TICKS";
 pub const LONG_KERNEL_ENV: &str = "GPURUN_FAKE_HSA_LONG_KERNEL";
+pub const CPUS_ENV: &str = "GPURUN_FAKE_HSA_CPUS";
 
 /// The global LLVM libc's GPU code keeps its RPC client in.
 const RPC_CLIENT_SYMBOL: &str = "__llvm_rpc_client";
 
 /// How long ROCr's signal waits spin before they sleep (`kMaxElapsed` in ROCr's `signal.cpp`).
 pub const WAIT_SPIN: Duration = Duration::from_micros(200);
+
+/// The CPU agents listed ([`CPUS_ENV`]).
+fn cpu_agents() -> Vec<u64> {
+    match setting(CPUS_ENV, 1) {
+        2 => vec![CPU_AGENT, SECOND_CPU_AGENT],
+        _ => vec![CPU_AGENT],
+    }
+}
 
 /// The `u32` in environment variable `name`, else `default`.
 fn setting(name: &str, default: u32) -> u32 {
@@ -101,6 +113,10 @@ fn setting(name: &str, default: u32) -> u32 {
 }
 
 const CPU_AGENT: u64 = 0xa100;
+/// The second socket's CPU agent, listed with [`CPUS_ENV`] = 2, and its pools.
+const SECOND_CPU_AGENT: u64 = 0xa101;
+const SECOND_KERNARG_POOL: u64 = 0xb101;
+const SECOND_FINE_POOL: u64 = 0xb201;
 const GPU_AGENT: u64 = 0xa200;
 const ISA: u64 = 0xa300;
 const KERNARG_POOL: u64 = 0xb100;
@@ -892,7 +908,7 @@ pub unsafe extern "C" fn hsa_iterate_agents(
         let Some(callback) = callback else {
             return HSA_STATUS_ERROR_INVALID_ARGUMENT;
         };
-        for agent in [CPU_AGENT, GPU_AGENT] {
+        for agent in cpu_agents().into_iter().chain([GPU_AGENT]) {
             // SAFETY: the caller's callback with its own data, as the API calls it.
             let status = unsafe { callback(hsa_agent_t { handle: agent }, data) };
             if status != HSA_STATUS_SUCCESS {
@@ -914,7 +930,7 @@ pub unsafe extern "C" fn hsa_agent_get_info(
         "hsa_agent_get_info",
         format!("agent={:#x} attribute={attribute:#x}", agent.handle),
         |_| {
-            if !gpu && agent.handle != CPU_AGENT {
+            if !gpu && !cpu_agents().contains(&agent.handle) {
                 return HSA_STATUS_ERROR_INVALID_AGENT;
             }
             // SAFETY: each attribute's documented type.
@@ -937,6 +953,12 @@ pub unsafe extern "C" fn hsa_agent_get_info(
                     (HSA_AGENT_INFO_QUEUE_MIN_SIZE, true) => put(value, 64u32),
                     (HSA_AGENT_INFO_QUEUE_MAX_SIZE, true) => put(value, QUEUE_MAX_SIZE),
                     (HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY, true) => put(value, 100_000_000u64),
+                    (HSA_AMD_AGENT_INFO_NEAREST_CPU, true) => put(
+                        value,
+                        hsa_agent_t {
+                            handle: *cpu_agents().last().unwrap_or(&CPU_AGENT),
+                        },
+                    ),
                     _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
                 }
             }
@@ -1010,6 +1032,9 @@ pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
                 // ROCr's order: the system fine-grained pool before the kernarg pool (which is
                 // fine-grained too).
                 CPU_AGENT => &[FINE_POOL, KERNARG_POOL],
+                SECOND_CPU_AGENT if cpu_agents().contains(&SECOND_CPU_AGENT) => {
+                    &[SECOND_FINE_POOL, SECOND_KERNARG_POOL]
+                }
                 // ROCr lists the GPU's group segment pool after its global ones.
                 GPU_AGENT => &[COARSE_POOL, GROUP_POOL],
                 _ => return HSA_STATUS_ERROR_INVALID_AGENT,
@@ -1031,8 +1056,8 @@ pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
 
 fn pool_kind(pool: u64) -> Option<&'static str> {
     match pool {
-        KERNARG_POOL => Some("kernarg"),
-        FINE_POOL => Some("fine"),
+        KERNARG_POOL | SECOND_KERNARG_POOL => Some("kernarg"),
+        FINE_POOL | SECOND_FINE_POOL => Some("fine"),
         COARSE_POOL => Some("coarse"),
         GROUP_POOL => Some("group"),
         _ => None,

@@ -38,6 +38,7 @@ const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
 const TIMESTAMP_HZ_ENV: &str = "GPURUN_FAKE_HSA_TIMESTAMP_HZ";
 const DISPATCH_TICKS_ENV: &str = "GPURUN_FAKE_HSA_DISPATCH_TICKS";
 const LONG_KERNEL_ENV: &str = "GPURUN_FAKE_HSA_LONG_KERNEL";
+const CPUS_ENV: &str = "GPURUN_FAKE_HSA_CPUS";
 /// What the `timed` scenario tells the fake (a 250 MHz system timestamp, unlike the GPU's
 /// 100 MHz `s_memrealtime` counter; dispatches 12,345 ticks long), and the device time that
 /// makes.
@@ -140,6 +141,7 @@ fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, Str
         .env_remove(TIMESTAMP_HZ_ENV)
         .env_remove(DISPATCH_TICKS_ENV)
         .env_remove(LONG_KERNEL_ENV)
+        .env_remove(CPUS_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -1272,6 +1274,26 @@ fn an_idle_kernel_is_waited_for_in_blocked_waits() {
             .any(|wait| wait.function == "hsa_amd_signal_wait_any"
                 && wait.details.starts_with(&expected)),
         "no wait on {expected}: {waits:#?}"
+    );
+    clean_teardown(&calls);
+}
+
+/// On a server with two sockets, host memory for the GPU (kernel arguments, the RPC buffer)
+/// comes from the pools of the CPU agent the runtime names as the GPU's nearest, not from the
+/// first CPU agent.
+#[test]
+fn host_memory_comes_from_the_gpus_nearest_cpu() {
+    let calls = run("launch", &[(CPUS_ENV, "2")]);
+    let asked = first(
+        &calls,
+        "hsa_agent_get_info",
+        "agent=0xa200 attribute=0xa113",
+    );
+    let second = first(&calls, "hsa_amd_agent_iterate_memory_pools", "agent=0xa101");
+    before(&calls, asked, second);
+    assert!(
+        positions(&calls, "hsa_amd_agent_iterate_memory_pools", "agent=0xa100").is_empty(),
+        "the first socket's pools were used: {calls:#?}"
     );
     clean_teardown(&calls);
 }

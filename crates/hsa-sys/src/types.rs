@@ -215,6 +215,11 @@ constants! {
 /// Debian's headers lack it and the layout test cannot check it; the value is ROCr's.
 pub const HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY: hsa_amd_agent_info_t = 0xA016;
 
+/// `HSA_AMD_AGENT_INFO_NEAREST_CPU`: the CPU agent nearest a GPU agent (an `hsa_agent_t`), the
+/// socket whose memory host buffers for that GPU should come from. Added in ROCm 6.x, after
+/// Debian's headers; the value is ROCr's.
+pub const HSA_AMD_AGENT_INFO_NEAREST_CPU: hsa_amd_agent_info_t = 0xA113;
+
 /// The C `UINT64_MAX` that `hsa_signal_wait_*` takes as "no timeout".
 pub const HSA_TIMEOUT_INFINITE: u64 = u64::MAX;
 

@@ -8,7 +8,8 @@
 //!   process ends with [`LaunchEnd::Faulted`](crate::LaunchEnd::Faulted), and none is dispatched
 //!   after it; the runner re-runs the tests in flight alone. A queue error callback catches the
 //!   other device errors.
-//! - A device is a GPU agent with kernel dispatch plus the first CPU agent. Host memory the GPU
+//! - A device is a GPU agent with kernel dispatch plus its nearest CPU agent (the first one on
+//!   runtimes before ROCm 6, which cannot say). Host memory the GPU
 //!   reads (kernel arguments, RPC buffer, argv/envp) comes from the CPU's kernarg and
 //!   fine-grained pools; device `malloc` over RPC from the GPU's coarse-grained pool.
 //! - A module is a frozen, validated executable (one per concurrently running test: each slot
