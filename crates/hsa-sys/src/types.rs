@@ -91,7 +91,16 @@ constants! {
         HSA_STATUS_ERROR_INVALID_WAVEFRONT = 0x1023,
         HSA_STATUS_ERROR_INVALID_SIGNAL_GROUP = 0x1024,
         HSA_STATUS_ERROR_INVALID_RUNTIME_STATE = 0x1025,
-        HSA_STATUS_ERROR_FATAL = 0x1026;
+        HSA_STATUS_ERROR_FATAL = 0x1026,
+        // AMD's additions (hsa_ext_amd.h): what a queue's error callback reports for a wave
+        // that faulted, among others.
+        HSA_STATUS_ERROR_INVALID_MEMORY_POOL = 40,
+        HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION = 41,
+        HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION = 42,
+        HSA_STATUS_ERROR_MEMORY_FAULT = 43,
+        HSA_STATUS_CU_MASK_REDUCED = 44,
+        HSA_STATUS_ERROR_OUT_OF_REGISTERS = 45,
+        HSA_STATUS_ERROR_RESOURCE_BUSY = 46;
     hsa_system_info_t:
         HSA_SYSTEM_INFO_VERSION_MAJOR = 0,
         HSA_SYSTEM_INFO_VERSION_MINOR = 1,

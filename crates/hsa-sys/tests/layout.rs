@@ -88,7 +88,11 @@ fn layouts() -> Vec<Layout> {
 }
 
 /// Constants that Debian's headers (ROCm 5.2) predate; each is justified where it is declared.
-const NOT_IN_DEBIAN_HEADERS: &[&str] = &["HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY"];
+const NOT_IN_DEBIAN_HEADERS: &[&str] = &[
+    "HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY",
+    "HSA_STATUS_ERROR_OUT_OF_REGISTERS",
+    "HSA_STATUS_ERROR_RESOURCE_BUSY",
+];
 
 /// C spelling of a Rust type as `stringify!` wrote it in `FUNCTION_SIGNATURES`.
 fn c_type(rust: &str) -> String {

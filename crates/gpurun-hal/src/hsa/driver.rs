@@ -802,6 +802,20 @@ mod tests {
             describe_queue_error(HSA_STATUS_ERROR_EXCEPTION, None),
             "the GPU queue failed with HSA_STATUS_ERROR_EXCEPTION"
         );
+        // AMD's statuses for a wave that faulted (hsa_ext_amd.h), by number.
+        for (status, name) in [
+            (41, "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"),
+            (42, "HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION"),
+            (43, "HSA_STATUS_ERROR_MEMORY_FAULT"),
+            (44, "HSA_STATUS_CU_MASK_REDUCED"),
+            (45, "HSA_STATUS_ERROR_OUT_OF_REGISTERS"),
+            (46, "HSA_STATUS_ERROR_RESOURCE_BUSY"),
+        ] {
+            assert_eq!(
+                describe_queue_error(status, None),
+                format!("the GPU queue failed with {name}")
+            );
+        }
     }
 
     #[test]
