@@ -220,13 +220,13 @@ constants! {
 }
 
 /// `HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY`: the frequency of the counter `s_memrealtime`
-/// reads, which LLVM libc's `clock()` divides by. Added to `hsa_ext_amd.h` after ROCm 5.2, so
-/// Debian's headers lack it and the layout test cannot check it; the value is ROCr's.
+/// reads, which LLVM libc's `clock()` divides by. Added to `hsa_ext_amd.h` after ROCm 5.2:
+/// checked against ROCm 6.x's headers only.
 pub const HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY: hsa_amd_agent_info_t = 0xA016;
 
 /// `HSA_AMD_AGENT_INFO_NEAREST_CPU`: the CPU agent nearest a GPU agent (an `hsa_agent_t`), the
-/// socket whose memory host buffers for that GPU should come from. Added in ROCm 6.x, after
-/// Debian's headers; the value is ROCr's.
+/// socket whose memory host buffers for that GPU should come from. Added in ROCm 6: checked
+/// against ROCm 6.x's headers only.
 pub const HSA_AMD_AGENT_INFO_NEAREST_CPU: hsa_amd_agent_info_t = 0xA113;
 
 /// The C `UINT64_MAX` that `hsa_signal_wait_*` takes as "no timeout".
@@ -354,12 +354,12 @@ pub struct hsa_amd_profiling_dispatch_time_t {
     pub end: u64,
 }
 
-/// `HSA_AMD_GPU_HW_EXCEPTION_EVENT` (ROCm 5.x and later; Debian's headers predate it, so it
-/// stays out of the checked constants above).
+/// `HSA_AMD_GPU_HW_EXCEPTION_EVENT` (newer than ROCm 5.2: checked against ROCm 6.x's headers
+/// only, so it stays out of the constants above).
 pub const HSA_AMD_GPU_HW_EXCEPTION_EVENT: hsa_amd_event_type_t = 1;
 
-/// `hsa_amd_gpu_hw_exception_info_t` (ROCm 5.x and later; not in Debian's headers): the other
-/// member of `hsa_amd_event_t`'s union, for `HSA_AMD_GPU_HW_EXCEPTION_EVENT`.
+/// `hsa_amd_gpu_hw_exception_info_t` (newer than ROCm 5.2; checked against ROCm 6.x's headers):
+/// the other member of `hsa_amd_event_t`'s union, for `HSA_AMD_GPU_HW_EXCEPTION_EVENT`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct hsa_amd_gpu_hw_exception_info_t {
@@ -370,7 +370,7 @@ pub struct hsa_amd_gpu_hw_exception_info_t {
     pub reset_cause: u32,
 }
 
-// ROCr's layout (no header here to check it against): it fits the union beside the memory fault.
+// It fits the union beside the memory fault.
 const _: () = {
     assert!(core::mem::size_of::<hsa_amd_gpu_hw_exception_info_t>() == 16);
     assert!(core::mem::offset_of!(hsa_amd_gpu_hw_exception_info_t, reset_cause) == 12);
@@ -380,7 +380,8 @@ const _: () = {
     );
 };
 
-/// `HSA_AMD_GPU_MEMORY_ERROR_EVENT` (ROCm 6 and later; not in Debian's headers): ROCr could not
+/// `HSA_AMD_GPU_MEMORY_ERROR_EVENT` (ROCm 6.2 and later; in neither header set the layout test
+/// has, ROCm 5.2's and 6.1's, so unchecked; the value is ROCr's): ROCr could not
 /// free memory the GPU still uses (`hsa_amd_memory_pool_free` fails). Unless a handler claims it,
 /// ROCr aborts the process.
 pub const HSA_AMD_GPU_MEMORY_ERROR_EVENT: hsa_amd_event_type_t = 2;
@@ -388,7 +389,7 @@ pub const HSA_AMD_GPU_MEMORY_ERROR_EVENT: hsa_amd_event_type_t = 2;
 /// `HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE`: the one reason bit of a memory error (ROCm 6).
 pub const HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE: u32 = 1;
 
-/// `hsa_amd_gpu_memory_error_info_t` (ROCm 6 and later; not in Debian's headers): the union
+/// `hsa_amd_gpu_memory_error_info_t` (ROCm 6.2 and later, unchecked as the event): the union
 /// member of `hsa_amd_event_t` for `HSA_AMD_GPU_MEMORY_ERROR_EVENT`, laid out like the memory
 /// fault (ROCR-Runtime's `hsa_ext_amd.h`).
 #[repr(C)]
