@@ -6,6 +6,8 @@
 #   - ptxas 13.x from PyPI (nvidia-cuda-nvcc) in a directory of its own (both packages install
 #     into the same site-packages path): the second ptxas generation the PTX must assemble with
 #   - Debian's HSA runtime and headers: the real runtime's error paths and the hsa-sys layout test
+#   - ROCm 6.x HSA headers (Debian 13's libhsa-runtime-dev, unpacked, not installed): the
+#     hsa-sys layout test checks the bindings against them too
 #   - actionlint, shellcheck and PyYAML from PyPI: the GitHub action's checks (scripts/check-action.sh)
 #   - cargo-nextest: tests/e2e/host_app.rs runs gpurun-test's trials under it (the machine image
 #     and CI have it preinstalled; building it from crates.io takes several minutes)
@@ -74,6 +76,33 @@ if ! command -v cc >/dev/null || ! command -v g++ >/dev/null; then
     else
         say "warning: no C or C++ compiler (cc, g++); the hsa-sys layout test and the GPU check's self-test will report it"
     fi
+fi
+
+# ROCm 6.x headers for crates/hsa-sys/tests/layout.rs: Debian 12's are ROCm 5.2's, older than
+# what the bindings use (status codes 45-46, the nearest CPU agent, the hardware exception
+# event). Debian 13's libhsa-runtime-dev (ROCm 6.1) is downloaded through apt with a private
+# package list, so this machine's sources stay as they are, and unpacked into a directory of
+# its own: nothing is installed.
+rocm6_dir="$HOME/.local/share/gpurun/hsa-rocm6"  # where crates/hsa-sys/tests/layout.rs looks
+if [ -z "${HSA_ROCM6_INCLUDE_DIR:-}" ] && ! [ -e "$rocm6_dir/usr/include/hsa/hsa.h" ]; then
+    say "apt-get download libhsa-runtime-dev from Debian 13 (ROCm 6.x headers) into $rocm6_dir"
+    apt_dir=$(mktemp -d)
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" >"$apt_dir/sources.list"
+    apt_private=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+        -o APT::Sandbox::User=root
+        -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o Dir::State::status=/dev/null)
+    if apt-get "${apt_private[@]}" update -qq >/dev/null &&
+        (cd "$apt_dir" && apt-get "${apt_private[@]}" download libhsa-runtime-dev >/dev/null 2>&1); then
+        deb=$(ls "$apt_dir"/libhsa-runtime-dev_*.deb)
+        case "$(dpkg-deb -f "$deb" Version)" in
+            6.*) mkdir -p "$rocm6_dir" && dpkg-deb -x "$deb" "$rocm6_dir" ;;
+            *) say "warning: Debian 13's libhsa-runtime-dev is $(dpkg-deb -f "$deb" Version), not ROCm 6.x; the hsa-sys layout test will report it" ;;
+        esac
+    else
+        say "warning: could not download Debian 13's libhsa-runtime-dev; the hsa-sys layout test will report it"
+    fi
+    rm -rf "$apt_dir"
 fi
 
 if ! [ -e /usr/include/hsa/hsa.h ] || ! ldconfig -p | grep -q libhsa-runtime64.so.1; then

@@ -16,8 +16,12 @@
 //!   `gpurun_build::amdgcn`), its kernels are wave32 and its lane primitives use 32-bit masks;
 //! - block-shared memory (`gpurun::shared`) is LDS: release builds of the shared-memory fixture
 //!   read, write and add to it with `ds_` instructions on gfx90a and gfx1100.
-//! - the device runtime's warp shuffles are `ds_bpermute` on both, and its float and wrapping
-//!   atomics the GPU's own instructions where it has them (fixtures/device-ops);
+//! - the device runtime's warp shuffles are `ds_bpermute` on both, and the `_device` forms of its
+//!   float and wrapping atomics the GPU's own instructions where it has them (fixtures/device-ops);
+//! - on gfx942 (release builds of device-ops and real-kernels) every one of those atomics is
+//!   relaxed, with no cache write-back or invalidate around it; a float add to shared memory is
+//!   `ds_add_f32`, and the default forms on device memory are compare-and-swap loops, which stay
+//!   atomic on host memory mapped for the GPU;
 //! - the real kernels (fixtures/real-kernels) declare dynamic LDS in their metadata (a
 //!   `hidden_dynamic_lds_size` argument, so the dispatch's group segment size comes from the
 //!   launch) and shuffle with `ds_bpermute`, on both.
@@ -639,6 +643,91 @@ fn real_kernels_take_dynamic_lds_and_shuffle_with_ds_bpermute() {
         assert!(
             count_instructions(&code, "ds_bpermute_b32") > 0,
             "{arch} real_kernels has no ds_bpermute_b32"
+        );
+    }
+}
+
+/// The gfx942 (MI300) release builds of the fixtures with atomics, made once.
+fn gfx942_images() -> &'static [PathBuf] {
+    static BUILT: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| build(&["device-ops", "real-kernels"], "gfx942", true))
+}
+
+/// The kernel of `code` named `name` (the exported name, or a test kernel's prefix).
+fn kernel<'a>(code: &'a [(String, Vec<String>)], name: &str) -> &'a [String] {
+    code.iter()
+        .find(|(function, _)| function == name || function.starts_with(name))
+        .map(|(_, body)| body.as_slice())
+        .unwrap_or_else(|| panic!("no {name}"))
+}
+
+/// Each instruction of `body` whose opcode contains `needle`, with the three instructions on
+/// each side: where a sequentially consistent atomic has its cache write-back and invalidate.
+fn around<'a>(body: &'a [String], needle: &str) -> Vec<&'a [String]> {
+    body.iter()
+        .enumerate()
+        .filter(|(_, line)| {
+            line.split_whitespace()
+                .next()
+                .is_some_and(|op| op.contains(needle))
+        })
+        .map(|(at, _)| &body[at.saturating_sub(3)..(at + 4).min(body.len())])
+        .collect()
+}
+
+/// `gpurun::atomic` on gfx942 (MI300), release builds: every form is relaxed, with no cache
+/// write-back (`buffer_wbl2`) or invalidate (`buffer_inv`) around it, which LLVM's sequentially
+/// consistent float atomics put on both sides of each one. A float add to shared memory is
+/// `ds_add_f32` (fixtures/real-kernels' `weighted_histogram`); the `_device` forms on device
+/// buffers are the native global atomics (fixtures/device-ops' `float_stats`, `count_threads`);
+/// the default forms on device memory are compare-and-swap loops, atomic on host memory mapped
+/// for the GPU too (device-ops' test on statics, and `weighted_histogram`'s global sums).
+#[test]
+fn gfx942_atomics_are_relaxed_and_native_only_where_safe() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    let images = gfx942_images();
+    let real = disassemble(&toolchain, find_in(images, "real_kernels"), "gfx942");
+    let ops = disassemble(&toolchain, find_in(images, "device_ops"), "gfx942");
+    let no_cache_maintenance = |what: &str, body: &[String], needle: &str| {
+        let sites = around(body, needle);
+        assert!(!sites.is_empty(), "{what}: no {needle}");
+        for site in sites {
+            assert!(
+                !site
+                    .iter()
+                    .any(|line| line.starts_with("buffer_wbl2") || line.starts_with("buffer_inv")),
+                "{what}: cache maintenance around {needle}: {site:#?}"
+            );
+        }
+    };
+    let histogram = kernel(&real, "weighted_histogram");
+    no_cache_maintenance("weighted_histogram", histogram, "ds_add_f32");
+    no_cache_maintenance("weighted_histogram", histogram, "global_atomic_cmpswap");
+    let stats = kernel(&ops, "float_stats");
+    for needle in [
+        "global_atomic_add_f32",
+        "global_atomic_add_f64",
+        "global_atomic_min_f64",
+        "global_atomic_max_f64",
+    ] {
+        no_cache_maintenance("float_stats", stats, needle);
+    }
+    let counts = kernel(&ops, "count_threads");
+    for needle in ["global_atomic_inc", "global_atomic_dec"] {
+        no_cache_maintenance("count_threads", counts, needle);
+    }
+    let on_statics = kernel(&ops, "__gpurun_test_atomics_of_one_block_add_up");
+    assert!(
+        count_instructions(&[(String::new(), on_statics.to_vec())], "atomic_cmpswap") > 0,
+        "the default forms on device memory loop: {on_statics:#?}"
+    );
+    for native in ["atomic_add_f32", "atomic_add_f64", "atomic_inc"] {
+        assert_eq!(
+            count_instructions(&[(String::new(), on_statics.to_vec())], native),
+            0,
+            "a default form used {native}, which is not atomic on host memory"
         );
     }
 }

@@ -10,14 +10,26 @@
 //! block; its symbols are its dynamic symbols (kernels are their `NAME.kd` descriptors, whose
 //! segment sizes are read from the descriptor bytes).
 //!
-//! Queues are real AQL rings in host memory. Storing to a queue's doorbell "processes" the
-//! packet in the slot it names: the log line shows the header and fields the packet processor
-//! would see at that moment (a header still 0 means it was written after the doorbell); the
-//! packet's completion signal then stays at its value for [`RUNNING_POLLS_ENV`] loads or waits
-//! and is decremented after (the kernel "ran"; nothing is executed). On a queue with profiling
-//! enabled the dispatch gets a start timestamp when processed and an end timestamp
-//! [`DISPATCH_TICKS_ENV`] later when it completes, kept in its completion signal for
-//! `hsa_amd_profiling_get_dispatch_time`; elsewhere both stay 0, as ROCr's do.
+//! Queues are real AQL rings in host memory, and the packet processor is modelled as AMD's
+//! works: storing to a queue's doorbell processes packets in index order, from the first not yet
+//! processed up to the one the value names, stopping at a slot whose header is not published (a
+//! reserved slot never filled stalls the queue for good). The log line shows the packet the
+//! doorbell names as the packet processor sees it at that moment. A kernel dispatch starts
+//! its kernel (nothing is executed): its completion signal stays at its value for
+//! [`RUNNING_POLLS_ENV`] loads or waits and is decremented after, unless [`LONG_KERNEL_ENV`]
+//! holds it longer. A barrier-AND packet without dependencies completes at once. The read
+//! index advances only past retired packets, in order, as the hardware's does: a running kernel
+//! keeps every slot after it from being reused, however early the later packets complete.
+//! On a queue with profiling enabled the dispatch gets a start timestamp when processed and an
+//! end timestamp [`DISPATCH_TICKS_ENV`] later when it completes, kept in its completion signal
+//! for `hsa_amd_profiling_get_dispatch_time`; elsewhere both stay 0, as ROCr's do.
+//!
+//! Signal waits behave as ROCr's interrupt signals do (`InterruptSignal::WaitRelaxed`,
+//! `Signal::WaitAny`): they spin for [`WAIT_SPIN`], then sleep in the kernel driver in whole
+//! milliseconds of what is left of the timeout, rounded down, and spin whenever that rounds to 0
+//! (a wait of 1 ms or less never sleeps). Here the "kernel driver" is a condition variable that
+//! any signal change wakes. Each wait is recorded with `blocked=N`: how many times it slept
+//! (0: the whole wait was a spin).
 //!
 //! `hsa_shut_down` that drops the last reference records what is still alive
 //! (`leaked blocks=.. signals=.. queues=.. executables=.. readers=..`); freeing or destroying
@@ -29,15 +41,23 @@
 //!   functions answer that status and do nothing else.
 //! - [`RUNNING_POLLS_ENV`]: how many loads or waits of a completion signal a dispatched kernel
 //!   runs for (0).
+//! - [`LONG_KERNEL_ENV`]: `NAME,SECONDS[,OTHERS]`: a dispatched kernel whose descriptor's name
+//!   contains `NAME` runs for `SECONDS` of wall time (fractions allowed), or until `OTHERS`
+//!   other kernels of the process have completed, whichever comes first; the log says which
+//!   (`fake runtime: long kernel ended after N other kernels` or `... after SECONDS s`).
 //! - [`FAULT_ENV`]: an address (hex): the first load or wait of a running kernel's completion
 //!   signal first calls the registered system event handler with a GPU memory fault at that
 //!   address (page not present), once per process, as ROCr reports a kernel's bad access.
-//! - [`QUEUE_ERROR_ENV`]: a status name (say `HSA_STATUS_ERROR_EXCEPTION`): the first load or
-//!   wait of a running kernel's completion signal first calls the error callback of the queue
-//!   that dispatched it with that status, once per process, as ROCr reports a queue error.
+//! - [`QUEUE_ERROR_ENV`]: a status name (say `HSA_STATUS_ERROR_EXCEPTION`), optionally
+//!   `STATUS@NAME`: the first load or wait of a running kernel's completion signal (of a kernel
+//!   whose descriptor's name contains `NAME`) first calls the error callback of the queue that
+//!   dispatched it with that status, once per process, as ROCr reports a queue error.
 //! - [`COMPUTE_UNITS_ENV`], [`WAVES_PER_CU_ENV`]: the GPU's compute units (2) and waves per
 //!   compute unit (4), e.g. 304 and 32 for an MI300X.
 //! - [`TIMESTAMP_HZ_ENV`]: `HSA_SYSTEM_INFO_TIMESTAMP_FREQUENCY` (1 GHz).
+//! - [`CPUS_ENV`]: `2` lists a second CPU agent (`0xa101`, a second socket, with its own
+//!   kernarg and fine-grained pools) before the GPU, and makes it the GPU's nearest
+//!   (`HSA_AMD_AGENT_INFO_NEAREST_CPU`); by default the one CPU agent is.
 //! - [`DISPATCH_TICKS_ENV`]: a profiled dispatch's length in system timestamp ticks (1000).
 //! - [`MEMORY_ERROR_ENV`]: a pool kind (`kernarg`, `fine` or `coarse`): the first free of a block
 //!   of that pool fails as ROCr's does when the GPU still holds the memory: the block leaves the
@@ -54,8 +74,9 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{c_char, c_int, c_void, CStr};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{LazyLock, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
+use std::sync::{Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 pub const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 pub const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
@@ -66,6 +87,22 @@ pub const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
 pub const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
 pub const TIMESTAMP_HZ_ENV: &str = "GPURUN_FAKE_HSA_TIMESTAMP_HZ";
 pub const DISPATCH_TICKS_ENV: &str = "GPURUN_FAKE_HSA_DISPATCH_TICKS";
+pub const LONG_KERNEL_ENV: &str = "GPURUN_FAKE_HSA_LONG_KERNEL";
+pub const CPUS_ENV: &str = "GPURUN_FAKE_HSA_CPUS";
+
+/// The global LLVM libc's GPU code keeps its RPC client in.
+const RPC_CLIENT_SYMBOL: &str = "__llvm_rpc_client";
+
+/// How long ROCr's signal waits spin before they sleep (`kMaxElapsed` in ROCr's `signal.cpp`).
+pub const WAIT_SPIN: Duration = Duration::from_micros(200);
+
+/// The CPU agents listed ([`CPUS_ENV`]).
+fn cpu_agents() -> Vec<u64> {
+    match setting(CPUS_ENV, 1) {
+        2 => vec![CPU_AGENT, SECOND_CPU_AGENT],
+        _ => vec![CPU_AGENT],
+    }
+}
 
 /// The `u32` in environment variable `name`, else `default`.
 fn setting(name: &str, default: u32) -> u32 {
@@ -76,6 +113,10 @@ fn setting(name: &str, default: u32) -> u32 {
 }
 
 const CPU_AGENT: u64 = 0xa100;
+/// The second socket's CPU agent, listed with [`CPUS_ENV`] = 2, and its pools.
+const SECOND_CPU_AGENT: u64 = 0xa101;
+const SECOND_KERNARG_POOL: u64 = 0xb101;
+const SECOND_FINE_POOL: u64 = 0xb201;
 const GPU_AGENT: u64 = 0xa200;
 const ISA: u64 = 0xa300;
 const KERNARG_POOL: u64 = 0xb100;
@@ -138,6 +179,38 @@ fn running_polls() -> u64 {
     setting_u64(RUNNING_POLLS_ENV, 0)
 }
 
+/// What [`LONG_KERNEL_ENV`] asks for.
+struct LongKernel {
+    /// Part of the kernel descriptor's name.
+    name: String,
+    seconds: f64,
+    /// Other kernels of the process whose completion ends it.
+    others: Option<u64>,
+}
+
+fn long_kernel() -> Option<LongKernel> {
+    let value = std::env::var(LONG_KERNEL_ENV).ok()?;
+    let mut parts = value.split(',').map(str::trim);
+    let name = parts.next()?.to_owned();
+    let seconds = parts.next()?.parse::<f64>().ok()?.max(0.0);
+    let others = parts.next().and_then(|count| count.parse().ok());
+    Some(LongKernel {
+        name,
+        seconds,
+        others,
+    })
+}
+
+/// What [`QUEUE_ERROR_ENV`] asks for: the status, and the part of the kernel's name it needs.
+fn queue_error_setting() -> Option<(hsa_status_t, Option<String>)> {
+    let value = std::env::var(QUEUE_ERROR_ENV).ok()?;
+    let (status, kernel) = match value.split_once('@') {
+        Some((status, kernel)) => (status, Some(kernel.trim().to_owned())),
+        None => (value.as_str(), None),
+    };
+    Some((status_named(status.trim()), kernel))
+}
+
 /// Memory handed out by a pool, or holding a loaded code object.
 struct Block {
     len: usize,
@@ -160,12 +233,56 @@ struct Executable {
     frozen: bool,
 }
 
+/// How long a started kernel runs.
+enum Running {
+    /// Until its completion signal has been loaded or waited on this many more times.
+    Polls(u64),
+    /// A [`LONG_KERNEL_ENV`] kernel: until `until`, or until `others` other kernels of the
+    /// process have completed.
+    Long {
+        until: Instant,
+        seconds: f64,
+        others: Option<u64>,
+    },
+}
+
+/// A signal's bookkeeping; its value lives in the memory its handle points to.
 struct Signal {
-    value: i64,
-    /// Loads or waits left before a dispatched kernel's completion signal is decremented.
-    running: Option<u64>,
+    running: Option<Running>,
     /// The profiled dispatch it completes: its start and end timestamps (0 until written).
     dispatch_time: hsa_amd_profiling_dispatch_time_t,
+}
+
+/// Where a signal's memory is: ROCr's handles point to an `amd_signal_t` (64 bytes, 64-aligned:
+/// `kind` at 0, `value` at 8, `event_mailbox_ptr` at 16, `event_id` at 24), and so do ours.
+fn signal_layout() -> Layout {
+    Layout::from_size_align(64, 64).unwrap_or_else(|_| Layout::new::<[u64; 8]>())
+}
+
+/// `AMD_SIGNAL_KIND_USER`: a signal the application created.
+const SIGNAL_KIND_USER: i64 = 1;
+const SIGNAL_VALUE: u64 = 8;
+const SIGNAL_EVENT_MAILBOX: u64 = 16;
+const SIGNAL_EVENT_ID: u64 = 24;
+
+/// The interrupt event mailbox every signal names: a device that wants the host to wake writes
+/// a signal's event id here and raises an interrupt (no device runs here; it stays 0).
+static EVENT_MAILBOX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The value word of the live signal `handle`.
+///
+/// # Safety
+/// `handle` must be a signal of the state's table (its memory is freed only when it leaves it).
+unsafe fn signal_value<'a>(handle: u64) -> &'a AtomicI64 {
+    // SAFETY: per the caller, 64 live bytes at `handle`; the value is an aligned i64 at 8.
+    unsafe { AtomicI64::from_ptr((handle + SIGNAL_VALUE) as *mut i64) }
+}
+
+/// A started kernel: its queue, its packet index and its descriptor's name.
+struct Dispatch {
+    queue: u64,
+    index: u64,
+    kernel: String,
 }
 
 struct Queue {
@@ -173,12 +290,20 @@ struct Queue {
     size: u32,
     doorbell: u64,
     write_index: u64,
+    /// The first packet not yet retired (the hardware's read index).
     read_index: u64,
+    /// The next packet the packet processor looks at.
+    processed: u64,
+    /// Packets processed but not retired: index → completion signal.
+    in_flight: BTreeMap<u64, u64>,
     /// The error callback and its data pointer given at creation.
     callback: (hsa_queue_callback_t, usize),
     /// `hsa_amd_profiling_set_profiler_enabled` turned timestamps on.
     profiling: bool,
 }
+
+/// The AQL header of an empty slot, as ROCr fills a new ring (`HSA_PACKET_TYPE_INVALID`).
+const INVALID_HEADER: u32 = HSA_PACKET_TYPE_INVALID;
 
 #[derive(Default)]
 struct State {
@@ -196,15 +321,22 @@ struct State {
     event_handler: Option<(hsa_amd_system_event_callback_t, usize)>,
     /// The [`FAULT_ENV`] fault was reported.
     fault_sent: bool,
-    /// Completion signal of a started kernel → the queue descriptor that dispatched it.
-    dispatched_by: HashMap<u64, u64>,
+    /// Completion signal of a started kernel → where it was dispatched.
+    dispatched: HashMap<u64, Dispatch>,
+    /// Kernels that have completed, in the whole process.
+    completed_kernels: u64,
     /// The [`QUEUE_ERROR_ENV`] error was reported.
     queue_error_sent: bool,
     /// The [`MEMORY_ERROR_ENV`] error was reported.
     memory_error_sent: bool,
     /// The system timestamp the next profiled dispatch starts at.
     clock: u64,
+    /// The event id the next signal gets.
+    next_event_id: u32,
 }
+
+/// Woken whenever a signal's value changes: what ROCr's waits sleep on (the interrupt).
+static WAKE: Condvar = Condvar::new();
 
 impl State {
     fn handle(&mut self) -> u64 {
@@ -256,17 +388,70 @@ impl State {
         })
     }
 
+    /// A new signal at `value`, laid out as ROCr's; its handle is its address (0 if memory
+    /// ran out).
     fn new_signal(&mut self, value: i64) -> u64 {
-        let handle = self.handle();
+        // SAFETY: the layout has a non-zero size.
+        let pointer = unsafe { std::alloc::alloc_zeroed(signal_layout()) };
+        if pointer.is_null() {
+            return 0;
+        }
+        self.next_event_id += 1;
+        let handle = pointer as u64;
+        // SAFETY: 64 fresh bytes, 64-aligned: the fields are aligned inside them.
+        unsafe {
+            (handle as *mut i64).write(SIGNAL_KIND_USER);
+            ((handle + SIGNAL_VALUE) as *mut i64).write(value);
+            ((handle + SIGNAL_EVENT_MAILBOX) as *mut u64).write(EVENT_MAILBOX.as_ptr() as u64);
+            ((handle + SIGNAL_EVENT_ID) as *mut u32).write(self.next_event_id);
+        }
         self.signals.insert(
             handle,
             Signal {
-                value,
                 running: None,
                 dispatch_time: hsa_amd_profiling_dispatch_time_t::default(),
             },
         );
         handle
+    }
+
+    /// Destroys the signal `handle`; false if there is none.
+    fn drop_signal(&mut self, handle: u64) -> bool {
+        if self.signals.remove(&handle).is_none() {
+            return false;
+        }
+        self.dispatched.remove(&handle);
+        // SAFETY: allocated by `new_signal` with this layout and removed from the table, so
+        // freed once.
+        unsafe { std::alloc::dealloc(handle as *mut u8, signal_layout()) };
+        true
+    }
+
+    /// The value of `handle`, `i64::MIN` when there is no such signal.
+    fn value(&self, handle: u64) -> i64 {
+        if !self.signals.contains_key(&handle) {
+            return i64::MIN;
+        }
+        // SAFETY: a signal of the table.
+        unsafe { signal_value(handle) }.load(Ordering::Acquire)
+    }
+
+    /// Sets the value of `handle` (if it is a signal) and wakes the waiters.
+    fn set_value(&mut self, handle: u64, value: i64) {
+        if self.signals.contains_key(&handle) {
+            // SAFETY: a signal of the table.
+            unsafe { signal_value(handle) }.store(value, Ordering::Release);
+            WAKE.notify_all();
+        }
+    }
+
+    /// Subtracts one from `handle`'s value (if it is a signal) and wakes the waiters.
+    fn decrement(&mut self, handle: u64) {
+        if self.signals.contains_key(&handle) {
+            // SAFETY: a signal of the table.
+            unsafe { signal_value(handle) }.fetch_sub(1, Ordering::AcqRel);
+            WAKE.notify_all();
+        }
     }
 
     /// The memory fault [`FAULT_ENV`] asks for, the first time a running kernel's completion
@@ -285,9 +470,9 @@ impl State {
         Some((handler, data, address))
     }
 
-    /// The queue error [`QUEUE_ERROR_ENV`] asks for, the first time a running kernel's
-    /// completion signal is polled: the callback to call (outside the state lock), its data,
-    /// the status and the queue.
+    /// The queue error [`QUEUE_ERROR_ENV`] asks for, the first time a running kernel's (of the
+    /// kernel it names) completion signal is polled: the callback to call (outside the state
+    /// lock), its data, the status and the queue.
     fn queue_error_to_report(
         &mut self,
         signal: u64,
@@ -296,62 +481,183 @@ impl State {
         if !running || self.queue_error_sent {
             return None;
         }
-        let status = status_named(std::env::var(QUEUE_ERROR_ENV).ok()?.trim());
-        let queue = *self.dispatched_by.get(&signal)?;
+        let (status, kernel) = queue_error_setting()?;
+        let dispatch = self.dispatched.get(&signal)?;
+        if kernel.is_some_and(|name| !dispatch.kernel.contains(&name)) {
+            return None;
+        }
+        let queue = dispatch.queue;
         let (callback, data) = self.queues.get(&queue)?.callback;
         self.queue_error_sent = true;
         Some((callback, data, status, queue))
     }
 
-    /// A load or wait of `signal`: one poll less for a running kernel; the value after.
-    fn poll(&mut self, signal: u64) -> i64 {
-        let Some(signal) = self.signals.get_mut(&signal) else {
+    /// A load or wait of `signal` (`poll`: it counts as one of [`RUNNING_POLLS_ENV`]): ends its
+    /// kernel when its time has come; the value after.
+    fn advance(&mut self, handle: u64, poll: bool) -> i64 {
+        let completed = self.completed_kernels;
+        let Some(signal) = self.signals.get_mut(&handle) else {
             return i64::MIN;
         };
-        match signal.running {
-            Some(0) => {
-                signal.running = None;
-                signal.value -= 1;
-                // The packet processor writes the end timestamp of a profiled dispatch.
-                let start = signal.dispatch_time.start;
-                if start != 0 {
-                    signal.dispatch_time.end = start + setting_u64(DISPATCH_TICKS_ENV, 1000);
-                }
+        let end = match signal.running.as_mut() {
+            Some(Running::Polls(0)) if poll => Some(None),
+            Some(Running::Polls(left)) if poll => {
+                *left -= 1;
+                None
             }
-            Some(left) => signal.running = Some(left - 1),
-            None => {}
+            Some(Running::Long {
+                until,
+                seconds,
+                others,
+            }) => match others {
+                Some(count) if completed >= *count => {
+                    Some(Some(format!("after {count} other kernels")))
+                }
+                _ if Instant::now() >= *until => Some(Some(format!("after {seconds} s"))),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(note) = end {
+            if let Some(note) = note {
+                record(&format!("fake runtime: long kernel ended {note} -> void"));
+            }
+            self.complete(handle);
         }
-        signal.value
+        self.value(handle)
     }
 
-    /// What the packet processor does when the doorbell of `queue` says `index`: reads the
-    /// packet's header (0: not published yet, the packet is ignored) and starts the kernel.
-    fn ring(&mut self, queue: u64, index: i64) -> String {
-        let queue_address = queue;
-        let Some(queue) = self.queues.get_mut(&queue) else {
-            return "doorbell of no queue".into();
+    /// The kernel `handle` completes: its signal is decremented (the end timestamp written for
+    /// a profiled dispatch) and its packet may retire.
+    fn complete(&mut self, handle: u64) {
+        let Some(signal) = self.signals.get_mut(&handle) else {
+            return;
         };
-        let slot = (index as u64) & u64::from(queue.size - 1);
-        let packet = queue.ring + slot * 64;
-        // SAFETY: `slot` < size, so the 64 bytes lie inside the ring this runtime allocated;
-        // the header word is read atomically, as the packet processor does.
+        signal.running = None;
+        let start = signal.dispatch_time.start;
+        if start != 0 {
+            signal.dispatch_time.end = start + setting_u64(DISPATCH_TICKS_ENV, 1000);
+        }
+        self.completed_kernels += 1;
+        if let Some(dispatch) = self.dispatched.get(&handle) {
+            let (queue, index) = (dispatch.queue, dispatch.index);
+            if let Some(queue) = self.queues.get_mut(&queue) {
+                queue.in_flight.remove(&index);
+            }
+            self.retire(queue);
+        }
+        self.decrement(handle);
+    }
+
+    /// When the kernel of `handle` ends by itself (a [`LONG_KERNEL_ENV`] kernel's time).
+    fn ends_at(&self, handle: u64) -> Option<Instant> {
+        match self.signals.get(&handle)?.running.as_ref()? {
+            Running::Long { until, .. } => Some(*until),
+            Running::Polls(_) => None,
+        }
+    }
+
+    /// Moves `queue`'s read index past the packets that retired, in order, and marks their
+    /// slots empty again.
+    fn retire(&mut self, queue: u64) {
+        let Some(queue) = self.queues.get_mut(&queue) else {
+            return;
+        };
+        let read = queue
+            .in_flight
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(queue.processed);
+        for index in queue.read_index..read {
+            let slot = index & u64::from(queue.size - 1);
+            // SAFETY: `slot` < size: the header word lies inside the ring this runtime
+            // allocated; stored atomically, as the packet processor does.
+            unsafe {
+                AtomicU32::from_ptr((queue.ring + slot * 64) as *mut u32)
+                    .store(INVALID_HEADER, Ordering::Release)
+            };
+        }
+        queue.read_index = read;
+    }
+
+    /// What the packet processor does when the doorbell of `queue` says `index`: processes the
+    /// packets from the first it has not processed up to `index`, in order, stopping at a slot
+    /// whose header is not published; describes the packet `index` names.
+    fn ring(&mut self, queue_address: u64, index: i64) -> String {
+        let index = index as u64;
+        let mut named = None;
+        loop {
+            let Some(queue) = self.queues.get(&queue_address) else {
+                return "doorbell of no queue".into();
+            };
+            let next = queue.processed;
+            if next > index || next.wrapping_sub(queue.read_index) >= u64::from(queue.size) {
+                break;
+            }
+            let packet = queue.ring + (next & u64::from(queue.size - 1)) * 64;
+            match self.process(queue_address, next, packet) {
+                Some(details) => {
+                    if next == index {
+                        named = Some(details);
+                    }
+                }
+                None => {
+                    named = Some(if next == index {
+                        format!("index={index} header=0x0 (no packet published)")
+                    } else {
+                        format!("index={index} waits behind index {next}, not published")
+                    });
+                    break;
+                }
+            }
+        }
+        self.retire(queue_address);
+        named.unwrap_or_else(|| format!("index={index} (already processed)"))
+    }
+
+    /// Processes the packet at `packet`, number `index` of `queue_address`; `None` when its
+    /// header is not published yet.
+    fn process(&mut self, queue_address: u64, index: u64, packet: u64) -> Option<String> {
+        // SAFETY: the 64 bytes lie inside the ring this runtime allocated; the header word is
+        // read atomically, as the packet processor does.
         let (header, bytes) = unsafe {
             let header = AtomicU32::from_ptr(packet as *mut u32).load(Ordering::Acquire);
             let mut bytes = [0u8; 64];
             std::ptr::copy_nonoverlapping(packet as *const u8, bytes.as_mut_ptr(), 64);
             (header, bytes)
         };
-        if header & 0xffff == 0 {
-            return format!("index={index} header=0x0 (no packet published)");
+        let packet_type = header & 0xff;
+        if header & 0xffff == 0 || packet_type == INVALID_HEADER {
+            return None;
         }
-        queue.read_index = queue.read_index.max(index as u64 + 1);
+        let queue = self.queues.get_mut(&queue_address)?;
+        queue.processed = index + 1;
         let profiled = queue.profiling;
         let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
         let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+        let completion = u64_at(56);
+        if packet_type == HSA_PACKET_TYPE_BARRIER_AND {
+            // Dependencies are not modelled: the barrier completes as it is processed.
+            let dependencies = (8..48).step_by(8).filter(|&at| u64_at(at) != 0).count();
+            if completion != 0 {
+                self.decrement(completion);
+            }
+            return Some(format!(
+                "index={index} header={:#06x} barrier-and dependencies={dependencies} \
+                 completion={completion:#x} completed",
+                header & 0xffff
+            ));
+        }
+        if packet_type != HSA_PACKET_TYPE_KERNEL_DISPATCH {
+            return Some(format!(
+                "index={index} header={:#06x} not a packet this fake runs",
+                header & 0xffff
+            ));
+        }
         let kernel_object = u64_at(32);
         let kernarg = u64_at(40);
-        let completion = u64_at(56);
         let kernel = self
             .locate(kernel_object, 64)
             .unwrap_or_else(|| format!("{kernel_object:#x}"));
@@ -366,19 +672,36 @@ impl State {
         // SAFETY: `kernarg_len` bytes from `kernarg` lie inside a live block.
         let kernarg_bytes =
             unsafe { std::slice::from_raw_parts(kernarg as *const u8, kernarg_len) };
-        let polls = running_polls();
         self.clock += 1_000_000;
         let start = if profiled { self.clock } else { 0 };
+        let running = match long_kernel().filter(|long| kernel.contains(&long.name)) {
+            Some(long) => Running::Long {
+                until: Instant::now() + Duration::from_secs_f64(long.seconds),
+                seconds: long.seconds,
+                others: long.others,
+            },
+            None => Running::Polls(running_polls()),
+        };
         let started = match self.signals.get_mut(&completion) {
             Some(signal) => {
-                signal.running = Some(polls);
+                signal.running = Some(running);
                 signal.dispatch_time = hsa_amd_profiling_dispatch_time_t { start, end: 0 };
-                self.dispatched_by.insert(completion, queue_address);
+                self.dispatched.insert(
+                    completion,
+                    Dispatch {
+                        queue: queue_address,
+                        index,
+                        kernel: kernel.clone(),
+                    },
+                );
+                if let Some(queue) = self.queues.get_mut(&queue_address) {
+                    queue.in_flight.insert(index, completion);
+                }
                 "started"
             }
             None => "unknown completion signal",
         };
-        format!(
+        Some(format!(
             "index={index} header={:#06x} setup={} workgroup={}x{}x{} grid={}x{}x{} private={} \
              group={} kernel={kernel} completion={completion:#x} kernarg={} {started}",
             header & 0xffff,
@@ -392,7 +715,41 @@ impl State {
             u32_at(24),
             u32_at(28),
             hex(kernarg_bytes),
-        )
+        ))
+    }
+
+    /// What the RPC doorbell record says, for a copy of an RPC client object (`client`, its
+    /// first bytes): ` doorbell=none`, or which signal's value it counts in and whether its
+    /// event mailbox and id are that signal's (` doorbell=0x.. interrupt=true`).
+    fn rpc_doorbell(&self, client: &[u8]) -> String {
+        let word = |bytes: &[u8], at: usize| {
+            u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]))
+        };
+        // LLVM libc's client: the port count at 0, the pointer to the buffer's doorbell record
+        // at 8 (0 in the layout without one).
+        let record = word(client, 8);
+        if record == 0 || self.locate(record, 24).is_none() {
+            return " doorbell=none".into();
+        }
+        // SAFETY: 24 bytes of a live block (checked above).
+        let fields = unsafe { std::slice::from_raw_parts(record as *const u8, 24) };
+        let (value, mailbox) = (word(fields, 0), word(fields, 8));
+        let event_id = u32::from_le_bytes(fields[16..20].try_into().unwrap_or([0; 4]));
+        let Some(signal) = value
+            .checked_sub(SIGNAL_VALUE)
+            .filter(|signal| self.signals.contains_key(signal))
+        else {
+            return format!(" doorbell=not-a-signal:{value:#x}");
+        };
+        // SAFETY: a live signal's memory (64 bytes; see `new_signal`).
+        let (own_mailbox, own_id) = unsafe {
+            (
+                ((signal + SIGNAL_EVENT_MAILBOX) as *const u64).read(),
+                ((signal + SIGNAL_EVENT_ID) as *const u32).read(),
+            )
+        };
+        let interrupt = mailbox == own_mailbox && event_id == own_id && mailbox != 0;
+        format!(" doorbell={signal:#x} interrupt={interrupt}")
     }
 
     fn leaks(&self) -> String {
@@ -551,7 +908,7 @@ pub unsafe extern "C" fn hsa_iterate_agents(
         let Some(callback) = callback else {
             return HSA_STATUS_ERROR_INVALID_ARGUMENT;
         };
-        for agent in [CPU_AGENT, GPU_AGENT] {
+        for agent in cpu_agents().into_iter().chain([GPU_AGENT]) {
             // SAFETY: the caller's callback with its own data, as the API calls it.
             let status = unsafe { callback(hsa_agent_t { handle: agent }, data) };
             if status != HSA_STATUS_SUCCESS {
@@ -573,7 +930,7 @@ pub unsafe extern "C" fn hsa_agent_get_info(
         "hsa_agent_get_info",
         format!("agent={:#x} attribute={attribute:#x}", agent.handle),
         |_| {
-            if !gpu && agent.handle != CPU_AGENT {
+            if !gpu && !cpu_agents().contains(&agent.handle) {
                 return HSA_STATUS_ERROR_INVALID_AGENT;
             }
             // SAFETY: each attribute's documented type.
@@ -596,6 +953,12 @@ pub unsafe extern "C" fn hsa_agent_get_info(
                     (HSA_AGENT_INFO_QUEUE_MIN_SIZE, true) => put(value, 64u32),
                     (HSA_AGENT_INFO_QUEUE_MAX_SIZE, true) => put(value, QUEUE_MAX_SIZE),
                     (HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY, true) => put(value, 100_000_000u64),
+                    (HSA_AMD_AGENT_INFO_NEAREST_CPU, true) => put(
+                        value,
+                        hsa_agent_t {
+                            handle: *cpu_agents().last().unwrap_or(&CPU_AGENT),
+                        },
+                    ),
                     _ => HSA_STATUS_ERROR_INVALID_ARGUMENT,
                 }
             }
@@ -669,6 +1032,9 @@ pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
                 // ROCr's order: the system fine-grained pool before the kernarg pool (which is
                 // fine-grained too).
                 CPU_AGENT => &[FINE_POOL, KERNARG_POOL],
+                SECOND_CPU_AGENT if cpu_agents().contains(&SECOND_CPU_AGENT) => {
+                    &[SECOND_FINE_POOL, SECOND_KERNARG_POOL]
+                }
                 // ROCr lists the GPU's group segment pool after its global ones.
                 GPU_AGENT => &[COARSE_POOL, GROUP_POOL],
                 _ => return HSA_STATUS_ERROR_INVALID_AGENT,
@@ -690,8 +1056,8 @@ pub unsafe extern "C" fn hsa_amd_agent_iterate_memory_pools(
 
 fn pool_kind(pool: u64) -> Option<&'static str> {
     match pool {
-        KERNARG_POOL => Some("kernarg"),
-        FINE_POOL => Some("fine"),
+        KERNARG_POOL | SECOND_KERNARG_POOL => Some("kernarg"),
+        FINE_POOL | SECOND_FINE_POOL => Some("fine"),
         COARSE_POOL => Some("coarse"),
         GROUP_POOL => Some("group"),
         _ => None,
@@ -896,9 +1262,10 @@ pub unsafe extern "C" fn hsa_amd_memory_async_copy(
                 std::slice::from_raw_parts(dst.cast::<u8>(), size.min(64))
             };
             details.push_str(&format!(" dst={to} src={from} data={}", hex(bytes)));
-            if let Some(signal) = state.signals.get_mut(&completion_signal.handle) {
-                signal.value -= 1;
+            if to == RPC_CLIENT_SYMBOL {
+                details.push_str(&state.rpc_doorbell(bytes));
             }
+            state.decrement(completion_signal.handle);
             HSA_STATUS_SUCCESS
         },
     )
@@ -976,6 +1343,9 @@ pub unsafe extern "C" fn hsa_signal_create(
                 return HSA_STATUS_ERROR_INVALID_ARGUMENT;
             }
             let handle = state().new_signal(initial_value);
+            if handle == 0 {
+                return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
+            }
             details.push_str(&format!(" signal={handle:#x}"));
             // SAFETY: a valid out-pointer per the API.
             unsafe { signal.write(hsa_signal_t { handle }) };
@@ -989,9 +1359,9 @@ pub extern "C" fn hsa_signal_destroy(signal: hsa_signal_t) -> hsa_status_t {
     call(
         "hsa_signal_destroy",
         format!("signal={:#x}", signal.handle),
-        |_| match state().signals.remove(&signal.handle) {
-            Some(_) => HSA_STATUS_SUCCESS,
-            None => HSA_STATUS_ERROR_INVALID_SIGNAL,
+        |_| match state().drop_signal(signal.handle) {
+            true => HSA_STATUS_SUCCESS,
+            false => HSA_STATUS_ERROR_INVALID_SIGNAL,
         },
     )
 }
@@ -1021,7 +1391,7 @@ pub extern "C" fn hsa_signal_load_scacquire(signal: hsa_signal_t) -> hsa_signal_
 fn poll_signal(signal: u64) -> i64 {
     report_fault_if_asked(signal);
     report_queue_error_if_asked(signal);
-    state().poll(signal)
+    state().advance(signal, true)
 }
 
 /// Calls the system event handler with the [`FAULT_ENV`] fault when `signal` is a running
@@ -1078,11 +1448,9 @@ fn store(function: &str, signal: hsa_signal_t, value: hsa_signal_value_t) {
         .map(|(&queue, _)| queue);
     let mut details = format!("signal={:#x} value={value}", signal.handle);
     if let Some(queue) = doorbell_of {
-        details = format!("doorbell {}", state.ring(queue, value));
+        details = format!("doorbell queue={queue:#x} {}", state.ring(queue, value));
     }
-    if let Some(stored) = state.signals.get_mut(&signal.handle) {
-        stored.value = value;
-    }
+    state.set_value(signal.handle, value);
     drop(state);
     record_plain(function, details);
 }
@@ -1097,26 +1465,150 @@ pub extern "C" fn hsa_signal_store_screlease(signal: hsa_signal_t, value: hsa_si
     store("hsa_signal_store_screlease", signal, value);
 }
 
-/// Returns at once with the value after one poll: the API allows a wait to end early, and the
-/// fake's kernels advance only when polled.
+/// Whether `value` meets the wait's condition.
+fn satisfied(condition: hsa_signal_condition_t, value: i64, compare: i64) -> bool {
+    match condition {
+        HSA_SIGNAL_CONDITION_EQ => value == compare,
+        HSA_SIGNAL_CONDITION_NE => value != compare,
+        HSA_SIGNAL_CONDITION_LT => value < compare,
+        HSA_SIGNAL_CONDITION_GTE => value >= compare,
+        // ROCr returns at once on a condition it does not know.
+        _ => true,
+    }
+}
+
+/// A timeout in system timestamp ticks as a duration.
+fn ticks_to_duration(ticks: u64) -> Duration {
+    let hz = setting_u64(TIMESTAMP_HZ_ENV, 1_000_000_000).max(1);
+    let nanos = u128::from(ticks) * 1_000_000_000 / u128::from(hz);
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// ROCr's wait for any of `conditions` (signal, condition, compare value) to hold, as the module
+/// docs describe: the index of the one that held (`None` at the timeout), its value, and how
+/// many times the wait slept. Each signal is polled once at the start, as a load would.
+fn wait_any(
+    conditions: &[(u64, hsa_signal_condition_t, i64)],
+    timeout_ticks: u64,
+    hint: hsa_wait_state_t,
+) -> (Option<usize>, i64, u32) {
+    let timeout = ticks_to_duration(timeout_ticks);
+    let started = Instant::now();
+    let mut values: Vec<i64> = conditions
+        .iter()
+        .map(|&(signal, _, _)| poll_signal(signal))
+        .collect();
+    let mut blocked = 0;
+    loop {
+        let held = conditions
+            .iter()
+            .zip(&values)
+            .position(|(&(_, condition, compare), &value)| {
+                value == i64::MIN || satisfied(condition, value, compare)
+            });
+        if let Some(index) = held {
+            return (Some(index), values[index], blocked);
+        }
+        let elapsed = started.elapsed();
+        if elapsed >= timeout {
+            return (None, values.first().copied().unwrap_or(i64::MIN), blocked);
+        }
+        let left = timeout - elapsed;
+        let sleep_ms = left.as_millis();
+        if hint == HSA_WAIT_STATE_ACTIVE || elapsed < WAIT_SPIN || sleep_ms == 0 {
+            std::hint::spin_loop();
+        } else {
+            let state = state();
+            // A kernel that ends on its own wakes the wait, as its completion interrupt would.
+            let sleep = conditions
+                .iter()
+                .filter_map(|&(signal, _, _)| state.ends_at(signal))
+                .map(|end| end.saturating_duration_since(Instant::now()))
+                .fold(
+                    Duration::from_millis(u64::try_from(sleep_ms).unwrap_or(u64::MAX)),
+                    Duration::min,
+                );
+            drop(
+                WAKE.wait_timeout(state, sleep)
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
+            blocked += 1;
+        }
+        let mut state = state();
+        values = conditions
+            .iter()
+            .map(|&(signal, _, _)| state.advance(signal, false))
+            .collect();
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn hsa_signal_wait_scacquire(
     signal: hsa_signal_t,
     condition: hsa_signal_condition_t,
     compare_value: hsa_signal_value_t,
-    _timeout_hint: u64,
+    timeout_hint: u64,
     wait_state_hint: hsa_wait_state_t,
 ) -> hsa_signal_value_t {
-    let value = poll_signal(signal.handle);
+    let (held, value, blocked) = wait_any(
+        &[(signal.handle, condition, compare_value)],
+        timeout_hint,
+        wait_state_hint,
+    );
     record_plain(
         "hsa_signal_wait_scacquire",
         format!(
-            "signal={:#x} condition={condition} compare={compare_value} state={wait_state_hint} \
-             value={value}",
-            signal.handle
+            "signal={:#x} condition={condition} compare={compare_value} timeout={timeout_hint} \
+             state={wait_state_hint} value={value} met={} blocked={blocked}",
+            signal.handle,
+            held.is_some()
         ),
     );
     value
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn hsa_amd_signal_wait_any(
+    signal_count: u32,
+    signals: *mut hsa_signal_t,
+    conds: *mut hsa_signal_condition_t,
+    values: *mut hsa_signal_value_t,
+    timeout_hint: u64,
+    wait_hint: hsa_wait_state_t,
+    satisfying_value: *mut hsa_signal_value_t,
+) -> u32 {
+    let conditions: Vec<(u64, hsa_signal_condition_t, i64)> = (0..signal_count as usize)
+        .map(|at| {
+            // SAFETY: `signal_count` entries in each array, per the API.
+            unsafe {
+                (
+                    signals.add(at).read().handle,
+                    conds.add(at).read(),
+                    values.add(at).read(),
+                )
+            }
+        })
+        .collect();
+    let (held, value, blocked) = wait_any(&conditions, timeout_hint, wait_hint);
+    if let (Some(_), false) = (held, satisfying_value.is_null()) {
+        // SAFETY: a valid out-pointer per the API.
+        unsafe { satisfying_value.write(value) };
+    }
+    let listed: Vec<String> = conditions
+        .iter()
+        .map(|(signal, condition, compare)| format!("{signal:#x}/{condition}/{compare}"))
+        .collect();
+    record_plain(
+        "hsa_amd_signal_wait_any",
+        format!(
+            "signals={} timeout={timeout_hint} state={wait_hint} index={} value={value} met={} \
+             blocked={blocked}",
+            listed.join(","),
+            held.map_or_else(|| "none".to_owned(), |index| index.to_string()),
+            held.is_some()
+        ),
+    );
+    held.map_or(u32::MAX, |index| index as u32)
 }
 
 #[no_mangle]
@@ -1148,6 +1640,10 @@ pub unsafe extern "C" fn hsa_queue_create(
             let Some(ring) = state.allocate(size as usize * 64, "queue-ring") else {
                 return HSA_STATUS_ERROR_OUT_OF_RESOURCES;
             };
+            for slot in 0..u64::from(size) {
+                // SAFETY: the ring holds `size` 64-byte slots.
+                unsafe { ((ring + slot * 64) as *mut u32).write(INVALID_HEADER) };
+            }
             let doorbell = state.new_signal(0);
             let descriptor = Box::into_raw(Box::new(hsa_queue_t {
                 type_,
@@ -1166,6 +1662,8 @@ pub unsafe extern "C" fn hsa_queue_create(
                     doorbell,
                     write_index: 0,
                     read_index: 0,
+                    processed: 0,
+                    in_flight: BTreeMap::new(),
                     callback: (callback, data as usize),
                     profiling: false,
                 },
@@ -1189,7 +1687,10 @@ pub unsafe extern "C" fn hsa_queue_destroy(queue: *mut hsa_queue_t) -> hsa_statu
                 return HSA_STATUS_ERROR_INVALID_QUEUE;
             };
             state.release(removed.ring);
-            state.signals.remove(&removed.doorbell);
+            state.drop_signal(removed.doorbell);
+            state
+                .dispatched
+                .retain(|_, dispatch| dispatch.queue != queue as u64);
             // SAFETY: made by Box::into_raw in hsa_queue_create, removed from the table so freed
             // once.
             drop(unsafe { Box::from_raw(queue) });
@@ -1610,6 +2111,7 @@ fn signatures_match(lib: &mut HsaLib) {
     lib.hsa_signal_store_relaxed = hsa_signal_store_relaxed;
     lib.hsa_signal_store_screlease = hsa_signal_store_screlease;
     lib.hsa_signal_wait_scacquire = hsa_signal_wait_scacquire;
+    lib.hsa_amd_signal_wait_any = hsa_amd_signal_wait_any;
     lib.hsa_queue_create = hsa_queue_create;
     lib.hsa_queue_destroy = hsa_queue_destroy;
     lib.hsa_queue_load_read_index_scacquire = hsa_queue_load_read_index_scacquire;

@@ -46,6 +46,11 @@ pub trait Launch: Send + Sync {
         std::thread::sleep(pause);
     }
 
+    /// What ends [`Launch::pause`] before its time. The default sleeps through everything.
+    fn pause_wakes(&self) -> PauseWakes {
+        PauseWakes::Never
+    }
+
     /// The device's own time of the launch, from its start to its last thread's end, once it
     /// has ended; `None` where the backend does not measure it.
     fn device_time(&self) -> Option<Duration> {
@@ -56,6 +61,26 @@ pub trait Launch: Send + Sync {
     /// timeout, a fault, a broken conversation): then nothing it can touch may be freed.
     fn finish(self: Box<Self>, settled: bool);
 }
+
+/// What ends a backend's [`Launch::pause`] early, which decides how long the loop lets it wait
+/// once the device is quiet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseWakes {
+    /// Nothing: the pause is a sleep, kept short.
+    Never,
+    /// The kernel's end (a completion signal), not an RPC request: long waits only where the
+    /// image talks no RPC.
+    End,
+    /// The kernel's end and the device opening an RPC request (AMD: an interrupt signal the RPC
+    /// doorbell rings, waited on beside the completion signal): the loop waits in it up to
+    /// [`QUIET_WAIT`] while the device is quiet.
+    EndOrRequest,
+}
+
+/// The longest quiet wait in a [`Launch::pause`] that wakes on everything the loop serves
+/// ([`PauseWakes`]): what it does not wake on (a fault reported to the runtime's event handler,
+/// a queue error) is seen within it. Waits end at the launch's deadlines too.
+pub const QUIET_WAIT: Duration = Duration::from_millis(50);
 
 /// When a launch must end without the kernel's help.
 #[derive(Clone, Copy, Debug)]
@@ -115,6 +140,22 @@ impl Deadlines {
         *self
             .grace_until
             .get_or_insert_with(|| Instant::now() + grace)
+    }
+
+    /// How long a quiet wait may last: [`QUIET_WAIT`], or less when a deadline comes sooner.
+    fn quiet_wait(&self) -> Duration {
+        let now = Instant::now();
+        let timeout = self
+            .limits
+            .timeout
+            .map(|limit| (self.limits.started + limit).saturating_duration_since(now));
+        let grace = self
+            .grace_until
+            .map(|until| until.saturating_duration_since(now));
+        [timeout, grace]
+            .into_iter()
+            .flatten()
+            .fold(QUIET_WAIT, Duration::min)
     }
 
     /// The end of the launch if a deadline has passed. A kernel cannot be stopped from outside,
@@ -457,19 +498,31 @@ impl<'a> Loop<'a> {
                         told_idle = true;
                         sink.idle();
                     }
-                    // With a doorbell, wake when the device opens a request; else wait on the
-                    // launch (HSA: its completion signal).
-                    Pause::Wait(pause) => match self.rpc {
-                        Some((rpc, _)) if rpc.has_doorbell() => {
-                            let launch = self.launch;
-                            rpc.wait_for_request_or(pause, || {
-                                launch.state() != LaunchState::Running
-                            });
-                        }
-                        _ => self.launch.pause(pause),
-                    },
+                    Pause::Wait(pause) => self.wait_quietly(pause),
                 }
             }
+        }
+    }
+
+    /// Waits while the device is quiet. Where the backend's pause wakes on everything there is
+    /// to serve (the kernel's end, and an RPC request where the image talks RPC), it waits
+    /// there up to [`QUIET_WAIT`]. Else, with a doorbell, the server wakes when the device opens
+    /// a request; else the launch's pause waits `pause` (HSA: on its completion signal).
+    fn wait_quietly(&self, pause: Duration) {
+        let wakes = self.launch.pause_wakes();
+        let wakes_on_all = match self.rpc {
+            None => wakes != PauseWakes::Never,
+            Some((rpc, _)) => rpc.has_doorbell() && wakes == PauseWakes::EndOrRequest,
+        };
+        if wakes_on_all {
+            return self.launch.pause(self.deadlines.quiet_wait());
+        }
+        match self.rpc {
+            Some((rpc, _)) if rpc.has_doorbell() => {
+                let launch = self.launch;
+                rpc.wait_for_request_or(pause, || launch.state() != LaunchState::Running);
+            }
+            _ => self.launch.pause(pause),
         }
     }
 
@@ -593,6 +646,24 @@ mod tests {
             Some(LaunchEnd::TimedOut(Duration::from_secs(1)))
         );
         assert!(finish.broken.is_some());
+    }
+
+    #[test]
+    fn quiet_waits_end_at_the_nearest_deadline() {
+        let mut deadlines = Deadlines::new(WaitLimits {
+            started: Instant::now(),
+            timeout: None,
+            exit_grace: Duration::from_millis(5),
+        });
+        assert_eq!(deadlines.quiet_wait(), QUIET_WAIT);
+        deadlines.device_ended();
+        assert!(deadlines.quiet_wait() <= Duration::from_millis(5));
+        let past = Deadlines::new(WaitLimits {
+            started: Instant::now() - Duration::from_secs(5),
+            timeout: Some(Duration::from_secs(1)),
+            exit_grace: EXIT_GRACE,
+        });
+        assert_eq!(past.quiet_wait(), Duration::ZERO);
     }
 
     #[test]

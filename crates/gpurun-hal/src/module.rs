@@ -62,6 +62,13 @@ pub trait Primitives {
         Ok(None)
     }
 
+    /// With [`Primitives::doorbell_counter`]: the event mailbox address and event id the device
+    /// uses to raise an interrupt when it rings (AMD: those of the interrupt signal whose value
+    /// is the counter), so that a host thread can sleep until then. The default is none.
+    fn doorbell_interrupt(&self) -> Option<(u64, u32)> {
+        None
+    }
+
     /// For backends whose every RPC client is a host thread (host emulation, scripted): `size`
     /// zeroed host bytes, aligned to 64, for `gpurun_rpc::host_waits`, so that both sides sleep
     /// until the other acts instead of polling. Needs a doorbell (its record names the block).

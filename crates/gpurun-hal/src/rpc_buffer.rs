@@ -116,10 +116,11 @@ fn install_rpc<P: Primitives>(
         None => None,
     };
     if let Some(counter) = &counter {
+        let (mailbox, event_id) = primitives.doorbell_interrupt().unwrap_or((0, 0));
         let record = Doorbell {
             value: counter.device,
-            mailbox: 0,
-            event_id: 0,
+            mailbox,
+            event_id,
             host_waits: waits.as_ref().map_or(0, |block| block.device),
         };
         // SAFETY: the buffer is `allocation_size()` host-writable bytes that nothing uses yet;

@@ -37,6 +37,8 @@ const COMPUTE_UNITS_ENV: &str = "GPURUN_FAKE_HSA_COMPUTE_UNITS";
 const WAVES_PER_CU_ENV: &str = "GPURUN_FAKE_HSA_WAVES_PER_CU";
 const TIMESTAMP_HZ_ENV: &str = "GPURUN_FAKE_HSA_TIMESTAMP_HZ";
 const DISPATCH_TICKS_ENV: &str = "GPURUN_FAKE_HSA_DISPATCH_TICKS";
+const LONG_KERNEL_ENV: &str = "GPURUN_FAKE_HSA_LONG_KERNEL";
+const CPUS_ENV: &str = "GPURUN_FAKE_HSA_CPUS";
 /// What the `timed` scenario tells the fake (a 250 MHz system timestamp, unlike the GPU's
 /// 100 MHz `s_memrealtime` counter; dispatches 12,345 ticks long), and the device time that
 /// makes.
@@ -47,6 +49,13 @@ const TIMING: [(&str, &str); 2] = [
 const DISPATCH_TIME: Duration = Duration::from_nanos(49_380);
 /// Slots the `slots` scenario opens, as a worker with that many concurrent tests does.
 const SLOTS: usize = 6;
+/// The `busy` scenario: slots that run short kernels beside a long one, and how many each runs
+/// (more than a 64-packet queue holds).
+const BUSY_SLOTS: usize = 5;
+const BUSY_LAUNCHES: usize = 70;
+/// The sample's kernels the `busy` scenario runs long, and with a failing queue.
+const SLOW: &str = "__gpurun_test_slow_00000000000000aa";
+const BOOM: &str = "__gpurun_test_boom_00000000000000bb";
 
 const SAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -131,6 +140,8 @@ fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, Str
         .env_remove(WAVES_PER_CU_ENV)
         .env_remove(TIMESTAMP_HZ_ENV)
         .env_remove(DISPATCH_TICKS_ENV)
+        .env_remove(LONG_KERNEL_ENV)
+        .env_remove(CPUS_ENV)
         .envs(settings.iter().copied())
         .output()
         .unwrap();
@@ -193,6 +204,33 @@ fn clean_teardown(calls: &[Call]) {
         })
         .collect();
     assert!(refused.is_empty(), "refused calls: {refused:#?}");
+}
+
+/// Waits (in the child) until the fake runtime has logged a line containing `needle`.
+fn wait_for_logged(needle: &str) {
+    let log = std::env::var_os(LOG_ENV).expect("the parent names the log");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&log).is_ok_and(|text| text.contains(needle)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the fake never logged {needle}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// CPU time the calling thread has used (the launch loop and the runtime's waits run on it).
+fn thread_cpu_time() -> Duration {
+    // SAFETY: getrusage fills the zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_THREAD, &mut usage);
+        usage
+    };
+    let time = |value: libc::timeval| {
+        Duration::from_secs(value.tv_sec as u64) + Duration::from_micros(value.tv_usec as u64)
+    };
+    time(usage.ru_utime) + time(usage.ru_stime)
 }
 
 /// What the child does for each scenario; the parent checks the calls it caused.
@@ -343,6 +381,93 @@ fn fake_runtime_child() {
             drop(modules);
             drop(devices);
         }
+        "busy" => {
+            // A worker under a real test load: one slot runs a long test; one a test whose
+            // queue fails, then (as a worker does after a fault) the next test in a new module;
+            // and, once the long kernel runs, BUSY_SLOTS slots BUSY_LAUNCHES short tests each.
+            std::thread::scope(|scope| {
+                let long = scope.spawn(|| {
+                    let mut device = HsaBackend::new().open(0).unwrap();
+                    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+                    let mut sink = Collect::default();
+                    module.launch(SLOW, LaunchShape::SINGLE, &[], LIMIT, &mut sink)
+                });
+                wait_for_logged(&format!("kernel={SLOW}.kd"));
+                let faulty = scope.spawn(|| {
+                    let mut device = HsaBackend::new().open(0).unwrap();
+                    let mut sink = Collect::default();
+                    let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+                    let faulted = module.launch(BOOM, LaunchShape::SINGLE, &[], LIMIT, &mut sink);
+                    // The broken module is leaked, as a worker's is.
+                    std::mem::forget(module);
+                    let mut next = device.load(&image, &LoadOptions::default()).unwrap();
+                    let after = next.launch(KERNEL, LaunchShape::SINGLE, &[], LIMIT, &mut sink);
+                    drop(next);
+                    (faulted, after)
+                });
+                let busy: Vec<_> = (0..BUSY_SLOTS)
+                    .map(|_| {
+                        scope.spawn(|| {
+                            let mut device = HsaBackend::new().open(0).unwrap();
+                            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+                            let mut sink = Collect::default();
+                            (0..BUSY_LAUNCHES)
+                                .map(|_| {
+                                    module.launch(
+                                        KERNEL,
+                                        LaunchShape::SINGLE,
+                                        &[],
+                                        LIMIT,
+                                        &mut sink,
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                        })
+                    })
+                    .collect();
+                for (slot, ends) in busy.into_iter().enumerate() {
+                    for (launch, end) in ends.join().unwrap().into_iter().enumerate() {
+                        assert!(
+                            matches!(end, Ok(LaunchEnd::Completed)),
+                            "slot {slot}, launch {launch}: {end:?}"
+                        );
+                    }
+                }
+                let (faulted, after) = faulty.join().unwrap();
+                match faulted {
+                    Ok(LaunchEnd::Faulted(text)) => assert!(
+                        text.contains("the GPU queue failed with HSA_STATUS_ERROR_EXCEPTION"),
+                        "{text}"
+                    ),
+                    other => panic!("the failing queue's test: {other:?}"),
+                }
+                assert!(
+                    matches!(after, Ok(LaunchEnd::Completed)),
+                    "the test after the fault: {after:?}"
+                );
+                let long = long.join().unwrap();
+                assert!(
+                    matches!(long, Ok(LaunchEnd::Completed)),
+                    "the long test: {long:?}"
+                );
+            });
+        }
+        "idle" => {
+            // One test whose kernel runs without a word over RPC (the fake holds it).
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            let (cpu_before, started) = (thread_cpu_time(), std::time::Instant::now());
+            let end = module
+                .launch(SLOW, LaunchShape::SINGLE, &[], LIMIT, &mut sink)
+                .unwrap();
+            let (cpu, wall) = (thread_cpu_time() - cpu_before, started.elapsed());
+            assert_eq!(end, LaunchEnd::Completed);
+            println!(
+                "measured: host CPU time per idle second of a running kernel: {:.0} ms ({cpu:?} \
+                 over {wall:?}, on the fake runtime's model of ROCr's waits)",
+                1000.0 * cpu.as_secs_f64() / wall.as_secs_f64().max(1e-9)
+            );
+            drop(module);
+        }
         "memory_error" => {
             // The kernel ends; freeing its arguments fails with ROCr's memory error event.
             let mut module = device.load(&image, &LoadOptions::default()).unwrap();
@@ -463,11 +588,12 @@ fn launch_calls_come_in_order() {
         before(&calls, a, b);
     }
 
-    // The queue, on the GPU, multi-producer, no segment limits; then the RPC client installed.
+    // The queue, on the GPU, multi-producer, with no scratch bound up front (ROCr would bind its
+    // default for the whole GPU to every queue); then the RPC client installed.
     let queue = first(
         &calls,
         "hsa_queue_create",
-        "agent=0xa200 size=64 type=0 private=0xffffffff group=0xffffffff",
+        "agent=0xa200 size=64 type=0 private=0x0 group=0xffffffff",
     );
     before(&calls, validate, queue);
     let client = first(
@@ -896,11 +1022,11 @@ fn a_memory_error_is_a_fault_not_an_abort() {
 
 /// What a slot costs on an MI300X-sized GPU (304 compute units x 32 waves): each slot's RPC
 /// buffer fits what it launches (a few ports for one-block tests), not the 9,728 wavefronts
-/// the GPU can hold (40 MB at 64 lanes a port), and the slots share at most four queues. The
+/// the GPU can hold (40 MB at 64 lanes a port), and each slot has its own queue. The
 /// buffer grows for a launch that fills the GPU, and the smaller one is freed. Prints the RPC
 /// memory per slot and the load-and-launch time of each kind of slot, measured in this run.
 #[test]
-fn rpc_buffers_fit_the_launch_and_slots_share_queues() {
+fn rpc_buffers_fit_the_launch_and_each_slot_has_a_queue() {
     let (calls, output) = run_with_output(
         "slots",
         &[(COMPUTE_UNITS_ENV, "304"), (WAVES_PER_CU_ENV, "32")],
@@ -961,19 +1087,13 @@ fn rpc_buffers_fit_the_launch_and_slots_share_queues() {
     let doorbells = positions(&calls, "hsa_signal_store_screlease", "doorbell ");
     assert_eq!(doorbells.len(), SLOTS + 1);
     before(&calls, freed, doorbells[SLOTS]);
-    // Seven modules, four queues.
-    assert_eq!(
-        positions(&calls, "hsa_queue_create", "").len(),
-        gpurun_hal::hsa::MAX_QUEUES_PER_GPU
-    );
+    // Seven modules, seven queues.
+    assert_eq!(positions(&calls, "hsa_queue_create", "").len(), SLOTS + 1);
     clean_teardown(&calls);
     println!(
         "measured on the fake runtime (MI300X-sized): RPC memory per slot {slot_buffer} bytes for \
-         one-block tests, {whole_gpu_buffer} bytes sized for the whole GPU ({:.0}x); {} queues \
-         for {} slots",
+         one-block tests, {whole_gpu_buffer} bytes sized for the whole GPU ({:.0}x)",
         whole_gpu_buffer as f64 / slot_buffer as f64,
-        gpurun_hal::hsa::MAX_QUEUES_PER_GPU,
-        SLOTS + 1
     );
     for line in output.lines().filter(|line| line.starts_with("measured:")) {
         println!("{line}");
@@ -1042,5 +1162,138 @@ fn buffers_are_coarse_grained_and_shared_memory_is_in_the_packet() {
         .find(|&at| at > read)
         .unwrap_or_else(|| panic!("the buffer is never freed: {calls:#?}"));
     before(&calls, freed, first(&calls, "hsa_queue_destroy", ""));
+    clean_teardown(&calls);
+}
+
+/// A worker under a real test load: a long test, BUSY_SLOTS slots running BUSY_LAUNCHES short
+/// tests each beside it (more than a queue of 64 packets holds), and a test whose queue fails.
+/// Each slot has its own queue: nothing waits for the long kernel (it ends once every other
+/// kernel has, not at its 15 s limit), the failed queue ends only its own test, the next test
+/// of that slot gets a new queue, and no packet goes to the failed queue after its error.
+#[test]
+fn slots_under_load_neither_wait_for_each_other_nor_share_a_fault() {
+    let others = BUSY_SLOTS * BUSY_LAUNCHES + 1;
+    let calls = run(
+        "busy",
+        &[
+            (RUNNING_POLLS_ENV, "2"),
+            (LONG_KERNEL_ENV, &format!("{SLOW},15,{others}")),
+            (
+                QUEUE_ERROR_ENV,
+                &format!("HSA_STATUS_ERROR_EXCEPTION@{BOOM}"),
+            ),
+        ],
+    );
+    let ended = first(&calls, "fake", "long kernel ended");
+    assert!(
+        calls[ended]
+            .details
+            .ends_with(&format!("after {others} other kernels")),
+        "a slot waited for the long kernel: {:?}",
+        calls[ended]
+    );
+    // One queue per module: the long one, the failing one and its successor, and the busy ones.
+    let queues = positions(&calls, "hsa_queue_create", "agent=0xa200");
+    assert_eq!(queues.len(), BUSY_SLOTS + 3, "{calls:#?}");
+    let error = first(&calls, "fake", "queue error queue=");
+    let failed = calls[error].value("queue").unwrap().to_owned();
+    let after_error: Vec<&Call> = positions(
+        &calls,
+        "hsa_signal_store_screlease",
+        &format!("doorbell queue={failed} "),
+    )
+    .into_iter()
+    .filter(|&at| at > error)
+    .map(|at| &calls[at])
+    .collect();
+    assert!(
+        after_error.is_empty(),
+        "packets for the failed queue: {after_error:#?}"
+    );
+    assert!(
+        positions(&calls, "hsa_queue_destroy", &format!("queue={failed}")).is_empty(),
+        "the failed queue is kept with its broken module"
+    );
+}
+
+/// A test whose kernel runs 50 ms without a word over RPC is waited for in waits that sleep in
+/// the kernel driver (ROCr's waits sleep only in whole milliseconds of what is left of their
+/// timeout, and spin below one: a 1 ms wait is all spin), not in waits that spin until their
+/// timeout. Prints the host CPU time per idle second, as the fake's model of ROCr's waits
+/// costs it.
+#[test]
+fn an_idle_kernel_is_waited_for_in_blocked_waits() {
+    let (calls, output) = run_with_output("idle", &[(LONG_KERNEL_ENV, &format!("{SLOW},0.05"))]);
+    for line in output.lines().filter(|line| line.starts_with("measured:")) {
+        println!("{line}");
+    }
+    let doorbell = first(&calls, "hsa_signal_store_screlease", "doorbell ");
+    let waits: Vec<&Call> = calls[doorbell..]
+        .iter()
+        .filter(|call| {
+            call.function == "hsa_signal_wait_scacquire"
+                || call.function == "hsa_amd_signal_wait_any"
+        })
+        .collect();
+    assert!(
+        waits.iter().any(|wait| wait.value("blocked") != Some("0")),
+        "no wait slept: {waits:#?}"
+    );
+    let spun: Vec<&&Call> = waits
+        .iter()
+        .filter(|wait| wait.value("met") == Some("false") && wait.value("blocked") == Some("0"))
+        .collect();
+    assert!(
+        spun.is_empty(),
+        "{} of {} waits spun until their timeout: {:#?}",
+        spun.len(),
+        waits.len(),
+        &spun[..spun.len().min(3)]
+    );
+    // The quiet waits also wake when the device opens an RPC request: the RPC client's doorbell
+    // counts in an interrupt signal's value and raises that signal's interrupt, and the waits
+    // are on that signal (value not 0) beside the completion signal (value below 1).
+    let client = first(
+        &calls,
+        "hsa_amd_memory_async_copy",
+        "dst=__llvm_rpc_client ",
+    );
+    assert_eq!(
+        calls[client].value("interrupt"),
+        Some("true"),
+        "{:?}",
+        calls[client]
+    );
+    let doorbell_signal = calls[client].value("doorbell").unwrap();
+    let completion = last(&calls, "hsa_signal_create", "initial=1");
+    let completion_signal = calls[completion].value("signal").unwrap();
+    let expected = format!("signals={doorbell_signal}/1/0,{completion_signal}/2/1 ");
+    assert!(
+        waits
+            .iter()
+            .any(|wait| wait.function == "hsa_amd_signal_wait_any"
+                && wait.details.starts_with(&expected)),
+        "no wait on {expected}: {waits:#?}"
+    );
+    clean_teardown(&calls);
+}
+
+/// On a server with two sockets, host memory for the GPU (kernel arguments, the RPC buffer)
+/// comes from the pools of the CPU agent the runtime names as the GPU's nearest, not from the
+/// first CPU agent.
+#[test]
+fn host_memory_comes_from_the_gpus_nearest_cpu() {
+    let calls = run("launch", &[(CPUS_ENV, "2")]);
+    let asked = first(
+        &calls,
+        "hsa_agent_get_info",
+        "agent=0xa200 attribute=0xa113",
+    );
+    let second = first(&calls, "hsa_amd_agent_iterate_memory_pools", "agent=0xa101");
+    before(&calls, asked, second);
+    assert!(
+        positions(&calls, "hsa_amd_agent_iterate_memory_pools", "agent=0xa100").is_empty(),
+        "the first socket's pools were used: {calls:#?}"
+    );
     clean_teardown(&calls);
 }

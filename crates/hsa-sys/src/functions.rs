@@ -168,6 +168,15 @@ functions! {
         timeout_hint: u64,
         wait_state_hint: hsa_wait_state_t,
     ) -> hsa_signal_value_t;
+    fn hsa_amd_signal_wait_any(
+        signal_count: u32,
+        signals: *mut hsa_signal_t,
+        conds: *mut hsa_signal_condition_t,
+        values: *mut hsa_signal_value_t,
+        timeout_hint: u64,
+        wait_hint: hsa_wait_state_t,
+        satisfying_value: *mut hsa_signal_value_t,
+    ) -> u32;
 
     fn hsa_queue_create(
         agent: hsa_agent_t,

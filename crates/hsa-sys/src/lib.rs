@@ -3,8 +3,9 @@
 //! absent.
 //!
 //! No crate of this name exists upstream; these bindings are written by hand, committed, and
-//! checked against Debian's `libhsa-runtime-dev` headers by `tests/layout.rs` (sizes, field
-//! offsets, constant values and every function's C type).
+//! checked against two sets of real headers (Debian 12's `libhsa-runtime-dev`, ROCm 5.2, and
+//! Debian 13's, ROCm 6.1) by `tests/layout.rs` (sizes, field offsets, constant values and every
+//! function's C type).
 //!
 //! [`HsaLib::load`] opens `libhsa-runtime64.so.1` (see [`default_candidates`]) and resolves every
 //! function into a table of pointers; it returns a [`LoadError`] naming the library or symbol

@@ -91,7 +91,16 @@ constants! {
         HSA_STATUS_ERROR_INVALID_WAVEFRONT = 0x1023,
         HSA_STATUS_ERROR_INVALID_SIGNAL_GROUP = 0x1024,
         HSA_STATUS_ERROR_INVALID_RUNTIME_STATE = 0x1025,
-        HSA_STATUS_ERROR_FATAL = 0x1026;
+        HSA_STATUS_ERROR_FATAL = 0x1026,
+        // AMD's additions (hsa_ext_amd.h): what a queue's error callback reports for a wave
+        // that faulted, among others.
+        HSA_STATUS_ERROR_INVALID_MEMORY_POOL = 40,
+        HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION = 41,
+        HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION = 42,
+        HSA_STATUS_ERROR_MEMORY_FAULT = 43,
+        HSA_STATUS_CU_MASK_REDUCED = 44,
+        HSA_STATUS_ERROR_OUT_OF_REGISTERS = 45,
+        HSA_STATUS_ERROR_RESOURCE_BUSY = 46;
     hsa_system_info_t:
         HSA_SYSTEM_INFO_VERSION_MAJOR = 0,
         HSA_SYSTEM_INFO_VERSION_MINOR = 1,
@@ -211,9 +220,14 @@ constants! {
 }
 
 /// `HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY`: the frequency of the counter `s_memrealtime`
-/// reads, which LLVM libc's `clock()` divides by. Added to `hsa_ext_amd.h` after ROCm 5.2, so
-/// Debian's headers lack it and the layout test cannot check it; the value is ROCr's.
+/// reads, which LLVM libc's `clock()` divides by. Added to `hsa_ext_amd.h` after ROCm 5.2:
+/// checked against ROCm 6.x's headers only.
 pub const HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY: hsa_amd_agent_info_t = 0xA016;
+
+/// `HSA_AMD_AGENT_INFO_NEAREST_CPU`: the CPU agent nearest a GPU agent (an `hsa_agent_t`), the
+/// socket whose memory host buffers for that GPU should come from. Added in ROCm 6: checked
+/// against ROCm 6.x's headers only.
+pub const HSA_AMD_AGENT_INFO_NEAREST_CPU: hsa_amd_agent_info_t = 0xA113;
 
 /// The C `UINT64_MAX` that `hsa_signal_wait_*` takes as "no timeout".
 pub const HSA_TIMEOUT_INFINITE: u64 = u64::MAX;
@@ -298,6 +312,29 @@ pub struct hsa_kernel_dispatch_packet_t {
     pub completion_signal: hsa_signal_t,
 }
 
+/// `amd_signal_t` (`amd_hsa_signal.h`): what ROCr's `hsa_signal_t` handles point to. A signal
+/// that can wake a sleeping host thread (an interrupt signal, what `hsa_signal_create` makes by
+/// default) names the event mailbox and event id the device writes before it raises an
+/// interrupt (`s_sendmsg`); the RPC doorbell hands the value, mailbox and id to the device, as
+/// HIP's runtime does. 64 bytes, 64-aligned.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct amd_signal_t {
+    /// `amd_signal_kind64_t`: `AMD_SIGNAL_KIND_USER` (1) for signals the application made.
+    pub kind: i64,
+    /// The signal's value (a union with the doorbell pointers of queue doorbells in C).
+    pub value: i64,
+    /// Where the device writes `event_id` before raising the interrupt (0: none).
+    pub event_mailbox_ptr: u64,
+    pub event_id: u32,
+    pub reserved1: u32,
+    pub start_ts: u64,
+    pub end_ts: u64,
+    /// A union of the queue pointer and this in C.
+    pub reserved2: u64,
+    pub reserved3: [u32; 2],
+}
+
 /// `hsa_amd_gpu_memory_fault_info_t`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -317,12 +354,12 @@ pub struct hsa_amd_profiling_dispatch_time_t {
     pub end: u64,
 }
 
-/// `HSA_AMD_GPU_HW_EXCEPTION_EVENT` (ROCm 5.x and later; Debian's headers predate it, so it
-/// stays out of the checked constants above).
+/// `HSA_AMD_GPU_HW_EXCEPTION_EVENT` (newer than ROCm 5.2: checked against ROCm 6.x's headers
+/// only, so it stays out of the constants above).
 pub const HSA_AMD_GPU_HW_EXCEPTION_EVENT: hsa_amd_event_type_t = 1;
 
-/// `hsa_amd_gpu_hw_exception_info_t` (ROCm 5.x and later; not in Debian's headers): the other
-/// member of `hsa_amd_event_t`'s union, for `HSA_AMD_GPU_HW_EXCEPTION_EVENT`.
+/// `hsa_amd_gpu_hw_exception_info_t` (newer than ROCm 5.2; checked against ROCm 6.x's headers):
+/// the other member of `hsa_amd_event_t`'s union, for `HSA_AMD_GPU_HW_EXCEPTION_EVENT`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct hsa_amd_gpu_hw_exception_info_t {
@@ -333,7 +370,7 @@ pub struct hsa_amd_gpu_hw_exception_info_t {
     pub reset_cause: u32,
 }
 
-// ROCr's layout (no header here to check it against): it fits the union beside the memory fault.
+// It fits the union beside the memory fault.
 const _: () = {
     assert!(core::mem::size_of::<hsa_amd_gpu_hw_exception_info_t>() == 16);
     assert!(core::mem::offset_of!(hsa_amd_gpu_hw_exception_info_t, reset_cause) == 12);
@@ -343,7 +380,8 @@ const _: () = {
     );
 };
 
-/// `HSA_AMD_GPU_MEMORY_ERROR_EVENT` (ROCm 6 and later; not in Debian's headers): ROCr could not
+/// `HSA_AMD_GPU_MEMORY_ERROR_EVENT` (ROCm 6.2 and later; in neither header set the layout test
+/// has, ROCm 5.2's and 6.1's, so unchecked; the value is ROCr's): ROCr could not
 /// free memory the GPU still uses (`hsa_amd_memory_pool_free` fails). Unless a handler claims it,
 /// ROCr aborts the process.
 pub const HSA_AMD_GPU_MEMORY_ERROR_EVENT: hsa_amd_event_type_t = 2;
@@ -351,7 +389,7 @@ pub const HSA_AMD_GPU_MEMORY_ERROR_EVENT: hsa_amd_event_type_t = 2;
 /// `HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE`: the one reason bit of a memory error (ROCm 6).
 pub const HSA_AMD_MEMORY_ERROR_MEMORY_IN_USE: u32 = 1;
 
-/// `hsa_amd_gpu_memory_error_info_t` (ROCm 6 and later; not in Debian's headers): the union
+/// `hsa_amd_gpu_memory_error_info_t` (ROCm 6.2 and later, unchecked as the event): the union
 /// member of `hsa_amd_event_t` for `HSA_AMD_GPU_MEMORY_ERROR_EVENT`, laid out like the memory
 /// fault (ROCR-Runtime's `hsa_ext_amd.h`).
 #[repr(C)]

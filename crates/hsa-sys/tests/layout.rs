@@ -1,7 +1,9 @@
-//! Checks our hand-written bindings against the real headers (`/usr/include/hsa`, from Debian's
-//! `libhsa-runtime-dev`): writes a C file of `_Static_assert`s generated from the Rust side
-//! (sizes, alignments, field offsets, every constant, every function's type) and compiles it.
-//! A mismatch is a compile error that names the item.
+//! Checks our hand-written bindings against real headers, two sets: Debian 12's
+//! `libhsa-runtime-dev` (ROCm 5.2, in `/usr/include/hsa`) and ROCm 6.x's (Debian 13's package,
+//! ROCm 6.1, unpacked by scripts/setup.sh), which also have what ROCm 5.2 predates. For each it
+//! writes a C file of `_Static_assert`s generated from the Rust side (sizes, alignments, field
+//! offsets, every constant, every function's type) and compiles it. A mismatch is a compile
+//! error that names the item.
 //!
 //! Without the headers or a C compiler the test says why and passes, except under `CI=true`,
 //! where CI is supposed to have both and their absence fails it.
@@ -73,11 +75,92 @@ fn layouts() -> Vec<Layout> {
             memory_fault,
         }),
         layout!(hsa_amd_profiling_dispatch_time_t { start, end }),
+        layout!(amd_signal_t {
+            kind,
+            value,
+            event_mailbox_ptr,
+            event_id,
+            reserved1,
+            start_ts,
+            end_ts,
+            reserved2,
+            reserved3,
+        }),
     ]
 }
 
-/// Constants that Debian's headers (ROCm 5.2) predate; each is justified where it is declared.
-const NOT_IN_DEBIAN_HEADERS: &[&str] = &["HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY"];
+/// Layouts of structs newer than Debian 12's headers (ROCm 5.2), checked against ROCm 6.x's.
+fn newer_layouts() -> Vec<Layout> {
+    vec![layout!(hsa_amd_gpu_hw_exception_info_t {
+        agent,
+        reset_type,
+        reset_cause,
+    })]
+}
+
+/// Constants newer than Debian 12's headers, declared outside `CONSTANTS` for that reason, and
+/// checked against ROCm 6.x's: `(C name, value)`.
+fn newer_constants() -> Vec<(&'static str, u64)> {
+    vec![
+        (
+            "HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY",
+            u64::from(HSA_AMD_AGENT_INFO_TIMESTAMP_FREQUENCY),
+        ),
+        (
+            "HSA_AMD_AGENT_INFO_NEAREST_CPU",
+            u64::from(HSA_AMD_AGENT_INFO_NEAREST_CPU),
+        ),
+        (
+            "HSA_AMD_GPU_HW_EXCEPTION_EVENT",
+            u64::from(HSA_AMD_GPU_HW_EXCEPTION_EVENT),
+        ),
+    ]
+}
+
+/// A set of headers to check the bindings against.
+struct Headers {
+    /// What the messages call it.
+    name: &'static str,
+    /// The directory holding `hsa/hsa.h`.
+    include: PathBuf,
+    /// Constants of `CONSTANTS` these headers predate (each is justified where it is declared).
+    lacks: &'static [&'static str],
+    /// Whether [`newer_layouts`] and [`newer_constants`] are checked too.
+    newer: bool,
+}
+
+/// Debian 12's `libhsa-runtime-dev` (ROCm 5.2), installed by scripts/setup.sh, or
+/// `$HSA_INCLUDE_DIR`.
+fn debian_headers() -> Headers {
+    Headers {
+        name: "Debian 12's HSA headers (ROCm 5.2)",
+        include: std::env::var_os("HSA_INCLUDE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/usr/include")),
+        lacks: &[
+            "HSA_STATUS_ERROR_OUT_OF_REGISTERS",
+            "HSA_STATUS_ERROR_RESOURCE_BUSY",
+        ],
+        newer: false,
+    }
+}
+
+/// ROCm 6.x's headers: Debian 13's `libhsa-runtime-dev` (ROCm 6.1), which scripts/setup.sh
+/// unpacks without installing, or `$HSA_ROCM6_INCLUDE_DIR`.
+fn rocm6_headers() -> Headers {
+    let unpacked = std::env::var_os("HOME")
+        .map(|home| PathBuf::from(home).join(".local/share/gpurun/hsa-rocm6/usr/include"))
+        .unwrap_or_default();
+    Headers {
+        name: "ROCm 6.x's HSA headers (Debian 13's, ROCm 6.1)",
+        include: std::env::var_os("HSA_ROCM6_INCLUDE_DIR")
+            .map(PathBuf::from)
+            .unwrap_or(unpacked),
+        // Added in ROCm 6.2.
+        lacks: &["HSA_STATUS_ERROR_RESOURCE_BUSY"],
+        newer: true,
+    }
+}
 
 /// C spelling of a Rust type as `stringify!` wrote it in `FUNCTION_SIGNATURES`.
 fn c_type(rust: &str) -> String {
@@ -122,10 +205,10 @@ fn c_function_pointer(ret: &str, params: &[&str]) -> String {
 /// The C source: headers, then one assertion per fact. The callback types the headers leave
 /// unnamed get typedefs generated from our Rust aliases, so the function checks below compare
 /// our aliases (not a second hand-written copy) with the headers' parameter types.
-fn c_source() -> String {
+fn c_source(headers: &Headers) -> String {
     let mut c = String::from(
         "#include <stdbool.h>\n#include <stddef.h>\n#include <stdint.h>\n\
-         #include <hsa/hsa.h>\n#include <hsa/hsa_ext_amd.h>\n\n",
+         #include <hsa/hsa.h>\n#include <hsa/hsa_ext_amd.h>\n#include <hsa/amd_hsa_signal.h>\n\n",
     );
     for (name, ret, params) in CALLBACK_SIGNATURES {
         let pointer = c_function_pointer(ret, params);
@@ -138,7 +221,12 @@ fn c_source() -> String {
             c.push_str(&format!("typedef __typeof__({pointer}) {name};\n"));
         }
     }
-    for (ty, size, align, fields) in layouts() {
+    let newer = if headers.newer {
+        newer_layouts()
+    } else {
+        Vec::new()
+    };
+    for (ty, size, align, fields) in layouts().into_iter().chain(newer) {
         c.push_str(&format!(
             "_Static_assert(sizeof({ty}) == {size}, \"size of {ty}\");\n\
              _Static_assert(_Alignof({ty}) == {align}, \"alignment of {ty}\");\n"
@@ -151,8 +239,15 @@ fn c_source() -> String {
     }
     // The header's typedef must have the same size as the u32 alias we use for it.
     let mut seen_types = std::collections::BTreeSet::new();
+    if headers.newer {
+        for (name, value) in newer_constants() {
+            c.push_str(&format!(
+                "_Static_assert((uint32_t)({name}) == {value}u, \"value of {name}\");\n"
+            ));
+        }
+    }
     for (name, ty, value) in CONSTANTS {
-        if NOT_IN_DEBIAN_HEADERS.contains(name) {
+        if headers.lacks.contains(name) {
             continue;
         }
         assert!(
@@ -179,12 +274,6 @@ fn c_source() -> String {
     c
 }
 
-fn include_dir() -> PathBuf {
-    std::env::var_os("HSA_INCLUDE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/include"))
-}
-
 /// Reports a missing prerequisite: a failure under CI, a note otherwise.
 fn missing(what: &str) {
     let ci = std::env::var("CI").is_ok_and(|value| value == "true");
@@ -196,13 +285,13 @@ fn missing(what: &str) {
     );
 }
 
-/// The include directory, if it holds every one of `headers` (if not, `missing` says so).
-fn include_with(headers: &[&str]) -> Option<PathBuf> {
-    let include = include_dir();
-    if headers.iter().all(|header| include.join(header).is_file()) {
+/// The headers' include directory, if it holds every one of `files` (if not, `missing` says so).
+fn include_with(headers: &Headers, files: &[&str]) -> Option<PathBuf> {
+    let include = headers.include.clone();
+    if files.iter().all(|file| include.join(file).is_file()) {
         Some(include)
     } else {
-        missing(&format!("no HSA headers under {}", include.display()));
+        missing(&format!("no {} under {}", headers.name, include.display()));
         None
     }
 }
@@ -243,36 +332,79 @@ fn compile(include: &Path, name: &str, file: &str, source: &str) -> Option<Compi
     }
 }
 
-#[test]
-fn bindings_match_the_installed_headers() {
-    let Some(include) = include_with(&["hsa/hsa.h", "hsa/hsa_ext_amd.h"]) else {
+/// Compiles the checks for `headers` (a missing prerequisite is reported by `missing`).
+fn check(headers: &Headers, name: &str) {
+    let files = ["hsa/hsa.h", "hsa/hsa_ext_amd.h", "hsa/amd_hsa_signal.h"];
+    let Some(include) = include_with(headers, &files) else {
         return;
     };
-    let Some(compiled) = compile(&include, "hsa-sys-layout", "layout.c", &c_source()) else {
+    let Some(compiled) = compile(&include, name, "layout.c", &c_source(headers)) else {
         return;
     };
     let stderr = String::from_utf8_lossy(&compiled.output.stderr);
     assert!(
         compiled.output.status.success(),
-        "bindings disagree with {} (source kept at {}):\n{stderr}",
+        "bindings disagree with {} in {} (source kept at {}):\n{stderr}",
+        headers.name,
         include.display(),
         compiled.source.display()
     );
     std::fs::remove_dir_all(&compiled.dir).ok();
 }
 
+#[test]
+fn bindings_match_the_installed_headers() {
+    check(&debian_headers(), "hsa-sys-layout");
+}
+
+/// The same against ROCm 6.x's headers, with what Debian 12's predate: status codes 41-45, the
+/// hardware exception event and its struct beside the memory fault in `hsa_amd_event_t`, the
+/// timestamp frequency and the nearest CPU agent.
+#[test]
+fn bindings_match_rocm_6_headers() {
+    check(&rocm6_headers(), "hsa-sys-layout-rocm6");
+}
+
+/// The ROCm 6.x check covers what Debian 12's headers cannot: a newer constant given a wrong
+/// value must fail it.
+#[test]
+fn a_wrong_newer_constant_is_rejected() {
+    let headers = rocm6_headers();
+    let Some(include) = include_with(&headers, &["hsa/hsa.h", "hsa/hsa_ext_amd.h"]) else {
+        return;
+    };
+    let source = c_source(&headers);
+    let wrong = source.replace(
+        "(uint32_t)(HSA_AMD_AGENT_INFO_NEAREST_CPU) == 41235u",
+        "(uint32_t)(HSA_AMD_AGENT_INFO_NEAREST_CPU) == 41236u",
+    );
+    assert_ne!(wrong, source, "the nearest-CPU assertion is missing");
+    let Some(compiled) = compile(&include, "hsa-sys-layout-rocm6-bad", "bad.c", &wrong) else {
+        return;
+    };
+    std::fs::remove_dir_all(&compiled.dir).ok();
+    assert!(!compiled.output.status.success(), "a wrong value compiled");
+    assert!(String::from_utf8_lossy(&compiled.output.stderr)
+        .contains("value of HSA_AMD_AGENT_INFO_NEAREST_CPU"));
+}
+
 /// The generator itself must be able to fail: a deliberately wrong assertion has to be rejected
 /// by the same compiler invocation, or the check above proves nothing.
 #[test]
 fn a_wrong_layout_is_rejected() {
-    let Some(include) = include_with(&["hsa/hsa.h"]) else {
+    let headers = debian_headers();
+    let Some(include) = include_with(&headers, &["hsa/hsa.h"]) else {
         return;
     };
-    let wrong = c_source().replace(
+    let wrong = c_source(&headers).replace(
         "sizeof(hsa_kernel_dispatch_packet_t) == 64",
         "sizeof(hsa_kernel_dispatch_packet_t) == 63",
     );
-    assert_ne!(wrong, c_source(), "the packet size assertion is missing");
+    assert_ne!(
+        wrong,
+        c_source(&headers),
+        "the packet size assertion is missing"
+    );
     let Some(compiled) = compile(&include, "hsa-sys-layout-bad", "bad.c", &wrong) else {
         return;
     };
@@ -288,10 +420,11 @@ fn a_wrong_layout_is_rejected() {
 /// that takes it).
 #[test]
 fn a_wrong_callback_type_is_rejected() {
-    let Some(include) = include_with(&["hsa/hsa.h"]) else {
+    let headers = debian_headers();
+    let Some(include) = include_with(&headers, &["hsa/hsa.h"]) else {
         return;
     };
-    let source = c_source();
+    let source = c_source(&headers);
     let wrong = source.replace(
         "typedef __typeof__(hsa_status_t (*)(hsa_agent_t, void*)) hsa_agent_callback_t;",
         "typedef __typeof__(hsa_status_t (*)(hsa_isa_t, void*)) hsa_agent_callback_t;",

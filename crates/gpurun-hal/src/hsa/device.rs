@@ -174,8 +174,24 @@ pub(crate) struct Opened {
     pub info: DeviceInfo,
 }
 
-/// Opens GPU number `ordinal`, as LLVM's loader does: the GPU agent with kernel dispatch, the
-/// first CPU agent, a kernarg and a fine-grained pool on the CPU, a coarse-grained pool on the GPU.
+/// The CPU agent whose memory pools hold a GPU's host memory (kernel arguments, the RPC buffer):
+/// the GPU's nearest (`nearest`, where the runtime says), so that on a server with several
+/// sockets the GPU reads its RPC buffer from the socket it hangs off, else the first CPU agent,
+/// as LLVM's loader takes.
+pub(crate) fn host_agent(agents: &[AgentInfo], nearest: Option<hsa_agent_t>) -> Option<&AgentInfo> {
+    let cpus = || {
+        agents
+            .iter()
+            .filter(|agent| agent.device_type == HSA_DEVICE_TYPE_CPU)
+    };
+    nearest
+        .and_then(|nearest| cpus().find(|agent| agent.agent == nearest))
+        .or_else(|| cpus().next())
+}
+
+/// Opens GPU number `ordinal`, as LLVM's loader does: the GPU agent with kernel dispatch, its
+/// nearest CPU agent ([`host_agent`]), a kernarg and a fine-grained pool on the CPU, a
+/// coarse-grained pool on the GPU.
 pub(crate) fn open(runtime: Arc<Runtime>, ordinal: usize) -> Result<Opened, BackendError> {
     let agents = list_agents(&runtime).map_err(runtime_err)?;
     let gpus = dispatch_gpus(&agents);
@@ -194,9 +210,10 @@ pub(crate) fn open(runtime: Arc<Runtime>, ordinal: usize) -> Result<Opened, Back
             gpu.name, gpu.wavefront_size
         )));
     }
-    let cpu = agents
-        .iter()
-        .find(|agent| agent.device_type == HSA_DEVICE_TYPE_CPU)
+    // SAFETY: NEAREST_CPU is an hsa_agent_t. Runtimes before ROCm 6 do not know it.
+    let nearest: Option<hsa_agent_t> =
+        unsafe { calls::agent_info(runtime.lib(), gpu.agent, HSA_AMD_AGENT_INFO_NEAREST_CPU) }.ok();
+    let cpu = host_agent(&agents, nearest)
         .cloned()
         .ok_or_else(|| runtime_message("the runtime lists no CPU agent for host memory"))?;
     let pools = find_pools(runtime.lib(), cpu.agent, gpu.agent)?;
@@ -283,6 +300,25 @@ mod tests {
         assert_eq!(info.arch, "gfx90a");
         assert_eq!(info.lane_size, 64);
         assert_eq!(info.backend, BackendKind::Hsa);
+    }
+
+    #[test]
+    fn host_memory_comes_from_the_gpus_nearest_cpu() {
+        let cpu = |handle: u64| AgentInfo {
+            agent: hsa_agent_t { handle },
+            device_type: HSA_DEVICE_TYPE_CPU,
+            ..gpu("AMD EPYC", None, false)
+        };
+        let agents = vec![cpu(1), cpu(2), gpu("gfx942", None, true)];
+        let nearest = |handle| host_agent(&agents, handle).map(|agent| agent.agent.handle);
+        assert_eq!(nearest(Some(hsa_agent_t { handle: 2 })), Some(2));
+        assert_eq!(nearest(None), Some(1), "older runtimes: the first CPU");
+        assert_eq!(
+            nearest(Some(hsa_agent_t { handle: 7 })),
+            Some(1),
+            "an answer that is no CPU agent is not taken"
+        );
+        assert_eq!(host_agent(&agents[2..], None), None);
     }
 
     #[test]

@@ -393,6 +393,49 @@ pub(crate) mod calls {
         }
     }
 
+    /// Waits (blocked) until one of `conditions` holds (signal, condition, compare value) or
+    /// about `timeout` ticks pass; the index of the one that held, `None` at the timeout.
+    /// Relaxed: load what the signals guard with acquire ordering afterwards.
+    ///
+    /// # Safety
+    /// Every signal must be live.
+    pub(crate) unsafe fn signal_wait_any(
+        lib: &HsaLib,
+        conditions: &[(hsa_signal_t, hsa_signal_condition_t, i64)],
+        timeout: u64,
+    ) -> Option<usize> {
+        let mut signals: Vec<hsa_signal_t> = conditions.iter().map(|c| c.0).collect();
+        let mut conds: Vec<hsa_signal_condition_t> = conditions.iter().map(|c| c.1).collect();
+        let mut values: Vec<i64> = conditions.iter().map(|c| c.2).collect();
+        let count = u32::try_from(conditions.len()).ok()?;
+        // SAFETY: per the caller; three arrays of `count` entries, which the runtime only reads
+        // (it takes them as non-const pointers); no satisfying value is asked for.
+        let index = unsafe {
+            (lib.hsa_amd_signal_wait_any)(
+                count,
+                signals.as_mut_ptr(),
+                conds.as_mut_ptr(),
+                values.as_mut_ptr(),
+                timeout,
+                HSA_WAIT_STATE_BLOCKED,
+                std::ptr::null_mut(),
+            )
+        };
+        usize::try_from(index)
+            .ok()
+            .filter(|&index| index < conditions.len())
+    }
+
+    /// The `amd_signal_t` ROCr keeps for `signal`: where its value lives and the event mailbox
+    /// and id a device writes to wake a host thread waiting on it.
+    ///
+    /// # Safety
+    /// `signal` must be live and come from ROCr (or a runtime with its layout), whose handles
+    /// are the address of the signal's `amd_signal_t`.
+    pub(crate) unsafe fn amd_signal(signal: hsa_signal_t) -> *mut amd_signal_t {
+        signal.handle as usize as *mut amd_signal_t
+    }
+
     /// # Safety
     /// `signal` must be live.
     pub(crate) unsafe fn signal_store_release(lib: &HsaLib, signal: hsa_signal_t, value: i64) {
@@ -439,8 +482,11 @@ pub(crate) mod calls {
         .result(lib, "hsa_amd_memory_async_copy")
     }
 
-    /// A user-mode AQL queue of `size` packets on `agent` (no segment limits), with `callback`
-    /// told about queue errors.
+    /// A user-mode AQL queue of `size` packets on `agent`, with `callback` told about queue
+    /// errors. It asks for no scratch up front: given no hint (`UINT32_MAX`), ROCr binds its
+    /// default of 2 KiB per lane for every wavefront the GPU can hold to each new queue (about
+    /// 1.3 GB on an MI300X), and a worker makes a queue per test slot; with 0 the first
+    /// dispatch that needs scratch gets it, sized from its own private segment.
     ///
     /// # Safety
     /// `data` must stay valid for `callback` until the queue is destroyed.
@@ -452,8 +498,8 @@ pub(crate) mod calls {
         data: *mut c_void,
     ) -> Result<*mut hsa_queue_t, HsaError> {
         let mut queue: *mut hsa_queue_t = std::ptr::null_mut();
-        // SAFETY: a valid out-pointer; `callback` and `data` per the caller; u32::MAX for both
-        // segment sizes means "no limit".
+        // SAFETY: a valid out-pointer; `callback` and `data` per the caller; no private segment
+        // expected (see above), u32::MAX for the group segment: no hint.
         unsafe {
             (lib.hsa_queue_create)(
                 agent,
@@ -461,7 +507,7 @@ pub(crate) mod calls {
                 HSA_QUEUE_TYPE_MULTI,
                 callback,
                 data,
-                u32::MAX,
+                0,
                 u32::MAX,
                 &mut queue,
             )
@@ -756,6 +802,20 @@ mod tests {
             describe_queue_error(HSA_STATUS_ERROR_EXCEPTION, None),
             "the GPU queue failed with HSA_STATUS_ERROR_EXCEPTION"
         );
+        // AMD's statuses for a wave that faulted (hsa_ext_amd.h), by number.
+        for (status, name) in [
+            (41, "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION"),
+            (42, "HSA_STATUS_ERROR_ILLEGAL_INSTRUCTION"),
+            (43, "HSA_STATUS_ERROR_MEMORY_FAULT"),
+            (44, "HSA_STATUS_CU_MASK_REDUCED"),
+            (45, "HSA_STATUS_ERROR_OUT_OF_REGISTERS"),
+            (46, "HSA_STATUS_ERROR_RESOURCE_BUSY"),
+        ] {
+            assert_eq!(
+                describe_queue_error(status, None),
+                format!("the GPU queue failed with {name}")
+            );
+        }
     }
 
     #[test]

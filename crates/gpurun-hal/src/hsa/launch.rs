@@ -5,17 +5,18 @@
 //! dispatch's start and end timestamps, which the packet processor writes into the completion
 //! signal (the queue has profiling enabled).
 //!
-//! Faults are the process's, not the launch's: ROCr reports them to one system event handler
-//! without naming a queue, so a fault fails every launch running in the process (each slot's),
-//! and after one no launch is dispatched at all. The runner re-runs the tests that were in flight
-//! alone, each in a fresh worker, where the one that faults shows it as its own.
+//! Memory faults are the process's, not the launch's: ROCr reports them to one system event
+//! handler without naming a queue, so a fault fails every launch running in the process (each
+//! slot's), and after one no launch is dispatched at all. The runner re-runs the tests that were
+//! in flight alone, each in a fresh worker, where the one that faults shows it as its own. A
+//! queue error (the queue's callback) is the launch's: each module has its own queue.
 
 use super::driver::status_string;
 use super::driver::{calls, runtime_message};
 use super::memory::{PoolBuffer, Signal};
-use super::primitives::{HsaPrimitives, QueueState};
+use super::primitives::{HsaPrimitives, Queue, QueueState};
 use super::runtime::{fault_count, fault_text};
-use crate::launch_loop::{Launch, LaunchState};
+use crate::launch_loop::{Launch, LaunchState, PauseWakes};
 use crate::BackendError;
 use hsa_sys::*;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -85,7 +86,15 @@ pub(crate) struct HsaLaunch {
     pub(crate) timestamp_hz: u64,
     /// The GPU agent of the queue, which the dispatch's timestamps are asked of.
     pub(crate) gpu: hsa_agent_t,
+    /// The module's RPC doorbell signal, when the device rings one: quiet waits wake on it too.
+    pub(crate) doorbell: Option<hsa_signal_t>,
 }
+
+/// The shortest wait on a completion signal alone: ROCr spins 200 us, then sleeps in the kernel
+/// driver for whole milliseconds of what is left, rounded down, and spins whenever that rounds
+/// to 0 (`Signal::WaitAny`, `InterruptSignal::WaitRelaxed`), so a wait of 1 ms or less never
+/// sleeps. 5 ms sleep at least 4 and spin at most about 1.2.
+pub(crate) const SHORTEST_BLOCKED_WAIT: Duration = Duration::from_millis(5);
 
 impl Launch for HsaLaunch {
     fn state(&self) -> LaunchState {
@@ -111,9 +120,36 @@ impl Launch for HsaLaunch {
     }
 
     fn pause(&self, pause: Duration) {
-        // Wakes as soon as the kernel ends.
-        self.done
-            .wait_zero(duration_to_ticks(pause, self.timestamp_hz));
+        // Wakes as soon as the kernel ends, or the device opens an RPC request.
+        match self.doorbell {
+            Some(doorbell) => {
+                let ticks = duration_to_ticks(pause, self.timestamp_hz);
+                // SAFETY: the module's doorbell signal outlives its launches; `done` lives
+                // as long as `self`.
+                unsafe {
+                    calls::signal_wait_any(
+                        &self.lib,
+                        &[
+                            (doorbell, HSA_SIGNAL_CONDITION_NE, 0),
+                            (self.done.handle, HSA_SIGNAL_CONDITION_LT, 1),
+                        ],
+                        ticks,
+                    )
+                };
+            }
+            None => {
+                let pause = pause.max(SHORTEST_BLOCKED_WAIT);
+                self.done
+                    .wait_zero(duration_to_ticks(pause, self.timestamp_hz));
+            }
+        }
+    }
+
+    fn pause_wakes(&self) -> PauseWakes {
+        match self.doorbell {
+            Some(_) => PauseWakes::EndOrRequest,
+            None => PauseWakes::End,
+        }
     }
 
     fn device_time(&self) -> Option<Duration> {
@@ -138,65 +174,103 @@ impl Launch for HsaLaunch {
 }
 
 impl HsaPrimitives<'_> {
-    /// Reserves a slot, writes the packet body, then publishes the header with a release store
-    /// and rings the doorbell. A slot reserved but never filled would stall the queue for good,
-    /// so a failure after reserving marks the module broken.
+    /// Waits for a free slot, reserves it, writes the packet body, then publishes the header
+    /// with a release store and rings the doorbell. The module is the queue's only producer and
+    /// has no other launch in flight, so the slot is free at once; should it not become free
+    /// within [`SLOT_WAIT`], nothing is reserved (the module is marked broken by the caller).
     pub(crate) fn publish(
         &mut self,
         packet: &hsa_kernel_dispatch_packet_t,
         header: u32,
     ) -> Result<(), BackendError> {
-        let queue = self.res.queue.raw;
-        let lib = std::sync::Arc::clone(self.device.runtime.lib_arc());
-        // SAFETY: `queue` is the live queue this module created; its descriptor is immutable.
-        let (size, base, doorbell) = unsafe {
-            (
-                (*queue).size,
-                (*queue).base_address,
-                (*queue).doorbell_signal,
-            )
-        };
+        let lib = Arc::clone(self.device.runtime.lib_arc());
+        let reserved = Reservation::reserve(&lib, &self.res.queue)?;
+        reserved.publish(&super::packet::packet_bytes(packet), header);
+        Ok(())
+    }
+}
+
+/// How long a launch waits for its queue to have a free slot.
+const SLOT_WAIT: Duration = Duration::from_secs(10);
+
+/// A packet slot reserved on a queue. Dropped without [`Reservation::publish`], it is filled
+/// with a no-op barrier packet and the doorbell rung: the packet processor stops at a slot
+/// whose header never becomes valid, which would stall the queue for good.
+struct Reservation<'q> {
+    lib: &'q Arc<HsaLib>,
+    queue: *mut hsa_queue_t,
+    index: u64,
+    /// The 64-byte slot in the ring.
+    slot: *mut u8,
+    published: bool,
+}
+
+impl<'q> Reservation<'q> {
+    fn reserve(lib: &'q Arc<HsaLib>, queue: &'q Queue) -> Result<Reservation<'q>, BackendError> {
+        let raw = queue.raw;
+        // SAFETY: `raw` is the live queue the module created; its descriptor is immutable.
+        let (size, base) = unsafe { ((*raw).size, (*raw).base_address) };
         if size == 0 || !size.is_power_of_two() || base.is_null() {
             return Err(runtime_message(format!(
                 "the runtime gave a queue of {size} packets at {base:?}"
             )));
         }
-        // Modules sharing the queue publish one at a time, so the doorbell rings in order.
-        let _submitting = self
-            .res
-            .queue
-            .submit
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        // SAFETY: the live queue; submissions to it are serialized by `submit`.
-        let index = unsafe { calls::queue_add_write_index(&lib, queue, 1) };
-        // Wait for the slot to be free: packets before ours must have been consumed.
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            // SAFETY: reading the read index of the live queue.
-            let read = unsafe { calls::queue_read_index(&lib, queue) };
-            if index.wrapping_sub(read) < u64::from(size) {
-                break;
-            }
+        let next = queue.reserved.load(Ordering::Relaxed);
+        let deadline = Instant::now() + SLOT_WAIT;
+        let read_index = || {
+            // SAFETY: the read index of the live queue.
+            unsafe { calls::queue_read_index(lib, raw) }
+        };
+        while next.wrapping_sub(read_index()) >= u64::from(size) {
             if Instant::now() > deadline {
-                let reason = "the GPU queue stayed full for 10 s".to_owned();
-                // A runtime error: the module is marked broken by its caller.
-                return Err(runtime_message(reason));
+                return Err(runtime_message(format!(
+                    "the GPU queue had no free slot for {SLOT_WAIT:?} (an earlier packet never \
+                     completed)"
+                )));
             }
             std::thread::yield_now();
         }
+        // SAFETY: the live queue, whose only producer is this module.
+        let index = unsafe { calls::queue_add_write_index(lib, raw, 1) };
+        queue
+            .reserved
+            .store(index.wrapping_add(1), Ordering::Relaxed);
         let slot = (index & u64::from(size - 1)) as usize;
-        let bytes = super::packet::packet_bytes(packet);
-        // SAFETY: `slot` < size, so the 64-byte packet lies inside the queue's ring buffer, which
-        // is 64-aligned; the packet processor ignores the slot until its header changes, and we
-        // write everything but the header first.
+        Ok(Reservation {
+            lib,
+            queue: raw,
+            index,
+            // SAFETY: `slot` < size: inside the ring of `size` 64-byte packets.
+            slot: unsafe { base.cast::<u8>().add(slot * 64) },
+            published: false,
+        })
+    }
+
+    /// Writes `bytes` but the header word, then `header` with a release store, and rings.
+    fn publish(mut self, bytes: &[u8; 64], header: u32) {
+        self.write(bytes, header);
+        self.published = true;
+    }
+
+    fn write(&self, bytes: &[u8; 64], header: u32) {
+        // SAFETY: the slot is 64 bytes of the ring, free (the read index passed it) and ours
+        // (reserved); the packet processor ignores it until its header changes, and everything
+        // but the header is written first.
         unsafe {
-            let target = base.cast::<u8>().add(slot * 64);
-            std::ptr::copy_nonoverlapping(bytes.as_ptr().add(4), target.add(4), 60);
-            AtomicU32::from_ptr(target.cast::<u32>()).store(header, Ordering::Release);
-            calls::signal_store_release(&lib, doorbell, index as i64);
+            std::ptr::copy_nonoverlapping(bytes.as_ptr().add(4), self.slot.add(4), 60);
+            AtomicU32::from_ptr(self.slot.cast::<u32>()).store(header, Ordering::Release);
+            let doorbell = (*self.queue).doorbell_signal;
+            calls::signal_store_release(self.lib, doorbell, self.index as i64);
         }
-        Ok(())
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if !self.published {
+            let (bytes, header) = super::packet::no_op_barrier();
+            self.write(&bytes, header);
+        }
     }
 }
 

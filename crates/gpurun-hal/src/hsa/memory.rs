@@ -229,6 +229,43 @@ impl Drop for Signal {
     }
 }
 
+/// A module's RPC doorbell on AMD: an interrupt signal whose value counts the RPC requests the
+/// device opened and the server has not closed. Opening the first one, the device writes the
+/// signal's event id to its event mailbox and raises an interrupt (`s_sendmsg`), which wakes a
+/// host thread asleep in a wait on the signal. LLVM libc's client takes the same three fields
+/// (value, mailbox, event id) from HIP's runtime.
+pub(crate) struct RpcDoorbell {
+    pub signal: Signal,
+    /// The address of the signal's value: the counter.
+    pub counter: u64,
+    pub mailbox: u64,
+    pub event_id: u32,
+}
+
+impl RpcDoorbell {
+    /// A doorbell on a new signal at 0, or `None` when the runtime's signals cannot wake a
+    /// sleeping thread (no event mailbox: ROCr without interrupts, `HSA_ENABLE_INTERRUPT=0`),
+    /// where a wait on it would spin.
+    pub(crate) fn new(lib: &Arc<HsaLib>) -> Result<Option<RpcDoorbell>, HsaError> {
+        let signal = Signal::new(lib, 0)?;
+        // SAFETY: a live signal of the runtime, whose handle is the address of its
+        // `amd_signal_t`, alive as long as the signal; read once, volatile since the runtime
+        // wrote it outside our view.
+        let fields = unsafe { std::ptr::read_volatile(calls::amd_signal(signal.handle)) };
+        const USER_SIGNAL: i64 = 1;
+        if fields.kind != USER_SIGNAL || fields.value != 0 || fields.event_mailbox_ptr == 0 {
+            return Ok(None);
+        }
+        let counter = signal.handle.handle + std::mem::offset_of!(amd_signal_t, value) as u64;
+        Ok(Some(RpcDoorbell {
+            signal,
+            counter,
+            mailbox: fields.event_mailbox_ptr,
+            event_id: fields.event_id,
+        }))
+    }
+}
+
 /// Copies `len` bytes with the runtime's DMA engine and waits for the copy.
 ///
 /// # Safety

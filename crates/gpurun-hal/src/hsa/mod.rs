@@ -8,22 +8,28 @@
 //!   process ends with [`LaunchEnd::Faulted`](crate::LaunchEnd::Faulted), and none is dispatched
 //!   after it; the runner re-runs the tests in flight alone. A queue error callback catches the
 //!   other device errors.
-//! - A device is a GPU agent with kernel dispatch plus the first CPU agent. Host memory the GPU
+//! - A device is a GPU agent with kernel dispatch plus its nearest CPU agent (the first one on
+//!   runtimes before ROCm 6, which cannot say). Host memory the GPU
 //!   reads (kernel arguments, RPC buffer, argv/envp) comes from the CPU's kernarg and
 //!   fine-grained pools; device `malloc` over RPC from the GPU's coarse-grained pool.
 //! - A module is a frozen, validated executable (one per concurrently running test: each slot
 //!   of a worker loads its own) with an RPC buffer sized for what it launches
-//!   (`crate::rpc_buffer`). Its queue it shares: a process creates at most
-//!   [`MAX_QUEUES_PER_GPU`] per GPU. Kernels are found by their descriptors `NAME.kd`;
-//!   the runtime reports their kernarg, group and private sizes.
+//!   (`crate::rpc_buffer`) and its own queue: a long kernel, a hung one or a queue error stays
+//!   with its test (`primitives::Queue` says why queues are not shared). Kernels are found by
+//!   their descriptors `NAME.kd`; the runtime reports their kernarg, group and private sizes.
 //! - A launch writes the explicit arguments and the hidden ones where the kernel's metadata puts
 //!   them, publishes an AQL dispatch packet (no barrier bit, system-scope fences, a private
 //!   segment of the static size plus the stack a dynamic-stack kernel needs) with a release
 //!   store of its header, rings the doorbell and waits on a completion signal while serving
-//!   RPC. A fault, a queue error or the
-//!   deadline leaves the module marked broken and its memory leaked, never freed under a kernel;
-//!   the leaked module keeps its reference to the runtime, so `hsa_shut_down` never runs under
-//!   it either.
+//!   RPC. Where the image's RPC client has a doorbell, its counter is an interrupt signal's
+//!   value: the device raises the signal's interrupt as it opens a request, so a quiet launch
+//!   sleeps in one `hsa_amd_signal_wait_any` on that signal and the completion signal (up to
+//!   `launch_loop::QUIET_WAIT`) instead of polling; without one, waits on the completion signal
+//!   last at least 5 ms, since ROCr spins through any wait under a millisecond or two.
+//!   A slot reserved and then given up is filled with a no-op barrier packet. A fault, a
+//!   queue error or the deadline leaves the module marked broken and its memory and queue
+//!   leaked, never freed under a kernel and never used again; the leaked module keeps its
+//!   reference to the runtime, so `hsa_shut_down` never runs under it either.
 //! - Every queue has profiling enabled from its creation, so the packet processor writes each
 //!   dispatch's start and end timestamps into its completion signal; a completed launch's device
 //!   time is their difference (`hsa_amd_profiling_get_dispatch_time`, system timestamp ticks at
@@ -36,7 +42,7 @@
 //! exit/abort grace, faults, timeouts, RPC errors) with scripted closures; the event handler and
 //! queue callback with synthetic events; and the real runtime's refusal to start without a GPU.
 //! Unrun on hardware: executable loading, pools and allocations, queue creation, packet
-//! submission and doorbell, signal waits, async copies into globals, the RPC buffer as the GPU
+//! submission and doorbell, signal waits and the RPC doorbell's interrupt, async copies into globals, the RPC buffer as the GPU
 //! sees it, ROCr's behaviour after a claimed memory fault, and the dispatch timestamps.
 
 mod device;
@@ -49,7 +55,7 @@ mod runtime;
 
 pub use device::arch_from_isa_name;
 pub use driver::HsaError;
-pub use primitives::{kernel_descriptor_name, HsaPrimitives, MAX_QUEUES_PER_GPU};
+pub use primitives::{kernel_descriptor_name, HsaPrimitives};
 pub use runtime::{amd_kernel_driver_present, AMD_KERNEL_DRIVER_DEVICE};
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};

@@ -23,14 +23,24 @@ pub const MAX_WAVE_SCRATCH: u32 = 8_387_584;
 
 /// The 16-bit AQL header of a kernel dispatch: the packet type, and system-scope acquire and
 /// release fences so host-visible memory (RPC buffer, arguments) is coherent at the start and
-/// the end. No barrier bit: a module waits for its launch to end before it publishes the next,
-/// so no packet has to wait for an earlier one, and the launches of modules sharing a queue
-/// (`MAX_QUEUES_PER_GPU`) run side by side instead of one after another.
+/// the end. No barrier bit: a module waits for its launch to end before it publishes the next
+/// on its own queue, so no packet has to wait for an earlier one.
 pub fn dispatch_header() -> u16 {
     let header = (HSA_PACKET_TYPE_KERNEL_DISPATCH << HSA_PACKET_HEADER_TYPE)
         | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCACQUIRE_FENCE_SCOPE)
         | (HSA_FENCE_SCOPE_SYSTEM << HSA_PACKET_HEADER_SCRELEASE_FENCE_SCOPE);
     header as u16
+}
+
+/// A barrier-AND packet without dependencies or completion signal, and its header word: the
+/// packet processor completes it at once. It fills a reserved slot that will get no dispatch,
+/// which would otherwise stall the queue (the packet processor waits at a slot whose header
+/// stays invalid).
+pub fn no_op_barrier() -> ([u8; 64], u32) {
+    let header = HSA_PACKET_TYPE_BARRIER_AND << HSA_PACKET_HEADER_TYPE;
+    let mut bytes = [0u8; 64];
+    bytes[..4].copy_from_slice(&header.to_le_bytes());
+    (bytes, header)
 }
 
 /// The first 32 bits of the packet (header, then setup), which are stored last and with release
@@ -376,15 +386,21 @@ mod tests {
         // release scope bits 11-12 (SYSTEM = 2).
         let header = dispatch_header();
         assert_eq!(header & 0xff, 2);
-        assert_eq!(
-            (header >> 8) & 1,
-            0,
-            "modules sharing a queue run side by side"
-        );
+        assert_eq!((header >> 8) & 1, 0, "no barrier bit");
         assert_eq!((header >> 9) & 3, 2);
         assert_eq!((header >> 11) & 3, 2);
         assert_eq!(header, 0x1402);
         assert_eq!(header_word(header, 3), 0x0003_1402);
+    }
+
+    #[test]
+    fn the_no_op_barrier_is_a_barrier_and_with_nothing_to_wait_for() {
+        let (bytes, header) = no_op_barrier();
+        // hsa.h: type in bits 0-7 (BARRIER_AND = 3); no barrier bit, no fences; dependency
+        // signals at 8..48 and the completion signal at 56, all 0 (none).
+        assert_eq!(header, 3);
+        assert_eq!(u32_at(&bytes, 0), header);
+        assert!(bytes[4..].iter().all(|&byte| byte == 0));
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use super::device::Opened;
 use super::driver::runtime;
-use super::driver::{calls, HsaError};
+use super::driver::{calls, describe_queue_error, status_string, HsaError};
 use super::launch::{earlier_fault, HsaLaunch, RefusedLaunch};
-use super::memory::{copy_and_wait, PoolBuffer, Signal};
+use super::memory::{copy_and_wait, PoolBuffer, RpcDoorbell, Signal};
 use super::packet::{
     dispatch_header, dispatch_packet, header_word, kernarg_block, lane_private_limit,
     launch_private_size, KernelFacts,
@@ -19,7 +19,7 @@ use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
 use hsa_sys::*;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex};
 
 /// An executable, destroyed on drop.
 struct Executable {
@@ -52,61 +52,32 @@ impl QueueState {
     }
 }
 
-/// A user-mode AQL queue on the GPU agent, destroyed on drop (when the last module sharing it
-/// goes).
+/// A user-mode AQL queue on the GPU agent, one per module (so one per concurrently running
+/// test), destroyed with the module, or leaked with it when a kernel may still run.
+///
+/// Why not fewer queues shared by the slots of a worker, as HIP shares four hardware queues
+/// among streams: the packet processor advances a queue's read index only past completed
+/// packets, in order, so one long kernel keeps every slot behind it from being reused, and a
+/// queue error (or a hung kernel) ends every test on that queue. A queue per module has one
+/// launch in flight at a time: it never fills, and what goes wrong on it is its test's alone.
+/// The kernel driver multiplexes more user queues than the GPU has hardware queue slots.
 pub(crate) struct Queue {
     lib: Arc<HsaLib>,
     pub raw: *mut hsa_queue_t,
     pub state: Arc<QueueState>,
-    /// Held from reserving a packet slot to ringing the doorbell, so that the modules sharing
-    /// the queue publish their packets, and ring, in index order.
-    pub submit: Mutex<()>,
+    /// Packet slots reserved so far: the module is the queue's only producer, so this is the
+    /// queue's write index.
+    pub reserved: std::sync::atomic::AtomicU64,
 }
 
-// SAFETY: the queue descriptor is the runtime's, valid until `hsa_queue_destroy`; submissions
-// go through `submit` and the runtime's atomic write index, so the queue may be shared by the
-// modules of several threads.
+// SAFETY: the queue descriptor is the runtime's, valid until `hsa_queue_destroy`; the module
+// that owns the queue is its only producer.
 unsafe impl Send for Queue {}
-// SAFETY: as above.
+// SAFETY: as above; shared references only read the descriptor and the error state.
 unsafe impl Sync for Queue {}
 
-/// Queues this process creates on one GPU at most: the modules of further slots share them, as
-/// HIP's runtime shares its default of four hardware queues per device (`GPU_MAX_HW_QUEUES`)
-/// among streams. One queue per concurrent test (192 with `--test-threads` = CPUs on a large
-/// node) would oversubscribe the GPU's hardware queues.
-pub const MAX_QUEUES_PER_GPU: usize = 4;
-
-/// Whose a queue is: the runtime library's address and the GPU agent's handle.
-type QueueOwner = (usize, u64);
-
-/// The queues this process has created, for sharing.
-static QUEUES: Mutex<Vec<(QueueOwner, Weak<Queue>)>> = Mutex::new(Vec::new());
-
 impl Queue {
-    /// A queue for a new module on `gpu`: a new one while the process has fewer than
-    /// [`MAX_QUEUES_PER_GPU`] there, else the one the fewest modules share. Packets carry no
-    /// barrier bit, so the launches of modules sharing a queue run side by side (each module
-    /// waits for its launch to end before it starts the next).
-    pub(crate) fn shared(lib: &Arc<HsaLib>, gpu: hsa_agent_t) -> Result<Arc<Queue>, HsaError> {
-        let key = (Arc::as_ptr(lib) as usize, gpu.handle);
-        let mut queues = QUEUES.lock().unwrap_or_else(PoisonError::into_inner);
-        queues.retain(|(_, queue)| queue.strong_count() > 0);
-        let live: Vec<Arc<Queue>> = queues
-            .iter()
-            .filter(|(owner, _)| *owner == key)
-            .filter_map(|(_, queue)| queue.upgrade())
-            .collect();
-        if live.len() >= MAX_QUEUES_PER_GPU {
-            if let Some(least_shared) = live.into_iter().min_by_key(Arc::strong_count) {
-                return Ok(least_shared);
-            }
-        }
-        let queue = Arc::new(Queue::create(lib, gpu)?);
-        queues.push((key, Arc::downgrade(&queue)));
-        Ok(queue)
-    }
-
-    fn create(lib: &Arc<HsaLib>, gpu: hsa_agent_t) -> Result<Queue, HsaError> {
+    pub(crate) fn create(lib: &Arc<HsaLib>, gpu: hsa_agent_t) -> Result<Queue, HsaError> {
         // SAFETY: QUEUE_MIN_SIZE and QUEUE_MAX_SIZE are uint32_t.
         let min: u32 = unsafe { calls::agent_info(lib, gpu, HSA_AGENT_INFO_QUEUE_MIN_SIZE) }?;
         // SAFETY: as above.
@@ -135,7 +106,7 @@ impl Queue {
             lib: Arc::clone(lib),
             raw,
             state,
-            submit: Mutex::new(()),
+            reserved: std::sync::atomic::AtomicU64::new(0),
         };
         // Before any dispatch: the packet processor writes a dispatch's timestamps into its
         // completion signal only when the queue's profiling flag is set as it takes the packet.
@@ -145,7 +116,8 @@ impl Queue {
     }
 }
 
-/// A power-of-two queue size within the agent's limits; small, since one launch runs at a time.
+/// A power-of-two queue size within the agent's limits; small, since one launch runs at a time
+/// (and a no-op barrier may fill a slot given up on).
 pub(crate) fn queue_size(min: u32, max: u32) -> u32 {
     const WANTED: u32 = 64;
     let size = WANTED.clamp(min.max(1), max.max(1));
@@ -222,7 +194,10 @@ pub struct HsaPrimitives<'d> {
 
 /// The objects of a module, dropped in field order: the queue before what its kernels use.
 pub(crate) struct Resources {
-    pub queue: Arc<Queue>,
+    pub queue: Queue,
+    /// The RPC doorbell, once the RPC installation asked for one and the runtime's signals can
+    /// wake a sleeping thread.
+    pub doorbell: Option<RpcDoorbell>,
     pub heap: DeviceHeap,
     /// Device memory of the host's buffers (`alloc_device`), by address.
     buffers: HashMap<u64, PoolBuffer>,
@@ -252,7 +227,7 @@ pub(crate) fn load<'d>(
 ) -> Result<HsaPrimitives<'d>, BackendError> {
     let lib = Arc::clone(device.runtime.lib_arc());
     let executable = load_executable(&lib, device, code_object)?;
-    let queue = Queue::shared(&lib, device.gpu.agent).map_err(runtime)?;
+    let queue = Queue::create(&lib, device.gpu.agent).map_err(runtime)?;
     let heap = DeviceHeap {
         lib: Arc::clone(&lib),
         pool: device.pools.coarse_grained,
@@ -263,6 +238,7 @@ pub(crate) fn load<'d>(
         device,
         res: Resources {
             queue,
+            doorbell: None,
             heap,
             buffers: HashMap::new(),
             shared: Vec::new(),
@@ -585,6 +561,24 @@ impl Primitives for HsaPrimitives<'_> {
         &mut self.res.heap
     }
 
+    fn doorbell_counter(&mut self) -> Result<Option<SharedAlloc>, BackendError> {
+        if self.res.doorbell.is_none() {
+            self.res.doorbell = RpcDoorbell::new(self.lib()).map_err(runtime)?;
+        }
+        Ok(self.res.doorbell.as_ref().map(|doorbell| SharedAlloc {
+            host: doorbell.counter as usize as *mut u8,
+            device: doorbell.counter,
+            len: 8,
+        }))
+    }
+
+    fn doorbell_interrupt(&self) -> Option<(u64, u32)> {
+        self.res
+            .doorbell
+            .as_ref()
+            .map(|doorbell| (doorbell.mailbox, doorbell.event_id))
+    }
+
     fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {
         // The GPU's coarse-grained pool: its own memory, cached, which the host reaches only
         // through the runtime's copies (and where gfx90a's float atomics work, unlike on
@@ -627,6 +621,12 @@ impl Primitives for HsaPrimitives<'_> {
         if let Some(first) = (faults_before > 0).then(|| fault_text(0)).flatten() {
             return Ok(Box::new(RefusedLaunch(earlier_fault(&first))));
         }
+        if let Some(status) = self.res.queue.state.error() {
+            // Never reached through a module (a queue error breaks it); no packet goes to a
+            // queue in error.
+            let text = describe_queue_error(status, status_string(self.lib(), status));
+            return Ok(Box::new(RefusedLaunch(text)));
+        }
         let facts = self.kernel(kernel)?;
         let private_size = launch_private_size(
             &facts,
@@ -664,6 +664,11 @@ impl Primitives for HsaPrimitives<'_> {
             faults_before,
             timestamp_hz: self.device.runtime.timestamp_hz(),
             gpu,
+            doorbell: self
+                .res
+                .doorbell
+                .as_ref()
+                .map(|doorbell| doorbell.signal.handle),
         }))
     }
 

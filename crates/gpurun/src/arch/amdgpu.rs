@@ -189,9 +189,13 @@ pub fn shuffle(_op: u32, _mask: u64, value: u64, wide: bool, source: u32) -> u64
 }
 
 /// `value` of lane `source`, the same lane in every caller: `v_readlane` into a scalar
-/// register, cheaper than a permute.
+/// register, cheaper than a permute. `readlane` needs a lane number that is the same in every
+/// lane (a scalar register); `warp::broadcast` is safe, so a caller whose lanes disagree must
+/// not make it undefined: the first active lane's `source` is taken, for every lane. (The host
+/// emulation reports such a caller.)
 pub fn broadcast(_mask: u64, value: u64, wide: bool, source: u32) -> u64 {
-    // SAFETY: the caller's contract makes `source` uniform across the wavefront, as
+    let source = amdgpu::readfirstlane_u32(source);
+    // SAFETY: `source` comes from `readfirstlane`, so it is uniform across the wavefront, as
     // `readlane` requires.
     unsafe {
         if wide {
