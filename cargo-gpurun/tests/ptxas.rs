@@ -246,9 +246,13 @@ fn assert_full_mask_use(ptx: &Path, text: &str, opcodes: &[&str]) {
     for opcode in opcodes {
         let found: Vec<&str> = instructions(text, opcode).collect();
         assert!(
-            found
-                .iter()
-                .any(|instruction| instruction.ends_with(", -1") || instruction.ends_with(" -1")),
+            found.iter().any(|instruction| {
+                // The mask is the last operand, after a comma or (alone) whitespace.
+                instruction
+                    .rsplit(|c: char| c == ',' || c.is_whitespace())
+                    .next()
+                    == Some("-1")
+            }),
             "no {opcode} with the full mask -1 in {}: {found:?}",
             ptx.display()
         );

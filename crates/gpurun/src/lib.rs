@@ -26,6 +26,8 @@
         core_intrinsics,
         gpu_intrinsics,
         gpu_launch_sized_workgroup_mem,
+        link_llvm_intrinsics,
+        abi_unadjusted,
         core_float_math
     )
 )]

@@ -1,4 +1,5 @@
-//! NVIDIA: special registers through `core::arch::nvptx` and inline PTX.
+//! NVIDIA: special registers through `core::arch::nvptx` and inline PTX; warp operations
+//! through LLVM's NVVM intrinsics.
 
 use core::arch::asm;
 use core::arch::nvptx;
@@ -92,94 +93,55 @@ pub fn end_thread() -> ! {
 }
 
 // Warp operations (`crate::warp`): `activemask`, `bar.warp.sync`, `vote.sync` and `shfl.sync`
-// with the caller's member mask, as independent thread scheduling (sm_70+) requires. None is
-// `pure`: each must stay where the lanes of the mask meet.
-
-/// `asm!` with the member mask as operand `{mask}`: the immediate `-1` for the full warp (a
-/// constant mask folds to this branch), else a register.
-macro_rules! with_mask {
-    ($mask:expr, $template:literal, $($operands:tt)*) => {
-        if $mask as u32 == u32::MAX {
-            asm!($template, mask = const -1i32, $($operands)*)
-        } else {
-            asm!($template, mask = in(reg32) $mask as u32, $($operands)*)
-        }
-    };
+// with the caller's member mask, as independent thread scheduling (sm_70+) requires. They are
+// LLVM's NVVM intrinsics, not inline PTX: LLVM knows those as convergent (it never moves one
+// into or out of code that only some lanes run, nor duplicates it into branches), which it
+// cannot know of an `asm!` block. A constant full mask folds to the immediate `-1`.
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.nvvm.activemask"]
+    fn llvm_activemask() -> i32;
+    #[link_name = "llvm.nvvm.bar.warp.sync"]
+    fn llvm_bar_warp_sync(mask: i32);
+    #[link_name = "llvm.nvvm.vote.ballot.sync"]
+    fn llvm_vote_ballot_sync(mask: i32, predicate: bool) -> i32;
+    #[link_name = "llvm.nvvm.vote.any.sync"]
+    fn llvm_vote_any_sync(mask: i32, predicate: bool) -> bool;
+    #[link_name = "llvm.nvvm.vote.all.sync"]
+    fn llvm_vote_all_sync(mask: i32, predicate: bool) -> bool;
+    #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
+    fn llvm_shfl_sync_idx(mask: i32, value: i32, source: i32, clamp: i32) -> i32;
 }
 
 pub fn active_mask() -> u64 {
-    let mask: u32;
     // SAFETY: `activemask` only reports which threads of the warp execute it.
-    unsafe { asm!("activemask.b32 {mask};", mask = out(reg32) mask, options(nomem, nostack)) };
-    u64::from(mask)
+    u64::from(unsafe { llvm_activemask() } as u32)
 }
 
 pub fn sync_lanes(mask: u64) {
     // SAFETY: a warp barrier among the lanes of `mask` (the caller's contract: all of them
-    // reach it). It orders memory among them, so it is not `nomem`.
-    unsafe { with_mask!(mask, "bar.warp.sync {mask};", options(nostack)) };
+    // reach it); it orders their memory accesses.
+    unsafe { llvm_bar_warp_sync(mask as u32 as i32) }
 }
 
 pub fn ballot(mask: u64, predicate: bool) -> u64 {
-    let votes: u32;
     // SAFETY: a vote among the lanes of `mask`; no memory access.
-    unsafe {
-        with_mask!(
-            mask,
-            "{{ .reg .pred p; setp.ne.u32 p, {predicate}, 0; vote.sync.ballot.b32 {votes}, p, {mask}; }}",
-            votes = out(reg32) votes,
-            predicate = in(reg32) u32::from(predicate),
-            options(nomem, nostack),
-        )
-    };
-    u64::from(votes)
+    u64::from(unsafe { llvm_vote_ballot_sync(mask as u32 as i32, predicate) } as u32)
 }
 
 pub fn vote_any(mask: u64, predicate: bool) -> bool {
-    let any: u32;
     // SAFETY: a vote among the lanes of `mask`; no memory access.
-    unsafe {
-        with_mask!(
-            mask,
-            "{{ .reg .pred p, q; setp.ne.u32 p, {predicate}, 0; vote.sync.any.pred q, p, {mask}; selp.u32 {any}, 1, 0, q; }}",
-            any = out(reg32) any,
-            predicate = in(reg32) u32::from(predicate),
-            options(nomem, nostack),
-        )
-    };
-    any != 0
+    unsafe { llvm_vote_any_sync(mask as u32 as i32, predicate) }
 }
 
 pub fn vote_all(mask: u64, predicate: bool) -> bool {
-    let all: u32;
     // SAFETY: a vote among the lanes of `mask`; no memory access.
-    unsafe {
-        with_mask!(
-            mask,
-            "{{ .reg .pred p, q; setp.ne.u32 p, {predicate}, 0; vote.sync.all.pred q, p, {mask}; selp.u32 {all}, 1, 0, q; }}",
-            all = out(reg32) all,
-            predicate = in(reg32) u32::from(predicate),
-            options(nomem, nostack),
-        )
-    };
-    all != 0
+    unsafe { llvm_vote_all_sync(mask as u32 as i32, predicate) }
 }
 
 /// Lane `source`'s `value` (a lane of `mask`, below 32).
 fn shuffle_word(mask: u64, value: u32, source: u32) -> u32 {
-    let result: u32;
     // SAFETY: a shuffle among the lanes of `mask`; `c` = 0x1f: the whole warp is one segment.
-    unsafe {
-        with_mask!(
-            mask,
-            "shfl.sync.idx.b32 {result}, {value}, {source}, 0x1f, {mask};",
-            result = out(reg32) result,
-            value = in(reg32) value,
-            source = in(reg32) source,
-            options(nomem, nostack),
-        )
-    };
-    result
+    unsafe { llvm_shfl_sync_idx(mask as u32 as i32, value as i32, source as i32, 0x1f) as u32 }
 }
 
 /// `value` of lane `source` (a lane of `mask`): 64-bit values move as two words.
