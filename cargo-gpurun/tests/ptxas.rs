@@ -1,12 +1,17 @@
-//! Every fixture's PTX assembles, at ptxas's default optimization level, with both ptxas
-//! generations: 12.x (PyPI `nvidia-cuda-nvcc-cu12`) and 13.x (PyPI `nvidia-cuda-nvcc`, which drops
-//! sm_70). Every fixture is assembled for the build's architecture with 12.x (by the build) and
-//! for sm_90 with 13.x (ptxas 12.9 and 13.x once segfaulted for sm_90 on every image with the
-//! panic path; a crash fails like an error). The fixtures whose device code uses what differs
-//! between architectures (warp operations, atomics, shared memory, barriers: [`EVERY_ARCH`]) are
-//! assembled for every architecture we claim: 12.x for sm_70, sm_80 and sm_90, 13.x for sm_90 and
-//! sm_100. Not every fixture on every architecture: a debug fixture's PTX takes ptxas 10-30 s per
-//! architecture, and the full matrix alone took most of CI's time budget. Also: the 1024-thread
+//! Every fixture's PTX assembles with both ptxas generations: 12.x (PyPI `nvidia-cuda-nvcc-cu12`)
+//! and 13.x (PyPI `nvidia-cuda-nvcc`, which drops sm_70). Every fixture is assembled for the
+//! build's architecture with 12.x (by the build) and for sm_90 with 13.x. The fixtures whose
+//! device code uses what differs between architectures (warp operations, atomics, shared memory,
+//! barriers: [`EVERY_ARCH`]) are assembled for every architecture we claim: 12.x for sm_70, sm_80
+//! and sm_90, 13.x for sm_90 and sm_100.
+//!
+//! Which architecture has an instruction is checked at any optimization; ptxas's optimizer is
+//! where it crashed (12.9 and 13.x once segfaulted for sm_90 on every image with the panic path;
+//! a crash fails like an error). So the matrix is assembled with `--Ofast-compile=max` (about a
+//! second per debug image, where ptxas's default `-O3` takes 10-40 s and the whole matrix at
+//! `-O3` took most of CI's time), and the optimizer runs, at `-O3`, on the
+//! [`OPTIMIZED_FIXTURES`] for sm_90 with 13.x. `GPURUN_PTXAS_FULL=1` assembles every one of them at `-O3`
+//! (README, "Status": run it before a release and after a ptxas update). Also: the 1024-thread
 //! test kernel fits 1024 threads (`ptxas -v` register count), and block-shared memory is PTX
 //! shared memory.
 //!
@@ -45,6 +50,15 @@ const EVERY_ARCH: &[&str] = &[
 
 /// Overrides where ptxas 13.x is.
 const PTXAS_13_ENV: &str = "GPURUN_PTXAS_13";
+
+/// `1`: every assembly at ptxas's default `-O3` (see the module documentation).
+const PTXAS_FULL_ENV: &str = "GPURUN_PTXAS_FULL";
+
+/// The architecture ptxas's optimizer runs for by default, with 13.x, and on which fixtures:
+/// the panic path (where it crashed) with warp operations, shared memory, atomics and barriers,
+/// in the smallest debug images that have them.
+const OPTIMIZED_ARCH: &str = "sm_90";
+const OPTIMIZED_FIXTURES: &[&str] = &["basic", "real_kernels"];
 
 /// Registers an SM has for one block (every architecture from sm_70 to sm_100).
 const REGISTERS_PER_BLOCK: u32 = 65536;
@@ -95,12 +109,14 @@ fn built_cubin_is_current(ptx: &Path) -> bool {
     }
 }
 
-/// One assembly to check: which ptxas (its generation for messages), which PTX, which arch.
+/// One assembly to check: which ptxas (its generation for messages), which PTX, which arch, at
+/// which optimization.
 struct Assembly<'a> {
     ptxas: &'a Path,
     generation: &'static str,
     ptx: &'a Path,
     arch: &'static str,
+    optimization: validate::PtxasOptimization,
 }
 
 impl Assembly<'_> {
@@ -110,9 +126,16 @@ impl Assembly<'_> {
         let cubin = self
             .ptx
             .with_extension(format!("{arch}.ptxas{generation}.cubin"));
-        let result = validate::assemble_ptx(self.ptxas, self.ptx, arch, &cubin);
+        let result =
+            validate::assemble_ptx_as(self.ptxas, self.ptx, arch, &cubin, self.optimization);
         let _ = std::fs::remove_file(&cubin);
-        result.map_err(|err| format!("{} ptxas {generation}: {err}", self.ptx.display()))
+        result.map_err(|err| {
+            format!(
+                "{} ptxas {generation} ({:?}): {err}",
+                self.ptx.display(),
+                self.optimization
+            )
+        })
     }
 }
 
@@ -121,6 +144,7 @@ fn assemblies_of<'a>(
     ptx: &'a Path,
     ptxas_12: Option<&'a Path>,
     ptxas_13: Option<&'a Path>,
+    full: bool,
 ) -> Vec<Assembly<'a>> {
     let stem = ptx
         .file_stem()
@@ -141,6 +165,15 @@ fn assemblies_of<'a>(
                 generation,
                 ptx,
                 arch,
+                optimization: if full
+                    || (OPTIMIZED_FIXTURES.contains(&stem)
+                        && generation == "13"
+                        && arch == OPTIMIZED_ARCH)
+                {
+                    validate::PtxasOptimization::Full
+                } else {
+                    validate::PtxasOptimization::FastCompile
+                },
             }));
         }
     }
@@ -184,9 +217,10 @@ fn every_fixture_assembles_with_both_ptxas_generations() {
                 }),
         );
     }
+    let full = std::env::var(PTXAS_FULL_ENV).is_ok_and(|value| value == "1");
     let assemblies: Vec<Assembly> = images
         .iter()
-        .flat_map(|ptx| assemblies_of(ptx, ptxas_12.as_deref(), ptxas_13.as_deref()))
+        .flat_map(|ptx| assemblies_of(ptx, ptxas_12.as_deref(), ptxas_13.as_deref(), full))
         .collect();
     // Two workers taking the next assembly in turn: ptxas is single-threaded, CI has two cores.
     let next = std::sync::atomic::AtomicUsize::new(0);

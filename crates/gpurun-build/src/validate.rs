@@ -117,12 +117,14 @@ fn parse(bytes: &[u8], kind: ImageKind, expected: &'static str) -> Result<Image,
 /// How hard ptxas optimizes a cubin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PtxasOptimization {
-    /// ptxas's default (`-O3`): release builds, and every offline validity check.
+    /// ptxas's default (`-O3`): release builds, and the offline checks that run ptxas's
+    /// optimizer (where it has crashed).
     Full,
     /// `--Ofast-compile=max`: debug builds. Debug PTX is large (core's float formatting alone is
     /// thousands of lines once a test asserts on an `f32`), and on it ptxas 12.9 took 39 s at
     /// `-O3`, 16 s at `-O0` and under 1 s at `--Ofast-compile=max` for sm_90 (fixtures/basic,
-    /// debug, 1 MB of PTX, measured 2026-11-27): the same code, less optimized.
+    /// debug, 1 MB of PTX, measured 2026-11-27): the same code, less optimized. It checks which
+    /// instructions an architecture has as `-O3` does.
     FastCompile,
 }
 
