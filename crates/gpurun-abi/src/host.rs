@@ -7,8 +7,9 @@ use core::ffi::c_void;
 /// Version of [`HostThreadInfo`] and of the host entry points (value of
 /// [`crate::symbols::HOST_ABI_VERSION`] in a host image). Version 2 added, at the end of the
 /// record, the block's shared memory and the warp exchange ([`HostThreadInfo::warp_exchange`],
-/// [`WarpExchange`]).
-pub const HOST_ABI_VERSION: u32 = 2;
+/// [`WarpExchange`]); version 3 the exchange that says where it is called from
+/// ([`HostThreadInfo::sync_at`], [`CallSite`]), which the barrier goes through too.
+pub const HOST_ABI_VERSION: u32 = 3;
 /// The oldest version the emulator still runs: every version's record starts with the one
 /// before it, so an older image reads the part it knows (and has no shared memory or warp API).
 pub const OLDEST_HOST_ABI_VERSION: u32 = 1;
@@ -43,6 +44,24 @@ pub struct HostThreadInfo {
     /// Meets the other lanes of this thread's warp named in the request's mask and gathers
     /// their values (see [`WarpExchange`]). `None`: the thread is alone in its warp.
     pub warp_exchange: Option<unsafe extern "C" fn(*const c_void, *mut WarpExchange)>,
+    // Version 3.
+    /// `warp_exchange` from a call site, or with [`warp_op::BARRIER`] the block barrier from
+    /// one: lanes (threads) meet only lanes (threads) calling from the same site, and the
+    /// request says why when they never can. Takes `warp_context`. A version 3 image uses it
+    /// instead of `barrier` and `warp_exchange` when it is set.
+    pub sync_at: Option<unsafe extern "C" fn(*const c_void, *mut WarpExchange, *const CallSite)>,
+}
+
+/// Where in the kernel's source a barrier or warp operation is called (a
+/// `core::panic::Location` of the image, which stays loaded while its threads run).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct CallSite {
+    /// UTF-8 path, `file_len` bytes (not NUL-terminated).
+    pub file: *const u8,
+    pub file_len: usize,
+    pub line: u32,
+    pub column: u32,
 }
 
 /// `__gpurun_host_enter_thread` in a host image.
@@ -63,11 +82,13 @@ impl HostThreadInfo {
         shared_memory_bytes: 0,
         warp_context: core::ptr::null(),
         warp_exchange: None,
+        sync_at: None,
     };
 }
 
-// The layout, pinned: changing it needs a new HOST_ABI_VERSION. Version 1 is the first 72
-// bytes, unchanged, so version 1 images still read their record from a version 2 emulator.
+// The layout, pinned: changing it needs a new HOST_ABI_VERSION. Each version's record starts
+// with the one before it (version 1: 72 bytes, version 2: 104), so older images still read
+// their record from a newer emulator.
 const _: () = {
     assert!(core::mem::offset_of!(HostThreadInfo, thread_idx) == 8);
     assert!(core::mem::offset_of!(HostThreadInfo, grid_dim) == 44);
@@ -77,7 +98,10 @@ const _: () = {
     assert!(core::mem::offset_of!(HostThreadInfo, shared_memory_bytes) == 80);
     assert!(core::mem::offset_of!(HostThreadInfo, warp_context) == 88);
     assert!(core::mem::offset_of!(HostThreadInfo, warp_exchange) == 96);
-    assert!(core::mem::size_of::<HostThreadInfo>() == 104);
+    assert!(core::mem::offset_of!(HostThreadInfo, sync_at) == 104);
+    assert!(core::mem::size_of::<HostThreadInfo>() == 112);
+    assert!(core::mem::offset_of!(CallSite, line) == 16);
+    assert!(core::mem::size_of::<CallSite>() == 24);
 };
 
 /// Most lanes an emulated warp has.
@@ -90,10 +114,15 @@ pub const WARP_MESSAGE_CAPACITY: usize = 1024;
 /// (`op`, `mask`, `value`) and answered by the emulator.
 ///
 /// The emulator waits until every lane of `mask` that has not returned from the kernel called
-/// the exchange with the same `op` and `mask`, then gives each of them every caller's value.
-/// When that can never happen (a lane of the mask waits at the block barrier, or in another
-/// warp operation that can never complete either) it answers [`WarpExchange::FAILED`] with a
-/// message naming the lanes instead of waiting forever.
+/// the exchange with the same `op` and `mask` (through [`HostThreadInfo::sync_at`]: from the
+/// same call site), then gives each of them every caller's value. When that can never happen
+/// (a lane of the mask waits at the block barrier, or in another warp operation that can never
+/// complete either, or the mask names lanes the warp does not have) it answers
+/// [`WarpExchange::FAILED`] with a message naming the lanes instead of waiting forever.
+///
+/// With [`warp_op::BARRIER`] through `sync_at` it is a thread's arrival at the block barrier:
+/// `mask` and `value` are unused, and it fails when threads of the block wait at barriers of
+/// different call sites.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct WarpExchange {
@@ -175,6 +204,8 @@ pub mod warp_op {
     /// waits elsewhere (the block barrier, another warp operation) or has returned; `mask` is
     /// ignored.
     pub const ACTIVE_MASK: u32 = 10;
+    /// The block barrier (only through `sync_at`): not a warp operation, but the same request.
+    pub const BARRIER: u32 = 11;
 
     /// The operation `op` of a broadcast from `lane`.
     pub const fn broadcast(lane: u32) -> u32 {
@@ -199,6 +230,7 @@ pub mod warp_op {
             SHUFFLE_XOR => "warp::shuffle_xor",
             BROADCAST => "warp::broadcast",
             ACTIVE_MASK => "warp::active_mask",
+            BARRIER => "gpurun::barrier",
             _ => "an unknown warp operation",
         }
     }

@@ -182,6 +182,7 @@ impl GridRun {
                 shared_memory_bytes: shared.map_or(0, |_| self.shape.shared_bytes as usize),
                 warp_context: seat_context,
                 warp_exchange: Some(warp::warp_exchange),
+                sync_at: Some(warp::sync_at),
             };
             // SAFETY: `enter` and `kernel` come from the loaded image, which outlives the pool
             // (`HostPrimitives` drops the pool first); `info` and the seat its callbacks get
