@@ -19,3 +19,4 @@ mod real_kernels;
 mod sanitize;
 mod saxpy_example;
 mod setup;
+mod strict;
