@@ -125,6 +125,10 @@ pub struct LoadOptions {
     pub stack_size: Option<usize>,
     /// Lane size the host emulation uses (1, 32 or 64). Ignored by GPU backends.
     pub emulated_lane_size: u32,
+    /// Whether the host emulation checks the memory accesses of an image built for it
+    /// (out-of-bounds accesses, reads of unwritten shared memory). Ignored by GPU backends and
+    /// by images built without the checks.
+    pub emulation_checks: bool,
 }
 
 impl Default for LoadOptions {
@@ -133,6 +137,7 @@ impl Default for LoadOptions {
             rpc_ports: 1024,
             stack_size: None,
             emulated_lane_size: 32,
+            emulation_checks: true,
         }
     }
 }

@@ -9,9 +9,12 @@
 //! size 1, 32 or 64), so the server's multi-lane paths run with partial masks. A crash in
 //! device code kills the worker process, never the harness.
 
+mod arena;
+mod checks;
 mod launch;
 pub(crate) mod memory;
 mod primitives;
+mod symbols;
 mod warp;
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};

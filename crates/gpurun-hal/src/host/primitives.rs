@@ -1,14 +1,16 @@
 //! A host image loaded with `dlopen`: the primitives of the host emulation.
 
+use super::arena::Arena;
 use super::launch::{
-    Entry, Grid, KernelFn, Registers, ThreadPool, FLOAT_REGISTERS, INTEGER_REGISTERS,
+    CheckedMemory, Entry, Grid, KernelFn, LaunchSetting, Registers, ThreadPool, FLOAT_REGISTERS,
+    INTEGER_REGISTERS,
 };
 use super::memory::HostMemory;
 use crate::handlers::DeviceMemory;
 use crate::kernel_args::{KernelArg, Register};
 use crate::module::{Primitives, Started};
 use crate::{BackendError, LaunchShape, LoadOptions, SharedAlloc};
-use gpurun_abi::host::EnterThread;
+use gpurun_abi::host::{EnterThread, HostChecks};
 use gpurun_abi::symbols;
 use gpurun_image::{Image, ImageKind};
 use gpurun_rpc::host_waits::ServerWaker;
@@ -29,6 +31,10 @@ pub(crate) struct HostPrimitives {
     /// device `free` cannot release them.
     buffers: HostMemory,
     lane_size: u32,
+    /// The checked memory, when the image is built for the memory checks and they are on.
+    arena: Option<&'static Arena>,
+    /// Launches so far: each gets its own poison.
+    launches: u64,
     /// Wakes the serve loop when a launch's last thread returns (set with the host waits block).
     server_waker: Option<ServerWaker>,
     enter: EnterThread,
@@ -75,11 +81,14 @@ impl HostPrimitives {
                 what: "host entry function",
                 name: symbols::HOST_ENTER_THREAD.into(),
             })?;
+        let arena = set_up_checks(&library, options.emulation_checks)?;
         Ok(HostPrimitives {
             pool: ThreadPool::new(options.stack_size.unwrap_or(DEFAULT_STACK)),
             memory: HostMemory::default(),
-            buffers: HostMemory::default(),
+            buffers: arena.map_or_else(HostMemory::default, HostMemory::in_arena),
             lane_size,
+            arena,
+            launches: 0,
             server_waker: None,
             enter,
             globals: image
@@ -184,16 +193,49 @@ impl Primitives for HostPrimitives {
             enter: self.enter,
             kernel: kernel_fn,
         };
-        let grid = Grid::start(
-            &mut self.pool,
-            entry,
-            shape,
-            registers,
-            self.lane_size,
-            self.server_waker,
-        )?;
+        let checked = self.arena.map(|arena| CheckedMemory {
+            arena,
+            buffers: self.buffers.blocks(),
+            kernel: kernel.to_string(),
+        });
+        self.launches += 1;
+        let setting = LaunchSetting {
+            lane_size: self.lane_size,
+            waker: self.server_waker,
+            poison: super::checks::poison_of(self.launches),
+            checked,
+        };
+        let grid = Grid::start(&mut self.pool, entry, shape, registers, setting)?;
         Ok(Box::new(grid))
     }
+}
+
+/// Tells an image built for the memory checks which memory to check (none when `on` is false)
+/// and how to do atomics (`gpurun_abi::host::HostChecks`), before any of its threads runs.
+/// Returns the checked memory when the checks are on.
+fn set_up_checks(
+    library: &libloading::Library,
+    on: bool,
+) -> Result<Option<&'static Arena>, BackendError> {
+    let mut name = symbols::HOST_MEMORY_CHECKS.as_bytes().to_vec();
+    name.push(0);
+    // SAFETY: with a pointer type, libloading hands back the symbol's address itself.
+    let Ok(record) = (unsafe { library.get::<*mut HostChecks>(&name) }).map(|symbol| *symbol)
+    else {
+        // Built without the checks.
+        return Ok(None);
+    };
+    let arena = if on { Arena::get() } else { None };
+    let (checked_start, checked_len) = arena.map_or((0, 0), Arena::range);
+    let value = HostChecks {
+        checked_start,
+        checked_len,
+        atomic: Some(super::checks::atomic),
+    };
+    // SAFETY: the image's `HostChecks` record (the symbol has that type in every image built
+    // for the checks); no thread of the image runs yet, so nothing reads it meanwhile.
+    unsafe { record.write_volatile(value) };
+    Ok(arena)
 }
 
 /// Assigns `args` to registers as the C ABI does: integers and floats each in order, in their

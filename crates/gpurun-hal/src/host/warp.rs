@@ -20,6 +20,7 @@
 //! GPUs: NVIDIA does not wait for exited threads, and an AMD wavefront whose lanes all ended
 //! leaves the barrier); the device runtime decides what reading their value means.
 
+use super::checks::ThreadChecks;
 use gpurun_abi::host::{warp_op, CallSite, WarpExchange, MAX_LANES};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -137,12 +138,13 @@ pub(crate) struct BlockSync {
 }
 
 struct BlockState {
-    /// Which of its group's blocks the group runs (0, 1, ...), and that block's index.
-    round: u64,
+    /// How many of its group's blocks the group has begun (the round running is one less), and
+    /// the index of the one running.
+    begun: u64,
     block_idx: [u32; 3],
     /// Threads that called the barrier in its current generation.
     arrived: usize,
-    /// Threads that returned from the kernel in this round.
+    /// Threads that returned from the kernel in this round (before the first: all of them).
     returned: usize,
     /// How often the barrier has let its threads go.
     generation: u64,
@@ -161,6 +163,8 @@ pub(crate) struct LaneSeat<'a> {
     thread: usize,
     warp: usize,
     lane: usize,
+    /// Its part in the launch's memory checks, when they are on.
+    checks: Option<&'a ThreadChecks<'a>>,
 }
 
 impl BlockSync {
@@ -173,10 +177,10 @@ impl BlockSync {
             threads,
             lane_size,
             state: Mutex::new(BlockState {
-                round: 0,
+                begun: 0,
                 block_idx: [0; 3],
                 arrived: 0,
-                returned: 0,
+                returned: threads,
                 generation: 0,
                 waiting_at: vec![None; threads],
                 broken: None,
@@ -194,6 +198,7 @@ impl BlockSync {
             thread,
             warp: thread / self.lane_size,
             lane: thread % self.lane_size,
+            checks: None,
         }
     }
 
@@ -261,7 +266,17 @@ impl BlockSync {
     }
 }
 
-impl LaneSeat<'_> {
+impl<'a> LaneSeat<'a> {
+    /// The seat with the thread's part in the memory checks.
+    pub fn with_checks(self, checks: Option<&'a ThreadChecks<'a>>) -> LaneSeat<'a> {
+        LaneSeat { checks, ..self }
+    }
+
+    /// The thread's part in the memory checks, when they are on.
+    pub fn checks(&self) -> Option<&'a ThreadChecks<'a>> {
+        self.checks
+    }
+
     fn warp(&self) -> &Warp {
         &self.block.warps[self.warp]
     }
@@ -270,17 +285,17 @@ impl LaneSeat<'_> {
     /// (`block_idx`): waits until every thread of the group has returned from the previous
     /// one, so threads of different blocks never meet at a barrier or in a warp. The thread
     /// that starts the round runs `prepare_block` first, while no thread of the group is in a
-    /// block (the block's shared memory is zeroed there).
+    /// block (the block's shared memory gets its poison there).
     pub fn begin(&self, round: u64, block_idx: [u32; 3], prepare_block: impl FnOnce()) {
         let block = self.block;
         let mut prepare_block = Some(prepare_block);
         let mut state = block.lock();
-        while state.round != round {
-            if state.round < round && state.returned == block.threads {
+        while state.begun != round + 1 {
+            if state.begun == round && state.returned == block.threads {
                 if let Some(prepare) = prepare_block.take() {
                     prepare();
                 }
-                state.round = round;
+                state.begun = round + 1;
                 state.returned = 0;
                 state.broken = None;
                 for warp in &block.warps {
@@ -295,6 +310,9 @@ impl LaneSeat<'_> {
         state.block_idx = block_idx;
         drop(state);
         self.warp().lock().block_idx = block_idx;
+        if let Some(checks) = self.checks {
+            checks.begin_block(block_idx);
+        }
     }
 
     /// Called when the thread has returned from the kernel (normally or after a panic). It no

@@ -34,6 +34,12 @@ fn current() -> HostThreadInfo {
     CURRENT.with(Cell::get)
 }
 
+/// This thread's record, as the emulator gave it.
+#[cfg_attr(not(gpurun_emulation_checks), allow(dead_code))]
+pub(crate) fn info() -> HostThreadInfo {
+    current()
+}
+
 pub fn thread_idx() -> [u32; 3] {
     current().thread_idx
 }

@@ -1,6 +1,12 @@
 //! Thread identity and synchronisation, the same functions on every target: `nvptx.rs`,
 //! `amdgpu.rs` and `host.rs` (the emulator) each define them, and this module picks one.
 
+/// The hooks of a host image built for the emulation's memory checks.
+#[cfg(all(
+    gpurun_emulation_checks,
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu"))
+))]
+mod checks;
 #[cfg(target_arch = "amdgpu")]
 #[path = "amdgpu.rs"]
 pub(crate) mod imp;
