@@ -102,6 +102,11 @@ pub struct CargoArgs {
     /// Do not print cargo's progress.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// The host emulation's memory checks (out-of-bounds accesses, reads of unwritten shared
+    /// memory): `on` builds the host images for them (nightly) and runs them; `off` builds plain
+    /// images. Barriers, warp operations and poisoned shared memory are checked either way.
+    #[arg(long, value_name = "on|off", default_value = "on", env = gpurun_build::suite::EMULATION_CHECKS_ENV, value_parser = gpurun_build::suite::parse_emulation_checks)]
+    pub emulation_checks: bool,
 }
 
 impl CargoArgs {
@@ -119,6 +124,7 @@ impl CargoArgs {
             targets,
             arch,
             quiet,
+            emulation_checks,
         } = self.clone();
         BuildOptions {
             manifest_path,
@@ -132,6 +138,7 @@ impl CargoArgs {
             arch,
             quiet,
             nvptx_linker: None,
+            emulation_checks,
         }
     }
 }

@@ -62,13 +62,31 @@ pub struct CargoBuild<'a> {
     pub arch: Option<&'a str>,
     pub packages: &'a [&'a DeviceCrate],
     pub workspace: &'a Workspace,
-    /// The nightly toolchain (GPU targets only).
+    /// The nightly toolchain (GPU targets, and the host with `emulation_checks`).
     pub toolchain: Option<&'a Toolchain>,
     /// The user's `build.rustflags` that our target rustflags would hide (see [`super::rustflags`]).
     pub user_build_flags: &'a [String],
     /// The targets to build.
     pub selection: Selection<'a>,
+    /// Host target: build for the emulation's memory checks, with the nightly toolchain (see
+    /// [`HOST_CHECKS_RUSTFLAGS`]).
+    pub emulation_checks: bool,
 }
+
+/// What makes a host image one the emulation checks the memory accesses of: ThreadSanitizer's
+/// instrumentation (the device runtime implements its hooks, see `gpurun`'s `arch/checks.rs`),
+/// which the precompiled standard library lacks (hence the allowed mismatch), without
+/// ThreadSanitizer's own runtime (rustc links it into executables, whose hooks would clash with
+/// ours: tests/ targets and examples are executables linked as shared objects), frame pointers
+/// for the reports' walk to the kernel's line, and the cfg that turns the hooks on.
+pub const HOST_CHECKS_RUSTFLAGS: [&str; 6] = [
+    "-Zsanitizer=thread",
+    "-Cunsafe-allow-abi-mismatch=sanitizer",
+    "-Zexternal-clangrt",
+    "-Cforce-frame-pointers=yes",
+    "--cfg",
+    "gpurun_emulation_checks",
+];
 
 impl CargoBuild<'_> {
     /// Runs cargo, then validates each image (and assembles cubins for nvptx).
@@ -194,9 +212,37 @@ impl CargoBuild<'_> {
         }
     }
 
+    /// The target triple cargo builds for: a GPU target's, or for a checked host build the
+    /// host's, named so that our rustflags stay off build scripts and proc macros (which rustc
+    /// loads uninstrumented); `None`: cargo's default, the host.
+    fn triple(&self) -> Option<&str> {
+        match (self.target.triple(), self.toolchain) {
+            (Some(triple), _) => Some(triple),
+            (None, Some(toolchain)) if self.emulation_checks => Some(&toolchain.host),
+            (None, _) => None,
+        }
+    }
+
     fn command(&self) -> Result<Command, BuildError> {
         let mut command;
-        if let (Some(triple), Some(toolchain)) = (self.target.triple(), self.toolchain) {
+        if let (true, Some(toolchain), Some(triple)) =
+            (self.emulation_checks, self.toolchain, self.triple())
+        {
+            command = toolchain_cargo(toolchain);
+            command.arg(self.subcommand()).args(["--target", triple]);
+            if std::env::var_os("CARGO_UNSTABLE_BUILD_STD").is_some()
+                || super::rustflags::config_files_may_set(&["unstable", "build-std"])
+            {
+                // A crate set up for plain cargo on nvptx asks for `core` and `alloc` from source
+                // in `[unstable]`, which the nightly applies to every target: on the host `std`
+                // must then come from source too (its precompiled copy has another `core`).
+                // Cargo appends to the list; it cannot be emptied.
+                command.args(["--config", "unstable.build-std=[\"std\", \"panic_unwind\"]"]);
+            }
+            for var in ["RUSTC", "RUSTDOC", "CARGO"] {
+                command.env_remove(var);
+            }
+        } else if let (Some(triple), Some(toolchain)) = (self.target.triple(), self.toolchain) {
             command = toolchain_cargo(toolchain);
             command
                 .arg(self.subcommand())
@@ -313,10 +359,13 @@ impl CargoBuild<'_> {
     /// `target.<triple>.rustflags` when `RUSTFLAGS`/`CARGO_ENCODED_RUSTFLAGS` is set, so then we
     /// append to those instead.
     fn add_rustflags(&self, command: &mut Command) -> Result<(), BuildError> {
-        let Some(triple) = self.target.triple() else {
+        let Some(triple) = self.triple() else {
             return Ok(());
         };
         let mut flags = Vec::new();
+        if self.emulation_checks {
+            flags.extend(HOST_CHECKS_RUSTFLAGS.iter().map(|flag| flag.to_string()));
+        }
         if let Some(arch) = self.arch {
             flags.push(format!("-Ctarget-cpu={arch}"));
         }

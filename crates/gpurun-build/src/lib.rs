@@ -72,6 +72,11 @@ pub struct BuildOptions {
     /// `cargo-gpurun` does); a library caller whose executable is not such a program (e.g.
     /// `gpurun-test` in a test binary) passes the `gpurun-nvptx-link` executable of this crate.
     pub nvptx_linker: Option<PathBuf>,
+    /// Host target: build the images for the emulation's memory checks (with the nightly
+    /// toolchain: `-Zsanitizer=thread`, whose hooks the device runtime implements, and frame
+    /// pointers), into `<target dir>/<host triple>/`. Without a nightly toolchain the images are
+    /// built without them and a `warning:` line says so.
+    pub emulation_checks: bool,
 }
 
 /// What kind of cargo target an image came from. Ordered as `cargo test` runs them.
@@ -211,9 +216,18 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     // `cargo metadata` and the toolchain probe are independent processes: run them side by
     // side, since together they are most of a no-op build's overhead over cargo's own.
     let needs_toolchain = targets.iter().any(|target| target.is_gpu());
+    let host_checks = opts.emulation_checks && targets.contains(&DeviceTarget::Host);
     let (workspace, toolchain) = std::thread::scope(|scope| {
-        let probe =
-            scope.spawn(|| needs_toolchain.then(crate::toolchain::Toolchain::ensure_for_build));
+        let probe = scope.spawn(|| {
+            if needs_toolchain {
+                Some(crate::toolchain::Toolchain::ensure_for_build())
+            } else if host_checks {
+                // The host needs no component of it.
+                Some(crate::toolchain::Toolchain::probe())
+            } else {
+                None
+            }
+        });
         let workspace = crates::Workspace::load(opts);
         let toolchain = probe
             .join()
@@ -224,7 +238,15 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     let workspace = workspace?;
     let selected = workspace.select(opts)?;
     let toolchain = match toolchain {
-        Some(probed) => Some(probed?.ready_for_build()?),
+        Some(probed) if needs_toolchain => Some(probed?.ready_for_build()?),
+        Some(Ok(probed)) => Some(probed),
+        Some(Err(error)) => {
+            eprintln!(
+                "warning: the host emulation's memory checks need the nightly toolchain ({error}); \
+                 building the host images without them"
+            );
+            None
+        }
         None => None,
     };
     let mut selections = HashMap::new();
@@ -253,8 +275,14 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     }
     let mut images = Vec::new();
     for target in targets {
+        let emulation_checks = target == DeviceTarget::Host && host_checks && toolchain.is_some();
+        let triple = match (target.triple(), &toolchain) {
+            (Some(triple), _) => Some(triple),
+            (None, Some(toolchain)) if emulation_checks => Some(toolchain.host.as_str()),
+            (None, _) => None,
+        };
         // Only without RUSTFLAGS: cargo takes those alone, and ours are appended to them.
-        let user_build_flags = match (target.triple(), &toolchain) {
+        let user_build_flags = match (triple, &toolchain) {
             (Some(triple), Some(toolchain)) if !cargo::rustflags_from_env() => {
                 rustflags::hidden_build_flags(toolchain, triple)?
             }
@@ -290,6 +318,7 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
                 toolchain: toolchain.as_ref(),
                 user_build_flags: &user_build_flags,
                 selection: cargo::Selection::Default,
+                emulation_checks,
             };
             let built = match mode {
                 Mode::Build if target == DeviceTarget::Host => build_group_for_host(&request)?,

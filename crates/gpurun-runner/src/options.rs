@@ -13,6 +13,8 @@ pub struct WorkerOptions {
     pub device: usize,
     /// Warp size of the host emulation.
     pub lane_size: u32,
+    /// Whether the host emulation checks the memory accesses of an image built for it.
+    pub emulation_checks: bool,
     pub stack_size: Option<usize>,
     /// Let device code run host commands through `system()` (`cargo gpurun run --allow-system`).
     pub allow_system: bool,
@@ -32,6 +34,9 @@ impl WorkerOptions {
             "--lane-size".into(),
             self.lane_size.to_string(),
         ];
+        if !self.emulation_checks {
+            args.push("--no-emulation-checks".into());
+        }
         if let Some(stack) = self.stack_size {
             args.push("--stack-size".into());
             args.push(stack.to_string());
@@ -69,6 +74,7 @@ impl WorkerOptions {
             backend: BackendKind::Host,
             device: 0,
             lane_size: LoadOptions::default().emulated_lane_size,
+            emulation_checks: true,
             stack_size: None,
             allow_system: false,
             stdin: None,
@@ -83,6 +89,10 @@ impl WorkerOptions {
             }
             if arg == "--allow-system" {
                 options.allow_system = true;
+                continue;
+            }
+            if arg == "--no-emulation-checks" {
+                options.emulation_checks = false;
                 continue;
             }
             let value = rest
@@ -126,6 +136,7 @@ impl WorkerOptions {
         LoadOptions {
             stack_size: self.stack_size,
             emulated_lane_size: self.lane_size,
+            emulation_checks: self.emulation_checks,
             ..LoadOptions::default()
         }
     }
@@ -141,6 +152,7 @@ mod tests {
             backend: BackendKind::Cuda,
             device: 3,
             lane_size: 64,
+            emulation_checks: false,
             stack_size: Some(8192),
             allow_system: true,
             stdin: Some("/proc/1/fd/0".into()),

@@ -87,6 +87,7 @@ impl Setup {
             backend: BackendKind::Scripted,
             device: 0,
             lane_size: 1,
+            emulation_checks: true,
             stack_size: None,
             allow_system: false,
             stdin: None,

@@ -175,6 +175,8 @@ fn worker_options(backend: BackendKind, lane_size: u32) -> WorkerOptions {
         backend,
         device: 0,
         lane_size,
+        // An image built without the checks (`GPURUN_EMULATION_CHECKS=off`) has none to run.
+        emulation_checks: true,
         stack_size: None,
         allow_system: false,
         stdin: None,

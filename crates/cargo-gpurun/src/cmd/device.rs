@@ -107,11 +107,14 @@ pub fn sanitizer(device: &DeviceArgs, kind: BackendKind) -> anyhow::Result<Optio
     Ok(Some(Sanitizer::find(tool)?))
 }
 
-pub fn options(device: &DeviceArgs, kind: BackendKind) -> WorkerOptions {
+/// The worker options `device` asks for on `kind`, with the host emulation's memory checks on
+/// or off (they only apply to an image built for them).
+pub fn options(device: &DeviceArgs, kind: BackendKind, emulation_checks: bool) -> WorkerOptions {
     WorkerOptions {
         backend: kind,
         device: device.device.unwrap_or(0),
         lane_size: device.lane_size,
+        emulation_checks,
         stack_size: device.stack_size,
         allow_system: false,
         stdin: None,

@@ -130,7 +130,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
                 kind,
                 &suite.built.path,
                 &harness_args,
-                timeout,
+                (timeout, args.cargo.emulation_checks),
             )?);
             if several {
                 tests.extend(variants.add(kind.name(), &image_tests, executor));
@@ -215,11 +215,11 @@ pub fn test_executor(
     kind: BackendKind,
     image: &Path,
     harness_args: &HarnessArgs,
-    timeout: Duration,
+    (timeout, emulation_checks): (Duration, bool),
 ) -> anyhow::Result<WorkerExecutor> {
     let sanitizer = sanitizer(device, kind)?;
     let ordinals = gpurun_runner::test_devices(device.device, kind)?;
-    let base = options(device, kind);
+    let base = options(device, kind, emulation_checks);
     let specs = ordinals
         .into_iter()
         .map(|ordinal| {
