@@ -2,7 +2,10 @@
 //! run alone, fails with the report of its defect class, pointing at the kernel's lines (found
 //! by the `// site:` comments of the fixture's source); each fixed kernel passes.
 
-use gpurun_tests::{assert_contains, describe, fixtures_dir, host_images, run_fixture, text};
+use gpurun_test::{Error, LaunchShape};
+use gpurun_tests::{
+    assert_contains, describe, fixtures_dir, host_images, load_on_host, run_fixture, text,
+};
 
 const FIXTURE: &str = "wrong-kernels";
 
@@ -63,7 +66,7 @@ fn fixed_kernels_pass_with_lane_sizes_1_32_and_64() {
         assert!(
             output.status.success()
                 && summary(&text(&output.stdout))
-                    .starts_with("test result: ok. 4 passed; 0 failed; 4 ignored;"),
+                    .starts_with("test result: ok. 6 passed; 0 failed; 6 ignored;"),
             "lane size {lane_size}: {}",
             describe(&output)
         );
@@ -163,5 +166,102 @@ fn a_full_mask_over_a_partial_warp_fails_naming_the_missing_lanes() {
             ),
             &output,
         );
+    }
+}
+
+#[test]
+fn a_histogram_in_unwritten_shared_memory_fails_at_the_first_count() {
+    host_images();
+    let line = site("histogram add");
+    for lane_size in ["32", "64"] {
+        let (stdout, output) = run_wrong(lane_size, "uninitialised_shared_histogram");
+        assert!(
+            panicked_at(&stdout).starts_with(&line),
+            "{}",
+            describe(&output)
+        );
+        assert_contains(
+            &stdout,
+            "initcheck: uninitialised atomic read-modify-write of 4 bytes of shared memory at \
+             offset ",
+            &output,
+        );
+        assert_contains(&stdout, "by block (0, 0, 0), thread (", &output);
+        assert_contains(
+            &stdout,
+            "of kernel `__gpurun_test_uninitialised_shared_histogram_",
+            &output,
+        );
+        assert_contains(
+            &stdout,
+            "no thread of the block wrote them since the block began",
+            &output,
+        );
+    }
+}
+
+#[test]
+fn a_write_past_the_launchs_shared_memory_fails_naming_the_offset() {
+    host_images();
+    let line = site("shared oob write");
+    for lane_size in ["32", "64"] {
+        let (stdout, output) = run_wrong(lane_size, "out_of_bounds_shared_write");
+        assert!(
+            panicked_at(&stdout).starts_with(&line),
+            "{}",
+            describe(&output)
+        );
+        assert_contains(&stdout, "memcheck: invalid write of 4 bytes at 0x", &output);
+        assert_contains(&stdout, "by block (0, 0, 0), thread (63, 0, 0)", &output);
+        assert_contains(
+            &stdout,
+            "it reaches shared memory at offset 256, but the launch gives each block 256 bytes \
+             of it",
+            &output,
+        );
+        // Only the last thread wrote out of bounds.
+        assert_contains(&stdout, "thread (63,0,0)) panicked", &output);
+    }
+}
+
+#[test]
+fn a_kernel_writing_past_its_buffer_fails_the_launch_naming_the_line() {
+    host_images();
+    let line = site("buffer oob write");
+    for lane_size in [32, 64] {
+        let gpu = load_on_host(FIXTURE, lane_size);
+        let n = 64usize;
+        let mut out = gpu.buffer::<u32>(n).unwrap();
+        let shape = LaunchShape::blocks(2).threads(32);
+        let error = gpu
+            .launch("shift_right", shape, (&mut out, n))
+            .expect_err("a write past the buffer passed");
+        let Error::Panicked(panic) = &error else {
+            panic!("not a device panic: {error}");
+        };
+        let report = &panic.report;
+        let at = format!("{}:{}:", report.file, report.line);
+        assert_eq!(at, line, "{error}");
+        assert_eq!(
+            (report.block, report.thread),
+            ([1, 0, 0], [31, 0, 0]),
+            "{error}"
+        );
+        assert!(
+            report
+                .message
+                .starts_with("memcheck: invalid write of 4 bytes at 0x")
+                && report
+                    .message
+                    .contains("it is 0 bytes after the end of the 256-byte device buffer at 0x"),
+            "{error}"
+        );
+        let mut fixed = gpu.buffer::<u32>(n).unwrap();
+        gpu.launch("shift_right_fixed", shape, (&mut fixed, n))
+            .unwrap();
+        let expected: Vec<u32> = (0..n as u32)
+            .map(|i| (i + n as u32 - 1) % n as u32)
+            .collect();
+        assert_eq!(fixed.to_vec().unwrap(), expected);
     }
 }
