@@ -129,6 +129,11 @@ pub struct LoadOptions {
     /// (out-of-bounds accesses, reads of unwritten shared memory). Ignored by GPU backends and
     /// by images built without the checks.
     pub emulation_checks: bool,
+    /// The host emulation's seed: each launch's poison for shared memory, the order its blocks
+    /// run in and where its checked threads yield derive from it and the kernel's name. `None`:
+    /// `GPURUN_EMULATION_SEED` ([`host::EMULATION_SEED_ENV`]), else a fresh one per load. Ignored
+    /// by GPU backends.
+    pub emulation_seed: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -138,6 +143,7 @@ impl Default for LoadOptions {
             stack_size: None,
             emulated_lane_size: 32,
             emulation_checks: true,
+            emulation_seed: None,
         }
     }
 }

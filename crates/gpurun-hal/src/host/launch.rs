@@ -175,6 +175,8 @@ struct GridRun {
     shared: Vec<SharedRegion>,
     /// What every block's shared memory holds when it begins.
     poison: [u8; 4],
+    /// The order the blocks run in.
+    order: BlockOrder,
     /// The launch's memory checks, when they are on (then the shared memory is in the arena).
     checks: Option<LaunchChecks>,
     /// Pool threads still running this launch.
@@ -205,9 +207,11 @@ impl GridRun {
             .with_checks(thread_checks.as_ref());
         let seat_context = std::ptr::from_ref(&seat).cast();
         let shared = self.shared.get(group as usize);
-        let mut block = group;
+        // The group runs the `group`-th, `group + groups`-th ... blocks of the launch's order.
+        let mut index = group;
         let mut round = 0;
-        while block < self.deal.blocks {
+        while index < self.deal.blocks {
+            let block = self.order.block(index);
             let block_idx = [block % gx, block / gx % gy, block / (gx * gy)].map(|i| i as u32);
             seat.begin(round, block_idx, || {
                 let Some(region) = shared else { return };
@@ -245,7 +249,7 @@ impl GridRun {
                 (self.entry.kernel)(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
             }
             seat.end();
-            block += self.deal.groups;
+            index += self.deal.groups;
             round += 1;
         }
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -364,10 +368,51 @@ pub(crate) struct LaunchSetting {
     pub lane_size: u32,
     /// Wakes the serve loop sleeping on the RPC server when the last thread returns.
     pub waker: Option<ServerWaker>,
-    /// What every block's shared memory holds when it begins.
-    pub poison: [u8; 4],
+    /// The launch's seed: the poison every block's shared memory begins with, the order the
+    /// blocks run in, and where checked threads yield.
+    pub seed: u64,
+    /// The run's seed, which the launch's derives from: what the reports name.
+    pub run_seed: u64,
     /// The memory checks, when they are on.
     pub checked: Option<CheckedMemory>,
+}
+
+/// The order a launch runs its blocks in, a permutation drawn from its seed: `index` to
+/// `(step * index + offset) % blocks`, with `step` coprime to `blocks`. GPUs promise no order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockOrder {
+    blocks: u64,
+    step: u64,
+    offset: u64,
+}
+
+impl BlockOrder {
+    fn of(blocks: u64, seed: u64) -> BlockOrder {
+        let mixed = checks::splitmix64(seed);
+        let blocks = blocks.max(1);
+        let mut step = (mixed >> 32) % blocks;
+        while gcd(step, blocks) != 1 {
+            step = (step + 1) % blocks;
+        }
+        BlockOrder {
+            blocks,
+            step,
+            offset: mixed % blocks,
+        }
+    }
+
+    /// The block that runs `index`-th.
+    fn block(&self, index: u64) -> u64 {
+        ((u128::from(self.step) * u128::from(index) + u128::from(self.offset))
+            % u128::from(self.blocks)) as u64
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 /// A launch in progress: poll [`Grid::finished`] while serving RPC.
@@ -400,9 +445,12 @@ impl Grid {
         let LaunchSetting {
             lane_size,
             waker,
-            poison,
+            seed,
+            run_seed,
             checked,
         } = setting;
+        let poison = checks::poison_of(seed);
+        let order = BlockOrder::of(deal.blocks, seed);
         let threads = deal.threads() as usize;
         let arena = checked.as_ref().map(|checked| checked.arena);
         let shared = if shape.shared_bytes > 0 {
@@ -416,12 +464,11 @@ impl Grid {
         let checks = checked.map(|checked| {
             let regions: Vec<usize> = shared.iter().map(|region| region.start as usize).collect();
             LaunchChecks::new(
-                &checked.kernel,
-                shape,
+                (&checked.kernel, shape, lane_size),
                 checked.arena,
                 &checked.buffers,
                 &regions,
-                poison,
+                (poison, seed, run_seed),
             )
         });
         pool.reserve(threads)?;
@@ -436,6 +483,7 @@ impl Grid {
                 .collect(),
             shared,
             poison,
+            order,
             checks,
             running: AtomicUsize::new(threads),
             done: AtomicBool::new(false),
@@ -515,16 +563,36 @@ mod tests {
 
     kernel_ignoring_arguments!(nothing {});
 
-    const POISON: [u8; 4] = [0xa1, 0xb2, 0xc3, 0xd4];
+    const SEED: u64 = 17;
 
     /// A launch without memory checks.
     fn plain(lane_size: u32) -> LaunchSetting {
         LaunchSetting {
             lane_size,
             waker: None,
-            poison: POISON,
+            seed: SEED,
+            run_seed: 1,
             checked: None,
         }
+    }
+
+    #[test]
+    fn the_block_order_is_a_permutation_drawn_from_the_seed() {
+        for blocks in [1u64, 2, 6, 7, 64, 1000] {
+            for seed in 0..20 {
+                let order = BlockOrder::of(blocks, seed);
+                let mut seen: Vec<u64> = (0..blocks).map(|index| order.block(index)).collect();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..blocks).collect::<Vec<_>>(), "{blocks} blocks");
+            }
+        }
+        let orders: Vec<Vec<u64>> = (0..5)
+            .map(|seed| {
+                let order = BlockOrder::of(64, seed);
+                (0..64).map(|index| order.block(index)).collect()
+            })
+            .collect();
+        assert!(orders.windows(2).any(|pair| pair[0] != pair[1]));
     }
 
     #[test]
@@ -627,7 +695,8 @@ mod tests {
         Box::new(grid).finish(true);
         let seen = SHARED_SEEN.lock().unwrap().clone();
         assert_eq!(seen.len(), 20, "{seen:?}");
-        let poison = u64::from_le_bytes([POISON, POISON].concat().try_into().unwrap());
+        let poison = checks::poison_of(SEED);
+        let poison = u64::from_le_bytes([poison, poison].concat().try_into().unwrap());
         for &(block, thread, address, bytes, before) in &seen {
             assert_eq!(
                 before, poison,
@@ -636,11 +705,18 @@ mod tests {
             assert_eq!(bytes, 32);
             assert_eq!(address % HOST_SHARED_ALIGN, 0);
         }
-        // Blocks of one group (0, 2, 4 and 1, 3) share its region; the groups' differ.
-        let region = |block| seen.iter().find(|seen| seen.0 == block).unwrap().2;
-        assert_eq!(region(0), region(2));
-        assert_eq!(region(0), region(4));
-        assert_eq!(region(1), region(3));
-        assert_ne!(region(0), region(1));
+        // The blocks of one group (three, and two: the seed says which) share its region; the
+        // groups' differ.
+        let mut regions: Vec<(usize, Vec<u32>)> = Vec::new();
+        for &(block, _, address, _, _) in &seen {
+            match regions.iter_mut().find(|(region, _)| *region == address) {
+                Some((_, blocks)) if blocks.contains(&block) => {}
+                Some((_, blocks)) => blocks.push(block),
+                None => regions.push((address, vec![block])),
+            }
+        }
+        let mut sizes: Vec<usize> = regions.iter().map(|(_, blocks)| blocks.len()).collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, [2, 3], "{regions:?}");
     }
 }

@@ -33,8 +33,10 @@ pub(crate) struct HostPrimitives {
     lane_size: u32,
     /// The checked memory, when the image is built for the memory checks and they are on.
     arena: Option<&'static Arena>,
-    /// Launches so far: each gets its own poison.
-    launches: u64,
+    /// The seed of the run (`LoadOptions::emulation_seed`), and how often each kernel has been
+    /// launched: a launch's seed comes from both, so it does not depend on what else ran.
+    seed: u64,
+    launches: HashMap<String, u64>,
     /// Wakes the serve loop when a launch's last thread returns (set with the host waits block).
     server_waker: Option<ServerWaker>,
     enter: EnterThread,
@@ -88,7 +90,8 @@ impl HostPrimitives {
             buffers: arena.map_or_else(HostMemory::default, HostMemory::in_arena),
             lane_size,
             arena,
-            launches: 0,
+            seed: super::seed_of(options.emulation_seed)?,
+            launches: HashMap::new(),
             server_waker: None,
             enter,
             globals: image
@@ -198,16 +201,28 @@ impl Primitives for HostPrimitives {
             buffers: self.buffers.blocks(),
             kernel: kernel.to_string(),
         });
-        self.launches += 1;
+        let launches = self.launches.entry(kernel.to_string()).or_insert(0);
+        let seed = launch_seed(self.seed, kernel, *launches);
+        *launches += 1;
         let setting = LaunchSetting {
             lane_size: self.lane_size,
             waker: self.server_waker,
-            poison: super::checks::poison_of(self.launches),
+            seed,
+            run_seed: self.seed,
             checked,
         };
         let grid = Grid::start(&mut self.pool, entry, shape, registers, setting)?;
         Ok(Box::new(grid))
     }
+}
+
+/// The seed of the `occurrence`-th launch of `kernel` in a run with seed `seed`.
+fn launch_seed(seed: u64, kernel: &str, occurrence: u64) -> u64 {
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let name = kernel.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+    });
+    super::checks::splitmix64(seed ^ super::checks::splitmix64(name ^ occurrence))
 }
 
 /// Tells an image built for the memory checks which memory to check (none when `on` is false)

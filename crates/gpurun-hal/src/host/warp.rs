@@ -378,6 +378,9 @@ impl<'a> LaneSeat<'a> {
         };
         drop(state);
         warp.lock().lanes[self.lane].phase = Phase::Running;
+        if let (Ok(()), Some(checks)) = (&outcome, self.checks) {
+            checks.passed_barrier();
+        }
         outcome
     }
 
@@ -428,6 +431,9 @@ impl<'a> LaneSeat<'a> {
         lane.phase = Phase::Waiting(call);
         lane.value = request.value;
         lane.outcome = None;
+        if let Some(checks) = self.checks {
+            lane.clock = checks.clock();
+        }
         state.settle(self.block.generation());
         warp.changed.notify_all();
         let outcome = loop {
@@ -441,10 +447,14 @@ impl<'a> LaneSeat<'a> {
             Outcome::Done {
                 participants,
                 values,
+                clock,
             } => {
                 request.status = WarpExchange::DONE;
                 request.participants = participants;
                 request.values = *values;
+                if let (Some(clock), Some(checks)) = (clock, self.checks) {
+                    checks.synced(&clock);
+                }
             }
             Outcome::Failed(message) => {
                 request.status = WarpExchange::FAILED;
@@ -588,6 +598,9 @@ enum Outcome {
     Done {
         participants: u64,
         values: Arc<[u64; MAX_LANES]>,
+        /// For `warp::sync` under the memory checks: the participants' warp clocks joined,
+        /// which orders each one's earlier accesses before the others' later ones.
+        clock: Option<Arc<[u32; MAX_LANES]>>,
     },
     Failed(Arc<str>),
 }
@@ -596,6 +609,8 @@ enum Outcome {
 struct Lane {
     phase: Phase,
     value: u64,
+    /// Under the memory checks, the warp clock the lane brought to its exchange.
+    clock: [u32; MAX_LANES],
     outcome: Option<Outcome>,
 }
 
@@ -604,6 +619,7 @@ impl Default for Lane {
         Lane {
             phase: Phase::Running,
             value: 0,
+            clock: [0; MAX_LANES],
             outcome: None,
         }
     }
@@ -692,17 +708,29 @@ impl WarpState {
         true
     }
 
-    /// Hands the lanes of `participants` everyone's values and lets them go.
+    /// Hands the lanes of `participants` everyone's values (and, for `warp::sync`, their joined
+    /// clocks) and lets them go.
     fn finish(&mut self, participants: u64) {
         let mut values = [0u64; MAX_LANES];
-        for lane in bits(participants) {
-            values[lane] = self.lanes[lane].value;
+        let mut joined = [0u32; MAX_LANES];
+        let mut syncs = false;
+        for index in bits(participants) {
+            let lane = &self.lanes[index];
+            values[index] = lane.value;
+            if let Phase::Waiting(call) = lane.phase {
+                syncs = warp_op::kind(call.op) == warp_op::SYNC;
+            }
+            for (entry, own) in joined.iter_mut().zip(lane.clock) {
+                *entry = (*entry).max(own);
+            }
         }
         let values = Arc::new(values);
+        let clock = syncs.then(|| Arc::new(joined));
         for lane in bits(participants) {
             self.lanes[lane].outcome = Some(Outcome::Done {
                 participants,
                 values: Arc::clone(&values),
+                clock: clock.clone(),
             });
             self.lanes[lane].phase = Phase::Running;
         }

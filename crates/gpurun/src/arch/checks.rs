@@ -109,6 +109,7 @@ fn check(access: AccessCheck) {
         report.line,
         report.column,
     );
+    super::imp::set_reported();
 }
 
 /// `extern "C"` hooks that check an access of a fixed size at their argument.

@@ -15,6 +15,9 @@ const UNSET: HostThreadInfo = HostThreadInfo::UNSET;
 
 thread_local! {
     static CURRENT: Cell<HostThreadInfo> = const { Cell::new(UNSET) };
+    /// Whether this thread reported a finding of the memory checks in its block: its failure is
+    /// that, and a later panic (often what the bad access led to) is not reported again.
+    static REPORTED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Called by the emulator on each emulated thread before any kernel.
@@ -27,11 +30,23 @@ pub unsafe extern "C" fn __gpurun_host_enter_thread(info: *const HostThreadInfo)
     // SAFETY: the caller guarantees `info` is valid for reads.
     let info = unsafe { *info };
     CURRENT.with(|current| current.set(info));
+    REPORTED.with(|reported| reported.set(false));
     crate::export::install_host_panic_hook();
 }
 
 fn current() -> HostThreadInfo {
     CURRENT.with(Cell::get)
+}
+
+/// Marks this thread as having reported a finding of the memory checks.
+#[cfg_attr(not(gpurun_emulation_checks), allow(dead_code))]
+pub(crate) fn set_reported() {
+    REPORTED.with(|reported| reported.set(true));
+}
+
+/// Whether this thread reported a finding of the memory checks in its block.
+pub(crate) fn reported() -> bool {
+    REPORTED.with(Cell::get)
 }
 
 /// This thread's record, as the emulator gave it.
