@@ -15,6 +15,8 @@ pub struct WorkerOptions {
     pub lane_size: u32,
     /// Whether the host emulation checks the memory accesses of an image built for it.
     pub emulation_checks: bool,
+    /// The host emulation's seed (`None`: the worker's environment or a fresh one).
+    pub emulation_seed: Option<u64>,
     pub stack_size: Option<usize>,
     /// Let device code run host commands through `system()` (`cargo gpurun run --allow-system`).
     pub allow_system: bool,
@@ -36,6 +38,10 @@ impl WorkerOptions {
         ];
         if !self.emulation_checks {
             args.push("--no-emulation-checks".into());
+        }
+        if let Some(seed) = self.emulation_seed {
+            args.push("--emulation-seed".into());
+            args.push(seed.to_string());
         }
         if let Some(stack) = self.stack_size {
             args.push("--stack-size".into());
@@ -75,6 +81,7 @@ impl WorkerOptions {
             device: 0,
             lane_size: LoadOptions::default().emulated_lane_size,
             emulation_checks: true,
+            emulation_seed: None,
             stack_size: None,
             allow_system: false,
             stdin: None,
@@ -115,6 +122,11 @@ impl WorkerOptions {
                         .map_err(|_| format!("lane size `{value}` is too large"))?;
                 }
                 "--stack-size" => options.stack_size = Some(number("--stack-size")?),
+                "--emulation-seed" => {
+                    options.emulation_seed = Some(value.parse().map_err(|_| {
+                        format!("worker option `--emulation-seed` needs a number, not `{value}`")
+                    })?);
+                }
                 "--stdin" => options.stdin = Some(PathBuf::from(value)),
                 other => return Err(format!("unknown worker option `{other}`")),
             }
@@ -137,6 +149,7 @@ impl WorkerOptions {
             stack_size: self.stack_size,
             emulated_lane_size: self.lane_size,
             emulation_checks: self.emulation_checks,
+            emulation_seed: self.emulation_seed,
             ..LoadOptions::default()
         }
     }
@@ -153,6 +166,7 @@ mod tests {
             device: 3,
             lane_size: 64,
             emulation_checks: false,
+            emulation_seed: Some(12345),
             stack_size: Some(8192),
             allow_system: true,
             stdin: Some("/proc/1/fd/0".into()),

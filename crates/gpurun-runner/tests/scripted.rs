@@ -88,6 +88,7 @@ impl Setup {
             device: 0,
             lane_size: 1,
             emulation_checks: true,
+            emulation_seed: None,
             stack_size: None,
             allow_system: false,
             stdin: None,

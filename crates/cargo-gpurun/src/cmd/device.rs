@@ -24,6 +24,11 @@ pub struct DeviceArgs {
     /// Warp size the host emulation uses: 1, 32 or 64.
     #[arg(long, default_value_t = 32, value_parser = parse_lane_size)]
     pub lane_size: u32,
+    /// The host emulation's seed: the poison of shared memory, the order blocks run in and where
+    /// checked threads yield follow from it (and each kernel's name). Default: a fresh one per
+    /// run, which every failure's output names so that the run can be repeated with it.
+    #[arg(long, value_name = "N", env = gpurun_hal::host::EMULATION_SEED_ENV, value_parser = gpurun_hal::host::parse_seed)]
+    pub emulation_seed: Option<u64>,
     /// Stack size per device thread in bytes (CUDA, host emulation).
     #[arg(long, value_name = "BYTES")]
     pub stack_size: Option<usize>,
@@ -53,6 +58,14 @@ fn describe(kind: ImageKind) -> &'static str {
         ImageKind::Amdgpu => "an AMDGPU code object",
         ImageKind::Host => "a host emulation image",
     }
+}
+
+/// The host emulation's seed of this run: `--emulation-seed`, else one drawn once per process.
+pub fn seed(device: &DeviceArgs) -> u64 {
+    static FRESH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    device
+        .emulation_seed
+        .unwrap_or_else(|| *FRESH.get_or_init(gpurun_hal::host::fresh_seed))
 }
 
 /// Picks the backend for `image`, refusing combinations that cannot work.
@@ -108,13 +121,15 @@ pub fn sanitizer(device: &DeviceArgs, kind: BackendKind) -> anyhow::Result<Optio
 }
 
 /// The worker options `device` asks for on `kind`, with the host emulation's memory checks on
-/// or off (they only apply to an image built for them).
+/// or off (they only apply to an image built for them) and its seed: the one given, else a fresh
+/// one for this run (`gpurun_hal::host::seed_note`).
 pub fn options(device: &DeviceArgs, kind: BackendKind, emulation_checks: bool) -> WorkerOptions {
     WorkerOptions {
         backend: kind,
         device: device.device.unwrap_or(0),
         lane_size: device.lane_size,
         emulation_checks,
+        emulation_seed: Some(seed(device)),
         stack_size: device.stack_size,
         allow_system: false,
         stdin: None,

@@ -232,5 +232,9 @@ pub fn test_executor(
         .collect::<anyhow::Result<Vec<_>>>()?;
     // A bad RUST_TEST_THREADS is reported by the harness itself.
     let concurrency = gpurun_harness::test_threads(harness_args).unwrap_or(1);
-    Ok(WorkerExecutor::new(specs, concurrency, Some(timeout)))
+    let executor = WorkerExecutor::new(specs, concurrency, Some(timeout));
+    Ok(match (kind, base.emulation_seed) {
+        (BackendKind::Host, Some(seed)) => executor.with_note(gpurun_hal::host::seed_note(seed)),
+        _ => executor,
+    })
 }
