@@ -66,7 +66,7 @@ fn fixed_kernels_pass_with_lane_sizes_1_32_and_64() {
         assert!(
             output.status.success()
                 && summary(&text(&output.stdout))
-                    .starts_with("test result: ok. 6 passed; 0 failed; 6 ignored;"),
+                    .starts_with("test result: ok. 7 passed; 0 failed; 7 ignored;"),
             "lane size {lane_size}: {}",
             describe(&output)
         );
@@ -189,7 +189,7 @@ fn a_histogram_in_unwritten_shared_memory_fails_at_the_first_count() {
         assert_contains(&stdout, "by block (0, 0, 0), thread (", &output);
         assert_contains(
             &stdout,
-            "of kernel `__gpurun_test_uninitialised_shared_histogram_",
+            "(kernel `__gpurun_test_uninitialised_shared_histogram_",
             &output,
         );
         assert_contains(
@@ -263,5 +263,100 @@ fn a_kernel_writing_past_its_buffer_fails_the_launch_naming_the_line() {
             .map(|i| (i + n as u32 - 1) % n as u32)
             .collect();
         assert_eq!(fixed.to_vec().unwrap(), expected);
+    }
+}
+
+/// The seeds the race cases run under: the checks find races by happens-before, so every seed
+/// must report them (the seed changes the poison, the block order and where threads yield).
+const RACE_SEEDS: std::ops::Range<u64> = 0..20;
+
+/// Asserts a racecheck report in `text` between the lines `first` and `second`: it is at one of
+/// them and names the other as the earlier access.
+fn assert_race_between(text: &str, at: &str, (first, second): (&str, &str), context: &str) {
+    let other = if at.starts_with(first) {
+        second
+    } else if at.starts_with(second) {
+        first
+    } else {
+        panic!("the report is at {at}, not at {first} or {second}\n{context}");
+    };
+    assert!(
+        text.contains(&format!(" at {other}")),
+        "no earlier access at {other}\n{context}"
+    );
+}
+
+#[test]
+fn a_reduction_missing_a_barrier_races_under_every_seed() {
+    host_images();
+    let (read, write) = (site("reduction read"), site("reduction write"));
+    let runs = RACE_SEEDS
+        .map(|seed| ("32", seed))
+        .chain([("64", 0), ("64", 7), ("64", 19)]);
+    for (lane_size, seed) in runs {
+        let seed_text = seed.to_string();
+        let output = run_fixture(
+            &[
+                "--lane-size",
+                lane_size,
+                "--timeout",
+                "120",
+                "--emulation-seed",
+                &seed_text,
+            ],
+            FIXTURE,
+            &["--ignored", "--exact", "reduction_missing_a_barrier"],
+        )
+        .output()
+        .unwrap();
+        let stdout = text(&output.stdout);
+        let context = format!("lane size {lane_size}, seed {seed}\n{}", describe(&output));
+        assert_eq!(output.status.code(), Some(101), "{context}");
+        assert!(
+            stdout.contains("racecheck: data race on shared memory at offset "),
+            "{context}"
+        );
+        assert_race_between(&stdout, panicked_at(&stdout), (&read, &write), &context);
+        assert!(
+            stdout.contains(&format!("emulation seed {seed})"))
+                && stdout.contains(&format!("note: host emulation seed {seed} (")),
+            "{context}"
+        );
+    }
+}
+
+#[test]
+fn blocks_adding_to_one_buffer_word_race_under_every_seed() {
+    host_images();
+    let (read, write) = (site("global read"), site("global write"));
+    let program = gpurun_tests::package_binary("gpurun-tests", "sum-into-check");
+    let runs = RACE_SEEDS
+        .map(|seed| ("32", seed))
+        .chain([("64", 3), ("64", 11)]);
+    for (lane_size, seed) in runs {
+        let output = std::process::Command::new(&program)
+            .arg(lane_size)
+            .env("GPURUN_EMULATION_SEED", seed.to_string())
+            .output()
+            .unwrap();
+        let stdout = text(&output.stdout);
+        let context = format!("lane size {lane_size}, seed {seed}\n{}", describe(&output));
+        assert!(output.status.success(), "{context}");
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with("sum_into: "))
+            .unwrap_or_else(|| panic!("no sum_into line\n{context}"));
+        let at = line
+            .split(" at ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no location\n{context}"));
+        assert_race_between(line, at, (&read, &write), &context);
+        assert!(
+            line.contains("racecheck: data race on the 4-byte device buffer at 0x")
+                && line.contains("they are in different blocks, which nothing orders")
+                && line.contains(&format!("emulation seed {seed})")),
+            "{context}"
+        );
+        assert_contains(&stdout, "sum_into_fixed: total [500500]", &output);
     }
 }
