@@ -360,3 +360,50 @@ fn blocks_adding_to_one_buffer_word_race_under_every_seed() {
         assert_contains(&stdout, "sum_into_fixed: total [500500]", &output);
     }
 }
+
+#[test]
+fn lane_size_all_runs_each_test_at_32_and_at_64() {
+    let test = |harness: &[&str]| {
+        let mut args = vec![
+            "test",
+            "-p",
+            FIXTURE,
+            "--target",
+            "host",
+            "--lane-size",
+            "all",
+            "--",
+        ];
+        args.extend_from_slice(harness);
+        gpurun_tests::gpurun(&args).output().unwrap()
+    };
+    let output = test(&[]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    for lanes in ["32", "64"] {
+        assert_contains(
+            &stdout,
+            &format!("test [lanes={lanes}] divergent_shuffle_fixed ... ok"),
+            &output,
+        );
+    }
+    assert_contains(
+        &stdout,
+        "test result: ok. 14 passed; 0 failed; 14 ignored;",
+        &output,
+    );
+    // The label is part of the name: one lane size of one test.
+    let output = test(&[
+        "--ignored",
+        "--exact",
+        "[lanes=64] shuffle_over_a_partial_warp",
+    ]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert_contains(
+        &stdout,
+        "test result: FAILED. 0 passed; 1 failed; 0 ignored;",
+        &output,
+    );
+    assert_contains(&stdout, "names lanes 48-63, which warp 0", &output);
+}

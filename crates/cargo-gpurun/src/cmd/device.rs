@@ -21,9 +21,10 @@ pub struct DeviceArgs {
     /// Device index within the backend [default: 0 for `run`; every visible device for `test`].
     #[arg(long)]
     pub device: Option<usize>,
-    /// Warp size the host emulation uses: 1, 32 or 64.
-    #[arg(long, default_value_t = 32, value_parser = parse_lane_size)]
-    pub lane_size: u32,
+    /// Warp size the host emulation uses: 1, 32 or 64; for `test` also `all`: each test then
+    /// runs at 32 and at 64 (the warps of NVIDIA and gfx9 AMD), named `[lanes=64] NAME`.
+    #[arg(long, default_value = "32", value_parser = parse_lane_size)]
+    pub lane_size: LaneSizes,
     /// The host emulation's seed: the poison of shared memory, the order blocks run in and where
     /// checked threads yield follow from it (and each kernel's name). Default: a fresh one per
     /// run, which every failure's output names so that the run can be repeated with it.
@@ -43,10 +44,36 @@ pub struct DeviceArgs {
     pub sanitize: Option<SanitizerTool>,
 }
 
-fn parse_lane_size(text: &str) -> Result<u32, String> {
+/// The host emulation's warp size, or each of the GPUs' (`--lane-size all`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneSizes {
+    One(u32),
+    All,
+}
+
+impl LaneSizes {
+    /// The lane sizes `all` runs each test at: NVIDIA's and gfx10+ AMD's 32, gfx9 AMD's 64.
+    pub const ALL: [u32; 2] = [32, 64];
+
+    /// Each lane size to run at.
+    pub fn each(self) -> Vec<u32> {
+        match self {
+            LaneSizes::One(size) => vec![size],
+            LaneSizes::All => LaneSizes::ALL.to_vec(),
+        }
+    }
+
+    /// The one lane size, for what runs once (`run`, a GPU backend): the first of `all`.
+    pub fn first(self) -> u32 {
+        self.each()[0]
+    }
+}
+
+fn parse_lane_size(text: &str) -> Result<LaneSizes, String> {
     match text.parse::<u32>() {
-        Ok(size @ (1 | 32 | 64)) => Ok(size),
-        _ => Err(format!("lane size must be 1, 32 or 64, not `{text}`")),
+        Ok(size @ (1 | 32 | 64)) => Ok(LaneSizes::One(size)),
+        _ if text == "all" => Ok(LaneSizes::All),
+        _ => Err(format!("lane size must be 1, 32, 64 or all, not `{text}`")),
     }
 }
 
@@ -127,7 +154,7 @@ pub fn options(device: &DeviceArgs, kind: BackendKind, emulation_checks: bool) -
     WorkerOptions {
         backend: kind,
         device: device.device.unwrap_or(0),
-        lane_size: device.lane_size,
+        lane_size: device.lane_size.first(),
         emulation_checks,
         emulation_seed: Some(seed(device)),
         stack_size: device.stack_size,

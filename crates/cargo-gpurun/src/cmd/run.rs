@@ -79,6 +79,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         gpurun_build::suite::require_gpu(&[target_of(image.kind())])?;
     }
     let sanitizer = sanitizer(&args.device, kind)?;
+    if args.device.lane_size == super::device::LaneSizes::All {
+        bail!("`--lane-size all` runs each test at each lane size in `cargo gpurun test`; `run` takes one");
+    }
     let options = options(&args.device, kind, args.emulation_checks);
     if args.kernels.is_empty() && image.kernel("_start").is_none() && !image.tests().is_empty() {
         return run_test_image(args, &image, &options);
@@ -221,7 +224,7 @@ fn run_test_image(
         options.backend,
         &args.image,
         &harness_args,
-        (timeout, args.emulation_checks),
+        (timeout, args.emulation_checks, options.lane_size),
     )?;
     let tests = image.tests().to_vec();
     let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
