@@ -59,7 +59,7 @@ pub struct RunArgs {
     pub device: DeviceArgs,
     /// The host emulation's memory checks of an image built for them (`cargo gpurun build
     /// --target host` builds them in by default): `on` or `off`.
-    #[arg(long, value_name = "on|off", default_value = "on", env = gpurun_build::suite::EMULATION_CHECKS_ENV, value_parser = gpurun_build::suite::parse_emulation_checks)]
+    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, env = gpurun_build::suite::EMULATION_CHECKS_ENV, value_parser = gpurun_build::suite::parse_emulation_checks)]
     pub emulation_checks: bool,
     /// Stop the program after SECS seconds (exit status 124).
     #[arg(long, value_name = "SECS")]
