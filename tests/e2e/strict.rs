@@ -407,3 +407,35 @@ fn lane_size_all_runs_each_test_at_32_and_at_64() {
     );
     assert_contains(&stdout, "names lanes 48-63, which warp 0", &output);
 }
+
+/// With the memory checks off the image is plain, and the histogram that never clears its bins
+/// still fails, by the poison in its shared memory rather than by a report.
+#[test]
+fn without_the_memory_checks_the_poison_still_fails_an_unwritten_read() {
+    let output = gpurun_tests::gpurun(&[
+        "test",
+        "-p",
+        FIXTURE,
+        "--target",
+        "host",
+        "--emulation-checks",
+        "off",
+        "--",
+        "--ignored",
+        "--exact",
+        "uninitialised_shared_histogram",
+    ])
+    .output()
+    .unwrap();
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert!(!stdout.contains("initcheck"), "{}", describe(&output));
+    assert_contains(&stdout, "assertion `left == right` failed", &output);
+    assert_contains(&stdout, "right: 128", &output);
+    // Built plain, apart from the checked images.
+    assert_contains(
+        &text(&output.stderr),
+        "Running unittests src/lib.rs (target/debug/libwrong_kernels.so)",
+        &output,
+    );
+}
