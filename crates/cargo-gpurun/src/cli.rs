@@ -203,13 +203,8 @@ mod tests {
     #[test]
     fn emulation_checks_take_on_or_off() {
         let checks = |value: &str| {
-            let parsed = Cargo::try_parse_from([
-                "cargo",
-                "gpurun",
-                "build",
-                "--emulation-checks",
-                value,
-            ]);
+            let parsed =
+                Cargo::try_parse_from(["cargo", "gpurun", "build", "--emulation-checks", value]);
             parsed.map(|Cargo::Gpurun(app)| match app.command {
                 Command::Build(args) => args.cargo.build_options().emulation_checks,
                 _ => panic!("not build"),
