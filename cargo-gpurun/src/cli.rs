@@ -102,6 +102,11 @@ pub struct CargoArgs {
     /// Do not print cargo's progress.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// The host emulation's memory checks (out-of-bounds accesses, reads of unwritten shared
+    /// memory): `on` builds the host images for them (nightly) and runs them; `off` builds plain
+    /// images. Barriers, warp operations and poisoned shared memory are checked either way.
+    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, env = gpurun_build::suite::EMULATION_CHECKS_ENV, value_parser = gpurun_build::suite::parse_emulation_checks)]
+    pub emulation_checks: bool,
 }
 
 impl CargoArgs {
@@ -119,6 +124,7 @@ impl CargoArgs {
             targets,
             arch,
             quiet,
+            emulation_checks,
         } = self.clone();
         BuildOptions {
             manifest_path,
@@ -133,6 +139,7 @@ impl CargoArgs {
             quiet,
             nvptx_linker: None,
             coverage: false,
+            emulation_checks,
         }
     }
 }
@@ -191,6 +198,22 @@ mod tests {
         assert!(options.release);
         assert_eq!(options.features, vec!["a,b"]);
         assert_eq!(args.message_format, MessageFormat::Json);
+        assert!(options.emulation_checks);
+    }
+
+    #[test]
+    fn emulation_checks_take_on_or_off() {
+        let checks = |value: &str| {
+            let parsed =
+                Cargo::try_parse_from(["cargo", "gpurun", "build", "--emulation-checks", value]);
+            parsed.map(|Cargo::Gpurun(app)| match app.command {
+                Command::Build(args) => args.cargo.build_options().emulation_checks,
+                _ => panic!("not build"),
+            })
+        };
+        assert!(!checks("off").unwrap());
+        assert!(checks("on").unwrap());
+        assert!(checks("sometimes").is_err());
     }
 
     #[test]

@@ -102,14 +102,23 @@ impl Differences {
     }
 
     /// `note: 1 test passes on some backends and fails on others: adds ([host] ok, [cuda]
-    /// FAILED)` (one line), or `None` when all variants of every test agree.
+    /// FAILED)` (one line), or `None` when all variants of every test agree. Variants that are
+    /// lane sizes of the host emulation (`[lanes=64]`, `cargo gpurun test --lane-size all`) are
+    /// called that.
     pub(crate) fn summary(&self) -> Option<String> {
+        let differ = |results: &&Vec<(String, bool)>| {
+            results.iter().any(|(_, passed)| *passed) && results.iter().any(|(_, p)| !p)
+        };
+        let lanes_only = self
+            .results
+            .values()
+            .filter(differ)
+            .flatten()
+            .all(|(label, _)| label.starts_with("lanes="));
         let differing: Vec<String> = self
             .results
             .iter()
-            .filter(|(_, results)| {
-                results.iter().any(|(_, passed)| *passed) && results.iter().any(|(_, p)| !p)
-            })
+            .filter(|(_, results)| differ(results))
             .map(|(name, results)| {
                 let each: Vec<String> = results
                     .iter()
@@ -123,12 +132,17 @@ impl Differences {
         if differing.is_empty() {
             return None;
         }
+        let (some, others) = if lanes_only {
+            ("at some lane sizes", "at others")
+        } else {
+            ("on some backends", "on others")
+        };
         let count = match differing.len() {
-            1 => "1 test passes on some backends and fails".to_owned(),
-            n => format!("{n} tests pass on some backends and fail"),
+            1 => format!("1 test passes {some} and fails"),
+            n => format!("{n} tests pass {some} and fail"),
         };
         Some(format!(
-            "note: {count} on others: {}\n",
+            "note: {count} {others}: {}\n",
             differing.join(", ")
         ))
     }
@@ -166,6 +180,16 @@ mod tests {
             Some(
                 "note: 1 test passes on some backends and fails on others: adds ([host] ok, \
                  [cuda] FAILED)\n"
+            )
+        );
+        let mut lanes = Differences::default();
+        lanes.record("[lanes=32] fits", true);
+        lanes.record("[lanes=64] fits", false);
+        assert_eq!(
+            lanes.summary().as_deref(),
+            Some(
+                "note: 1 test passes at some lane sizes and fails at others: fits ([lanes=32] ok, \
+                 [lanes=64] FAILED)\n"
             )
         );
         assert_eq!(Differences::default().summary(), None);

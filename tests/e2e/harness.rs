@@ -2,8 +2,8 @@
 //! counts, summary lines, listing, filters, should_panic, JSON, JUnit, exit codes, recovery.
 
 use gpurun_tests::{
-    assert_contains, assert_test_lines, describe, fixtures_dir, gpurun, host_images, json_lines,
-    lines_starting, run_fixture, text, TARGETS_LIST,
+    assert_contains, assert_test_lines, describe, fixtures_dir, gpurun, host_images,
+    host_target_dir, json_lines, lines_starting, run_fixture, text, TARGETS_LIST,
 };
 
 /// What libtest prints for every test of `basic` (see fixtures/basic/src/lib.rs).
@@ -125,9 +125,11 @@ fn cargo_gpurun_test_reports_every_result_of_basic() {
     }
     // Cargo's header, the image path relative to the working directory (the fixtures).
     assert!(
-        text(&output.stderr)
-            .lines()
-            .any(|line| line == "     Running unittests src/lib.rs (target/debug/libbasic.so)"),
+        text(&output.stderr).lines().any(|line| line
+            == format!(
+                "     Running unittests src/lib.rs ({}/debug/libbasic.so)",
+                host_target_dir()
+            )),
         "{}",
         describe(&output)
     );
@@ -172,11 +174,15 @@ fn running_headers(stderr: &str, stem: &str) -> Vec<String> {
         .collect()
 }
 
-const TARGETS_HEADERS: [&str; 3] = [
-    "     Running unittests src/lib.rs (target/debug/libtargets.so)",
-    "     Running tests/integration.rs (target/debug/deps/integration-HASH)",
-    "     Running unittests examples/demo.rs (target/debug/examples/demo)",
-];
+/// Cargo's headers of the three suites of `fixtures/targets`, built for the host.
+fn targets_headers() -> Vec<String> {
+    let dir = host_target_dir();
+    vec![
+        format!("     Running unittests src/lib.rs ({dir}/debug/libtargets.so)"),
+        format!("     Running tests/integration.rs ({dir}/debug/deps/integration-HASH)"),
+        format!("     Running unittests examples/demo.rs ({dir}/debug/examples/demo)"),
+    ]
+}
 
 #[test]
 fn release_test_targets_load_on_the_host() {
@@ -201,7 +207,7 @@ fn cargo_gpurun_test_runs_the_lib_tests_and_examples_as_suites() {
     let stderr = text(&output.stderr);
     assert_eq!(
         running_headers(&stderr, "integration"),
-        TARGETS_HEADERS,
+        targets_headers(),
         "{}",
         describe(&output)
     );
@@ -271,7 +277,7 @@ fn cargo_gpurun_test_list_lists_every_suite() {
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
     assert_eq!(
         running_headers(&text(&output.stderr), "integration"),
-        TARGETS_HEADERS,
+        targets_headers(),
         "{}",
         describe(&output)
     );
@@ -289,7 +295,10 @@ fn a_lib_without_harness_runs_its_cfg_test_unit_tests() {
     // object) instead of the plain `libunit_tests.so`.
     assert_eq!(
         running_headers(&text(&output.stderr), "unit_tests"),
-        ["     Running unittests src/lib.rs (target/debug/deps/unit_tests-HASH)"],
+        [format!(
+            "     Running unittests src/lib.rs ({}/debug/deps/unit_tests-HASH)",
+            host_target_dir()
+        )],
         "{}",
         describe(&output)
     );
@@ -670,7 +679,10 @@ fn several_backends_run_each_test_on_each_and_name_the_differences() {
     // One suite of both images, under cargo's header.
     assert_contains(
         &text(&output.stderr),
-        "Running unittests src/lib.rs (target/debug/libbasic.so, target/nvptx64-nvidia-cuda/",
+        &format!(
+            "Running unittests src/lib.rs ({}/debug/libbasic.so, target/nvptx64-nvidia-cuda/",
+            host_target_dir()
+        ),
         &output,
     );
     let gpu_present = gpurun(&["info"]).output().unwrap().status.success();

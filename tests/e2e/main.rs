@@ -20,3 +20,4 @@ mod real_kernels;
 mod sanitize;
 mod saxpy_example;
 mod setup;
+mod strict;

@@ -120,11 +120,20 @@ pub fn json_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ 
         .map(|line| serde_json::from_str(line).expect("JSON line"))
 }
 
-/// Builds every fixture for the host once per test process and returns the image directory.
+/// Builds every fixture for the host once per test process and returns the image directory:
+/// `fixtures/target/<host triple>/debug` (or `release`) with the emulation's memory checks, the
+/// default, which build with the nightly into the host triple's directory.
 pub fn host_images() -> &'static Path {
     static IMAGES: OnceLock<PathBuf> = OnceLock::new();
     IMAGES.get_or_init(|| {
-        let mut args = vec!["build", "--workspace", "--target", "host"];
+        let mut args = vec![
+            "build",
+            "--workspace",
+            "--target",
+            "host",
+            "--message-format",
+            "json",
+        ];
         if RELEASE {
             args.push("--release");
         }
@@ -136,12 +145,25 @@ pub fn host_images() -> &'static Path {
             "building the fixtures for the host failed:\n{}",
             text(&output.stderr)
         );
-        fixtures_dir().join(if RELEASE {
-            "target/release"
-        } else {
-            "target/debug"
-        })
+        let stdout = text(&output.stdout);
+        let profile = if RELEASE { "release" } else { "debug" };
+        // A lib's image, right in the profile's directory (bins and examples lie deeper).
+        let dir = json_lines(&stdout)
+            .filter_map(|line| line["path"].as_str().map(PathBuf::from))
+            .filter_map(|path| path.parent().map(Path::to_path_buf))
+            .find(|dir| dir.file_name().is_some_and(|name| name == profile));
+        dir.expect("the build names a lib's image")
     })
+}
+
+/// Where the host images of the fixtures are built, relative to the fixtures' workspace:
+/// `target/<host triple>` (`cargo gpurun` names the host's triple for the memory checks' build).
+pub fn host_target_dir() -> String {
+    host_images()
+        .parent()
+        .and_then(|dir| dir.strip_prefix(fixtures_dir()).ok())
+        .map(|dir| dir.display().to_string())
+        .expect("host images under the fixtures' target directory")
 }
 
 /// The host image of fixture `name` (`lib<name>.so`, dashes as underscores).

@@ -21,9 +21,15 @@ pub struct DeviceArgs {
     /// Device index within the backend [default: 0 for `run`; every visible device for `test`].
     #[arg(long)]
     pub device: Option<usize>,
-    /// Warp size the host emulation uses: 1, 32 or 64.
-    #[arg(long, default_value_t = 32, value_parser = parse_lane_size)]
-    pub lane_size: u32,
+    /// Warp size the host emulation uses: 1, 32 or 64; for `test` also `all`: each test then
+    /// runs at 32 and at 64 (the warps of NVIDIA and gfx9 AMD), named `[lanes=64] NAME`.
+    #[arg(long, default_value = "32", value_parser = parse_lane_size)]
+    pub lane_size: LaneSizes,
+    /// The host emulation's seed: the poison of shared memory, the order blocks run in and where
+    /// checked threads yield follow from it (and each kernel's name). Default: a fresh one per
+    /// run, which every failure's output names so that the run can be repeated with it.
+    #[arg(long, value_name = "N", env = gpurun_hal::host::EMULATION_SEED_ENV, value_parser = gpurun_hal::host::parse_seed)]
+    pub emulation_seed: Option<u64>,
     /// Stack size per device thread in bytes (CUDA, host emulation).
     #[arg(long, value_name = "BYTES")]
     pub stack_size: Option<usize>,
@@ -38,10 +44,36 @@ pub struct DeviceArgs {
     pub sanitize: Option<SanitizerTool>,
 }
 
-fn parse_lane_size(text: &str) -> Result<u32, String> {
+/// The host emulation's warp size, or each of the GPUs' (`--lane-size all`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneSizes {
+    One(u32),
+    All,
+}
+
+impl LaneSizes {
+    /// The lane sizes `all` runs each test at: NVIDIA's and gfx10+ AMD's 32, gfx9 AMD's 64.
+    pub const ALL: [u32; 2] = [32, 64];
+
+    /// Each lane size to run at.
+    pub fn each(self) -> Vec<u32> {
+        match self {
+            LaneSizes::One(size) => vec![size],
+            LaneSizes::All => LaneSizes::ALL.to_vec(),
+        }
+    }
+
+    /// The one lane size, for what runs once (`run`, a GPU backend): the first of `all`.
+    pub fn first(self) -> u32 {
+        self.each()[0]
+    }
+}
+
+fn parse_lane_size(text: &str) -> Result<LaneSizes, String> {
     match text.parse::<u32>() {
-        Ok(size @ (1 | 32 | 64)) => Ok(size),
-        _ => Err(format!("lane size must be 1, 32 or 64, not `{text}`")),
+        Ok(size @ (1 | 32 | 64)) => Ok(LaneSizes::One(size)),
+        _ if text == "all" => Ok(LaneSizes::All),
+        _ => Err(format!("lane size must be 1, 32, 64 or all, not `{text}`")),
     }
 }
 
@@ -53,6 +85,14 @@ fn describe(kind: ImageKind) -> &'static str {
         ImageKind::Amdgpu => "an AMDGPU code object",
         ImageKind::Host => "a host emulation image",
     }
+}
+
+/// The host emulation's seed of this run: `--emulation-seed`, else one drawn once per process.
+pub fn seed(device: &DeviceArgs) -> u64 {
+    static FRESH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    device
+        .emulation_seed
+        .unwrap_or_else(|| *FRESH.get_or_init(gpurun_hal::host::fresh_seed))
 }
 
 /// Picks the backend for `image`, refusing combinations that cannot work.
@@ -107,11 +147,16 @@ pub fn sanitizer(device: &DeviceArgs, kind: BackendKind) -> anyhow::Result<Optio
     Ok(Some(Sanitizer::find(tool)?))
 }
 
-pub fn options(device: &DeviceArgs, kind: BackendKind) -> WorkerOptions {
+/// The worker options `device` asks for on `kind`, with the host emulation's memory checks on
+/// or off (they only apply to an image built for them) and its seed: the one given, else a fresh
+/// one for this run (`gpurun_hal::host::seed_note`).
+pub fn options(device: &DeviceArgs, kind: BackendKind, emulation_checks: bool) -> WorkerOptions {
     WorkerOptions {
         backend: kind,
         device: device.device.unwrap_or(0),
-        lane_size: device.lane_size,
+        lane_size: device.lane_size.first(),
+        emulation_checks,
+        emulation_seed: Some(seed(device)),
         stack_size: device.stack_size,
         allow_system: false,
         stdin: None,

@@ -57,6 +57,10 @@ pub struct RunArgs {
     pub allow_system: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
+    /// The host emulation's memory checks of an image built for them (`cargo gpurun build
+    /// --target host` builds them in by default): `on` or `off`.
+    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, env = gpurun_build::suite::EMULATION_CHECKS_ENV, value_parser = gpurun_build::suite::parse_emulation_checks)]
+    pub emulation_checks: bool,
     /// Stop the program after SECS seconds (exit status 124).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<f64>,
@@ -75,7 +79,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         gpurun_build::suite::require_gpu(&[target_of(image.kind())])?;
     }
     let sanitizer = sanitizer(&args.device, kind)?;
-    let options = options(&args.device, kind);
+    if args.device.lane_size == super::device::LaneSizes::All {
+        bail!("`--lane-size all` runs each test at each lane size in `cargo gpurun test`; `run` takes one");
+    }
+    let options = options(&args.device, kind, args.emulation_checks);
     if args.kernels.is_empty() && image.kernel("_start").is_none() && !image.tests().is_empty() {
         return run_test_image(args, &image, &options);
     }
@@ -217,7 +224,7 @@ fn run_test_image(
         options.backend,
         &args.image,
         &harness_args,
-        timeout,
+        (timeout, args.emulation_checks, options.lane_size),
         Vec::new(),
     )?;
     let tests = image.tests().to_vec();

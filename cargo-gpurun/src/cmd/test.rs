@@ -19,7 +19,7 @@ use gpurun_harness::variants::VariantExecutor;
 use gpurun_harness::{Executor, HarnessArgs};
 use gpurun_runner::{WorkerExecutor, WorkerOptions};
 
-use super::device::{backend_choice, backend_for, options, sanitizer, DeviceArgs};
+use super::device::{backend_choice, backend_for, options, sanitizer, DeviceArgs, LaneSizes};
 use super::worker::worker_spec;
 use crate::cli::CargoArgs;
 use crate::exit_code;
@@ -62,8 +62,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         }
         gpurun_runner::Sanitizer::find(tool)?;
     }
-    let several = matches!(choice, BackendChoice::Each(_) | BackendChoice::All);
-    if build_options.targets.is_empty() && args.coverage && !several {
+    let several_backends = matches!(choice, BackendChoice::Each(_) | BackendChoice::All);
+    let all_lanes = args.device.lane_size == LaneSizes::All;
+    // Each test then runs once per backend or lane size, under a label.
+    let several = several_backends || all_lanes;
+    if build_options.targets.is_empty() && args.coverage && !several_backends {
         build_options.targets = vec![DeviceTarget::Host.short_name().to_owned()];
     } else if build_options.targets.is_empty() {
         let targets = suite::targets_for(&choice, args.device.require_gpu)?;
@@ -71,7 +74,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|target| target.short_name().to_string())
             .collect();
-    } else if several {
+    } else if several_backends {
         bail!("--backend with several backends picks the targets itself; leave out --target");
     } else if args.device.require_gpu {
         let targets = build_options
@@ -108,7 +111,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
     let suites = suite::test_suites(images);
     // One harness run per suite; with several backends, one per suite of all of them, each
     // test once per backend (`[host] adds`, `[cuda] adds`).
-    let groups: Vec<Vec<Suite>> = if several {
+    let groups: Vec<Vec<Suite>> = if several_backends {
         group_across_targets(suites)
     } else {
         suites.into_iter().map(|suite| vec![suite]).collect()
@@ -148,6 +151,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
                 .test_timeout
                 .or(suite::test_timeout(&suite.built)?)
                 .unwrap_or(DEFAULT_TEST_TIMEOUT);
+            // The host emulation runs at each lane size asked for; a GPU has its own.
+            let lane_sizes = match kind {
+                BackendKind::Host => args.device.lane_size.each(),
+                _ => vec![args.device.lane_size.first()],
+            };
             // Only host workers load instrumented images.
             let env = match (&coverage, kind) {
                 (Some(profiles), BackendKind::Host) => vec![(
@@ -156,19 +164,27 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
                 )],
                 _ => Vec::new(),
             };
-            let executor = Arc::new(test_executor(
-                &args.device,
-                kind,
-                &suite.built.path,
-                &harness_args,
-                timeout,
-                env,
-            )?);
-            if several {
-                tests.extend(variants.add(kind.name(), &image_tests, executor));
-            } else {
-                tests = image_tests;
-                single = Some(executor);
+            for lane_size in lane_sizes {
+                let executor = Arc::new(test_executor(
+                    &args.device,
+                    kind,
+                    &suite.built.path,
+                    &harness_args,
+                    (timeout, args.cargo.emulation_checks, lane_size),
+                    env.clone(),
+                )?);
+                if !several {
+                    tests = image_tests.clone();
+                    single = Some(executor);
+                    continue;
+                }
+                // `[lanes=64] adds`, with several backends `[host lanes=64] adds`, `[cuda] adds`.
+                let label = match (all_lanes && kind == BackendKind::Host, several_backends) {
+                    (true, true) => format!("{} lanes={lane_size}", kind.name()),
+                    (true, false) => format!("lanes={lane_size}"),
+                    (false, _) => kind.name().to_string(),
+                };
+                tests.extend(variants.add(&label, &image_tests, executor));
             }
         }
         if broken {
@@ -315,12 +331,15 @@ pub fn test_executor(
     kind: BackendKind,
     image: &Path,
     harness_args: &HarnessArgs,
-    timeout: Duration,
+    (timeout, emulation_checks, lane_size): (Duration, bool, u32),
     env: Vec<(String, String)>,
 ) -> anyhow::Result<WorkerExecutor> {
     let sanitizer = sanitizer(device, kind)?;
     let ordinals = gpurun_runner::test_devices(device.device, kind)?;
-    let base = options(device, kind);
+    let base = WorkerOptions {
+        lane_size,
+        ..options(device, kind, emulation_checks)
+    };
     let specs = ordinals
         .into_iter()
         .map(|ordinal| {
@@ -335,5 +354,9 @@ pub fn test_executor(
         .collect::<anyhow::Result<Vec<_>>>()?;
     // A bad RUST_TEST_THREADS is reported by the harness itself.
     let concurrency = gpurun_harness::test_threads(harness_args).unwrap_or(1);
-    Ok(WorkerExecutor::new(specs, concurrency, Some(timeout)))
+    let executor = WorkerExecutor::new(specs, concurrency, Some(timeout));
+    Ok(match (kind, base.emulation_seed) {
+        (BackendKind::Host, Some(seed)) => executor.with_note(gpurun_hal::host::seed_note(seed)),
+        _ => executor,
+    })
 }

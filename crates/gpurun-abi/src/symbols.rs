@@ -30,6 +30,10 @@ pub const HOST_ABI_VERSION: &str = "__gpurun_host_abi_version";
 /// Host emulation: `unsafe extern "C" fn(*const HostThreadInfo)`, called on each emulated
 /// thread before the kernel.
 pub const HOST_ENTER_THREAD: &str = "__gpurun_host_enter_thread";
+/// Host emulation: the [`crate::host::HostChecks`] record that only images built for the
+/// emulation's memory checks have (the device crate compiled with `-Zsanitizer=thread`, whose
+/// hooks the device runtime implements by asking the emulator); the emulator writes it.
+pub const HOST_MEMORY_CHECKS: &str = "__gpurun_host_checks";
 
 /// AMD: the launch-shape global of images built by older versions of the device runtime, whose
 /// block and grid sizes the loader had to write before every launch. Kernels now read them from
@@ -88,6 +92,7 @@ mod tests {
             TEST_ABI_VERSION,
             HOST_ABI_VERSION,
             HOST_ENTER_THREAD,
+            HOST_MEMORY_CHECKS,
             RETIRED_LAUNCH_SHAPE,
             "__gpurun_test_adds_0",
             "__gpurun_desc_adds_0",

@@ -62,13 +62,34 @@ pub struct CargoBuild<'a> {
     pub arch: Option<&'a str>,
     pub packages: &'a [&'a DeviceCrate],
     pub workspace: &'a Workspace,
-    /// The nightly toolchain (GPU targets only).
+    /// The nightly toolchain (GPU targets, and the host with `emulation_checks`).
     pub toolchain: Option<&'a Toolchain>,
     /// The user's `build.rustflags` that our target rustflags would hide (see [`super::rustflags`]).
     pub user_build_flags: &'a [String],
     /// The targets to build.
     pub selection: Selection<'a>,
+    /// Host target: build for the emulation's memory checks, with the nightly toolchain (see
+    /// [`HOST_CHECKS_RUSTFLAGS`]).
+    pub emulation_checks: bool,
+    /// The triple cargo builds for: a GPU target's, or the host's for a host build we
+    /// instrument (checks, coverage); `None`: cargo's default, the host.
+    pub triple: Option<&'a str>,
 }
+
+/// What makes a host image one the emulation checks the memory accesses of: ThreadSanitizer's
+/// instrumentation (the device runtime implements its hooks, see `gpurun`'s `arch/checks.rs`),
+/// which the precompiled standard library lacks (hence the allowed mismatch), without
+/// ThreadSanitizer's own runtime (rustc links it into executables, whose hooks would clash with
+/// ours: tests/ targets and examples are executables linked as shared objects), frame pointers
+/// for the reports' walk to the kernel's line, and the cfg that turns the hooks on.
+pub const HOST_CHECKS_RUSTFLAGS: [&str; 6] = [
+    "-Zsanitizer=thread",
+    "-Cunsafe-allow-abi-mismatch=sanitizer",
+    "-Zexternal-clangrt",
+    "-Cforce-frame-pointers=yes",
+    "--cfg",
+    "gpurun_emulation_checks",
+];
 
 impl CargoBuild<'_> {
     /// Runs cargo, then validates each image (and assembles cubins for nvptx).
@@ -196,7 +217,33 @@ impl CargoBuild<'_> {
 
     fn command(&self) -> Result<Command, BuildError> {
         let mut command;
-        if let (Some(triple), Some(toolchain)) = (self.target.triple(), self.toolchain) {
+        if let (DeviceTarget::Host, Some(toolchain), Some(triple)) =
+            (self.target, self.toolchain, self.triple)
+        {
+            command = toolchain_cargo(toolchain);
+            command.arg(self.subcommand()).args(["--target", triple]);
+            if std::env::var_os("CARGO_UNSTABLE_BUILD_STD").is_some()
+                || super::rustflags::config_files_may_set(&["unstable", "build-std"])
+            {
+                // A crate set up for plain cargo on nvptx asks for `core` and `alloc` from source
+                // in `[unstable]`, which the nightly applies to every target: on the host `std`
+                // must then come from source too (its precompiled copy has another `core`).
+                // Cargo appends to the list; it cannot be emptied.
+                command.args(["--config", "unstable.build-std=[\"std\", \"panic_unwind\"]"]);
+            }
+            for var in ["RUSTC", "RUSTDOC", "CARGO"] {
+                command.env_remove(var);
+            }
+            if self.opts.coverage {
+                // The profiles must be read by this toolchain's llvm-tools; the coverage build
+                // goes into a target directory of its own, so that it and a plain one do not
+                // rebuild over each other.
+                command.env(
+                    "CARGO_TARGET_DIR",
+                    crate::coverage::target_dir(&self.workspace.target_dir),
+                );
+            }
+        } else if let (Some(triple), Some(toolchain)) = (self.target.triple(), self.toolchain) {
             command = toolchain_cargo(toolchain);
             command
                 .arg(self.subcommand())
@@ -214,25 +261,6 @@ impl CargoBuild<'_> {
                 command.env_remove(var);
             }
             command.env(toolchain::LLVM_TOOLS_DIR_ENV, toolchain.llvm_tools_dir());
-        } else if let (true, Some(toolchain)) = (self.opts.coverage, self.toolchain) {
-            // Instrumented with the toolchain whose llvm-tools merge and read the profiles,
-            // in a target directory of its own, so that a coverage build and a plain one do
-            // not rebuild over each other.
-            command = toolchain_cargo(toolchain);
-            command.arg(self.subcommand());
-            for var in ["RUSTC", "RUSTDOC", "CARGO"] {
-                command.env_remove(var);
-            }
-            command.env(
-                "CARGO_TARGET_DIR",
-                crate::coverage::target_dir(&self.workspace.target_dir),
-            );
-            // The flag instruments the build's own programs too (build scripts, proc macros,
-            // run by cargo and rustc): their profiles go there, not into the source folders.
-            command.env(
-                "LLVM_PROFILE_FILE",
-                crate::coverage::build_profiles(&self.workspace.target_dir),
-            );
         } else {
             command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
             command.arg(self.subcommand());
@@ -332,25 +360,16 @@ impl CargoBuild<'_> {
     /// `target.<triple>.rustflags` when `RUSTFLAGS`/`CARGO_ENCODED_RUSTFLAGS` is set, so then we
     /// append to those instead.
     fn add_rustflags(&self, command: &mut Command) -> Result<(), BuildError> {
-        let Some(triple) = self.target.triple() else {
-            if self.opts.coverage {
-                // Host builds pass no --target: the flag goes where cargo reads the user's,
-                // after them (an array given with --config adds to the config files' one).
-                let flag = crate::coverage::RUSTFLAG;
-                match env_rustflag_list() {
-                    Some(mut all) => {
-                        all.push(flag.to_owned());
-                        command.env_remove("RUSTFLAGS");
-                        command.env("CARGO_ENCODED_RUSTFLAGS", all.join("\x1f"));
-                    }
-                    None => {
-                        command.args(["--config", &format!("build.rustflags=[\"{flag}\"]")]);
-                    }
-                }
-            }
+        let Some(triple) = self.triple else {
             return Ok(());
         };
         let mut flags = Vec::new();
+        if self.emulation_checks {
+            flags.extend(HOST_CHECKS_RUSTFLAGS.iter().map(|flag| flag.to_string()));
+        }
+        if self.opts.coverage {
+            flags.push(crate::coverage::RUSTFLAG.to_owned());
+        }
         if let Some(arch) = self.arch {
             flags.push(format!("-Ctarget-cpu={arch}"));
         }

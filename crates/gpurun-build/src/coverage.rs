@@ -30,12 +30,6 @@ pub fn target_dir(target_dir: &Path) -> PathBuf {
     root(target_dir).join("target")
 }
 
-/// Where the instrumented build's own programs (build scripts, proc macros) write their
-/// profiles, which no report reads: anywhere else they would land in the source folders.
-pub fn build_profiles(target_dir: &Path) -> PathBuf {
-    root(target_dir).join("build-profraw").join("%p-%m.profraw")
-}
-
 /// Why coverage could not be reported.
 #[derive(Debug, thiserror::Error)]
 pub enum CoverageError {

@@ -77,6 +77,11 @@ pub struct BuildOptions {
     /// nightly toolchain whose `llvm-tools` read the profiles), built in a target directory of
     /// their own ([`coverage::target_dir`]). Host images only: a GPU target is an error.
     pub coverage: bool,
+    /// Host target: build the images for the emulation's memory checks (with the nightly
+    /// toolchain: `-Zsanitizer=thread`, whose hooks the device runtime implements, and frame
+    /// pointers), into `<target dir>/<host triple>/`. Without a nightly toolchain the images are
+    /// built without them and a `warning:` line says so.
+    pub emulation_checks: bool,
 }
 
 /// What kind of cargo target an image came from. Ordered as `cargo test` runs them.
@@ -229,9 +234,18 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     // side, since together they are most of a no-op build's overhead over cargo's own. A
     // coverage build takes the nightly too: its llvm-tools must read the profiles it writes.
     let needs_toolchain = opts.coverage || targets.iter().any(|target| target.is_gpu());
+    let host_checks = opts.emulation_checks && targets.contains(&DeviceTarget::Host);
     let (workspace, toolchain) = std::thread::scope(|scope| {
-        let probe =
-            scope.spawn(|| needs_toolchain.then(crate::toolchain::Toolchain::ensure_for_build));
+        let probe = scope.spawn(|| {
+            if needs_toolchain {
+                Some(crate::toolchain::Toolchain::ensure_for_build())
+            } else if host_checks {
+                // The host needs no component of it.
+                Some(crate::toolchain::Toolchain::probe())
+            } else {
+                None
+            }
+        });
         let workspace = crates::Workspace::load(opts);
         let toolchain = probe
             .join()
@@ -242,7 +256,15 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     let workspace = workspace?;
     let selected = workspace.select(opts)?;
     let toolchain = match toolchain {
-        Some(probed) => Some(probed?.ready_for_build()?),
+        Some(probed) if needs_toolchain => Some(probed?.ready_for_build()?),
+        Some(Ok(probed)) => Some(probed),
+        Some(Err(error)) => {
+            eprintln!(
+                "warning: the host emulation's memory checks need the nightly toolchain ({error}); \
+                 building the host images without them"
+            );
+            None
+        }
         None => None,
     };
     let mut selections = HashMap::new();
@@ -271,8 +293,18 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     }
     let mut images = Vec::new();
     for target in targets {
+        let emulation_checks = target == DeviceTarget::Host && host_checks && toolchain.is_some();
+        // A host build we instrument (the emulation's checks, coverage) names the host's
+        // triple, so that our rustflags stay off build scripts and proc macros (which rustc
+        // loads uninstrumented); otherwise cargo builds for its default, the host.
+        let instrumented_host = target == DeviceTarget::Host && (emulation_checks || opts.coverage);
+        let triple = match (target.triple(), &toolchain) {
+            (Some(triple), _) => Some(triple),
+            (None, Some(toolchain)) if instrumented_host => Some(toolchain.host.as_str()),
+            (None, _) => None,
+        };
         // Only without RUSTFLAGS: cargo takes those alone, and ours are appended to them.
-        let user_build_flags = match (target.triple(), &toolchain) {
+        let user_build_flags = match (triple, &toolchain) {
             (Some(triple), Some(toolchain)) if !cargo::rustflags_from_env() => {
                 rustflags::hidden_build_flags(toolchain, triple)?
             }
@@ -308,6 +340,8 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
                 toolchain: toolchain.as_ref(),
                 user_build_flags: &user_build_flags,
                 selection: cargo::Selection::Default,
+                emulation_checks,
+                triple,
             };
             let built = match mode {
                 Mode::Build if target == DeviceTarget::Host => build_group_for_host(&request)?,

@@ -25,7 +25,7 @@ pub fn hidden_build_flags(toolchain: &Toolchain, triple: &str) -> Result<Vec<Str
     if std::env::var_os(&env_target_name).is_some() {
         return Ok(Vec::new());
     }
-    if env_build.is_none() && !config_files_may_set_build_rustflags() {
+    if env_build.is_none() && !config_files_may_set(&["build", "rustflags"]) {
         // Nothing to read: spare the build a cargo process (no-op builds are timed).
         return Ok(Vec::new());
     }
@@ -68,9 +68,9 @@ fn flag_list(value: &serde_json::Value) -> Vec<String> {
 }
 
 /// Whether a configuration file cargo reads (`.cargo/config(.toml)` in the working directory or
-/// above, or in `$CARGO_HOME`) may set `build.rustflags`: one sets it, includes other files, or
-/// cannot be parsed here (cargo will say what is wrong with it).
-fn config_files_may_set_build_rustflags() -> bool {
+/// above, or in `$CARGO_HOME`) may set the value at `key` (`["build", "rustflags"]`): one sets
+/// it, includes other files, or cannot be parsed here (cargo will say what is wrong with it).
+pub(crate) fn config_files_may_set(key: &[&str]) -> bool {
     let cwd = std::env::current_dir().unwrap_or_default();
     let cargo_home = std::env::var_os("CARGO_HOME")
         .map(std::path::PathBuf::from)
@@ -81,18 +81,24 @@ fn config_files_may_set_build_rustflags() -> bool {
         .chain(cargo_home);
     dirs.flat_map(|dir| [dir.join("config.toml"), dir.join("config")])
         .filter_map(|path| std::fs::read_to_string(path).ok())
-        .any(|text| may_set_build_rustflags(&text))
+        .any(|text| may_set(&text, key))
 }
 
-/// Whether one configuration file may set `build.rustflags` (see above).
-fn may_set_build_rustflags(text: &str) -> bool {
+/// Whether one configuration file may set `key` (see above).
+fn may_set(text: &str, key: &[&str]) -> bool {
     match text.parse::<toml_edit::DocumentMut>() {
         Ok(document) => {
-            document.contains_key("include")
-                || document
-                    .get("build")
-                    .and_then(|build| build.get("rustflags"))
-                    .is_some()
+            if document.contains_key("include") {
+                return true;
+            }
+            let mut item = document.as_item();
+            for part in key {
+                match item.get(part) {
+                    Some(inner) => item = inner,
+                    None => return false,
+                }
+            }
+            true
         }
         Err(_) => true,
     }
@@ -151,15 +157,21 @@ mod tests {
 
     #[test]
     fn only_files_that_may_set_build_rustflags_need_cargo() {
-        assert!(may_set_build_rustflags(
-            "[build]\nrustflags = [\"--cfg\", \"a\"]\n"
-        ));
-        assert!(may_set_build_rustflags("build.rustflags = \"--cfg a\"\n"));
-        assert!(may_set_build_rustflags("include = [\"other.toml\"]\n"));
-        assert!(may_set_build_rustflags("[build\n"));
+        let key = ["build", "rustflags"];
+        assert!(may_set("[build]\nrustflags = [\"--cfg\", \"a\"]\n", &key));
+        assert!(may_set("build.rustflags = \"--cfg a\"\n", &key));
+        assert!(may_set("include = [\"other.toml\"]\n", &key));
+        assert!(may_set("[build\n", &key));
         // Target-level rustflags alone: cargo never uses build.rustflags there anyway.
-        assert!(!may_set_build_rustflags(
-            "# rustflags = [\"-Cx\"]\n[alias]\nb = \"build\"\n[target.x86_64-unknown-linux-gnu]\nrustflags = [\"-Cx\"]\n"
+        assert!(!may_set(
+            "# rustflags = [\"-Cx\"]\n[alias]\nb = \"build\"\n[target.x86_64-unknown-linux-gnu]\nrustflags = [\"-Cx\"]\n",
+            &key
+        ));
+        let build_std = ["unstable", "build-std"];
+        assert!(may_set("[unstable]\nbuild-std = [\"core\"]\n", &build_std));
+        assert!(!may_set(
+            "[unstable]\nbuild-std-features = []\n",
+            &build_std
         ));
     }
 }

@@ -136,6 +136,15 @@ pub struct LoadOptions {
     pub host: handlers::HostAccess,
     /// Host functions the device may call (LLVM libc's HOST_CALL).
     pub host_functions: handlers::HostFunctions,
+    /// Whether the host emulation checks the memory accesses of an image built for it
+    /// (out-of-bounds accesses, reads of unwritten shared memory). Ignored by GPU backends and
+    /// by images built without the checks.
+    pub emulation_checks: bool,
+    /// The host emulation's seed: each launch's poison for shared memory, the order its blocks
+    /// run in and where its checked threads yield derive from it and the kernel's name. `None`:
+    /// `GPURUN_EMULATION_SEED` ([`host::EMULATION_SEED_ENV`]), else a fresh one per load. Ignored
+    /// by GPU backends.
+    pub emulation_seed: Option<u64>,
 }
 
 impl Default for LoadOptions {
@@ -146,6 +155,8 @@ impl Default for LoadOptions {
             emulated_lane_size: 32,
             host: handlers::HostAccess::default(),
             host_functions: handlers::HostFunctions::default(),
+            emulation_checks: true,
+            emulation_seed: None,
         }
     }
 }

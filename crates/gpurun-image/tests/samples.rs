@@ -416,16 +416,19 @@ fn host_abi_version_is_checked() {
         .address
         .unwrap() as usize;
     assert_eq!(original[at..at + 4], [1, 0, 0, 0]);
-    // Version 2 (shared memory) extends version 1's record: both run.
-    let mut current = original.clone();
-    current[at] = 2;
-    let current = Image::parse(current, None).unwrap();
-    assert_eq!(current.host_abi_version(), Some(2));
+    // Versions 2 (shared memory), 3 (call sites) and 4 (memory checks) each extend the record
+    // before: all run.
+    for version in [2, 3, 4] {
+        let mut current = original.clone();
+        current[at] = version;
+        let current = Image::parse(current, None).unwrap();
+        assert_eq!(current.host_abi_version(), Some(u32::from(version)));
+    }
     let mut newer = original.clone();
-    newer[at] = 3;
+    newer[at] = 5;
     let err = parse_err(newer);
     assert!(
-        err.contains("host ABI version 3") && err.ends_with("update cargo-gpurun"),
+        err.contains("host ABI version 5") && err.ends_with("update cargo-gpurun"),
         "{err}"
     );
     let mut older = original.clone();

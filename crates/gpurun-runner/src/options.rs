@@ -13,6 +13,10 @@ pub struct WorkerOptions {
     pub device: usize,
     /// Warp size of the host emulation.
     pub lane_size: u32,
+    /// Whether the host emulation checks the memory accesses of an image built for it.
+    pub emulation_checks: bool,
+    /// The host emulation's seed (`None`: the worker's environment or a fresh one).
+    pub emulation_seed: Option<u64>,
     pub stack_size: Option<usize>,
     /// Let device code run host commands through `system()` (`cargo gpurun run --allow-system`).
     pub allow_system: bool,
@@ -32,6 +36,13 @@ impl WorkerOptions {
             "--lane-size".into(),
             self.lane_size.to_string(),
         ];
+        if !self.emulation_checks {
+            args.push("--no-emulation-checks".into());
+        }
+        if let Some(seed) = self.emulation_seed {
+            args.push("--emulation-seed".into());
+            args.push(seed.to_string());
+        }
         if let Some(stack) = self.stack_size {
             args.push("--stack-size".into());
             args.push(stack.to_string());
@@ -69,6 +80,8 @@ impl WorkerOptions {
             backend: BackendKind::Host,
             device: 0,
             lane_size: LoadOptions::default().emulated_lane_size,
+            emulation_checks: true,
+            emulation_seed: None,
             stack_size: None,
             allow_system: false,
             stdin: None,
@@ -83,6 +96,10 @@ impl WorkerOptions {
             }
             if arg == "--allow-system" {
                 options.allow_system = true;
+                continue;
+            }
+            if arg == "--no-emulation-checks" {
+                options.emulation_checks = false;
                 continue;
             }
             let value = rest
@@ -105,6 +122,11 @@ impl WorkerOptions {
                         .map_err(|_| format!("lane size `{value}` is too large"))?;
                 }
                 "--stack-size" => options.stack_size = Some(number("--stack-size")?),
+                "--emulation-seed" => {
+                    options.emulation_seed = Some(value.parse().map_err(|_| {
+                        format!("worker option `--emulation-seed` needs a number, not `{value}`")
+                    })?);
+                }
                 "--stdin" => options.stdin = Some(PathBuf::from(value)),
                 other => return Err(format!("unknown worker option `{other}`")),
             }
@@ -127,6 +149,8 @@ impl WorkerOptions {
             stack_size: self.stack_size,
             emulated_lane_size: self.lane_size,
             host: self.host_access(),
+            emulation_checks: self.emulation_checks,
+            emulation_seed: self.emulation_seed,
             ..LoadOptions::default()
         }
     }
@@ -142,6 +166,8 @@ mod tests {
             backend: BackendKind::Cuda,
             device: 3,
             lane_size: 64,
+            emulation_checks: false,
+            emulation_seed: Some(12345),
             stack_size: Some(8192),
             allow_system: true,
             stdin: Some("/proc/1/fd/0".into()),

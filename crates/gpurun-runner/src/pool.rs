@@ -106,6 +106,9 @@ pub struct WorkerExecutor {
     devices: Vec<DeviceWorkers>,
     slots_per_worker: usize,
     timeout: Option<Duration>,
+    /// A line every test that did not simply complete gets first on its stderr (the host
+    /// emulation's seed, to replay it).
+    note: Option<String>,
 }
 
 /// How one attempt at a test ended, before it becomes the harness's [`TestEnd`].
@@ -180,7 +183,15 @@ impl WorkerExecutor {
             devices,
             slots_per_worker,
             timeout,
+            note: None,
         }
+    }
+
+    /// Puts `note` (a line) first on the stderr of every test whose launch did not complete
+    /// without a panic: a failure's output then says how to run it again the same way.
+    pub fn with_note(mut self, note: String) -> WorkerExecutor {
+        self.note = Some(note);
+        self
     }
 
     /// Devices in use and tests each runs at once, for the "Running" line.
@@ -498,6 +509,18 @@ impl Executor for WorkerExecutor {
                 "the worker died under other tests {MAX_ATTEMPTS} times; giving up on this one"
             ))
         });
+        let clean = matches!(
+            &end,
+            TestEnd::Ran {
+                end: gpurun_harness::LaunchEnd::Completed,
+                panicked_threads: 0,
+                sanitizer: None,
+                ..
+            }
+        );
+        if let Some(note) = self.note.as_ref().filter(|_| !clean) {
+            notes.insert(0, format!("{note}\n"));
+        }
         let mut stderr = notes.concat().into_bytes();
         stderr.extend_from_slice(&collected.stderr);
         TestRun {

@@ -87,6 +87,8 @@ impl Setup {
             backend: BackendKind::Scripted,
             device: 0,
             lane_size: 1,
+            emulation_checks: true,
+            emulation_seed: None,
             stack_size: None,
             allow_system: false,
             stdin: None,

@@ -212,6 +212,8 @@ pub struct DeviceCrate {
     /// `None`: the package's `[package.metadata.gpurun] test-timeout`, else [`DEFAULT_TIMEOUT`].
     timeout: Option<Duration>,
     lane_size: u32,
+    /// `None`: as `GPURUN_EMULATION_CHECKS` says, else on.
+    emulation_checks: Option<bool>,
 }
 
 /// A built image of a device crate.
@@ -243,6 +245,7 @@ impl DeviceCrate {
             release: false,
             timeout: None,
             lane_size: DEFAULT_LANE_SIZE,
+            emulation_checks: None,
         }
     }
 
@@ -272,6 +275,16 @@ impl DeviceCrate {
     /// value fails the load. GPUs have their own.
     pub fn lane_size(mut self, lane_size: u32) -> DeviceCrate {
         self.lane_size = lane_size;
+        self
+    }
+
+    /// Whether the host emulation checks the memory accesses of this crate's kernels and device
+    /// tests (out-of-bounds accesses, reads of unwritten shared memory), as `cargo gpurun test
+    /// --emulation-checks`: the host image is then built for them with the nightly toolchain.
+    /// Default: on, unless `GPURUN_EMULATION_CHECKS=off`. GPUs have their own tools
+    /// (`GPURUN_SANITIZE`).
+    pub fn emulation_checks(mut self, on: bool) -> DeviceCrate {
+        self.emulation_checks = Some(on);
         self
     }
 
@@ -330,17 +343,31 @@ impl DeviceCrate {
     }
 
     fn build_cached(&self, mode: BuildMode) -> Result<Vec<gpurun_build::BuiltImage>, Error> {
-        type Key = (PathBuf, Option<String>, bool, BuildMode);
+        type Key = (PathBuf, Option<String>, (bool, bool), BuildMode);
         type Built = Result<Vec<gpurun_build::BuiltImage>, String>;
         static BUILDS: Mutex<Option<HashMap<Key, Built>>> = Mutex::new(None);
         let dir = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
-        let key = (dir.clone(), self.target.clone(), self.release, mode);
+        let checks = match self.emulation_checks {
+            Some(on) => on,
+            None => {
+                gpurun_build::suite::emulation_checks_by_env().map_err(|message| Error::Build {
+                    path: dir.clone(),
+                    message,
+                })?
+            }
+        };
+        let key = (
+            dir.clone(),
+            self.target.clone(),
+            (self.release, checks),
+            mode,
+        );
         // Held through the build: concurrent tests of one process wait for the one build.
         let mut builds = BUILDS.lock().unwrap_or_else(PoisonError::into_inner);
         let builds = builds.get_or_insert_with(HashMap::new);
         let result = builds
             .entry(key)
-            .or_insert_with(|| self.build_now(&dir, mode))
+            .or_insert_with(|| self.build_now(&dir, mode, checks))
             .clone();
         result.map_err(|message| Error::Build { path: dir, message })
     }
@@ -349,6 +376,7 @@ impl DeviceCrate {
         &self,
         dir: &Path,
         mode: BuildMode,
+        emulation_checks: bool,
     ) -> Result<Vec<gpurun_build::BuiltImage>, String> {
         // The same choice as `cargo gpurun test`, including `GPURUN_BACKEND` (one backend,
         // several, or `all`) and `GPURUN_REQUIRE_GPU`.
@@ -391,6 +419,7 @@ impl DeviceCrate {
                 targets: vec![target.short_name().to_owned()],
                 release: self.release,
                 quiet: true,
+                emulation_checks,
                 ..BuildOptions::default()
             };
             if target == DeviceTarget::Nvptx {

@@ -114,11 +114,12 @@ impl DeviceCrate {
                 }
             }
             // Workers start on the first test run, so listing starts none.
-            let executor = Arc::new(WorkerExecutor::new(
-                specs,
-                concurrency,
-                Some(self.timeout_for(Some(built))?),
-            ));
+            let mut executor =
+                WorkerExecutor::new(specs, concurrency, Some(self.timeout_for(Some(built))?));
+            if backend == BackendKind::Host {
+                executor = executor.with_note(gpurun_hal::host::seed_note(emulation_seed()?));
+            }
+            let executor = Arc::new(executor);
             let kind = if name_suites {
                 suite.name.clone()
             } else {
@@ -170,11 +171,26 @@ fn worker_specs(
         .collect())
 }
 
+/// The host emulation's seed of this test process: `GPURUN_EMULATION_SEED`, else one drawn
+/// once, which every failing trial's output names.
+fn emulation_seed() -> Result<u64, Error> {
+    static FRESH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    match std::env::var(gpurun_hal::host::EMULATION_SEED_ENV) {
+        Ok(text) => gpurun_hal::host::parse_seed(&text).map_err(|error| {
+            Error::Devices(format!("{}: {error}", gpurun_hal::host::EMULATION_SEED_ENV))
+        }),
+        Err(_) => Ok(*FRESH.get_or_init(gpurun_hal::host::fresh_seed)),
+    }
+}
+
 fn worker_options(backend: BackendKind, lane_size: u32) -> WorkerOptions {
     WorkerOptions {
         backend,
         device: 0,
         lane_size,
+        // An image built without the checks (`GPURUN_EMULATION_CHECKS=off`) has none to run.
+        emulation_checks: true,
+        emulation_seed: emulation_seed().ok(),
         stack_size: None,
         allow_system: false,
         stdin: None,

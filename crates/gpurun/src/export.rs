@@ -165,6 +165,10 @@ pub fn install_host_panic_hook() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
+            if crate::arch::imp::reported() {
+                // The thread's failure is the finding it reported.
+                return;
+            }
             let payload = info.payload();
             let message = payload
                 .downcast_ref::<&str>()

@@ -14,7 +14,8 @@
 //!
 //! Owns: what runs on the device (entry kernels, output, panics, allocation, arguments and
 //! environment, exit/abort, ids, barrier, shared memory, warp operations, atomics, math, host
-//! stdio, host calls). Must not: know the host's side (it talks to it only over RPC, through `gpurun-rpc`'s
+//! stdio, host calls), and in a host image built for the emulation's memory checks, the
+//! instrumentation's hooks that hand accesses to the emulator. Must not: know the host's side (it talks to it only over RPC, through `gpurun-rpc`'s
 //! client sequences) or spell the ABI's names and formats itself (they come from `gpurun-abi`).
 #![cfg_attr(any(target_arch = "nvptx64", target_arch = "amdgpu"), no_std)]
 #![cfg_attr(
@@ -44,6 +45,10 @@
         core_float_math
     )
 )]
+// A host image built for the emulation's memory checks (`-Zsanitizer=thread`, nightly)
+// implements the instrumentation's hooks with intrinsics, uninstrumented (`arch/checks.rs`).
+#![cfg_attr(gpurun_emulation_checks, feature(sanitize, core_intrinsics))]
+#![cfg_attr(gpurun_emulation_checks, allow(internal_features))]
 // `allow_internal_unstable` lets `__gpurun_kernel!` use the kernel ABI in user crates without
 // their own feature gate.
 #![cfg_attr(

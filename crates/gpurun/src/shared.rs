@@ -25,8 +25,10 @@
 //! memory `cuLaunchKernel` sizes with `sharedMemBytes`), AMD's the workgroup's LDS after the
 //! kernel's static LDS (the dispatch packet's group segment), both through the nightly's
 //! `core::intrinsics::gpu::gpu_launch_sized_workgroup_mem`. The host emulation gives every
-//! block its own region, zeroed before the block runs. **GPUs do not zero it**: a block finds
-//! whatever an earlier block left there, so write before you read.
+//! block its own region, filled with a poison pattern before the block runs, and (with its
+//! memory checks) fails a read of bytes no thread of the block wrote, and an access past the
+//! launch's bytes. **GPUs do not zero it**: a block finds whatever an earlier block left there,
+//! so write before you read.
 //!
 //! # What is safe
 //!

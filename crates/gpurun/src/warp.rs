@@ -3,17 +3,21 @@
 //! warp barrier.
 //!
 //! A warp is [`lane_size()`](crate::lane_size) consecutive threads of a block (linear index,
-//! x fastest); [`lane_id()`](crate::lane_id) is a thread's place in it. Every operation takes
-//! a `mask` of the lanes that take part (bit `i`: lane `i`; [`FULL`] for the whole warp; bits at
-//! and above `lane_size()` are ignored). As CUDA's `*_sync` intrinsics require, **every lane of
-//! the mask that has not returned from the kernel must call the same operation with the same
-//! mask**, and the caller must be in its mask.
+//! x fastest); [`lane_id()`](crate::lane_id) is a thread's place in it. When the block's size is
+//! not a multiple of `lane_size()`, its last warp is partial: [`present()`] is the lanes it has,
+//! [`lanes()`] the lanes a whole warp has. Every operation takes a `mask` of the lanes that take
+//! part (bit `i`: lane `i`; [`FULL`] for the whole warp; bits at and above `lane_size()` are
+//! ignored). As CUDA's `*_sync` intrinsics require, **every lane of the mask that has not
+//! returned from the kernel must make the same call, at the same call site, with the same
+//! mask**; the caller must be in its mask, and the mask must name only lanes the warp has.
 //!
 //! | | NVIDIA | AMD | host emulation |
 //! | --- | --- | --- | --- |
 //! | instructions | `shfl.sync.idx`, `vote.sync.{ballot,any,all}`, `bar.warp.sync`, `activemask`, each with the mask (independent thread scheduling, sm_70+) | `ds_bpermute` (shuffles), `v_readlane` ([`broadcast`]), `s_ballot`-style compares (votes), `EXEC` ([`active_mask`]) | an exchange among the warp's OS threads through the emulator |
 //! | a lane of the mask returned from the kernel | not waited for; votes count it false; a shuffle reading it gets an undefined value | the same (an ended lane is inactive; a shuffle reading it gets 0) | not waited for; votes count it false; **a shuffle reading it fails the test** |
 //! | a lane of the mask is elsewhere (diverged) | hangs, or undefined results | not waited for (lanes outside `EXEC` read as 0 and vote false) | **fails the test** with a message naming the lanes and where they wait, as soon as they can never come (at the block barrier, in another warp operation) |
+//! | lanes of the mask make the call from different call sites (`if` and `else` both shuffle) | the lanes meet across the sites (sm_70+; undefined before) | each side runs on its own under half of `EXEC`: every lane reads 0 from the other half | **fails the test**, naming both lines and their lanes |
+//! | the mask names lanes a partial warp lacks (`FULL` with 48 threads) | they are never active: not waited for, vote false, a shuffle reading one gets an undefined value | outside `EXEC` from the start: vote false, a shuffle reading one gets 0 | **fails the test**, naming the missing lanes (use [`present()`]) |
 //! | the caller is not in its mask | undefined | works | fails the test |
 //!
 //! Defined the same everywhere: a shuffle whose source lane is out of range (`shuffle_up`
@@ -82,12 +86,31 @@ warp_values! {
     isize => true, |v| v as u64, |b| b as isize;
 }
 
-/// The mask of every lane a warp has (`lane_size()` low bits).
+/// The mask of every lane a whole warp has (`lane_size()` low bits). The last warp of a block
+/// whose size is not a multiple of `lane_size()` has fewer: see [`present`].
 #[inline]
 pub fn lanes() -> u64 {
-    match crate::lane_size() {
+    low_bits(crate::lane_size())
+}
+
+/// The lanes this thread's warp has: [`lanes()`], except in the last warp of a block whose
+/// size is not a multiple of `lane_size()` (a block of 48 threads in warps of 32 leaves its
+/// second warp lanes 0-15). The mask a warp operation over "every lane" takes there.
+#[inline]
+pub fn present() -> u64 {
+    let [x, y, z] = crate::block_dim();
+    let threads = x * y * z;
+    let size = crate::lane_size();
+    let first = crate::arch::thread_index_in_block() / size * size;
+    low_bits(threads.saturating_sub(first).min(size))
+}
+
+/// A mask of the `count` lowest lanes.
+#[inline]
+fn low_bits(count: u32) -> u64 {
+    match count {
         64.. => u64::MAX,
-        size => (1u64 << size) - 1,
+        count => (1u64 << count) - 1,
     }
 }
 

@@ -3,9 +3,14 @@
 //! enough. At most [`MAX_LIVE_THREADS`] threads run a grid at once: the blocks are dealt to
 //! groups of `threads per block` pool threads, each group runs its blocks one after another,
 //! and all threads of a group run one block together, so block barriers and warp operations
-//! work (`warp.rs`). A launch with shared memory gives each group one zeroed region, zeroed
-//! again between its blocks while no thread of the group is in one.
+//! work (`warp.rs`). A launch with shared memory gives each group one region, filled with the
+//! launch's poison before each of its blocks while no thread of the group is in one (GPUs do
+//! not clear shared memory; zeroes would hide a read of memory no thread wrote). With the memory
+//! checks on, the regions are in the checked memory and each thread has its part in the
+//! launch's checks (`checks.rs`).
 
+use super::arena::{Arena, Holds};
+use super::checks::{self, LaunchChecks, ThreadChecks};
 use super::warp::{self, BlockSync};
 use crate::{BackendError, LaunchShape};
 use gpurun_rpc::host_waits::ServerWaker;
@@ -79,50 +84,82 @@ impl Deal {
     }
 }
 
-/// One group's block-shared memory: zeroed, [`HOST_SHARED_ALIGN`]-aligned, freed on drop.
+/// One group's block-shared memory: [`HOST_SHARED_ALIGN`]-aligned, from the checked memory when
+/// the checks are on, else from the heap; freed on drop.
 struct SharedRegion {
     start: *mut u8,
-    layout: Layout,
+    bytes: usize,
+    /// `None`: from the arena.
+    layout: Option<Layout>,
 }
 
 // SAFETY: a plain allocation owned by the launch; the device threads of one block share it as
 // GPU shared memory is shared (what they do with it is the kernel's business), and the emulator
-// zeroes it only while no thread of the group runs a block.
+// fills it only while no thread of the group runs a block.
 unsafe impl Send for SharedRegion {}
 // SAFETY: as above.
 unsafe impl Sync for SharedRegion {}
 
 impl SharedRegion {
-    fn new(bytes: usize) -> Result<SharedRegion, BackendError> {
+    fn new(bytes: usize, arena: Option<&'static Arena>) -> Result<SharedRegion, BackendError> {
         let no_memory = || {
             BackendError::InvalidArgument(format!("no memory for {bytes} bytes of shared memory"))
         };
+        if let Some(arena) = arena {
+            // The arena aligns to 256, a multiple of HOST_SHARED_ALIGN.
+            let start = arena.alloc(bytes, Holds::Shared).ok_or_else(no_memory)?;
+            return Ok(SharedRegion {
+                start: start as *mut u8,
+                bytes,
+                layout: None,
+            });
+        }
         let layout =
             Layout::from_size_align(bytes.max(1), HOST_SHARED_ALIGN).map_err(|_| no_memory())?;
         // SAFETY: the layout has a non-zero size.
-        let start = unsafe { std::alloc::alloc_zeroed(layout) };
+        let start = unsafe { std::alloc::alloc(layout) };
         if start.is_null() {
             return Err(no_memory());
         }
-        Ok(SharedRegion { start, layout })
+        Ok(SharedRegion {
+            start,
+            bytes,
+            layout: Some(layout),
+        })
     }
 
-    /// Zeroes the region for the group's next block.
+    /// Fills the region with `poison` for the group's next block.
     ///
     /// # Safety
     /// No thread may use the region meanwhile.
-    unsafe fn zero(&self) {
-        // SAFETY: the region holds `layout.size()` bytes; the caller excludes other users.
-        unsafe { std::ptr::write_bytes(self.start, 0, self.layout.size()) };
+    unsafe fn poison(&self, poison: [u8; 4]) {
+        // SAFETY: the region holds `bytes` bytes; the caller excludes other users.
+        let region = unsafe { std::slice::from_raw_parts_mut(self.start, self.bytes) };
+        checks::fill_poison(region, poison);
     }
 }
 
 impl Drop for SharedRegion {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout, freed once; the launch is over (its
-        // last `Arc` is gone).
-        unsafe { std::alloc::dealloc(self.start, self.layout) };
+        match self.layout {
+            // SAFETY: allocated in `new` with this layout, freed once; the launch is over (its
+            // last `Arc` is gone).
+            Some(layout) => unsafe { std::alloc::dealloc(self.start, layout) },
+            None => {
+                if let Some(arena) = Arena::get() {
+                    arena.free(self.start as usize);
+                }
+            }
+        }
     }
+}
+
+/// What a launch checks: the arena its memory is in, the device buffers it may touch
+/// (`(address, bytes)`), and the kernel's name for the reports.
+pub(crate) struct CheckedMemory {
+    pub arena: &'static Arena,
+    pub buffers: Vec<(usize, usize)>,
+    pub kernel: String,
 }
 
 /// One launch, shared by the pool threads that run it.
@@ -136,6 +173,12 @@ struct GridRun {
     blocks: Vec<BlockSync>,
     /// With shared memory: one region per group, reused for each of the group's blocks.
     shared: Vec<SharedRegion>,
+    /// What every block's shared memory holds when it begins.
+    poison: [u8; 4],
+    /// The order the blocks run in.
+    order: BlockOrder,
+    /// The launch's memory checks, when they are on (then the shared memory is in the arena).
+    checks: Option<LaunchChecks>,
     /// Pool threads still running this launch.
     running: AtomicUsize,
     done: AtomicBool,
@@ -155,18 +198,28 @@ impl GridRun {
         let [tx, ty, _] = self.shape.threads.map(u64::from);
         let thread_idx = [local % tx, local / tx % ty, local / (tx * ty)].map(|i| i as u32);
         let [gx, gy, _] = self.shape.blocks.map(u64::from);
-        let seat = self.blocks[group as usize].seat(local as usize);
+        let thread_checks = self
+            .checks
+            .as_ref()
+            .map(|checks| ThreadChecks::new(checks, group as usize, local as usize));
+        let seat = self.blocks[group as usize]
+            .seat(local as usize)
+            .with_checks(thread_checks.as_ref());
         let seat_context = std::ptr::from_ref(&seat).cast();
         let shared = self.shared.get(group as usize);
-        let mut block = group;
+        // The group runs the `group`-th, `group + groups`-th ... blocks of the launch's order.
+        let mut index = group;
         let mut round = 0;
-        while block < self.deal.blocks {
+        while index < self.deal.blocks {
+            let block = self.order.block(index);
             let block_idx = [block % gx, block / gx % gy, block / (gx * gy)].map(|i| i as u32);
             seat.begin(round, block_idx, || {
-                if let Some(region) = shared {
+                let Some(region) = shared else { return };
+                match &self.checks {
+                    Some(checks) => checks.begin_block(group as usize, region.start as usize),
                     // SAFETY: `begin` calls this while every thread of the group has returned
                     // from the previous block and none has begun this one.
-                    unsafe { region.zero() };
+                    None => unsafe { region.poison(self.poison) },
                 }
             });
             let info = HostThreadInfo {
@@ -182,6 +235,9 @@ impl GridRun {
                 shared_memory_bytes: shared.map_or(0, |_| self.shape.shared_bytes as usize),
                 warp_context: seat_context,
                 warp_exchange: Some(warp::warp_exchange),
+                sync_at: Some(warp::sync_at),
+                check_access: self.checks.as_ref().map(|_| checks::check_access as _),
+                take_report: self.checks.as_ref().map(|_| checks::take_report as _),
             };
             // SAFETY: `enter` and `kernel` come from the loaded image, which outlives the pool
             // (`HostPrimitives` drops the pool first); `info` and the seat its callbacks get
@@ -193,7 +249,7 @@ impl GridRun {
                 (self.entry.kernel)(a, b, c, d, e, f, g, h, i, j, k, l, m, n);
             }
             seat.end();
-            block += self.deal.groups;
+            index += self.deal.groups;
             round += 1;
         }
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -307,6 +363,58 @@ impl Drop for ThreadPool {
     }
 }
 
+/// How the emulator runs a launch, beyond its shape and arguments.
+pub(crate) struct LaunchSetting {
+    pub lane_size: u32,
+    /// Wakes the serve loop sleeping on the RPC server when the last thread returns.
+    pub waker: Option<ServerWaker>,
+    /// The launch's seed: the poison every block's shared memory begins with, the order the
+    /// blocks run in, and where checked threads yield.
+    pub seed: u64,
+    /// The run's seed, which the launch's derives from: what the reports name.
+    pub run_seed: u64,
+    /// The memory checks, when they are on.
+    pub checked: Option<CheckedMemory>,
+}
+
+/// The order a launch runs its blocks in, a permutation drawn from its seed: `index` to
+/// `(step * index + offset) % blocks`, with `step` coprime to `blocks`. GPUs promise no order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct BlockOrder {
+    blocks: u64,
+    step: u64,
+    offset: u64,
+}
+
+impl BlockOrder {
+    fn of(blocks: u64, seed: u64) -> BlockOrder {
+        let mixed = checks::splitmix64(seed);
+        let blocks = blocks.max(1);
+        let mut step = (mixed >> 32) % blocks;
+        while gcd(step, blocks) != 1 {
+            step = (step + 1) % blocks;
+        }
+        BlockOrder {
+            blocks,
+            step,
+            offset: mixed % blocks,
+        }
+    }
+
+    /// The block that runs `index`-th.
+    fn block(&self, index: u64) -> u64 {
+        ((u128::from(self.step) * u128::from(index) + u128::from(self.offset))
+            % u128::from(self.blocks)) as u64
+    }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
 /// A launch in progress: poll [`Grid::finished`] while serving RPC.
 pub(crate) struct Grid {
     run: Arc<GridRun>,
@@ -319,12 +427,11 @@ impl Grid {
         entry: Entry,
         shape: LaunchShape,
         registers: Registers,
-        lane_size: u32,
-        waker: Option<ServerWaker>,
+        setting: LaunchSetting,
     ) -> Result<Grid, BackendError> {
         // The shape was checked by `crate::module::check_shape`: at most 1024 threads a block.
         let deal = Deal::of(&shape);
-        Grid::start_dealt(pool, entry, (shape, deal), registers, lane_size, waker)
+        Grid::start_dealt(pool, entry, (shape, deal), registers, setting)
     }
 
     /// [`Grid::start`] with the blocks dealt as `deal` says.
@@ -333,18 +440,37 @@ impl Grid {
         entry: Entry,
         (shape, deal): (LaunchShape, Deal),
         registers: Registers,
-        lane_size: u32,
-        waker: Option<ServerWaker>,
+        setting: LaunchSetting,
     ) -> Result<Grid, BackendError> {
+        let LaunchSetting {
+            lane_size,
+            waker,
+            seed,
+            run_seed,
+            checked,
+        } = setting;
+        let poison = checks::poison_of(seed);
+        let order = BlockOrder::of(deal.blocks, seed);
         let threads = deal.threads() as usize;
+        let arena = checked.as_ref().map(|checked| checked.arena);
         let shared = if shape.shared_bytes > 0 {
             // The module checked the size against `MAX_SHARED_BYTES`.
             (0..deal.groups)
-                .map(|_| SharedRegion::new(shape.shared_bytes as usize))
+                .map(|_| SharedRegion::new(shape.shared_bytes as usize, arena))
                 .collect::<Result<Vec<_>, _>>()?
         } else {
             Vec::new()
         };
+        let checks = checked.map(|checked| {
+            let regions: Vec<usize> = shared.iter().map(|region| region.start as usize).collect();
+            LaunchChecks::new(
+                (&checked.kernel, shape, lane_size),
+                checked.arena,
+                &checked.buffers,
+                &regions,
+                (poison, seed, run_seed),
+            )
+        });
         pool.reserve(threads)?;
         let run = Arc::new(GridRun {
             entry,
@@ -356,6 +482,9 @@ impl Grid {
                 .map(|_| BlockSync::new(deal.per_block as usize, lane_size))
                 .collect(),
             shared,
+            poison,
+            order,
+            checks,
             running: AtomicUsize::new(threads),
             done: AtomicBool::new(false),
             started: Instant::now(),
@@ -434,6 +563,38 @@ mod tests {
 
     kernel_ignoring_arguments!(nothing {});
 
+    const SEED: u64 = 17;
+
+    /// A launch without memory checks.
+    fn plain(lane_size: u32) -> LaunchSetting {
+        LaunchSetting {
+            lane_size,
+            waker: None,
+            seed: SEED,
+            run_seed: 1,
+            checked: None,
+        }
+    }
+
+    #[test]
+    fn the_block_order_is_a_permutation_drawn_from_the_seed() {
+        for blocks in [1u64, 2, 6, 7, 64, 1000] {
+            for seed in 0..20 {
+                let order = BlockOrder::of(blocks, seed);
+                let mut seen: Vec<u64> = (0..blocks).map(|index| order.block(index)).collect();
+                seen.sort_unstable();
+                assert_eq!(seen, (0..blocks).collect::<Vec<_>>(), "{blocks} blocks");
+            }
+        }
+        let orders: Vec<Vec<u64>> = (0..5)
+            .map(|seed| {
+                let order = BlockOrder::of(64, seed);
+                (0..64).map(|index| order.block(index)).collect()
+            })
+            .collect();
+        assert!(orders.windows(2).any(|pair| pair[0] != pair[1]));
+    }
+
     #[test]
     fn every_thread_of_every_block_runs_once_and_the_pool_is_reused() {
         use crate::launch_loop::{Launch, LaunchState};
@@ -445,7 +606,8 @@ mod tests {
         let shape = LaunchShape::grid([2, 1, 2], [2, 3, 1]);
         for _ in 0..3 {
             SEEN.lock().unwrap().clear();
-            let grid = Grid::start(&mut pool, entry, shape, Registers::default(), 1, None).unwrap();
+            let grid =
+                Grid::start(&mut pool, entry, shape, Registers::default(), plain(1)).unwrap();
             while grid.state() == LaunchState::Running {
                 // A sleep, not a yield: a yielding waiter starves on a loaded machine.
                 std::thread::sleep(std::time::Duration::from_micros(100));
@@ -482,8 +644,8 @@ mod tests {
 
     kernel_ignoring_arguments!(
         /// Reads this thread's slot of the block's shared memory, waits for the whole block,
-        /// then writes into the slot what a block that did not zero it would leave for the
-        /// next one.
+        /// then writes into the slot what the next block would see if the emulator did not
+        /// poison it again.
         use_shared_memory {
             let info = ENTERED.with(std::cell::Cell::get);
             let slot = info
@@ -508,7 +670,7 @@ mod tests {
     );
 
     #[test]
-    fn each_block_gets_its_groups_region_zeroed() {
+    fn each_block_begins_with_its_groups_region_poisoned() {
         use crate::launch_loop::{Launch, LaunchState};
         let mut pool = ThreadPool::new(1 << 16);
         let entry = Entry {
@@ -524,8 +686,7 @@ mod tests {
             entry,
             (shape, deal),
             Registers::default(),
-            1,
-            None,
+            plain(1),
         )
         .unwrap();
         while grid.state() == LaunchState::Running {
@@ -534,16 +695,28 @@ mod tests {
         Box::new(grid).finish(true);
         let seen = SHARED_SEEN.lock().unwrap().clone();
         assert_eq!(seen.len(), 20, "{seen:?}");
+        let poison = checks::poison_of(SEED);
+        let poison = u64::from_le_bytes([poison, poison].concat().try_into().unwrap());
         for &(block, thread, address, bytes, before) in &seen {
-            assert_eq!(before, 0, "block {block} thread {thread} saw a used region");
+            assert_eq!(
+                before, poison,
+                "block {block} thread {thread} saw what another block left"
+            );
             assert_eq!(bytes, 32);
             assert_eq!(address % HOST_SHARED_ALIGN, 0);
         }
-        // Blocks of one group (0, 2, 4 and 1, 3) share its region; the groups' differ.
-        let region = |block| seen.iter().find(|seen| seen.0 == block).unwrap().2;
-        assert_eq!(region(0), region(2));
-        assert_eq!(region(0), region(4));
-        assert_eq!(region(1), region(3));
-        assert_ne!(region(0), region(1));
+        // The blocks of one group (three, and two: the seed says which) share its region; the
+        // groups' differ.
+        let mut regions: Vec<(usize, Vec<u32>)> = Vec::new();
+        for &(block, _, address, _, _) in &seen {
+            match regions.iter_mut().find(|(region, _)| *region == address) {
+                Some((_, blocks)) if blocks.contains(&block) => {}
+                Some((_, blocks)) => blocks.push(block),
+                None => regions.push((address, vec![block])),
+            }
+        }
+        let mut sizes: Vec<usize> = regions.iter().map(|(_, blocks)| blocks.len()).collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, [2, 3], "{regions:?}");
     }
 }

@@ -1,5 +1,8 @@
-//! Host memory standing in for device memory: RPC MALLOC/FREE and shared allocations.
+//! Host memory standing in for device memory: RPC MALLOC/FREE and shared allocations, and the
+//! device buffers, which live in the checked memory ([`super::arena`]) when the memory checks
+//! are on.
 
+use super::arena::{Arena, Holds};
 use crate::handlers::DeviceMemory;
 use std::alloc::Layout;
 use std::collections::HashMap;
@@ -10,29 +13,58 @@ const ALIGN: usize = 256;
 /// Zeroed, aligned blocks freed when dropped or on request.
 #[derive(Default)]
 pub(crate) struct HostMemory {
-    blocks: HashMap<usize, Layout>,
+    /// Each block's layout (at least one byte) and the size asked for.
+    blocks: HashMap<usize, (Layout, usize)>,
+    /// Where the blocks come from when the memory checks are on; else the heap.
+    arena: Option<&'static Arena>,
 }
 
 impl HostMemory {
+    /// Memory whose blocks come from `arena`, where the checks see every access.
+    pub fn in_arena(arena: &'static Arena) -> HostMemory {
+        HostMemory {
+            blocks: HashMap::new(),
+            arena: Some(arena),
+        }
+    }
+
     /// A zeroed block of `size` bytes, or `None` when the system has no memory for it.
     pub fn alloc_zeroed(&mut self, size: usize) -> Option<*mut u8> {
         let layout = Layout::from_size_align(size.max(1), ALIGN).ok()?;
-        // SAFETY: `layout` has a non-zero size.
-        let block = unsafe { std::alloc::alloc_zeroed(layout) };
+        let block = match self.arena {
+            Some(arena) => arena.alloc(size, Holds::Buffer)? as *mut u8,
+            // SAFETY: `layout` has a non-zero size.
+            None => unsafe { std::alloc::alloc_zeroed(layout) },
+        };
         if block.is_null() {
             return None;
         }
-        self.blocks.insert(block as usize, layout);
+        self.blocks.insert(block as usize, (layout, size));
         Some(block)
     }
 
     /// Frees a block this allocator returned; other addresses are ignored (the device's word
     /// is not trusted).
     pub fn release(&mut self, address: usize) {
-        if let Some(layout) = self.blocks.remove(&address) {
-            // SAFETY: the block was allocated here with this layout and is no longer tracked.
-            unsafe { std::alloc::dealloc(address as *mut u8, layout) };
+        if let Some((layout, _)) = self.blocks.remove(&address) {
+            self.free_block(address, layout);
         }
+    }
+
+    fn free_block(&self, address: usize, layout: Layout) {
+        match self.arena {
+            Some(arena) => arena.free(address),
+            // SAFETY: the block was allocated here with this layout and is no longer tracked.
+            None => unsafe { std::alloc::dealloc(address as *mut u8, layout) },
+        }
+    }
+
+    /// Every live block: `(address, bytes)`.
+    pub fn blocks(&self) -> Vec<(usize, usize)> {
+        self.blocks
+            .iter()
+            .map(|(&address, &(_, size))| (address, size))
+            .collect()
     }
 }
 
@@ -77,7 +109,7 @@ impl HostMemory {
         let address = usize::try_from(address).unwrap_or(usize::MAX);
         self.blocks
             .iter()
-            .any(|(&start, layout)| {
+            .any(|(&start, (layout, _))| {
                 address >= start && address.saturating_add(len) <= start + layout.size()
             })
             .then_some(address as *mut u8)
@@ -106,9 +138,8 @@ impl DeviceMemory for HostMemory {
 
 impl Drop for HostMemory {
     fn drop(&mut self) {
-        for (address, layout) in self.blocks.drain() {
-            // SAFETY: every tracked block was allocated with its layout and is freed once.
-            unsafe { std::alloc::dealloc(address as *mut u8, layout) };
+        for (address, (layout, _)) in std::mem::take(&mut self.blocks) {
+            self.free_block(address, layout);
         }
     }
 }

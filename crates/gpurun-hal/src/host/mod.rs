@@ -9,9 +9,12 @@
 //! size 1, 32 or 64), so the server's multi-lane paths run with partial masks. A crash in
 //! device code kills the worker process, never the harness.
 
+mod arena;
+mod checks;
 mod launch;
 pub(crate) mod memory;
 mod primitives;
+mod symbols;
 mod warp;
 
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
@@ -34,6 +37,50 @@ pub const MAX_HOST_DEVICES: usize = 64;
 /// block on sm_75; other NVIDIA GPUs from sm_70 on give 96 KiB or more once the kernel opts in,
 /// which the CUDA backend does), so a launch that runs here fits every one of them.
 pub const MAX_SHARED_BYTES: u64 = 64 * 1024;
+
+/// Environment variable with the host emulation's seed (a number) when the caller gives none
+/// (`LoadOptions::emulation_seed`); `cargo gpurun --emulation-seed` sets the same.
+pub const EMULATION_SEED_ENV: &str = "GPURUN_EMULATION_SEED";
+
+/// A seed that differs from run to run: what the emulation uses when none is given.
+pub fn fresh_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos() as u64);
+    // Small enough to type back in.
+    checks::splitmix64(nanos ^ u64::from(std::process::id()) << 32) % 1_000_000_000
+}
+
+/// The line a failing test on the host emulation shows: its seed, to run it the same way again.
+pub fn seed_note(seed: u64) -> String {
+    format!(
+        "note: host emulation seed {seed} (`--emulation-seed {seed}` or \
+         {EMULATION_SEED_ENV}={seed} runs it with the same poison, block order and yields)"
+    )
+}
+
+/// A seed as `--emulation-seed` or [`EMULATION_SEED_ENV`] gives it.
+pub fn parse_seed(text: &str) -> Result<u64, String> {
+    text.trim().parse().map_err(|_| {
+        format!(
+            "an emulation seed is a number from 0 to {}, not `{text}`",
+            u64::MAX
+        )
+    })
+}
+
+/// The seed a load uses: the one given, else [`EMULATION_SEED_ENV`]'s, else a fresh one.
+fn seed_of(given: Option<u64>) -> Result<u64, BackendError> {
+    if let Some(seed) = given {
+        return Ok(seed);
+    }
+    match std::env::var(EMULATION_SEED_ENV) {
+        Ok(text) => parse_seed(&text).map_err(|error| {
+            BackendError::InvalidArgument(format!("{EMULATION_SEED_ENV}: {error}"))
+        }),
+        Err(_) => Ok(fresh_seed()),
+    }
+}
 
 fn host_device_count() -> Result<usize, BackendError> {
     let Some(value) = std::env::var_os(HOST_DEVICES_ENV) else {

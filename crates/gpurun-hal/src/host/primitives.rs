@@ -1,14 +1,16 @@
 //! A host image loaded with `dlopen`: the primitives of the host emulation.
 
+use super::arena::Arena;
 use super::launch::{
-    Entry, Grid, KernelFn, Registers, ThreadPool, FLOAT_REGISTERS, INTEGER_REGISTERS,
+    CheckedMemory, Entry, Grid, KernelFn, LaunchSetting, Registers, ThreadPool, FLOAT_REGISTERS,
+    INTEGER_REGISTERS,
 };
 use super::memory::HostMemory;
 use crate::handlers::DeviceMemory;
 use crate::kernel_args::{KernelArg, Register};
 use crate::module::{Primitives, Started};
 use crate::{BackendError, LaunchShape, LoadOptions, SharedAlloc};
-use gpurun_abi::host::EnterThread;
+use gpurun_abi::host::{EnterThread, HostChecks};
 use gpurun_abi::symbols;
 use gpurun_image::{Image, ImageKind};
 use gpurun_rpc::host_waits::ServerWaker;
@@ -29,6 +31,12 @@ pub(crate) struct HostPrimitives {
     /// device `free` cannot release them.
     buffers: HostMemory,
     lane_size: u32,
+    /// The checked memory, when the image is built for the memory checks and they are on.
+    arena: Option<&'static Arena>,
+    /// The seed of the run (`LoadOptions::emulation_seed`), and how often each kernel has been
+    /// launched: a launch's seed comes from both, so it does not depend on what else ran.
+    seed: u64,
+    launches: HashMap<String, u64>,
     /// Wakes the serve loop when a launch's last thread returns (set with the host waits block).
     server_waker: Option<ServerWaker>,
     enter: EnterThread,
@@ -75,11 +83,15 @@ impl HostPrimitives {
                 what: "host entry function",
                 name: symbols::HOST_ENTER_THREAD.into(),
             })?;
+        let arena = set_up_checks(&library, options.emulation_checks)?;
         Ok(HostPrimitives {
             pool: ThreadPool::new(options.stack_size.unwrap_or(DEFAULT_STACK)),
             memory: HostMemory::default(),
-            buffers: HostMemory::default(),
+            buffers: arena.map_or_else(HostMemory::default, HostMemory::in_arena),
             lane_size,
+            arena,
+            seed: super::seed_of(options.emulation_seed)?,
+            launches: HashMap::new(),
             server_waker: None,
             enter,
             globals: image
@@ -184,16 +196,61 @@ impl Primitives for HostPrimitives {
             enter: self.enter,
             kernel: kernel_fn,
         };
-        let grid = Grid::start(
-            &mut self.pool,
-            entry,
-            shape,
-            registers,
-            self.lane_size,
-            self.server_waker,
-        )?;
+        let checked = self.arena.map(|arena| CheckedMemory {
+            arena,
+            buffers: self.buffers.blocks(),
+            kernel: kernel.to_string(),
+        });
+        let launches = self.launches.entry(kernel.to_string()).or_insert(0);
+        let seed = launch_seed(self.seed, kernel, *launches);
+        *launches += 1;
+        let setting = LaunchSetting {
+            lane_size: self.lane_size,
+            waker: self.server_waker,
+            seed,
+            run_seed: self.seed,
+            checked,
+        };
+        let grid = Grid::start(&mut self.pool, entry, shape, registers, setting)?;
         Ok(Box::new(grid))
     }
+}
+
+/// The seed of the `occurrence`-th launch of `kernel` in a run with seed `seed`.
+fn launch_seed(seed: u64, kernel: &str, occurrence: u64) -> u64 {
+    // FNV-1a: stable across builds and platforms, unlike std's hasher.
+    let name = kernel.bytes().fold(0xcbf2_9ce4_8422_2325u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3)
+    });
+    super::checks::splitmix64(seed ^ super::checks::splitmix64(name ^ occurrence))
+}
+
+/// Tells an image built for the memory checks which memory to check (none when `on` is false)
+/// and how to do atomics (`gpurun_abi::host::HostChecks`), before any of its threads runs.
+/// Returns the checked memory when the checks are on.
+fn set_up_checks(
+    library: &libloading::Library,
+    on: bool,
+) -> Result<Option<&'static Arena>, BackendError> {
+    let mut name = symbols::HOST_MEMORY_CHECKS.as_bytes().to_vec();
+    name.push(0);
+    // SAFETY: with a pointer type, libloading hands back the symbol's address itself.
+    let Ok(record) = (unsafe { library.get::<*mut HostChecks>(&name) }).map(|symbol| *symbol)
+    else {
+        // Built without the checks.
+        return Ok(None);
+    };
+    let arena = if on { Arena::get() } else { None };
+    let (checked_start, checked_len) = arena.map_or((0, 0), Arena::range);
+    let value = HostChecks {
+        checked_start,
+        checked_len,
+        atomic: Some(super::checks::atomic),
+    };
+    // SAFETY: the image's `HostChecks` record (the symbol has that type in every image built
+    // for the checks); no thread of the image runs yet, so nothing reads it meanwhile.
+    unsafe { record.write_volatile(value) };
+    Ok(arena)
 }
 
 /// Assigns `args` to registers as the C ABI does: integers and floats each in order, in their

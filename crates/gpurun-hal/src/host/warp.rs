@@ -10,14 +10,118 @@
 //! operation) and fails an exchange that can never complete at once, naming the lanes, with no
 //! timeout: on a loaded machine a slow lane is only slow.
 //!
-//! Lanes that have returned from the kernel do not hold an exchange up (as on NVIDIA GPUs, where
-//! exited threads of a mask are not waited for); the device runtime decides what reading their
-//! value means.
+//! Lanes meet only lanes that make the same call from the same call site (the kernel's source
+//! line, [`Site`]), and threads of a block meet at the barrier only from the same call site: on
+//! AMD the two sides of a branch each run their warp operation (or `s_barrier`) on their own,
+//! and NVIDIA's `bar.sync` is aligned, so anything else is wrong on some GPU. A warp operation
+//! whose mask names lanes a partial warp lacks fails too.
+//!
+//! Lanes that have returned from the kernel do not hold an exchange or the barrier up (as on
+//! GPUs: NVIDIA does not wait for exited threads, and an AMD wavefront whose lanes all ended
+//! leaves the barrier); the device runtime decides what reading their value means.
 
-use gpurun_abi::host::{warp_op, WarpExchange, MAX_LANES};
+use super::checks::ThreadChecks;
+use gpurun_abi::host::{warp_op, CallSite, WarpExchange, MAX_LANES};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+
+/// Why lanes that diverged fail, in every message about them.
+const SAME_CALL: &str = "every lane of a mask must make the same warp operation, from the same \
+                         call site, with the same mask; on a GPU this hangs or reads undefined \
+                         values";
+
+/// Where a barrier or warp operation is called from: a location in the kernel's source.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Site {
+    file: *const u8,
+    file_len: usize,
+    line: u32,
+    column: u32,
+}
+
+// SAFETY: `file` points at a string of the loaded image, which no one writes and which stays
+// loaded for as long as any launch of it runs (the only time a site is read).
+unsafe impl Send for Site {}
+// SAFETY: as above.
+unsafe impl Sync for Site {}
+
+impl Site {
+    /// What a version 2 image's barrier and exchange give: no place (all such calls meet).
+    pub const UNKNOWN: Site = Site {
+        file: std::ptr::null(),
+        file_len: 0,
+        line: 0,
+        column: 0,
+    };
+
+    /// The site the device runtime passed.
+    ///
+    /// # Safety
+    /// `site.file` must point at `site.file_len` bytes that stay valid and unchanged while the
+    /// launch runs.
+    pub unsafe fn from_abi(site: &CallSite) -> Site {
+        Site {
+            file: site.file,
+            file_len: site.file_len,
+            line: site.line,
+            column: site.column,
+        }
+    }
+
+    fn file(&self) -> &str {
+        if self.file.is_null() {
+            return "";
+        }
+        // SAFETY: per `from_abi`, `file_len` bytes of the loaded image, valid while the launch
+        // runs, which is when sites are read.
+        let bytes = unsafe { std::slice::from_raw_parts(self.file, self.file_len) };
+        std::str::from_utf8(bytes).unwrap_or("<a file name that is not UTF-8>")
+    }
+}
+
+impl PartialEq for Site {
+    fn eq(&self, other: &Site) -> bool {
+        (self.line, self.column) == (other.line, other.column) && self.file() == other.file()
+    }
+}
+
+impl std::fmt::Display for Site {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.file.is_null() {
+            f.write_str("an unknown call site")
+        } else {
+            write!(f, "{}:{}:{}", self.file(), self.line, self.column)
+        }
+    }
+}
+
+/// One lane's warp operation: what lanes must agree on to meet.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Call {
+    op: u32,
+    mask: u64,
+    site: Site,
+}
+
+impl Call {
+    fn is_active_mask(&self) -> bool {
+        warp_op::kind(self.op) == warp_op::ACTIVE_MASK
+    }
+}
+
+impl std::fmt::Display for Call {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", warp_op::name(self.op))?;
+        if !self.is_active_mask() {
+            write!(f, " with mask {:#x}", self.mask)?;
+        }
+        if !self.site.file.is_null() {
+            write!(f, " at {}", self.site)?;
+        }
+        Ok(())
+    }
+}
 
 /// The threads that run one block at a time (a group of the launch's deal): its barrier and its
 /// warps, reused for each block the group runs, one block after another.
@@ -34,21 +138,33 @@ pub(crate) struct BlockSync {
 }
 
 struct BlockState {
-    /// Which of its group's blocks the group runs (0, 1, ...).
-    round: u64,
+    /// How many of its group's blocks the group has begun (the round running is one less), and
+    /// the index of the one running.
+    begun: u64,
+    block_idx: [u32; 3],
     /// Threads that called the barrier in its current generation.
     arrived: usize,
-    /// Threads that returned from the kernel in this round.
+    /// Threads that returned from the kernel in this round (before the first: all of them).
     returned: usize,
     /// How often the barrier has let its threads go.
     generation: u64,
+    /// Where each thread (by linear index) waits at the barrier in the current generation.
+    waiting_at: Vec<Option<Site>>,
+    /// Once threads of this block waited at barriers of different call sites: the generation
+    /// that broke, and why. Every thread of the block that waits at the barrier from then on
+    /// fails with that message.
+    broken: Option<(u64, Arc<str>)>,
 }
 
 /// Where one emulated thread is in its block: the context its `HostThreadInfo` hands back.
 pub(crate) struct LaneSeat<'a> {
     block: &'a BlockSync,
+    /// Its linear index in the block, and its warp and lane.
+    thread: usize,
     warp: usize,
     lane: usize,
+    /// Its part in the launch's memory checks, when they are on.
+    checks: Option<&'a ThreadChecks<'a>>,
 }
 
 impl BlockSync {
@@ -61,10 +177,13 @@ impl BlockSync {
             threads,
             lane_size,
             state: Mutex::new(BlockState {
-                round: 0,
+                begun: 0,
+                block_idx: [0; 3],
                 arrived: 0,
-                returned: 0,
+                returned: threads,
                 generation: 0,
+                waiting_at: vec![None; threads],
+                broken: None,
             }),
             changed: Condvar::new(),
             generation: AtomicU64::new(0),
@@ -76,8 +195,10 @@ impl BlockSync {
     pub fn seat(&self, thread: usize) -> LaneSeat<'_> {
         LaneSeat {
             block: self,
+            thread,
             warp: thread / self.lane_size,
             lane: thread % self.lane_size,
+            checks: None,
         }
     }
 
@@ -99,15 +220,63 @@ impl BlockSync {
     /// Lets the barrier's threads go once every thread that has not returned waits there.
     fn release_if_complete(&self, state: &mut BlockState) {
         if state.arrived > 0 && state.arrived + state.returned == self.threads {
-            state.arrived = 0;
-            state.generation += 1;
-            self.generation.store(state.generation, Ordering::Release);
-            self.changed.notify_all();
+            self.release(state);
         }
+    }
+
+    /// Starts the barrier's next generation, letting every waiting thread go.
+    fn release(&self, state: &mut BlockState) {
+        state.arrived = 0;
+        state.waiting_at.fill(None);
+        state.generation += 1;
+        self.generation.store(state.generation, Ordering::Release);
+        self.changed.notify_all();
+    }
+
+    /// Why the threads waiting at the barrier can never meet: they wait at different sites.
+    fn describe_divergence(state: &BlockState) -> String {
+        let [x, y, z] = state.block_idx;
+        let mut sites: Vec<(Site, Vec<usize>)> = Vec::new();
+        for (thread, site) in state.waiting_at.iter().enumerate() {
+            let Some(site) = site else { continue };
+            match sites.iter_mut().find(|(known, _)| known == site) {
+                Some((_, threads)) => threads.push(thread),
+                None => sites.push((*site, vec![thread])),
+            }
+        }
+        let mut text = format!("synccheck: divergent barrier in block ({x}, {y}, {z}):");
+        for (index, (site, threads)) in sites.iter().enumerate() {
+            let (separator, verb) = match (index, threads.len()) {
+                (0, 1) => (" ", " waits"),
+                (0, _) => (" ", " wait"),
+                _ => (", ", ""),
+            };
+            let _ = write!(
+                text,
+                "{separator}{}{verb} at gpurun::barrier at {site}",
+                index_list("thread", "threads", threads.iter().copied())
+            );
+        }
+        text.push_str(
+            " (threads by linear index in the block; every thread of a block that has not \
+             returned must reach the same barrier call: NVIDIA's bar.sync is aligned, so this is \
+             undefined there, and on AMD the wavefronts' barriers pair up wrongly)",
+        );
+        text
     }
 }
 
-impl LaneSeat<'_> {
+impl<'a> LaneSeat<'a> {
+    /// The seat with the thread's part in the memory checks.
+    pub fn with_checks(self, checks: Option<&'a ThreadChecks<'a>>) -> LaneSeat<'a> {
+        LaneSeat { checks, ..self }
+    }
+
+    /// The thread's part in the memory checks, when they are on.
+    pub fn checks(&self) -> Option<&'a ThreadChecks<'a>> {
+        self.checks
+    }
+
     fn warp(&self) -> &Warp {
         &self.block.warps[self.warp]
     }
@@ -116,18 +285,19 @@ impl LaneSeat<'_> {
     /// (`block_idx`): waits until every thread of the group has returned from the previous
     /// one, so threads of different blocks never meet at a barrier or in a warp. The thread
     /// that starts the round runs `prepare_block` first, while no thread of the group is in a
-    /// block (the block's shared memory is zeroed there).
+    /// block (the block's shared memory gets its poison there).
     pub fn begin(&self, round: u64, block_idx: [u32; 3], prepare_block: impl FnOnce()) {
         let block = self.block;
         let mut prepare_block = Some(prepare_block);
         let mut state = block.lock();
-        while state.round != round {
-            if state.round < round && state.returned == block.threads {
+        while state.begun != round + 1 {
+            if state.begun == round && state.returned == block.threads {
                 if let Some(prepare) = prepare_block.take() {
                     prepare();
                 }
-                state.round = round;
+                state.begun = round + 1;
                 state.returned = 0;
+                state.broken = None;
                 for warp in &block.warps {
                     warp.lock().start_round();
                 }
@@ -136,8 +306,13 @@ impl LaneSeat<'_> {
                 state = block.wait(state);
             }
         }
+        // Every thread of the round says the same.
+        state.block_idx = block_idx;
         drop(state);
         self.warp().lock().block_idx = block_idx;
+        if let Some(checks) = self.checks {
+            checks.begin_block(block_idx);
+        }
     }
 
     /// Called when the thread has returned from the kernel (normally or after a panic). It no
@@ -160,13 +335,15 @@ impl LaneSeat<'_> {
         }
     }
 
-    /// The block barrier (`__syncthreads`), telling the warp that this lane waits there.
-    pub fn wait_at_barrier(&self) {
+    /// The block barrier (`__syncthreads`) called from `site`, telling the warp that this lane
+    /// waits there. Fails, with the message every thread at the barrier gets, once threads of
+    /// the block wait at barriers of different call sites.
+    pub fn wait_at_barrier(&self, site: Site) -> Result<(), Arc<str>> {
         let warp = self.warp();
         {
             let mut state = warp.lock();
             let generation = self.block.generation();
-            state.lanes[self.lane].phase = Phase::AtBarrier { generation };
+            state.lanes[self.lane].phase = Phase::AtBarrier { generation, site };
             // A lane of this warp may wait for this one in an exchange: it never comes.
             state.settle(generation);
         }
@@ -174,23 +351,53 @@ impl LaneSeat<'_> {
         let block = self.block;
         let mut state = block.lock();
         let generation = state.generation;
-        state.arrived += 1;
-        block.release_if_complete(&mut state);
-        while state.generation == generation {
-            state = block.wait(state);
-        }
+        let outcome = if let Some((_, message)) = &state.broken {
+            Err(Arc::clone(message))
+        } else if state
+            .waiting_at
+            .iter()
+            .flatten()
+            .any(|waiting| *waiting != site)
+        {
+            state.waiting_at[self.thread] = Some(site);
+            let message: Arc<str> = BlockSync::describe_divergence(&state).into();
+            state.broken = Some((generation, Arc::clone(&message)));
+            block.release(&mut state);
+            Err(message)
+        } else {
+            state.waiting_at[self.thread] = Some(site);
+            state.arrived += 1;
+            block.release_if_complete(&mut state);
+            while state.generation == generation {
+                state = block.wait(state);
+            }
+            match &state.broken {
+                Some((broke, message)) if *broke == generation => Err(Arc::clone(message)),
+                _ => Ok(()),
+            }
+        };
         drop(state);
         warp.lock().lanes[self.lane].phase = Phase::Running;
+        if let (Ok(()), Some(checks)) = (&outcome, self.checks) {
+            checks.passed_barrier();
+        }
+        outcome
     }
 
-    /// One lane's part in a warp operation: see [`WarpExchange`].
-    pub fn exchange(&self, request: &mut WarpExchange) {
+    /// One lane's part in a warp operation called from `site`: see [`WarpExchange`].
+    pub fn exchange(&self, request: &mut WarpExchange, site: Site) {
         let warp = self.warp();
         let own = 1u64 << self.lane;
-        let mask = if warp_op::kind(request.op) == warp_op::ACTIVE_MASK {
+        let is_active_mask = warp_op::kind(request.op) == warp_op::ACTIVE_MASK;
+        let mask = if is_active_mask {
             warp.lanes_mask()
         } else {
             request.mask & warp.lanes_mask()
+        };
+        let call = Call {
+            op: request.op,
+            mask,
+            site,
         };
         if mask & own == 0 {
             request.status = WarpExchange::FAILED;
@@ -203,13 +410,30 @@ impl LaneSeat<'_> {
             return;
         }
         let mut state = warp.lock();
+        let missing = mask & !warp.present;
+        if !is_active_mask && missing != 0 {
+            let [x, y, z] = state.block_idx;
+            drop(state);
+            request.status = WarpExchange::FAILED;
+            request.set_message(&format!(
+                "synccheck: {call} names {}, which warp {} of block ({x}, {y}, {z}) does not \
+                 have: the block's {} threads leave it {} (use warp::present() for the lanes a \
+                 warp has; NVIDIA never activates the missing lanes, so a shuffle reading one \
+                 gets an undefined value, and AMD leaves them out of EXEC, so it reads 0)",
+                lane_list(missing),
+                self.warp,
+                self.block.threads,
+                lane_list(warp.present),
+            ));
+            return;
+        }
         let lane = &mut state.lanes[self.lane];
-        lane.phase = Phase::Waiting {
-            op: request.op,
-            mask,
-        };
+        lane.phase = Phase::Waiting(call);
         lane.value = request.value;
         lane.outcome = None;
+        if let Some(checks) = self.checks {
+            lane.clock = checks.clock();
+        }
         state.settle(self.block.generation());
         warp.changed.notify_all();
         let outcome = loop {
@@ -223,10 +447,14 @@ impl LaneSeat<'_> {
             Outcome::Done {
                 participants,
                 values,
+                clock,
             } => {
                 request.status = WarpExchange::DONE;
                 request.participants = participants;
                 request.values = *values;
+                if let (Some(clock), Some(checks)) = (clock, self.checks) {
+                    checks.synced(&clock);
+                }
             }
             Outcome::Failed(message) => {
                 request.status = WarpExchange::FAILED;
@@ -234,9 +462,24 @@ impl LaneSeat<'_> {
             }
         }
     }
+
+    /// A version 3 image's request from `site`: the block barrier or a warp operation.
+    fn sync_at(&self, request: &mut WarpExchange, site: Site) {
+        if warp_op::kind(request.op) != warp_op::BARRIER {
+            return self.exchange(request, site);
+        }
+        match self.wait_at_barrier(site) {
+            Ok(()) => request.status = WarpExchange::DONE,
+            Err(message) => {
+                request.status = WarpExchange::FAILED;
+                request.set_message(&message);
+            }
+        }
+    }
 }
 
-/// The C entry of the block barrier (`HostThreadInfo::barrier`).
+/// The C entry of a version 2 image's block barrier (`HostThreadInfo::barrier`), which says
+/// neither where it is called from nor how to fail: its threads all meet as from one site.
 ///
 /// # Safety
 /// `context` must point at a [`LaneSeat`] that outlives the call.
@@ -244,10 +487,11 @@ pub(crate) unsafe extern "C" fn wait_at_barrier(context: *const std::ffi::c_void
     // SAFETY: the caller passes the seat the emulator stored in this thread's record, which
     // lives on the thread's stack while it runs the kernel.
     let seat = unsafe { &*context.cast::<LaneSeat<'_>>() };
-    seat.wait_at_barrier();
+    // Every such thread waits at the unknown site: they never diverge here.
+    let _ = seat.wait_at_barrier(Site::UNKNOWN);
 }
 
-/// The C entry of the warp exchange (`HostThreadInfo::warp_exchange`).
+/// The C entry of a version 2 image's warp exchange (`HostThreadInfo::warp_exchange`).
 ///
 /// # Safety
 /// `context` must point at a [`LaneSeat`] that outlives the call and `request` at a writable
@@ -258,11 +502,35 @@ pub(crate) unsafe extern "C" fn warp_exchange(
 ) {
     // SAFETY: as in `wait_at_barrier`; the device runtime passes its own request record.
     let (seat, request) = unsafe { (&*context.cast::<LaneSeat<'_>>(), &mut *request) };
-    seat.exchange(request);
+    seat.exchange(request, Site::UNKNOWN);
+}
+
+/// The C entry of the barrier and warp exchange from a call site (`HostThreadInfo::sync_at`).
+///
+/// # Safety
+/// As [`warp_exchange`]; `site` must point at a [`CallSite`] whose file stays valid while the
+/// launch runs (a string of the loaded image).
+pub(crate) unsafe extern "C" fn sync_at(
+    context: *const std::ffi::c_void,
+    request: *mut WarpExchange,
+    site: *const CallSite,
+) {
+    // SAFETY: as in `warp_exchange`; the device runtime passes its own site record, whose
+    // file is a string of the image.
+    let (seat, request, site) = unsafe {
+        (
+            &*context.cast::<LaneSeat<'_>>(),
+            &mut *request,
+            Site::from_abi(&*site),
+        )
+    };
+    seat.sync_at(request, site);
 }
 
 struct Warp {
     lane_size: usize,
+    /// The lanes this warp has (all but in the last warp of a block that ends inside it).
+    present: u64,
     state: Mutex<WarpState>,
     changed: Condvar,
 }
@@ -275,6 +543,7 @@ impl Warp {
         }
         Warp {
             lane_size,
+            present: low_bits(present),
             state: Mutex::new(WarpState {
                 index,
                 block_idx: [0; 3],
@@ -286,11 +555,7 @@ impl Warp {
 
     /// Bits of the lanes a warp of this size has.
     fn lanes_mask(&self) -> u64 {
-        if self.lane_size >= 64 {
-            u64::MAX
-        } else {
-            (1u64 << self.lane_size) - 1
-        }
+        low_bits(self.lane_size)
     }
 
     fn lock(&self) -> MutexGuard<'_, WarpState> {
@@ -305,7 +570,16 @@ impl Warp {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A mask of the `count` lowest lanes.
+fn low_bits(count: usize) -> u64 {
+    if count >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << count) - 1
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Phase {
     Running,
     /// Returned from the kernel for this block.
@@ -314,11 +588,9 @@ enum Phase {
     Absent,
     AtBarrier {
         generation: u64,
+        site: Site,
     },
-    Waiting {
-        op: u32,
-        mask: u64,
-    },
+    Waiting(Call),
 }
 
 #[derive(Clone, Debug)]
@@ -326,6 +598,9 @@ enum Outcome {
     Done {
         participants: u64,
         values: Arc<[u64; MAX_LANES]>,
+        /// For `warp::sync` under the memory checks: the participants' warp clocks joined,
+        /// which orders each one's earlier accesses before the others' later ones.
+        clock: Option<Arc<[u32; MAX_LANES]>>,
     },
     Failed(Arc<str>),
 }
@@ -334,6 +609,8 @@ enum Outcome {
 struct Lane {
     phase: Phase,
     value: u64,
+    /// Under the memory checks, the warp clock the lane brought to its exchange.
+    clock: [u32; MAX_LANES],
     outcome: Option<Outcome>,
 }
 
@@ -342,6 +619,7 @@ impl Default for Lane {
         Lane {
             phase: Phase::Running,
             value: 0,
+            clock: [0; MAX_LANES],
             outcome: None,
         }
     }
@@ -372,15 +650,15 @@ impl WarpState {
     fn moving(&self, lane: usize, generation: u64) -> bool {
         match self.lanes[lane].phase {
             Phase::Running => true,
-            Phase::AtBarrier { generation: at } => at < generation,
-            Phase::Waiting { op, .. } => warp_op::kind(op) == warp_op::ACTIVE_MASK,
+            Phase::AtBarrier { generation: at, .. } => at < generation,
+            Phase::Waiting(call) => call.is_active_mask(),
             Phase::Returned | Phase::Absent => false,
         }
     }
 
-    fn waiting(&self, lane: usize) -> Option<(u32, u64)> {
+    fn waiting(&self, lane: usize) -> Option<Call> {
         match self.lanes[lane].phase {
-            Phase::Waiting { op, mask } if self.lanes[lane].outcome.is_none() => Some((op, mask)),
+            Phase::Waiting(call) if self.lanes[lane].outcome.is_none() => Some(call),
             _ => None,
         }
     }
@@ -391,54 +669,68 @@ impl WarpState {
         self.fail_dead_exchanges(generation);
     }
 
-    /// Completes one exchange whose lanes have all arrived (or returned), or the lanes in
-    /// `active_mask` when no lane runs. Returns whether it did.
+    /// Completes one exchange whose lanes have all arrived (or returned), or the lanes calling
+    /// `active_mask` from one site when no lane runs. Returns whether it did.
     fn complete_one(&mut self, generation: u64) -> bool {
         for first in 0..self.lanes.len() {
-            let Some((op, mask)) = self.waiting(first) else {
+            let Some(call) = self.waiting(first) else {
                 continue;
             };
-            if warp_op::kind(op) == warp_op::ACTIVE_MASK {
+            if call.is_active_mask() {
                 continue;
             }
             let ready =
-                bits(mask).all(|lane| self.gone(lane) || self.waiting(lane) == Some((op, mask)));
+                bits(call.mask).all(|lane| self.gone(lane) || self.waiting(lane) == Some(call));
             if ready {
-                let participants = bits(mask)
+                let participants = bits(call.mask)
                     .filter(|&lane| !self.gone(lane))
                     .fold(0, |set, lane| set | 1u64 << lane);
                 self.finish(participants);
                 return true;
             }
         }
-        let active: u64 = (0..self.lanes.len())
-            .filter(|&lane| {
-                self.waiting(lane)
-                    .is_some_and(|(op, _)| warp_op::kind(op) == warp_op::ACTIVE_MASK)
-            })
-            .fold(0, |set, lane| set | 1u64 << lane);
         let anyone_running = (0..self.lanes.len()).any(|lane| {
-            !matches!(self.lanes[lane].phase, Phase::Waiting { .. })
-                && self.moving(lane, generation)
+            !matches!(self.lanes[lane].phase, Phase::Waiting(_)) && self.moving(lane, generation)
         });
-        if active != 0 && !anyone_running {
-            self.finish(active);
-            return true;
+        if anyone_running {
+            return false;
         }
-        false
+        let Some(first) = (0..self.lanes.len())
+            .filter_map(|lane| self.waiting(lane))
+            .find(Call::is_active_mask)
+        else {
+            return false;
+        };
+        let together: u64 = (0..self.lanes.len())
+            .filter(|&lane| self.waiting(lane) == Some(first))
+            .fold(0, |set, lane| set | 1u64 << lane);
+        self.finish(together);
+        true
     }
 
-    /// Hands the lanes of `participants` everyone's values and lets them go.
+    /// Hands the lanes of `participants` everyone's values (and, for `warp::sync`, their joined
+    /// clocks) and lets them go.
     fn finish(&mut self, participants: u64) {
         let mut values = [0u64; MAX_LANES];
-        for lane in bits(participants) {
-            values[lane] = self.lanes[lane].value;
+        let mut joined = [0u32; MAX_LANES];
+        let mut syncs = false;
+        for index in bits(participants) {
+            let lane = &self.lanes[index];
+            values[index] = lane.value;
+            if let Phase::Waiting(call) = lane.phase {
+                syncs = warp_op::kind(call.op) == warp_op::SYNC;
+            }
+            for (entry, own) in joined.iter_mut().zip(lane.clock) {
+                *entry = (*entry).max(own);
+            }
         }
         let values = Arc::new(values);
+        let clock = syncs.then(|| Arc::new(joined));
         for lane in bits(participants) {
             self.lanes[lane].outcome = Some(Outcome::Done {
                 participants,
                 values: Arc::clone(&values),
+                clock: clock.clone(),
             });
             self.lanes[lane].phase = Phase::Running;
         }
@@ -446,26 +738,26 @@ impl WarpState {
 
     /// Fails each pending exchange none of whose missing lanes can still come: every one waits
     /// at the block barrier (which this exchange's lanes hold up) or in an exchange that can
-    /// never complete either.
+    /// never complete either (another operation, mask or call site).
     fn fail_dead_exchanges(&mut self, generation: u64) {
-        // The pending exchanges: (op, mask, lanes that called it).
-        let mut pending: Vec<(u32, u64, u64)> = Vec::new();
+        // The pending exchanges: the call and the lanes that made it.
+        let mut pending: Vec<(Call, u64)> = Vec::new();
         for lane in 0..self.lanes.len() {
-            if let Some((op, mask)) = self.waiting(lane) {
-                if warp_op::kind(op) == warp_op::ACTIVE_MASK {
+            if let Some(call) = self.waiting(lane) {
+                if call.is_active_mask() {
                     continue;
                 }
-                match pending.iter_mut().find(|(o, m, _)| (*o, *m) == (op, mask)) {
-                    Some((_, _, arrived)) => *arrived |= 1 << lane,
-                    None => pending.push((op, mask, 1 << lane)),
+                match pending.iter_mut().find(|(known, _)| *known == call) {
+                    Some((_, arrived)) => *arrived |= 1 << lane,
+                    None => pending.push((call, 1 << lane)),
                 }
             }
         }
         if pending.is_empty() {
             return;
         }
-        let missing = |&(_, mask, arrived): &(u32, u64, u64)| {
-            bits(mask & !arrived).filter(|&lane| !self.gone(lane))
+        let missing = |&(call, arrived): &(Call, u64)| {
+            bits(call.mask & !arrived).filter(|&lane| !self.gone(lane))
         };
         let mut live = vec![false; pending.len()];
         loop {
@@ -476,10 +768,10 @@ impl WarpState {
                 }
                 let can_come = missing(exchange).any(|lane| {
                     self.moving(lane, generation)
-                        || self.waiting(lane).is_some_and(|(op, mask)| {
+                        || self.waiting(lane).is_some_and(|call| {
                             pending
                                 .iter()
-                                .position(|(o, m, _)| (*o, *m) == (op, mask))
+                                .position(|(known, _)| *known == call)
                                 .is_some_and(|other| live[other])
                         })
                 });
@@ -498,7 +790,7 @@ impl WarpState {
             .iter()
             .zip(&live)
             .filter(|(_, live)| !**live)
-            .map(|(exchange, _)| (exchange.2, self.describe_dead(exchange).into()))
+            .map(|(exchange, _)| (exchange.1, self.describe_dead(exchange).into()))
             .collect();
         for (arrived, message) in dead {
             for lane in bits(arrived) {
@@ -508,23 +800,23 @@ impl WarpState {
         }
     }
 
-    fn describe_dead(&self, &(op, mask, arrived): &(u32, u64, u64)) -> String {
+    fn describe_dead(&self, &(call, arrived): &(Call, u64)) -> String {
         let [x, y, z] = self.block_idx;
         let mut text = format!(
-            "{} with mask {mask:#x} can never complete (block ({x}, {y}, {z}), warp {}): {} \
-             called it, but",
-            warp_op::name(op),
+            "synccheck: {call} can never complete (block ({x}, {y}, {z}), warp {}): {} called \
+             it, but",
             self.index,
             lane_list(arrived),
         );
         // The missing lanes, grouped by where they wait.
         let mut places: Vec<(String, u64)> = Vec::new();
-        for lane in bits(mask & !arrived).filter(|&lane| !self.gone(lane)) {
+        for lane in bits(call.mask & !arrived).filter(|&lane| !self.gone(lane)) {
             let place = match self.lanes[lane].phase {
-                Phase::AtBarrier { .. } => "the block barrier".to_string(),
-                Phase::Waiting { op, mask } => {
-                    format!("{} with mask {mask:#x}", warp_op::name(op))
+                Phase::AtBarrier { site, .. } if !site.file.is_null() => {
+                    format!("the block barrier (gpurun::barrier at {site})")
                 }
+                Phase::AtBarrier { .. } => "the block barrier".to_string(),
+                Phase::Waiting(other) => other.to_string(),
                 _ => "another place".to_string(),
             };
             match places.iter_mut().find(|(known, _)| *known == place) {
@@ -534,23 +826,14 @@ impl WarpState {
         }
         for (index, (place, lanes)) in places.iter().enumerate() {
             let separator = if index == 0 { " " } else { "; " };
-            let _ = write!(
-                text,
-                "{separator}{} wait{} at {place}",
-                lane_list(*lanes),
-                {
-                    if lanes.count_ones() == 1 {
-                        "s"
-                    } else {
-                        ""
-                    }
-                }
-            );
+            let verb = if lanes.count_ones() == 1 {
+                "waits"
+            } else {
+                "wait"
+            };
+            let _ = write!(text, "{separator}{} {verb} at {place}", lane_list(*lanes));
         }
-        text.push_str(
-            " (every lane of a mask must call the same warp operation with the same mask; \
-             on a GPU this hangs or reads undefined values)",
-        );
+        let _ = write!(text, " ({SAME_CALL})");
         text
     }
 }
@@ -562,11 +845,16 @@ fn bits(mask: u64) -> impl Iterator<Item = usize> {
 
 /// `lane 3`, `lanes 0-15`, `lanes 0-3, 8, 10-11`.
 fn lane_list(mask: u64) -> String {
+    index_list("lane", "lanes", bits(mask))
+}
+
+/// `thread 3`, `threads 0-15, 17` from increasing `indices`.
+fn index_list(one: &str, many: &str, indices: impl Iterator<Item = usize>) -> String {
     let mut ranges: Vec<(usize, usize)> = Vec::new();
-    for lane in bits(mask) {
+    for index in indices {
         match ranges.last_mut() {
-            Some((_, end)) if *end + 1 == lane => *end = lane,
-            _ => ranges.push((lane, lane)),
+            Some((_, end)) if *end + 1 == index => *end = index,
+            _ => ranges.push((index, index)),
         }
     }
     let list: Vec<String> = ranges
@@ -579,12 +867,8 @@ fn lane_list(mask: u64) -> String {
             }
         })
         .collect();
-    let noun = if mask.count_ones() == 1 {
-        "lane"
-    } else {
-        "lanes"
-    };
-    format!("{noun} {}", list.join(", "))
+    let single = ranges.len() == 1 && ranges[0].0 == ranges[0].1;
+    format!("{} {}", if single { one } else { many }, list.join(", "))
 }
 
 #[cfg(test)]
@@ -618,9 +902,32 @@ mod tests {
     }
 
     fn exchange(seat: &LaneSeat<'_>, op: u32, mask: u64, value: u64) -> WarpExchange {
+        exchange_at(seat, op, mask, value, 1)
+    }
+
+    /// A call site of the kernel `k.rs`, at `line`.
+    fn site(line: u32) -> Site {
+        let file = "k.rs";
+        let site = CallSite {
+            file: file.as_ptr(),
+            file_len: file.len(),
+            line,
+            column: 5,
+        };
+        // SAFETY: a static string.
+        unsafe { Site::from_abi(&site) }
+    }
+
+    /// An exchange from line `line` of `k.rs`.
+    fn exchange_at(seat: &LaneSeat<'_>, op: u32, mask: u64, value: u64, line: u32) -> WarpExchange {
         let mut request = WarpExchange::new(op, mask, value);
-        seat.exchange(&mut request);
+        seat.exchange(&mut request, site(line));
         request
+    }
+
+    /// The block barrier from line `line` of `k.rs`.
+    fn barrier_at(seat: &LaneSeat<'_>, line: u32) -> Result<(), Arc<str>> {
+        seat.wait_at_barrier(site(line))
     }
 
     #[test]
@@ -652,9 +959,8 @@ mod tests {
             if seat.warp == 0 && seat.lane >= 24 {
                 return None; // returns early
             }
-            let mask = if seat.warp == 1 {
-                u64::MAX // lanes 8-31 of warp 1 do not exist
-            } else if seat.lane < 8 {
+            // Warp 1 has lanes 0-7 only.
+            let mask = if seat.warp == 1 || seat.lane < 8 {
                 0xff
             } else {
                 0xffff_ff00
@@ -680,7 +986,7 @@ mod tests {
                 // Fails, returns, and so lets the barrier go for the other lanes.
                 Some(exchange(seat, warp_op::SHUFFLE_XOR, u64::MAX, 1))
             } else {
-                seat.wait_at_barrier();
+                barrier_at(seat, 9).unwrap();
                 None
             }
         });
@@ -689,10 +995,11 @@ mod tests {
             assert_eq!(result.status, WarpExchange::FAILED);
             assert_eq!(
                 result.message(),
-                "warp::shuffle_xor with mask 0xffffffff can never complete (block (0, 0, 0), \
-                 warp 0): lanes 0-15 called it, but lanes 16-31 wait at the block barrier \
-                 (every lane of a mask must call the same warp operation with the same mask; \
-                 on a GPU this hangs or reads undefined values)"
+                "synccheck: warp::shuffle_xor with mask 0xffffffff at k.rs:1:5 can never \
+                 complete (block (0, 0, 0), warp 0): lanes 0-15 called it, but lanes 16-31 \
+                 wait at the block barrier (gpurun::barrier at k.rs:9:5) (every lane of a mask \
+                 must make the same warp operation, from the same call site, with the same \
+                 mask; on a GPU this hangs or reads undefined values)"
             );
         }
     }
@@ -710,9 +1017,10 @@ mod tests {
         let even = results[0].message().to_string();
         let odd = results[1].message().to_string();
         assert!(
-            even.starts_with("warp::ballot with mask 0xffffffff can never complete")
-                && even.contains("lanes 1, 3, 5")
-                && even.contains("wait at warp::shuffle with mask 0xffffffff"),
+            even.starts_with(
+                "synccheck: warp::ballot with mask 0xffffffff at k.rs:1:5 can never complete"
+            ) && even.contains("lanes 1, 3, 5")
+                && even.contains("wait at warp::shuffle with mask 0xffffffff at k.rs:1:5"),
             "{even}"
         );
         assert!(odd.contains("wait at warp::ballot"), "{odd}");
@@ -725,7 +1033,7 @@ mod tests {
             if seat.lane % 3 == 0 {
                 Some(exchange(seat, warp_op::ACTIVE_MASK, 0, 0).participants)
             } else if seat.lane % 3 == 1 {
-                seat.wait_at_barrier();
+                barrier_at(seat, 9).unwrap();
                 None
             } else {
                 None // returned
@@ -753,7 +1061,7 @@ mod tests {
                         seat.begin(round, [round as u32, 0, 0], || {});
                         let value = round * 10 + seat.lane as u64;
                         let result = exchange(&seat, warp_op::SHUFFLE, u64::MAX, value);
-                        seat.wait_at_barrier();
+                        barrier_at(&seat, 9).unwrap();
                         seen.lock()
                             .unwrap()
                             .push((round, result.values[..4].to_vec()));
@@ -782,5 +1090,168 @@ mod tests {
             assert_eq!(refused.status, WarpExchange::FAILED);
             assert!(refused.message().contains("does not include it"));
         }
+    }
+
+    #[test]
+    fn lanes_calling_from_different_sites_never_meet_and_each_side_names_the_other() {
+        for lane_size in [32u32, 64] {
+            let results = run_block(lane_size as usize, lane_size, |seat| {
+                // The same operation and mask on both sides of a branch.
+                let line = if seat.lane % 2 == 0 { 10 } else { 12 };
+                exchange_at(seat, warp_op::SHUFFLE_XOR, u64::MAX, 0, line)
+            });
+            let mask = low_bits(lane_size as usize);
+            let last = lane_size - 1;
+            for (lane, result) in results.iter().enumerate() {
+                assert_eq!(result.status, WarpExchange::FAILED);
+                let (own, other) = if lane % 2 == 0 { (10, 12) } else { (12, 10) };
+                let expected_start = format!(
+                    "synccheck: warp::shuffle_xor with mask {mask:#x} at k.rs:{own}:5 can never \
+                     complete (block (0, 0, 0), warp 0): lanes "
+                );
+                let message = result.message();
+                assert!(message.starts_with(&expected_start), "{message}");
+                let waiting = if lane % 2 == 0 {
+                    "lanes 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31"
+                } else {
+                    "lanes 0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30"
+                };
+                assert!(message.contains(waiting), "{message}");
+                assert!(
+                    message.contains(&format!(
+                        "{last} wait at warp::shuffle_xor with mask {mask:#x} at k.rs:{other}:5"
+                    )) || message.contains(&format!(
+                        "{} wait at warp::shuffle_xor with mask {mask:#x} at k.rs:{other}:5",
+                        last - 1
+                    )),
+                    "{message}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn active_mask_gathers_only_the_lanes_of_one_call_site() {
+        let results = run_block(32, 32, |seat| {
+            let line = if seat.lane < 8 { 20 } else { 21 };
+            exchange_at(seat, warp_op::ACTIVE_MASK, 0, 0, line).participants
+        });
+        for (lane, participants) in results.into_iter().enumerate() {
+            let expected = if lane < 8 { 0xff } else { 0xffff_ff00 };
+            assert_eq!(participants, expected, "lane {lane}");
+        }
+    }
+
+    #[test]
+    fn a_mask_naming_lanes_a_partial_warp_lacks_fails_naming_them() {
+        // 48 threads in warps of 32: warp 1 has lanes 0-15.
+        let results = run_block(48, 32, |seat| {
+            exchange_at(seat, warp_op::BALLOT, u64::MAX, 1, 30)
+        });
+        for (thread, result) in results.iter().enumerate() {
+            if thread < 32 {
+                assert_eq!(result.status, WarpExchange::DONE, "{}", result.message());
+                continue;
+            }
+            assert_eq!(result.status, WarpExchange::FAILED);
+            let message = result.message();
+            assert!(
+                message.starts_with(
+                    "synccheck: warp::ballot with mask 0xffffffff at k.rs:30:5 names lanes \
+                     16-31, which warp 1 of block (0, 0, 0) does not have: the block's 48 \
+                     threads leave it lanes 0-15 (use warp::present()"
+                ),
+                "{message}"
+            );
+        }
+        // The lanes it has meet.
+        let results = run_block(48, 32, |seat| {
+            let present = if seat.warp == 1 { 0xffff } else { u64::MAX };
+            exchange_at(seat, warp_op::BALLOT, present, 1, 30)
+        });
+        assert!(results.iter().all(|r| r.status == WarpExchange::DONE));
+        assert_eq!(results[47].participants, 0xffff);
+    }
+
+    #[test]
+    fn threads_at_barriers_of_different_sites_all_fail_naming_both() {
+        let block = BlockSync::new(64, 32);
+        let results: Vec<Result<(), Arc<str>>> = thread::scope(|scope| {
+            let handles: Vec<_> = (0..64)
+                .map(|thread| {
+                    let block = &block;
+                    scope.spawn(move || {
+                        let seat = block.seat(thread);
+                        seat.begin(0, [2, 0, 0], || {});
+                        let first = if thread < 40 {
+                            barrier_at(&seat, 7)
+                        } else {
+                            barrier_at(&seat, 8)
+                        };
+                        // A thread let go by the failure waits at the barrier again: it fails
+                        // at once, not hanging on threads that have left.
+                        let again = barrier_at(&seat, 7);
+                        seat.end();
+                        assert_eq!(first, again);
+                        first
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let message = results[0].clone().unwrap_err();
+        assert!(results.iter().all(|r| r.as_ref().err() == Some(&message)));
+        assert!(
+            message.starts_with("synccheck: divergent barrier in block (2, 0, 0): threads "),
+            "{message}"
+        );
+        // Which threads were waiting when the divergence showed depends on timing; the sites
+        // and the thread that made it visible do not.
+        assert!(
+            message.contains("at gpurun::barrier at k.rs:7:5"),
+            "{message}"
+        );
+        assert!(
+            message.contains("at gpurun::barrier at k.rs:8:5"),
+            "{message}"
+        );
+        assert!(
+            message.contains("NVIDIA's bar.sync is aligned"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn the_barrier_meets_every_thread_that_has_not_returned_from_one_site() {
+        let results = run_block(64, 32, |seat| {
+            if seat.thread % 3 == 0 {
+                return Ok(()); // returned early: not waited for
+            }
+            for _ in 0..5 {
+                barrier_at(seat, 4)?;
+            }
+            Ok::<(), Arc<str>>(())
+        });
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+
+    #[test]
+    fn a_broken_barrier_is_whole_again_in_the_next_block() {
+        let block = BlockSync::new(4, 4);
+        thread::scope(|scope| {
+            for thread in 0..4 {
+                let block = &block;
+                scope.spawn(move || {
+                    let seat = block.seat(thread);
+                    seat.begin(0, [0; 3], || {});
+                    let line = if thread == 0 { 1 } else { 2 };
+                    assert!(barrier_at(&seat, line).is_err());
+                    seat.end();
+                    seat.begin(1, [1, 0, 0], || {});
+                    assert!(barrier_at(&seat, 3).is_ok());
+                    seat.end();
+                });
+            }
+        });
     }
 }

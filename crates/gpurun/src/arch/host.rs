@@ -3,8 +3,9 @@
 
 use std::cell::Cell;
 
-use gpurun_abi::host::{warp_op, WarpExchange};
+use gpurun_abi::host::{warp_op, CallSite, WarpExchange};
 pub use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION};
+use std::panic::Location;
 
 #[unsafe(no_mangle)]
 #[used]
@@ -14,6 +15,9 @@ const UNSET: HostThreadInfo = HostThreadInfo::UNSET;
 
 thread_local! {
     static CURRENT: Cell<HostThreadInfo> = const { Cell::new(UNSET) };
+    /// Whether this thread reported a finding of the memory checks in its block: its failure is
+    /// that, and a later panic (often what the bad access led to) is not reported again.
+    static REPORTED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Called by the emulator on each emulated thread before any kernel.
@@ -26,11 +30,29 @@ pub unsafe extern "C" fn __gpurun_host_enter_thread(info: *const HostThreadInfo)
     // SAFETY: the caller guarantees `info` is valid for reads.
     let info = unsafe { *info };
     CURRENT.with(|current| current.set(info));
+    REPORTED.with(|reported| reported.set(false));
     crate::export::install_host_panic_hook();
 }
 
 fn current() -> HostThreadInfo {
     CURRENT.with(Cell::get)
+}
+
+/// Marks this thread as having reported a finding of the memory checks.
+#[cfg_attr(not(gpurun_emulation_checks), allow(dead_code))]
+pub(crate) fn set_reported() {
+    REPORTED.with(|reported| reported.set(true));
+}
+
+/// Whether this thread reported a finding of the memory checks in its block.
+pub(crate) fn reported() -> bool {
+    REPORTED.with(Cell::get)
+}
+
+/// This thread's record, as the emulator gave it.
+#[cfg_attr(not(gpurun_emulation_checks), allow(dead_code))]
+pub(crate) fn info() -> HostThreadInfo {
+    current()
 }
 
 pub fn thread_idx() -> [u32; 3] {
@@ -57,12 +79,39 @@ pub fn lane_id() -> u32 {
     super::thread_index_in_block() % lane_size()
 }
 
+/// The block barrier. The emulator pairs threads only at one call site: threads of a block that
+/// wait at barriers of different lines fail here, at the kernel's line (`#[track_caller]`).
+#[track_caller]
 pub fn barrier() {
     let info = current();
-    if let Some(wait) = info.barrier {
+    if info.sync_at.is_some() {
+        let request = sync(&info, WarpExchange::new(warp_op::BARRIER, 0, 0));
+        if request.status != WarpExchange::DONE {
+            panic!("{}", request.message());
+        }
+    } else if let Some(wait) = info.barrier {
         // SAFETY: the emulator guarantees the callback and its context outlive the thread.
         unsafe { wait(info.barrier_context) }
     }
+}
+
+/// `request` handed to the emulator's `sync_at` (which must be set) from the caller's call
+/// site, and its answer.
+#[track_caller]
+fn sync(info: &HostThreadInfo, mut request: WarpExchange) -> WarpExchange {
+    let location = Location::caller();
+    let site = CallSite {
+        file: location.file().as_ptr(),
+        file_len: location.file().len(),
+        line: location.line(),
+        column: location.column(),
+    };
+    if let Some(sync_at) = info.sync_at {
+        // SAFETY: the emulator guarantees the function and its context outlive the thread; the
+        // request and the site (whose file is a string of this image) are ours to lend.
+        unsafe { sync_at(info.warp_context, &mut request, &site) };
+    }
+    request
 }
 
 /// This block's shared memory region, which the emulator gives every thread of the block
@@ -90,9 +139,10 @@ pub(crate) struct ThreadEnded;
 pub(crate) type Lanes = gpurun_rpc::lanes::HostLane;
 
 // Warp operations (`crate::warp`): every one is an exchange among the lanes of the mask through
-// the emulator (`HostThreadInfo::warp_exchange`), which fails one that can never complete.
-// They and `crate::warp`'s functions are `#[track_caller]` on the host (only there: GPU code
-// pays nothing), so such a failure points at the kernel's line, not at this file.
+// the emulator (`HostThreadInfo::sync_at`), which fails one that can never complete. They and
+// `crate::warp`'s functions are `#[track_caller]` on the host (only there: GPU code pays
+// nothing): the emulator matches lanes by the kernel's call site, and a failure points at the
+// kernel's line, not at this file.
 
 /// What the lanes of an exchange gave: the lanes that called (`participants`) and each one's
 /// value.
@@ -124,9 +174,13 @@ fn exchange(op: u32, mask: u64, value: u64) -> Gathered {
         };
     };
     let mut request = WarpExchange::new(op, mask, value);
-    // SAFETY: the emulator guarantees the function and its context outlive the thread; the
-    // request is ours to lend for the call.
-    unsafe { exchange(info.warp_context, &mut request) };
+    if info.sync_at.is_some() {
+        request = sync(&info, request);
+    } else {
+        // SAFETY: the emulator guarantees the function and its context outlive the thread; the
+        // request is ours to lend for the call.
+        unsafe { exchange(info.warp_context, &mut request) };
+    }
     if request.status != WarpExchange::DONE {
         panic!("{}", request.message());
     }

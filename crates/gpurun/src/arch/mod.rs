@@ -1,6 +1,12 @@
 //! Thread identity and synchronisation, the same functions on every target: `nvptx.rs`,
 //! `amdgpu.rs` and `host.rs` (the emulator) each define them, and this module picks one.
 
+/// The hooks of a host image built for the emulation's memory checks.
+#[cfg(all(
+    gpurun_emulation_checks,
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu"))
+))]
+mod checks;
 #[cfg(target_arch = "amdgpu")]
 #[path = "amdgpu.rs"]
 pub(crate) mod imp;
@@ -52,7 +58,19 @@ pub fn lane_id() -> u32 {
 }
 
 /// Waits until every thread of the block reaches the barrier (`__syncthreads`).
+///
+/// Every thread of the block that has not returned from the kernel must reach it **at the same
+/// call site** (not from code only some threads run, nor in a loop whose trip count differs
+/// between threads): NVIDIA's `bar.sync` is aligned (every thread must execute the same
+/// instruction, or the behaviour is undefined), and on AMD each wavefront's `s_barrier` pairs
+/// with whichever barrier the other wavefronts reach next. Threads that returned are not waited
+/// for, on every target. The host emulation fails the test when threads of a block wait at
+/// barriers of different lines, naming the lines and the threads.
 #[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
 pub fn barrier() {
     imp::barrier()
 }

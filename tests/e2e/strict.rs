@@ -1,0 +1,441 @@
+//! `fixtures/wrong-kernels` on the host emulation, with lanes of 32 and 64: each wrong kernel,
+//! run alone, fails with the report of its defect class, pointing at the kernel's lines (found
+//! by the `// site:` comments of the fixture's source); each fixed kernel passes.
+
+use gpurun_test::{Error, LaunchShape};
+use gpurun_tests::{
+    assert_contains, describe, fixtures_dir, host_images, load_on_host, run_fixture, text,
+};
+
+const FIXTURE: &str = "wrong-kernels";
+
+/// `wrong-kernels/src/lib.rs:LINE:` of the line that carries `// site: MARK`.
+fn site(mark: &str) -> String {
+    let source = std::fs::read_to_string(fixtures_dir().join(FIXTURE).join("src/lib.rs"))
+        .expect("the fixture's source");
+    let comment = format!("// site: {mark}");
+    let line = source
+        .lines()
+        .position(|line| line.trim_end().ends_with(&comment))
+        .unwrap_or_else(|| panic!("no `{comment}` in the fixture"));
+    format!("{FIXTURE}/src/lib.rs:{}:", line + 1)
+}
+
+fn summary(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|line| line.starts_with("test result:"))
+        .unwrap_or("<no summary>")
+}
+
+/// Runs the ignored test `name` alone with `lane_size`; it must fail. Returns its output (stdout).
+fn run_wrong(lane_size: &str, name: &str) -> (String, std::process::Output) {
+    // A hang would end as a timeout, whose message the callers' checks reject.
+    let output = run_fixture(
+        &["--lane-size", lane_size, "--timeout", "120"],
+        FIXTURE,
+        &["--ignored", "--exact", name],
+    )
+    .output()
+    .unwrap();
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert!(
+        summary(&stdout).starts_with("test result: FAILED. 0 passed; 1 failed;"),
+        "{}",
+        describe(&output)
+    );
+    (stdout, output)
+}
+
+/// The location of the first panic report: `FILE:LINE:COL` after `panicked at`.
+fn panicked_at(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find_map(|line| line.split(" panicked at ").nth(1))
+        .unwrap_or("<no panic>")
+}
+
+#[test]
+fn fixed_kernels_pass_with_lane_sizes_1_32_and_64() {
+    host_images();
+    for lane_size in ["1", "32", "64"] {
+        let output = run_fixture(&["--lane-size", lane_size], FIXTURE, &[])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success()
+                && summary(&text(&output.stdout))
+                    .starts_with("test result: ok. 7 passed; 0 failed; 7 ignored;"),
+            "lane size {lane_size}: {}",
+            describe(&output)
+        );
+    }
+}
+
+#[test]
+fn a_shuffle_from_two_call_sites_fails_naming_both_lines() {
+    host_images();
+    let (even, odd) = (
+        site("divergent_shuffle even"),
+        site("divergent_shuffle odd"),
+    );
+    for (lane_size, mask) in [("32", "0xffffffff"), ("64", "0xffffffffffffffff")] {
+        let (stdout, output) = run_wrong(lane_size, "divergent_shuffle");
+        // Each lane fails at its own line, naming where the others wait.
+        let at = panicked_at(&stdout);
+        assert!(at.starts_with(&even) || at.starts_with(&odd), "{at}");
+        let first = format!(
+            "synccheck: warp::shuffle_xor with mask {mask} at {}",
+            &at[..at.len() - 1]
+        );
+        assert_contains(&stdout, &first, &output);
+        let other = if at.starts_with(&even) { &odd } else { &even };
+        assert_contains(
+            &stdout,
+            &format!("wait at warp::shuffle_xor with mask {mask} at {other}"),
+            &output,
+        );
+        assert_contains(&stdout, "from the same call site", &output);
+    }
+}
+
+/// Threads of a block at barriers of two lines: the report names both lines.
+fn assert_divergent_barrier(name: &str, first: &str, second: &str) {
+    let (first, second) = (site(first), site(second));
+    for lane_size in ["32", "64"] {
+        let (stdout, output) = run_wrong(lane_size, name);
+        let at = panicked_at(&stdout);
+        assert!(at.starts_with(&first) || at.starts_with(&second), "{at}");
+        assert_contains(
+            &stdout,
+            "synccheck: divergent barrier in block (0, 0, 0): thread",
+            &output,
+        );
+        for line in [&first, &second] {
+            assert_contains(&stdout, &format!("at gpurun::barrier at {line}"), &output);
+        }
+    }
+}
+
+#[test]
+fn barriers_on_both_sides_of_a_branch_fail_naming_both_lines() {
+    host_images();
+    assert_divergent_barrier(
+        "divergent_barrier",
+        "divergent_barrier low",
+        "divergent_barrier high",
+    );
+}
+
+#[test]
+fn a_barrier_in_a_loop_of_per_thread_trips_fails_naming_both_lines() {
+    host_images();
+    assert_divergent_barrier(
+        "barrier_in_a_variable_trip_loop",
+        "variable_trip loop",
+        "variable_trip after",
+    );
+}
+
+#[test]
+fn a_full_mask_over_a_partial_warp_fails_naming_the_missing_lanes() {
+    host_images();
+    let line = site("partial_warp shuffle");
+    // 48 threads: warps of 32 leave warp 1 lanes 0-15; a warp of 64 has lanes 0-47.
+    for (lane_size, mask, warp, missing, present) in [
+        ("32", "0xffffffff", 1, "lanes 16-31", "lanes 0-15"),
+        ("64", "0xffffffffffffffff", 0, "lanes 48-63", "lanes 0-47"),
+    ] {
+        let (stdout, output) = run_wrong(lane_size, "shuffle_over_a_partial_warp");
+        assert!(
+            panicked_at(&stdout).starts_with(&line),
+            "{}",
+            describe(&output)
+        );
+        assert_contains(
+            &stdout,
+            &format!("synccheck: warp::shuffle_down with mask {mask} at {line}"),
+            &output,
+        );
+        assert_contains(
+            &stdout,
+            &format!(
+                "names {missing}, which warp {warp} of block (0, 0, 0) does not have: the \
+                 block's 48 threads leave it {present} (use warp::present()"
+            ),
+            &output,
+        );
+    }
+}
+
+#[test]
+fn a_histogram_in_unwritten_shared_memory_fails_at_the_first_count() {
+    host_images();
+    let line = site("histogram add");
+    for lane_size in ["32", "64"] {
+        let (stdout, output) = run_wrong(lane_size, "uninitialised_shared_histogram");
+        assert!(
+            panicked_at(&stdout).starts_with(&line),
+            "{}",
+            describe(&output)
+        );
+        assert_contains(
+            &stdout,
+            "initcheck: uninitialised atomic read-modify-write of 4 bytes of shared memory at \
+             offset ",
+            &output,
+        );
+        assert_contains(&stdout, "by block (0, 0, 0), thread (", &output);
+        assert_contains(
+            &stdout,
+            "(kernel `__gpurun_test_uninitialised_shared_histogram_",
+            &output,
+        );
+        assert_contains(
+            &stdout,
+            "no thread of the block wrote them since the block began",
+            &output,
+        );
+    }
+}
+
+#[test]
+fn a_write_past_the_launchs_shared_memory_fails_naming_the_offset() {
+    host_images();
+    let line = site("shared oob write");
+    for lane_size in ["32", "64"] {
+        let (stdout, output) = run_wrong(lane_size, "out_of_bounds_shared_write");
+        assert!(
+            panicked_at(&stdout).starts_with(&line),
+            "{}",
+            describe(&output)
+        );
+        assert_contains(&stdout, "memcheck: invalid write of 4 bytes at 0x", &output);
+        assert_contains(&stdout, "by block (0, 0, 0), thread (63, 0, 0)", &output);
+        assert_contains(
+            &stdout,
+            "it reaches shared memory at offset 256, but the launch gives each block 256 bytes \
+             of it",
+            &output,
+        );
+        // Only the last thread wrote out of bounds.
+        assert_contains(&stdout, "thread (63,0,0)) panicked", &output);
+    }
+}
+
+#[test]
+fn a_kernel_writing_past_its_buffer_fails_the_launch_naming_the_line() {
+    host_images();
+    let line = site("buffer oob write");
+    for lane_size in [32, 64] {
+        let gpu = load_on_host(FIXTURE, lane_size);
+        let n = 64usize;
+        let mut out = gpu.buffer::<u32>(n).unwrap();
+        let shape = LaunchShape::blocks(2).threads(32);
+        let error = gpu
+            .launch("shift_right", shape, (&mut out, n))
+            .expect_err("a write past the buffer passed");
+        let Error::Panicked(panic) = &error else {
+            panic!("not a device panic: {error}");
+        };
+        let report = &panic.report;
+        let at = format!("{}:{}:", report.file, report.line);
+        assert_eq!(at, line, "{error}");
+        assert_eq!(
+            (report.block, report.thread),
+            ([1, 0, 0], [31, 0, 0]),
+            "{error}"
+        );
+        assert!(
+            report
+                .message
+                .starts_with("memcheck: invalid write of 4 bytes at 0x")
+                && report
+                    .message
+                    .contains("it is 0 bytes after the end of the 256-byte device buffer at 0x"),
+            "{error}"
+        );
+        let mut fixed = gpu.buffer::<u32>(n).unwrap();
+        gpu.launch("shift_right_fixed", shape, (&mut fixed, n))
+            .unwrap();
+        let expected: Vec<u32> = (0..n as u32)
+            .map(|i| (i + n as u32 - 1) % n as u32)
+            .collect();
+        assert_eq!(fixed.to_vec().unwrap(), expected);
+    }
+}
+
+/// The seeds the race cases run under: the checks find races by happens-before, so every seed
+/// must report them (the seed changes the poison, the block order and where threads yield).
+const RACE_SEEDS: std::ops::Range<u64> = 0..20;
+
+/// Asserts a racecheck report in `text` between the lines `first` and `second`: it is at one of
+/// them and names the other as the earlier access.
+fn assert_race_between(text: &str, at: &str, (first, second): (&str, &str), context: &str) {
+    let other = if at.starts_with(first) {
+        second
+    } else if at.starts_with(second) {
+        first
+    } else {
+        panic!("the report is at {at}, not at {first} or {second}\n{context}");
+    };
+    assert!(
+        text.contains(&format!(" at {other}")),
+        "no earlier access at {other}\n{context}"
+    );
+}
+
+#[test]
+fn a_reduction_missing_a_barrier_races_under_every_seed() {
+    host_images();
+    let (read, write) = (site("reduction read"), site("reduction write"));
+    let runs = RACE_SEEDS
+        .map(|seed| ("32", seed))
+        .chain([("64", 0), ("64", 7), ("64", 19)]);
+    for (lane_size, seed) in runs {
+        let seed_text = seed.to_string();
+        let output = run_fixture(
+            &[
+                "--lane-size",
+                lane_size,
+                "--timeout",
+                "120",
+                "--emulation-seed",
+                &seed_text,
+            ],
+            FIXTURE,
+            &["--ignored", "--exact", "reduction_missing_a_barrier"],
+        )
+        .output()
+        .unwrap();
+        let stdout = text(&output.stdout);
+        let context = format!("lane size {lane_size}, seed {seed}\n{}", describe(&output));
+        assert_eq!(output.status.code(), Some(101), "{context}");
+        assert!(
+            stdout.contains("racecheck: data race on shared memory at offset "),
+            "{context}"
+        );
+        assert_race_between(&stdout, panicked_at(&stdout), (&read, &write), &context);
+        assert!(
+            stdout.contains(&format!("emulation seed {seed})"))
+                && stdout.contains(&format!("note: host emulation seed {seed} (")),
+            "{context}"
+        );
+    }
+}
+
+#[test]
+fn blocks_adding_to_one_buffer_word_race_under_every_seed() {
+    host_images();
+    let (read, write) = (site("global read"), site("global write"));
+    let program = gpurun_tests::package_binary("gpurun-tests", "sum-into-check");
+    let runs = RACE_SEEDS
+        .map(|seed| ("32", seed))
+        .chain([("64", 3), ("64", 11)]);
+    for (lane_size, seed) in runs {
+        let output = std::process::Command::new(&program)
+            .arg(lane_size)
+            .env("GPURUN_EMULATION_SEED", seed.to_string())
+            .output()
+            .unwrap();
+        let stdout = text(&output.stdout);
+        let context = format!("lane size {lane_size}, seed {seed}\n{}", describe(&output));
+        assert!(output.status.success(), "{context}");
+        let line = stdout
+            .lines()
+            .find(|line| line.starts_with("sum_into: "))
+            .unwrap_or_else(|| panic!("no sum_into line\n{context}"));
+        let at = line
+            .split(" at ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no location\n{context}"));
+        assert_race_between(line, at, (&read, &write), &context);
+        assert!(
+            line.contains("racecheck: data race on the 4-byte device buffer at 0x")
+                && line.contains("they are in different blocks, which nothing orders")
+                && line.contains(&format!("emulation seed {seed})")),
+            "{context}"
+        );
+        assert_contains(&stdout, "sum_into_fixed: total [500500]", &output);
+    }
+}
+
+#[test]
+fn lane_size_all_runs_each_test_at_32_and_at_64() {
+    let test = |harness: &[&str]| {
+        let mut args = vec![
+            "test",
+            "-p",
+            FIXTURE,
+            "--target",
+            "host",
+            "--lane-size",
+            "all",
+            "--",
+        ];
+        args.extend_from_slice(harness);
+        gpurun_tests::gpurun(&args).output().unwrap()
+    };
+    let output = test(&[]);
+    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    for lanes in ["32", "64"] {
+        assert_contains(
+            &stdout,
+            &format!("test [lanes={lanes}] divergent_shuffle_fixed ... ok"),
+            &output,
+        );
+    }
+    assert_contains(
+        &stdout,
+        "test result: ok. 14 passed; 0 failed; 14 ignored;",
+        &output,
+    );
+    // The label is part of the name: one lane size of one test.
+    let output = test(&[
+        "--ignored",
+        "--exact",
+        "[lanes=64] shuffle_over_a_partial_warp",
+    ]);
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert_contains(
+        &stdout,
+        "test result: FAILED. 0 passed; 1 failed; 0 ignored;",
+        &output,
+    );
+    assert_contains(&stdout, "names lanes 48-63, which warp 0", &output);
+}
+
+/// With the memory checks off the image is plain, and the histogram that never clears its bins
+/// still fails, by the poison in its shared memory rather than by a report.
+#[test]
+fn without_the_memory_checks_the_poison_still_fails_an_unwritten_read() {
+    let output = gpurun_tests::gpurun(&[
+        "test",
+        "-p",
+        FIXTURE,
+        "--target",
+        "host",
+        "--emulation-checks",
+        "off",
+        "--",
+        "--ignored",
+        "--exact",
+        "uninitialised_shared_histogram",
+    ])
+    .output()
+    .unwrap();
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert!(!stdout.contains("initcheck"), "{}", describe(&output));
+    assert_contains(&stdout, "assertion `left == right` failed", &output);
+    assert_contains(&stdout, "right: 128", &output);
+    // Built plain, apart from the checked images.
+    assert_contains(
+        &text(&output.stderr),
+        "Running unittests src/lib.rs (target/debug/libwrong_kernels.so)",
+        &output,
+    );
+}
