@@ -49,6 +49,16 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         bail!("--coverage measures the host emulation and --sanitize runs CUDA: use one of them");
     }
     let mut build_options = args.cargo.build_options();
+    // The checks' instrumentation calls hooks in the device runtime on every access, and
+    // coverage's counters are accesses in those hooks too: the two do not run together.
+    let emulation_checks = args.cargo.emulation_checks && !args.coverage;
+    if args.coverage && args.cargo.emulation_checks {
+        eprintln!(
+            "note: --coverage builds the host images without the emulation's memory checks \
+             (their instrumentation and coverage's counters do not run together)"
+        );
+    }
+    build_options.emulation_checks = emulation_checks;
     let choice = backend_choice(&args.device)?;
     if let Some(tool) = args.device.sanitize {
         // Before the build: a wrong target or a missing sanitizer is the first thing to fix.
@@ -170,7 +180,7 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
                     kind,
                     &suite.built.path,
                     &harness_args,
-                    (timeout, args.cargo.emulation_checks, lane_size),
+                    (timeout, emulation_checks, lane_size),
                     env.clone(),
                 )?);
                 if !several {
