@@ -19,7 +19,7 @@
 //! [`TIME_LIMIT_FACTOR`](crate::sanitizer::TIME_LIMIT_FACTOR) times as long.
 
 use crate::handle::{breakage_of, Breakage, RunError, WorkerEnd, WorkerHandle, WorkerSpec};
-use crate::protocol::{Command, Event};
+use crate::protocol::{BenchLaunch, Command, Event};
 use crate::sanitizer::{self, Sanitizer, ERROR_EXIT_CODE, REPORT_WITHIN};
 use gpurun_abi::LaunchEnd;
 use gpurun_hal::{select, BackendError, BackendKind};
@@ -320,6 +320,8 @@ impl WorkerExecutor {
         let command = Command::RunTest {
             kernel: test.kernel.clone(),
             shape: test.shape,
+            // A benchmark run as a test: one iteration, as libtest runs one without `--bench`.
+            bench: test.bench.map(|_| BenchLaunch::ONCE),
         };
         let outcome = pooled
             .worker

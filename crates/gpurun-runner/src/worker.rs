@@ -561,7 +561,19 @@ fn run_command(
     sink: &mut dyn Sink,
 ) -> Result<LaunchEnd, String> {
     let outcome = match command {
-        Command::RunTest { kernel, shape } => module.launch(&kernel, shape, &[], None, sink),
+        Command::RunTest {
+            kernel,
+            shape,
+            bench: None,
+        } => module.launch(&kernel, shape, &[], None, sink),
+        Command::RunTest {
+            kernel,
+            shape,
+            bench: Some(bench),
+        } => {
+            let iterations = [kernel_args::KernelArg::U64(bench.iterations)];
+            module.launch(&kernel, shape, &iterations, None, sink)
+        }
         Command::RunMain {
             argv,
             envp,
@@ -751,6 +763,7 @@ mod tests {
                 Command::RunTest {
                     kernel: "k".into(),
                     shape: LaunchShape::SINGLE,
+                    bench: None,
                 },
                 Command::RunMain {
                     argv: Vec::new(),

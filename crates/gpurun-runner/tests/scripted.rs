@@ -400,6 +400,7 @@ fn last_run_skips_exit_handlers() -> Result<(), Failed> {
     let command = Command::RunTest {
         kernel: setup.tests[0].kernel.clone(),
         shape: LaunchShape::SINGLE,
+        bench: None,
     };
     let timeout = Some(Duration::from_secs(30));
     let end = worker.run(0, &command, timeout, &mut |_| {});
@@ -430,6 +431,7 @@ fn program() -> Result<(), Failed> {
     let command = Command::RunTest {
         kernel: setup.tests[0].kernel.clone(),
         shape: LaunchShape::SINGLE,
+        bench: None,
     };
     let end = worker.run(0, &command, Some(Duration::from_secs(30)), &mut |event| {
         if let Event::Stdout(bytes) = event {
