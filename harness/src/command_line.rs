@@ -109,6 +109,17 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("timeout `{text}` is too large"))
 }
 
+/// A non-negative number of seconds (a warm-up may be 0).
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, found `{text}`"))?;
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err(format!("expected 0 or more seconds, found `{text}`"));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` seconds is too long"))
+}
+
 /// The libtest command line, as cargo, nextest and IDEs pass it, plus cargo-gpurun's extras.
 ///
 /// Parse it with [`HarnessArgs::parse_args`], or build it with [`Default`] and set fields.
@@ -196,13 +207,25 @@ pub struct HarnessArgs {
     #[arg(long, value_name = "SEED", hide = true)]
     pub shuffle_seed: Option<u64>,
 
-    /// Accepted for compatibility; has no effect (there are no device benchmarks).
-    #[arg(long, hide = true)]
+    /// Measure the benchmarks (`#[gpurun::bench]`), after the tests, one at a time; the tests
+    /// are then reported as ignored unless --test is given too. Without it each benchmark runs
+    /// once, as a test.
+    #[arg(long)]
     pub bench: bool,
 
-    /// Accepted for compatibility; has no effect.
-    #[arg(long, hide = true)]
+    /// With --bench, run the tests too.
+    #[arg(long)]
     pub test: bool,
+
+    /// With --bench: how long each benchmark runs before its samples are taken, counting the
+    /// calibration of its iterations per launch (default 0.3).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub warm_up_time: Option<Duration>,
+
+    /// With --bench: the time budget for each benchmark's samples; sampling stops earlier
+    /// once the median is settled (default 2).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub measurement_time: Option<Duration>,
 
     /// Accepted for compatibility; has no effect.
     #[arg(long, hide = true)]
@@ -292,6 +315,16 @@ impl HarnessArgs {
         }
     }
 
+    /// How long each benchmark is measured (`--warm-up-time`, `--measurement-time`).
+    pub fn bench_options(&self) -> crate::bench::BenchOptions {
+        let defaults = crate::bench::BenchOptions::default();
+        crate::bench::BenchOptions {
+            warm_up: self.warm_up_time.unwrap_or(defaults.warm_up),
+            measurement: self.measurement_time.unwrap_or(defaults.measurement),
+            ..defaults
+        }
+    }
+
     /// Whether ignored tests run, and whether only they do.
     pub fn run_ignored(&self) -> RunIgnored {
         if self.ignored {
@@ -366,6 +399,24 @@ mod tests {
     }
 
     #[test]
+    fn bench_times_parse_with_defaults() {
+        let defaults = crate::bench::BenchOptions::default();
+        assert_eq!(parse(&["--bench"]).unwrap().bench_options(), defaults);
+        let args = parse(&[
+            "--bench",
+            "--warm-up-time",
+            "0",
+            "--measurement-time",
+            "0.5",
+        ])
+        .unwrap();
+        let options = args.bench_options();
+        assert_eq!(options.warm_up, Duration::ZERO);
+        assert_eq!(options.measurement, Duration::from_millis(500));
+        assert!(args.bench && !args.test);
+    }
+
+    #[test]
     fn quiet_means_terse_unless_a_format_is_given() {
         assert_eq!(parse(&["-q"]).unwrap().effective_format(), Format::Terse);
         assert_eq!(parse(&[]).unwrap().effective_format(), Format::Pretty);
@@ -410,6 +461,8 @@ mod tests {
             &["--partition", "count:4/3"],
             &["--partition", "slice:1/3"],
             &["--test-threads", "0"],
+            &["--measurement-time", "-1"],
+            &["--warm-up-time", "soon"],
             &["--format", "junit"],
             &["--ignored", "--include-ignored"],
             &["--no-such-flag"],

@@ -21,6 +21,7 @@
 //! exit codes. Must not: know backends, workers or images: tests come in as [`TestDesc`]s and
 //! run through an [`Executor`].
 
+pub mod bench;
 pub mod command_line;
 pub mod exit_code;
 pub mod filter;

@@ -68,6 +68,20 @@ impl BackendKind {
         matches!(self, BackendKind::Cuda | BackendKind::Hsa)
     }
 
+    /// What measures a launch's device time on this backend ([`Module::last_device_time`]),
+    /// for benchmark reports: two events recorded around the launch on its stream (CUDA), the
+    /// start and end timestamps the packet processor writes for the dispatch (HSA), the wall
+    /// time from handing the grid to the threads until the last one returns (the host
+    /// emulation: a CPU's time, not a GPU's). The scripted backend measures nothing.
+    pub fn launch_timer(self) -> &'static str {
+        match self {
+            BackendKind::Cuda => "CUDA events",
+            BackendKind::Hsa => "HSA dispatch timestamps",
+            BackendKind::Host => "host emulation wall time",
+            BackendKind::Scripted => "none (scripted)",
+        }
+    }
+
     /// The name used on the command line (`--backend cuda|hsa|host`).
     pub fn name(self) -> &'static str {
         match self {

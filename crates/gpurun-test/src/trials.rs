@@ -195,8 +195,11 @@ fn run_trial(executor: &dyn Executor, test: &TestDesc, nocapture: bool) -> Resul
         eprint!("{output}");
     }
     let note = match judge(test, &run.end) {
-        // `judge` applies no time limits (libtest-mimic has none) and ran tests are not ignored.
-        Verdict::Passed | Verdict::TimeLimitExceeded | Verdict::Ignored => return Ok(()),
+        // `judge` applies no time limits (libtest-mimic has none), ran tests are not ignored,
+        // and it measures nothing.
+        Verdict::Passed | Verdict::TimeLimitExceeded | Verdict::Ignored | Verdict::Measured => {
+            return Ok(())
+        }
         Verdict::Failed { message } => message,
     };
     let mut message = if nocapture { String::new() } else { output };
