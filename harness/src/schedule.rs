@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::bench::baseline::{compare, Baseline, BaselineError, Saved};
 use crate::bench::{measure, BenchOptions, BenchReport, Measured, Unmeasured};
 use crate::command_line::{ColorChoice, Format, HarnessArgs};
 use crate::exit_code::ExitCode;
@@ -80,6 +81,9 @@ pub enum HarnessError {
         #[source]
         source: io::Error,
     },
+    /// A benchmark baseline could not be read or written.
+    #[error(transparent)]
+    Baseline(#[from] BaselineError),
     /// `RUST_TEST_THREADS` is set but is not a positive integer.
     #[error("RUST_TEST_THREADS is `{0}`, should be a positive integer")]
     TestThreadsEnv(String),
@@ -183,6 +187,13 @@ pub fn run_with_output(
         return Ok(Conclusion::default());
     }
 
+    // The baseline to compare with is read before anything runs: a missing one is the first
+    // thing to fix.
+    let baseline = match (&args.baseline, args.bench) {
+        (Some(name), true) => Some((name.as_str(), Baseline::require(&args.baselines(), name)?)),
+        _ => None,
+    };
+    let suite = args.suite_name.as_deref().unwrap_or("gpurun");
     let started = Instant::now();
     console
         .run_start(selection.tests.len(), selection.filtered_out)
@@ -222,6 +233,8 @@ pub fn run_with_output(
         &mut sinks,
     )?;
     let options = args.bench_options();
+    let thresholds = args.change_thresholds();
+    let mut to_save = Vec::new();
     for bench in &benches {
         sinks
             .console
@@ -232,7 +245,18 @@ pub fn run_with_output(
             continue;
         }
         let (run, measured) = run_bench(executor.as_ref(), bench, &options);
-        sinks.report_bench(bench, run, measured)?;
+        if let Some(Ok(measured)) = &measured {
+            to_save.push((bench.name.clone(), Saved::from(measured)));
+        }
+        let comparison = |measured: &Measured| {
+            let (name, baseline) = baseline.as_ref()?;
+            let saved = baseline.get(suite, &bench.name)?;
+            Some(compare(name, &saved.samples, &measured.samples, thresholds))
+        };
+        sinks.report_bench(bench, run, measured, comparison)?;
+    }
+    if let (Some(name), true) = (&args.save_baseline, args.bench) {
+        Baseline::save(&args.baselines(), name, suite, &to_save)?;
     }
     let elapsed = started.elapsed();
     sinks
@@ -560,12 +584,16 @@ impl Sinks<'_, '_> {
         test: &TestDesc,
         run: TestRun,
         measured: Option<Result<Measured, Unmeasured>>,
+        comparison: impl FnOnce(&Measured) -> Option<crate::bench::baseline::Comparison>,
     ) -> Result<(), HarnessError> {
         let failed = |message: &str| Verdict::Failed {
             message: Some(message.to_owned()),
         };
         let outcome = match (judge(test, &run.end), measured) {
-            (Verdict::Passed, Some(Ok(measured))) => Ok(BenchReport { measured }),
+            (Verdict::Passed, Some(Ok(measured))) => Ok(BenchReport {
+                comparison: comparison(&measured),
+                measured,
+            }),
             (Verdict::Passed, Some(Err(Unmeasured::NoDeviceTime))) => Err(failed(
                 "the backend measured no device time for the launches: nothing to time the \
                  benchmark with",
@@ -679,6 +707,7 @@ impl Sinks<'_, '_> {
                 summary: bench.measured.summary,
                 throughput: test.bench.and_then(|b| b.throughput),
                 timer: bench.measured.timer.clone(),
+                comparison: bench.comparison.clone(),
             });
         }
         if reported.verdict.failed() {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use gpurun_abi::{Bench, Throughput};
 use gpurun_harness::testing::{bench, panicked, MockExecutor};
-use gpurun_harness::{run_with_output, Conclusion, HarnessArgs, TestDesc};
+use gpurun_harness::{run_with_output, Conclusion, HarnessArgs, HarnessError, TestDesc};
+use std::path::Path;
 
 fn parse(argv: &[&str]) -> HarnessArgs {
     let mut args = HarnessArgs::parse_args(std::iter::once("test-bin").chain(argv.iter().copied()))
@@ -24,20 +25,24 @@ fn run(
     tests: Vec<TestDesc>,
     executor: MockExecutor,
 ) -> (Conclusion, String, Vec<String>) {
+    run_in(None, argv, tests, executor).expect("the run completes")
+}
+
+/// [`run`] with baselines kept in `baselines`; the harness's error if it fails.
+fn run_in(
+    baselines: Option<&Path>,
+    argv: &[&str],
+    tests: Vec<TestDesc>,
+    executor: MockExecutor,
+) -> Result<(Conclusion, String, Vec<String>), HarnessError> {
     let mut all = vec!["--warm-up-time", "0"];
     all.extend_from_slice(argv);
+    let mut args = parse(&all);
+    args.baseline_dir = baselines.map(Path::to_path_buf);
     let executor = Arc::new(executor);
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let conclusion = run_with_output(
-        &parse(&all),
-        tests,
-        executor.clone(),
-        false,
-        &mut out,
-        &mut err,
-    )
-    .expect("the run completes");
-    (conclusion, String::from_utf8(out).unwrap(), executor.ran())
+    let conclusion = run_with_output(&args, tests, executor.clone(), false, &mut out, &mut err)?;
+    Ok((conclusion, String::from_utf8(out).unwrap(), executor.ran()))
 }
 
 /// A suite of a test and three benchmarks: `copy` declares 3000 bytes per iteration, `flops`
@@ -227,5 +232,91 @@ fn the_log_file_and_junit_carry_the_numbers() {
     assert_eq!(property("median_ns").as_deref(), Some("1500"));
     assert_eq!(property("mb_per_second").as_deref(), Some("2000"));
     assert_eq!(property("timer").as_deref(), Some("mock clock"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_saved_baseline_flags_a_slower_benchmark_and_not_an_unchanged_one() {
+    let dir = std::env::temp_dir().join(format!("gpurun-harness-baseline-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Comparing with a baseline never saved is an error before anything runs.
+    let missing = run_in(
+        Some(&dir),
+        &["--bench", "--baseline", "main"],
+        suite(),
+        executor(),
+    );
+    let error = missing.expect_err("no baseline yet").to_string();
+    assert!(error.contains("no baseline `main`"), "{error}");
+    let (_, stdout, _) = run_in(
+        Some(&dir),
+        &["--bench", "--save-baseline", "main"],
+        suite(),
+        executor(),
+    )
+    .unwrap();
+    assert!(!stdout.contains("change:"), "{stdout}");
+    assert!(dir.join("main.json").is_file());
+    // `copy` now takes twice as long; `flops` is unchanged; the floor has nothing to compare.
+    let slower = MockExecutor::new()
+        .with_bench("copy", Duration::from_nanos(3_000))
+        .with_bench("flops", Duration::from_nanos(2))
+        .with_bench("floor_of_everything", Duration::ZERO);
+    let (conclusion, stdout, _) = run_in(
+        Some(&dir),
+        &["--bench", "--baseline", "main", "--test-threads", "1"],
+        suite(),
+        slower,
+    )
+    .unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    let after = |name: &str| {
+        let at = lines
+            .iter()
+            .position(|line| line.starts_with(&format!("test {name} ")))
+            .unwrap_or_else(|| panic!("{stdout}"));
+        (lines[at + 1], lines[at + 2])
+    };
+    let (change, verdict) = after("copy");
+    assert!(
+        change.starts_with("        change: [+100.00% +100.00% +100.00%] (p = 0.00 < 0.05)"),
+        "{stdout}"
+    );
+    assert_eq!(verdict, "        Performance has regressed.");
+    assert_eq!(
+        after("flops").1,
+        "        No change in performance detected."
+    );
+    assert_eq!(
+        after("floor_of_everything").1,
+        "        No change in performance detected."
+    );
+    // A regression is reported, not failed, as criterion does.
+    assert_eq!(conclusion.exit_code(), 0);
+    // The JSON event says the same.
+    let slower = MockExecutor::new().with_bench("copy", Duration::from_nanos(3_000));
+    let (_, json, _) = run_in(
+        Some(&dir),
+        &[
+            "--bench",
+            "--baseline",
+            "main",
+            "--format",
+            "json",
+            "-Zunstable-options",
+            "copy",
+        ],
+        suite(),
+        slower,
+    )
+    .unwrap();
+    let copy: serde_json::Value = json
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .find(|event| event["type"] == "bench")
+        .expect("copy's bench event");
+    assert_eq!(copy["baseline"], "main");
+    assert_eq!(copy["verdict"], "regressed");
+    assert_eq!(copy["change"], 1.0);
     std::fs::remove_dir_all(&dir).unwrap();
 }

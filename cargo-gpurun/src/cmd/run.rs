@@ -201,10 +201,11 @@ fn run_test_image(
 ) -> anyhow::Result<ExitCode> {
     let mut argv: Vec<OsString> = vec![args.image.clone().into_os_string()];
     argv.extend(args.args.iter().cloned());
-    let harness_args = match gpurun_harness::HarnessArgs::parse_args(argv) {
+    let mut harness_args = match gpurun_harness::HarnessArgs::parse_args(argv) {
         Ok(parsed) => parsed,
         Err(error) => error.exit(),
     };
+    harness_args.suite_name = Some(suite_name(&args.image));
     let timeout = harness_args
         .test_timeout
         .or(args
@@ -225,11 +226,54 @@ fn run_test_image(
     Ok(exit_code::code(code))
 }
 
+/// The suite a test image is (its JUnit `<testsuite>`, the key of its benchmarks in a
+/// baseline): the crate's name in the image's file name, without a host library's `lib` and
+/// the `-HASH` cargo gives a target under `deps/`, so that rebuilds keep the name.
+fn suite_name(image: &std::path::Path) -> String {
+    let stem = image.file_stem().map_or_else(
+        || "gpurun".into(),
+        |stem| stem.to_string_lossy().into_owned(),
+    );
+    let stem = match image.extension().is_some_and(|extension| extension == "so") {
+        true => stem.strip_prefix("lib").unwrap_or(&stem).to_owned(),
+        false => stem,
+    };
+    match stem.rsplit_once('-') {
+        Some((name, hash))
+            if !name.is_empty()
+                && hash.len() == 16
+                && hash.bytes().all(|byte| byte.is_ascii_hexdigit()) =>
+        {
+            name.to_owned()
+        }
+        _ => stem,
+    }
+}
+
 /// The build target an image of `kind` comes from.
 fn target_of(kind: ImageKind) -> DeviceTarget {
     match kind {
         ImageKind::Ptx | ImageKind::Cubin => DeviceTarget::Nvptx,
         ImageKind::Amdgpu => DeviceTarget::Amdgcn,
         ImageKind::Host => DeviceTarget::Host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suite_name;
+    use std::path::Path;
+
+    #[test]
+    fn a_test_images_suite_is_its_crate_without_cargos_hash() {
+        for (image, suite) in [
+            ("target/debug/libbenches.so", "benches"),
+            ("deps/real_kernels-0123456789abcdef.ptx", "real_kernels"),
+            ("deps/libmy_lib-0123456789abcdef.so", "my_lib"),
+            ("demo.elf", "demo"),
+            ("not-a-hash.ptx", "not-a-hash"),
+        ] {
+            assert_eq!(suite_name(Path::new(image)), suite, "{image}");
+        }
     }
 }

@@ -82,6 +82,13 @@ impl BackendKind {
         }
     }
 
+    /// Whether a benchmark's launches can flush the device's L2 cache first (`--flush-l2`):
+    /// CUDA writes over a buffer the size of the L2 cache on the launch's stream. The HSA
+    /// backend does not yet, and the host emulation has no device cache of its own.
+    pub fn flushes_l2(self) -> bool {
+        self == BackendKind::Cuda
+    }
+
     /// The name used on the command line (`--backend cuda|hsa|host`).
     pub fn name(self) -> &'static str {
         match self {

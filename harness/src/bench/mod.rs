@@ -5,14 +5,23 @@
 //! ([`BenchLaunches`]): a launch of `n` iterations and the device's time of it. The harness
 //! decides everything else here, the same for every backend:
 //!
-//! 1. **Calibration and warm-up.** Starting from one iteration, the count `n` grows until a
-//!    launch of `n` iterations takes at least [`BenchOptions::launch_target`] longer than a
-//!    launch of none; launches of that size then continue until the warm-up time has passed.
-//! 2. **Samples.** Each sample is a pair of launches, one of `n` iterations and one of none (in
-//!    alternating order, so a drift hits both alike): their difference over `n` is the time
-//!    per iteration, free of what every launch costs (starting it, the timer's own overhead,
-//!    the benchmark's set-up before `iter`).
-//! 3. **When to stop.** Samples are taken until the median is settled (its relative standard
+//! 1. **Floor.** Launches of no iterations time what every launch costs (starting it, the
+//!    timer's own overhead, the benchmark's set-up before `iter`): the floor is the median of
+//!    the most recent of them.
+//! 2. **Calibration and warm-up.** Starting from one iteration, the count `n` grows until a
+//!    launch of `n` iterations takes at least [`BenchOptions::launch_target`] longer than the
+//!    floor (twice in a row); launches of that size then continue until the warm-up time has
+//!    passed. Short launches suit a busy host too: a longer one is more likely to be
+//!    preempted in the middle.
+//! 3. **Samples.** Each sample is the quickest of three launches of `n` iterations, less the
+//!    floor, over `n`: the time per iteration. The quickest, since whatever else happens on the
+//!    device or the host (another process's kernels, the scheduler preempting an emulated
+//!    thread) only ever adds time to a launch: on a busy 2-core host a lone launch was delayed
+//!    about half the time, three in a row rarely, which kept the median of an unchanged
+//!    benchmark within a few percent from run to run where single launches moved it threefold.
+//!    A launch of none is timed beside each sample (before or after it in turn), so the floor
+//!    follows a device that warms up or a machine whose load changes.
+//! 4. **When to stop.** Samples are taken until the median is settled (its relative standard
 //!    error, from the median absolute deviation, under [`BenchOptions::settled`]) with at least
 //!    [`MIN_SAMPLES`], or the measurement time is spent, or [`MAX_SAMPLES`] are taken.
 //!
@@ -22,6 +31,7 @@
 //! elements, which libtest has no word for); the JSON event adds the sample count, the
 //! iterations per launch, the median absolute deviation, the outliers and what timed it.
 
+pub mod baseline;
 pub mod stats;
 
 use std::time::{Duration, Instant};
@@ -105,6 +115,8 @@ pub struct Measured {
 pub struct BenchReport {
     /// What the measurement found.
     pub measured: Measured,
+    /// How it compares with the baseline (`--baseline`), where that has the benchmark.
+    pub comparison: Option<baseline::Comparison>,
 }
 
 /// Times one benchmark through `launches` as [the module](self) describes.
@@ -120,16 +132,34 @@ pub fn measure(
             Err(LaunchFailed) => Err(Unmeasured::Failed),
         }
     };
-    let target = options.launch_target.as_secs_f64() * 1e9;
-    // Calibration: grow the count until a launch of it stands out from one of none by the
-    // target, aiming a little past it from the last difference.
+    let mut floor = Floor::default();
+    for _ in 0..FLOOR_START {
+        floor.add(time(0)?);
+    }
+    // Calibration: grow the count until a launch of it stands out from the floor by the
+    // target. The quickest of three launches of each count is taken (delays only ever add
+    // time), and a count must stand out twice in a row: one stroke of bad luck, all three
+    // launches delayed, must not settle on a count too small.
     let mut iterations = 1u64;
+    let mut stood_out = false;
     loop {
-        let (timed, floor) = (time(iterations)?, time(0)?);
-        let difference = timed - floor;
-        if difference >= target || iterations >= MAX_ITERATIONS {
+        let timed = time(iterations)?
+            .min(time(iterations)?)
+            .min(time(iterations)?);
+        floor.add(time(0)?);
+        let target = options.launch_target.as_secs_f64() * 1e9;
+        let difference = timed - floor.level();
+        if iterations >= MAX_ITERATIONS {
             break;
         }
+        if difference >= target {
+            if stood_out {
+                break;
+            }
+            stood_out = true;
+            continue;
+        }
+        stood_out = false;
         let factor = if difference > 0.0 {
             (1.2 * target / difference).ceil().clamp(2.0, 100.0)
         } else {
@@ -139,20 +169,24 @@ pub fn measure(
     }
     while started.elapsed() < options.warm_up {
         time(iterations)?;
-        time(0)?;
+        floor.add(time(0)?);
     }
     let sampling = Instant::now();
     let mut samples = Vec::new();
     loop {
-        // Alternate the order of each pair, so a drift over time moves both alike.
-        let (timed, floor) = if samples.len() % 2 == 0 {
-            let timed = time(iterations)?;
-            (timed, time(0)?)
-        } else {
-            let floor = time(0)?;
-            (time(iterations)?, floor)
-        };
-        samples.push((timed - floor) / iterations as f64);
+        // A launch of none beside each sample, before or after it in turn, keeps the floor
+        // current as the device warms up or the machine's load changes.
+        if samples.len() % 2 == 1 {
+            floor.add(time(0)?);
+        }
+        let mut timed = f64::INFINITY;
+        for _ in 0..LAUNCHES_PER_SAMPLE {
+            timed = timed.min(time(iterations)?);
+        }
+        if samples.len() % 2 == 0 {
+            floor.add(time(0)?);
+        }
+        samples.push((timed - floor.level()) / iterations as f64);
         if samples.len() >= MAX_SAMPLES {
             break;
         }
@@ -169,6 +203,32 @@ pub fn measure(
         iterations,
         timer: launches.timer(),
     })
+}
+
+/// Timed launches per sample, of which the quickest counts.
+const LAUNCHES_PER_SAMPLE: usize = 3;
+/// Launches of no iterations timed before calibration starts.
+const FLOOR_START: usize = 5;
+/// The most recent launches of no iterations the floor is taken from.
+const FLOOR_WINDOW: usize = 15;
+/// The device time of a launch of no iterations (what every launch costs), from the most
+/// recent ones: their median, which a delayed launch does not move.
+#[derive(Default)]
+struct Floor {
+    recent: Vec<f64>,
+}
+
+impl Floor {
+    fn add(&mut self, time: f64) {
+        if self.recent.len() == FLOOR_WINDOW {
+            self.recent.remove(0);
+        }
+        self.recent.push(time);
+    }
+
+    fn level(&self) -> f64 {
+        stats::median(&mut self.recent.clone())
+    }
 }
 
 /// libtest's bench line after `bench: `: `   1,234.56 ns/iter (+/- 7.89)`, then the rate a
@@ -334,13 +394,49 @@ mod tests {
             "{measured:?}"
         );
         assert_eq!(measured.timer, "a line");
-        // A steady line settles at once: the fewest samples, each a pair with one of none.
+        // A steady line settles at once: the fewest samples, each beside a launch of none.
         assert_eq!(measured.samples.len(), MIN_SAMPLES);
         let zeros = launches.counts.iter().filter(|&&n| n == 0).count();
-        assert_eq!(zeros * 2, launches.counts.len());
+        assert!(zeros >= FLOOR_START + MIN_SAMPLES, "{:?}", launches.counts);
         // Iterations that take longer than the target alone: one per launch.
         let measured = measure(&mut linear(2e6), &quick()).unwrap();
         assert_eq!(measured.iterations, 1);
+    }
+
+    /// Launches whose time is `per_iteration * n` over a floor, every other one delayed by
+    /// `delay` ns, as a busy host's scheduler delays them.
+    struct Delayed {
+        per_iteration: f64,
+        delay: f64,
+        launches: u64,
+    }
+
+    impl BenchLaunches for Delayed {
+        fn launch(&mut self, iterations: u64) -> Result<Option<Duration>, LaunchFailed> {
+            self.launches += 1;
+            let delay = if self.launches.is_multiple_of(2) {
+                self.delay
+            } else {
+                0.0
+            };
+            let ns = 5_000.0 + delay + self.per_iteration * iterations as f64;
+            Ok(Some(Duration::from_nanos(ns as u64)))
+        }
+
+        fn timer(&self) -> String {
+            "a busy host".into()
+        }
+    }
+
+    #[test]
+    fn delays_of_every_other_launch_do_not_move_the_median() {
+        let mut launches = Delayed {
+            per_iteration: 10.0,
+            delay: 3e6,
+            launches: 0,
+        };
+        let measured = measure(&mut launches, &quick()).unwrap();
+        assert!((measured.summary.median - 10.0).abs() < 0.5, "{measured:?}");
     }
 
     #[test]

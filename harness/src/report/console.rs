@@ -221,7 +221,11 @@ impl<'w> Console<'w> {
             ),
             None => String::new(),
         };
-        self.plain(&format!(": {line}\n"))
+        self.plain(&format!(": {line}\n"))?;
+        match reported.bench.as_ref().and_then(|b| b.comparison.as_ref()) {
+            Some(comparison) => self.plain(&comparison.lines()),
+            None => Ok(()),
+        }
     }
 
     fn pretty_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
@@ -509,6 +513,17 @@ fn json_bench(test: &TestDesc, bench: &BenchReport) -> String {
         summary.outliers,
         json_escape(&bench.measured.timer)
     ));
+    if let Some(comparison) = &bench.comparison {
+        line.push_str(&format!(
+            ", \"baseline\": \"{}\", \"change\": {}, \"change_lower\": {}, \"change_upper\": {}, \"p_value\": {}, \"verdict\": \"{}\"",
+            json_escape(&comparison.baseline),
+            comparison.change,
+            comparison.lower,
+            comparison.upper,
+            comparison.p_value,
+            comparison.verdict.key()
+        ));
+    }
     line.push_str(" }\n");
     line
 }

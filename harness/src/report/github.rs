@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use crate::bench::baseline::Comparison;
 use crate::bench::{rate, thousands, Summary, Unit};
 use crate::outcome::Verdict;
 use crate::report::console::Counts;
@@ -43,6 +44,8 @@ pub(crate) struct BenchRow {
     pub summary: Summary,
     pub throughput: Option<Throughput>,
     pub timer: String,
+    /// The comparison with a baseline, if any.
+    pub comparison: Option<Comparison>,
 }
 
 /// A Markdown section for `$GITHUB_STEP_SUMMARY`: the counts, one line per failed test
@@ -71,17 +74,32 @@ pub(crate) fn step_summary(
         elapsed.as_secs_f64()
     );
     if !benches.is_empty() {
-        text.push_str(
-            "\n| benchmark | ns/iter | +/- | rate | timed by |\n| --- | ---: | ---: | ---: | --- |\n",
-        );
+        let compared = benches.iter().any(|row| row.comparison.is_some());
+        let (head, rule) = match compared {
+            true => (" change |", " --- |"),
+            false => ("", ""),
+        };
+        text.push_str(&format!(
+            "\n| benchmark | ns/iter | +/- | rate | timed by |{head}\n| --- | ---: | ---: | ---: | --- |{rule}\n",
+        ));
         for row in benches {
             let rate = match rate(&row.summary, row.throughput) {
                 Some((rate, Unit::MegaBytes)) => format!("{rate} MB/s"),
                 Some((rate, Unit::MegaElements)) => format!("{rate} Melem/s"),
                 None => String::new(),
             };
+            let change = match (&row.comparison, compared) {
+                (Some(comparison), _) => format!(
+                    " {:+.2}% vs `{}`: {} |",
+                    comparison.change * 100.0,
+                    markdown_code(&comparison.baseline),
+                    comparison.verdict.sentence()
+                ),
+                (None, true) => " |".to_owned(),
+                (None, false) => String::new(),
+            };
             text.push_str(&format!(
-                "| `{}` | {} | {} | {rate} | {} |\n",
+                "| `{}` | {} | {} | {rate} | {} |{change}\n",
                 markdown_code(&row.name),
                 thousands(row.summary.median),
                 thousands(row.summary.deviation),
@@ -158,6 +176,7 @@ mod tests {
             },
             throughput: Some(Throughput::Bytes(3_000)),
             timer: "CUDA events".into(),
+            comparison: None,
         };
         let text = step_summary("benches", &counts, Duration::ZERO, &[], &[row]);
         assert_eq!(

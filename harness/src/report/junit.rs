@@ -156,6 +156,14 @@ fn bench_properties(test: &TestDesc, bench: &BenchReport) -> Vec<(&'static str, 
         ("outliers", summary.outliers.to_string()),
         ("timer", bench.measured.timer.clone()),
     ]);
+    if let Some(comparison) = &bench.comparison {
+        properties.extend([
+            ("baseline", comparison.baseline.clone()),
+            ("change", format!("{}", comparison.change)),
+            ("p_value", format!("{}", comparison.p_value)),
+            ("verdict", comparison.verdict.key().to_owned()),
+        ]);
+    }
     properties
 }
 
