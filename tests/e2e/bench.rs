@@ -12,6 +12,8 @@ use gpurun_tests::{
     assert_test_lines, describe, fixtures_dir, gpurun, host_images, json_lines, text, Hogs,
 };
 
+use crate::host_app::{host_crate_cargo, output_of, result_line};
+
 const FIXTURE: &str = "benches";
 
 /// Every benchmark of the fixture, in name order.
@@ -208,4 +210,46 @@ fn a_slowed_benchmark_is_flagged_and_an_unchanged_one_is_not() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A host crate's `cargo bench` through gpurun-test (`fixtures/host-app`'s `benches/launch.rs`):
+/// the benches fixture's device benchmarks as trials, measured in workers, and a host-driven
+/// saxpy timed on the device launch by launch, in libtest-mimic's bench line; under `cargo
+/// test` each runs once, as a test. (`-- --bench` on the test build is what `cargo bench`
+/// passes, without its release build of this workspace.)
+#[test]
+fn a_host_crates_bench_target_measures_device_benchmarks_and_timed_launches() {
+    let manifest = fixtures_dir().join("host-app/Cargo.toml");
+    let skip = ["--skip", "matmul", "--skip", "spin", "--skip", "steady"];
+    let run = |bench: bool| {
+        let mut rest = vec!["--bench", "launch", "--"];
+        if bench {
+            rest.extend_from_slice(&["--bench"]);
+        }
+        rest.extend_from_slice(&skip);
+        let output = output_of(host_crate_cargo(&manifest, &["test"], &rest));
+        assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
+        text(&output.stdout)
+    };
+    let once = run(false);
+    for trial in ["copy", "empty", "saxpy_launch"] {
+        let line = result_line(&once, trial).unwrap_or_else(|| panic!("{trial}:\n{once}"));
+        assert!(line.ends_with(" ok"), "{line}");
+    }
+    let measured = run(true);
+    for trial in ["copy", "empty", "saxpy_launch"] {
+        let line = result_line(&measured, trial).unwrap_or_else(|| panic!("{trial}:\n{measured}"));
+        let (_, numbers) = line
+            .split_once(" ... bench: ")
+            .unwrap_or_else(|| panic!("{line}"));
+        assert!(
+            numbers.trim_start().contains(" ns/iter (+/- ") && numbers.ends_with(')'),
+            "{line}"
+        );
+    }
+    assert!(
+        measured
+            .contains("test result: ok. 0 passed; 0 failed; 0 ignored; 3 measured; 3 filtered out"),
+        "{measured}"
+    );
 }

@@ -36,7 +36,7 @@ pub mod stats;
 
 use std::time::{Duration, Instant};
 
-use gpurun_abi::Throughput;
+pub use gpurun_abi::Throughput;
 
 pub use stats::Summary;
 
