@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// Let the device program's `system()` run host commands (refused by default).
     #[arg(long)]
     pub allow_system: bool,
+    /// A test image's benchmarks (`--bench`) run cold: the GPU's L2 cache is flushed before
+    /// every timed launch (CUDA; no effect elsewhere, as `cargo gpurun bench --flush-l2`).
+    #[arg(long)]
+    pub flush_l2: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
     /// Stop the program after SECS seconds (exit status 124).
@@ -213,6 +217,12 @@ fn run_test_image(
             .filter(|t| t.is_finite() && *t > 0.0)
             .map(Duration::from_secs_f64))
         .unwrap_or(DEFAULT_TEST_TIMEOUT);
+    if args.flush_l2 && !options.backend.flushes_l2() {
+        eprintln!(
+            "note: --flush-l2 has no effect on the {} backend: it has no device cache to flush",
+            options.backend
+        );
+    }
     let executor = test_executor(
         &args.device,
         options.backend,
@@ -220,7 +230,8 @@ fn run_test_image(
         &harness_args,
         timeout,
         Vec::new(),
-    )?;
+    )?
+    .flush_l2(args.flush_l2);
     let tests = image.tests().to_vec();
     let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
     Ok(exit_code::code(code))

@@ -254,6 +254,13 @@ pub trait Module {
     fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError>;
 
     fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage>;
+
+    /// Flushes the device's L2 cache before the next launch (a benchmark's cold run,
+    /// `--flush-l2`), ordered before it; `Ok(false)` where the backend cannot
+    /// ([`BackendKind::flushes_l2`]).
+    fn flush_l2(&mut self) -> Result<bool, BackendError> {
+        Ok(false)
+    }
 }
 
 /// Memory shared by host and device (see [`Module::alloc_shared`]).

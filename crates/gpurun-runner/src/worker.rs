@@ -571,8 +571,13 @@ fn run_command(
             shape,
             bench: Some(bench),
         } => {
+            // A backend that cannot flush runs the launch as it is (the parent said so).
+            let flushed = match bench.flush_l2 {
+                true => module.flush_l2().map(drop),
+                false => Ok(()),
+            };
             let iterations = [kernel_args::KernelArg::U64(bench.iterations)];
-            module.launch(&kernel, shape, &iterations, None, sink)
+            flushed.and_then(|()| module.launch(&kernel, shape, &iterations, None, sink))
         }
         Command::RunMain {
             argv,
