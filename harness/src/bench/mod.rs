@@ -13,8 +13,9 @@
 //!    floor (twice in a row); launches of that size then continue until the warm-up time has
 //!    passed. Short launches suit a busy host too: a longer one is more likely to be
 //!    preempted in the middle.
-//! 3. **Samples.** Each sample is the quickest of three launches of `n` iterations, less the
-//!    floor, over `n`: the time per iteration. The quickest, since whatever else happens on the
+//! 3. **Samples.** Each sample is the quickest of three launches of `n` iterations (one, where
+//!    a launch of a single iteration takes over 10 ms), less the floor, over `n`: the time per
+//!    iteration. The quickest, since whatever else happens on the
 //!    device or the host (another process's kernels, the scheduler preempting an emulated
 //!    thread) only ever adds time to a launch: on a busy 2-core host a lone launch was delayed
 //!    about half the time, three in a row rarely, which kept the median of an unchanged
@@ -142,6 +143,7 @@ pub fn measure(
     // launches delayed, must not settle on a count too small.
     let mut iterations = 1u64;
     let mut stood_out = false;
+    let mut per_sample = LAUNCHES_PER_SAMPLE;
     loop {
         let timed = time(iterations)?
             .min(time(iterations)?)
@@ -149,6 +151,11 @@ pub fn measure(
         floor.add(time(0)?);
         let target = options.launch_target.as_secs_f64() * 1e9;
         let difference = timed - floor.level();
+        // A launch this long is delayed by little relative to itself, and three of them to a
+        // sample would make a slow benchmark three times slower to measure.
+        if timed > LONG_LAUNCH_NS {
+            per_sample = 1;
+        }
         if iterations >= MAX_ITERATIONS {
             break;
         }
@@ -180,7 +187,7 @@ pub fn measure(
             floor.add(time(0)?);
         }
         let mut timed = f64::INFINITY;
-        for _ in 0..LAUNCHES_PER_SAMPLE {
+        for _ in 0..per_sample {
             timed = timed.min(time(iterations)?);
         }
         if samples.len() % 2 == 0 {
@@ -205,8 +212,10 @@ pub fn measure(
     })
 }
 
-/// Timed launches per sample, of which the quickest counts.
+/// Timed launches per sample, of which the quickest counts...
 const LAUNCHES_PER_SAMPLE: usize = 3;
+/// ...unless one takes longer than this (10 ms): then one.
+const LONG_LAUNCH_NS: f64 = 1e7;
 /// Launches of no iterations timed before calibration starts.
 const FLOOR_START: usize = 5;
 /// The most recent launches of no iterations the floor is taken from.
@@ -437,6 +446,16 @@ mod tests {
         };
         let measured = measure(&mut launches, &quick()).unwrap();
         assert!((measured.summary.median - 10.0).abs() < 0.5, "{measured:?}");
+    }
+
+    #[test]
+    fn a_long_launch_is_one_sample() {
+        let mut launches = linear(2e7);
+        let measured = measure(&mut launches, &quick()).unwrap();
+        assert_eq!(measured.iterations, 1);
+        // Calibration's two rounds of three and a floor, then a launch and a floor a sample.
+        let timed = launches.counts.iter().filter(|&&n| n == 1).count();
+        assert_eq!(timed, 6 + measured.samples.len(), "{:?}", launches.counts);
     }
 
     #[test]
