@@ -74,6 +74,9 @@ esac
 #   launch    the host-launch check (crates/gpurun-test/examples/launch_check.rs) on FIXTURE's image
 #   recovery  the host-recovery check (crates/gpurun-test/examples/recovery_check.rs) on FIXTURE's
 #             image: panics after a context reset, a fault, what opening another Gpu then says
+#   (benches) `--bench` on fixtures/benches: every benchmark measured on the device (CUDA events,
+#             HSA dispatch timestamps), with libtest's bench line; on CUDA also the copy cold
+#             (`--flush-l2`, L2 written over before each timed launch)
 #   kernels   the real-kernels check (tests/src/bin/real-kernels-check.rs) on FIXTURE's image: each
 #             kernel of fixtures/real-kernels on several sizes against its CPU reference, the
 #             checks tests/e2e/real_kernels.rs runs on the host emulation
@@ -135,6 +138,7 @@ printf|printf_lines||0 1 1|0|60
 printf|printf_lines||8388608 1 1|0|120
 printf|printf_lines||0 256 4|0|60
 printf|printf_lines||33554432 256 4|0|120
+run|benches||--bench --measurement-time 1|0|120
 run|rpc-latency||--round-trips 0|0|60
 run|rpc-latency||--round-trips 100000|0|120
 nvcc|pingpong|||0|120
@@ -164,6 +168,7 @@ blocking|concurrency||--test-threads 8|0|90
 jit|basic|||101|120
 recovery|host-app-kernels|||0|60
 haltests|gpurun-hal||cuda::|0|120
+run|benches|--flush-l2|--bench --measurement-time 1 copy|0|120
 '
 [[ "$target" != nvptx ]] || CASES+="$NVPTX_CASES"
 # The print-throughput fixture's line size (its default); printf_lines prints the same lines.
@@ -420,6 +425,9 @@ check_recovery_output() {
     fi
 }
 
+# The benchmarks of fixtures/benches.
+BENCHES="copy empty matmul round_trip spin steady"
+
 # The kernels of fixtures/real-kernels, as real-kernels-check names them.
 REAL_KERNELS="matmul_tiled block_sum histogram weighted_histogram inclusive_scan compact_above"
 
@@ -442,6 +450,19 @@ check_all_passed() {
     ran=$(tests_run "$file")
     [[ -n "$ran" ]] || { echo "no test ran"; return 1; }
     [[ -z "$count" || "$ran" == "$count" ]] || { echo "$ran tests ran, not $count"; return 1; }
+}
+
+# FILE has libtest's bench line for each benchmark in NAMES and a summary line counting them as
+# measured. Says what is wrong.
+check_bench_output() {
+    local file="$1" name measured
+    shift
+    for name in "$@"; do
+        grep -Eq "^test $name +\.\.\. bench: +[0-9,]+\.[0-9]{2} ns/iter \(\+/- [0-9,]+\.[0-9]{2}\)" "$file" ||
+            { echo "no bench line for $name"; return 1; }
+    done
+    measured=$(awk '/^test result:/ { for (i = 1; i < NF; i++) if ($(i + 1) ~ /^measured;/) print $i }' "$file")
+    [[ "$measured" == "$#" ]] || { echo "${measured:-no} benchmarks measured, not $#"; return 1; }
 }
 
 # The tests libtest's summary line in FILE counts as run (passed + failed), or nothing.
@@ -594,6 +615,17 @@ judge() {
                 else
                     measured="$value MB/s (with start-up)"
                 fi
+            fi ;;
+        run:benches)
+            local names="$BENCHES" rate
+            [[ "$args" != *" copy" ]] || names=copy
+            # shellcheck disable=SC2086 # the names, split on spaces on purpose
+            problem=$(check_bench_output "$log.out" $names) || verdict="BAD OUTPUT ($problem)"
+            rate=$(sed -n 's/^test copy  *\.\.\. bench: .* = \([0-9]*\) MB\/s$/\1/p' "$log.out" | head -n1)
+            if [[ "$launch" == *--flush-l2* ]]; then
+                measured="copy ${rate:-?} MB/s cold (L2 flushed)"
+            else
+                measured="copy ${rate:-?} MB/s, empty $(sed -n 's/^test empty  *\.\.\. bench: *\([0-9,.]*\) ns.*/\1/p' "$log.out" | head -n1) ns/iter"
             fi ;;
         run:rpc-latency)
             value=$(flag_value --round-trips "$args")
@@ -940,6 +972,18 @@ case "$kind:$image" in
         exit 0 ;;
     run:print-throughput) print_lines "$2" $((threads * blocks)); exit 0 ;;
     run:rpc-latency) [[ "$2" == 0 ]] || sleep 0.2; exit 0 ;;
+    run:benches)
+        names="copy empty matmul round_trip spin steady"
+        [[ "$*" != *" copy" ]] || names=copy
+        for name in $names; do
+            case "$name" in
+                copy) echo "test copy       ... bench:       1,234.50 ns/iter (+/- 12.00) = 106 MB/s" ;;
+                *) printf 'test %-10s ... bench:          56.78 ns/iter (+/- 0.90)\n' "$name" ;;
+            esac
+        done
+        set -- $names
+        echo "test result: ok. 0 passed; 0 failed; 0 ignored; $# measured; 0 filtered out; finished in 1.00s"
+        exit 0 ;;
     launch:*) echo "launch_check: fill (ptr, u64, u32) and saxpy match the CPU"; exit 0 ;;
     recovery:*) echo "recovery_check: all 5 steps as expected"; exit 0 ;;
     haltests:*) tests cuda::tests::hardware_launch_globals_and_usage=ok; passed 27; exit 0 ;;
@@ -1019,6 +1063,8 @@ self_test_checks() {
         { fail "many-tests row has no per-test time"; return; }
     grep -Eq '^run +rpc-latency .* [0-9.]+ us/round trip \(start-up taken off\) +ok$' <<<"$table" ||
         { fail "no RPC latency"; return; }
+    grep -Eq '^run +benches +- +--bench --measurement-time 1 +0 .* copy 106 MB/s, empty 56\.78 ns/iter +ok$' <<<"$table" ||
+        { fail "no benchmark row"; return; }
     total=$(cases | wc -l)
     [[ $(grep -c ' ok$' <<<"$table") == $((total - 2)) ]] || { fail "expected $((total - 2)) ok rows"; return; }
     grep -q "^rows: $total of $total done, 2 not as expected$" <<<"$table" || { fail "no verdict line"; return; }
@@ -1058,6 +1104,8 @@ self_test_checks() {
         grep -Eq '^jit +basic +- +- +101 .* PTX JIT-compiled by the driver, [0-9.]+x the time with its cubin +ok$' <<<"$table" ||
             { fail "no JIT row timed against the cubin"; return; }
         grep -Eq '^recovery +host-app-kernels +- +- +0 .* ok$' <<<"$table" || { fail "no host-recovery row"; return; }
+        grep -Eq '^run +benches +--flush-l2 +--bench --measurement-time 1 copy +0 .* copy 106 MB/s cold \(L2 flushed\) +ok$' <<<"$table" ||
+            { fail "no cold benchmark row"; return; }
         grep -Eq '^haltests +gpurun-hal +- +cuda:: +0 .* 27 tests +ok$' <<<"$table" || { fail "no gpurun-hal tests row"; return; }
         for name in "per-test overhead, many-tests" "print, 1 thread" "print, 1024 threads" "RPC round trip"; do
             grep -Eq "^$name +[0-9.]+ [^|]+ +[0-9.]+ .* [0-9]+\.[0-9]{3}$" <<<"$table" ||
@@ -1138,6 +1186,17 @@ self_test_output_checks() {
         check_sanitize_output "$file.plain" plain >/dev/null || { fail "good unsanitized output rejected"; return; }
         ! check_sanitize_output "$file" plain >/dev/null || { fail "a failure accepted without a sanitizer"; return; }
     fi
+    file="$tmp/benches.out"
+    # shellcheck disable=SC2086 # the names, split on spaces on purpose
+    "$tmp/fake-runner" run "$dir/images/benches.$ext" --bench --measurement-time 1 >"$file"
+    # shellcheck disable=SC2086
+    check_bench_output "$file" $BENCHES >/dev/null || { fail "good bench output rejected"; return; }
+    grep -v '^test matmul ' "$file" >"$file.lost"
+    # shellcheck disable=SC2086
+    ! check_bench_output "$file.lost" $BENCHES >/dev/null || { fail "a lost bench line accepted"; return; }
+    sed 's/^test empty  *\.\.\. bench: .*/test empty  ... FAILED/' "$file" >"$file.failed"
+    # shellcheck disable=SC2086
+    ! check_bench_output "$file.failed" $BENCHES >/dev/null || { fail "a failed benchmark accepted"; return; }
     file="$tmp/launch-checks.out"
     "$tmp/fake-runner" run "$dir/images/launch-checks.$ext" dims_ --test-threads 1 >"$file"
     check_all_passed "$file" 10 >/dev/null || { fail "good dims_ output rejected"; return; }

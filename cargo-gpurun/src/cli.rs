@@ -31,6 +31,9 @@ pub enum Command {
     Build(BuildArgs),
     /// Build device crates and run their `#[gpurun::test]` tests, with libtest's output.
     Test(crate::cmd::test::TestArgs),
+    /// Build device crates in release mode and time their `#[gpurun::bench]` benchmarks on the
+    /// device, with libtest's bench output and baselines to compare with.
+    Bench(crate::cmd::bench::BenchArgs),
     /// Load a GPU image and run its `_start` (llvm-gpu-loader compatible); also target.runner.
     Run(crate::cmd::run::RunArgs),
     /// List devices of every backend, or why there are none.

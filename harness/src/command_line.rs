@@ -109,6 +109,48 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|_| format!("timeout `{text}` is too large"))
 }
 
+/// A non-negative number of seconds (a warm-up may be 0).
+fn parse_seconds(text: &str) -> Result<Duration, String> {
+    let seconds: f64 = text
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, found `{text}`"))?;
+    if seconds.is_nan() || seconds < 0.0 {
+        return Err(format!("expected 0 or more seconds, found `{text}`"));
+    }
+    Duration::try_from_secs_f64(seconds).map_err(|_| format!("`{text}` seconds is too long"))
+}
+
+/// A baseline's name: it names a file, so letters, digits, `-`, `_` and `.` (not leading).
+fn parse_baseline_name(text: &str) -> Result<String, String> {
+    let fine = !text.is_empty()
+        && !text.starts_with('.')
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    match fine {
+        true => Ok(text.to_owned()),
+        false => Err(format!(
+            "`{text}` is not a baseline name: use letters, digits, `-`, `_` and `.`"
+        )),
+    }
+}
+
+/// A finite number of 0 or more.
+fn parse_non_negative(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value),
+        _ => Err(format!("expected a number of 0 or more, found `{text}`")),
+    }
+}
+
+/// A number from 0 to 1.
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(value) if (0.0..=1.0).contains(&value) => Ok(value),
+        _ => Err(format!("expected a number from 0 to 1, found `{text}`")),
+    }
+}
+
 /// The libtest command line, as cargo, nextest and IDEs pass it, plus cargo-gpurun's extras.
 ///
 /// Parse it with [`HarnessArgs::parse_args`], or build it with [`Default`] and set fields.
@@ -196,13 +238,47 @@ pub struct HarnessArgs {
     #[arg(long, value_name = "SEED", hide = true)]
     pub shuffle_seed: Option<u64>,
 
-    /// Accepted for compatibility; has no effect (there are no device benchmarks).
-    #[arg(long, hide = true)]
+    /// Measure the benchmarks (`#[gpurun::bench]`), after the tests, one at a time; the tests
+    /// are then reported as ignored unless --test is given too. Without it each benchmark runs
+    /// once, as a test.
+    #[arg(long)]
     pub bench: bool,
 
-    /// Accepted for compatibility; has no effect.
-    #[arg(long, hide = true)]
+    /// With --bench, run the tests too.
+    #[arg(long)]
     pub test: bool,
+
+    /// With --bench: how long each benchmark runs before its samples are taken, counting the
+    /// calibration of its iterations per launch (default 0.3).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub warm_up_time: Option<Duration>,
+
+    /// With --bench: the time budget for each benchmark's samples; sampling stops earlier
+    /// once the median is settled (default 2).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub measurement_time: Option<Duration>,
+
+    /// With --bench: save the measurements as the baseline NAME, to compare later runs with.
+    #[arg(long, value_name = "NAME", value_parser = parse_baseline_name, conflicts_with = "baseline")]
+    pub save_baseline: Option<String>,
+
+    /// With --bench: compare each benchmark with the baseline NAME and say whether it changed
+    /// beyond the noise (criterion's verdicts).
+    #[arg(long, value_name = "NAME", value_parser = parse_baseline_name)]
+    pub baseline: Option<String>,
+
+    /// With --baseline: relative changes within +/- this are noise (default 0.01, 1%).
+    #[arg(long, value_name = "FRACTION", value_parser = parse_non_negative)]
+    pub noise_threshold: Option<f64>,
+
+    /// With --baseline: a change is significant when its p-value is below this (default 0.05).
+    #[arg(long, value_name = "P", value_parser = parse_fraction)]
+    pub significance_level: Option<f64>,
+
+    /// Where baselines are kept, set by the caller (`cargo gpurun bench`: the target directory's
+    /// `gpurun-bench/`); default `$CARGO_TARGET_DIR/gpurun-bench`, else `target/gpurun-bench`.
+    #[arg(skip)]
+    pub baseline_dir: Option<PathBuf>,
 
     /// Accepted for compatibility; has no effect.
     #[arg(long, hide = true)]
@@ -292,6 +368,36 @@ impl HarnessArgs {
         }
     }
 
+    /// How long each benchmark is measured (`--warm-up-time`, `--measurement-time`).
+    pub fn bench_options(&self) -> crate::bench::BenchOptions {
+        let defaults = crate::bench::BenchOptions::default();
+        crate::bench::BenchOptions {
+            warm_up: self.warm_up_time.unwrap_or(defaults.warm_up),
+            measurement: self.measurement_time.unwrap_or(defaults.measurement),
+            ..defaults
+        }
+    }
+
+    /// How a change from a baseline is judged (`--noise-threshold`, `--significance-level`).
+    pub fn change_thresholds(&self) -> crate::bench::baseline::Thresholds {
+        let defaults = crate::bench::baseline::Thresholds::default();
+        crate::bench::baseline::Thresholds {
+            noise: self.noise_threshold.unwrap_or(defaults.noise),
+            significance: self.significance_level.unwrap_or(defaults.significance),
+        }
+    }
+
+    /// Where baselines are kept ([`HarnessArgs::baseline_dir`]).
+    pub fn baselines(&self) -> PathBuf {
+        if let Some(dir) = &self.baseline_dir {
+            return dir.clone();
+        }
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .filter(|dir| !dir.is_empty())
+            .map_or_else(|| PathBuf::from("target"), PathBuf::from);
+        target.join("gpurun-bench")
+    }
+
     /// Whether ignored tests run, and whether only they do.
     pub fn run_ignored(&self) -> RunIgnored {
         if self.ignored {
@@ -366,6 +472,28 @@ mod tests {
     }
 
     #[test]
+    fn bench_times_parse_with_defaults() {
+        let defaults = crate::bench::BenchOptions::default();
+        assert_eq!(parse(&["--bench"]).unwrap().bench_options(), defaults);
+        let args = parse(&[
+            "--bench",
+            "--warm-up-time",
+            "0",
+            "--measurement-time",
+            "0.5",
+        ])
+        .unwrap();
+        let options = args.bench_options();
+        assert_eq!(options.warm_up, Duration::ZERO);
+        assert_eq!(options.measurement, Duration::from_millis(500));
+        assert!(args.bench && !args.test);
+        let args = parse(&["--baseline", "main-1.2", "--noise-threshold", "0.3"]).unwrap();
+        assert_eq!(args.baseline.as_deref(), Some("main-1.2"));
+        let thresholds = args.change_thresholds();
+        assert_eq!((thresholds.noise, thresholds.significance), (0.3, 0.05));
+    }
+
+    #[test]
     fn quiet_means_terse_unless_a_format_is_given() {
         assert_eq!(parse(&["-q"]).unwrap().effective_format(), Format::Terse);
         assert_eq!(parse(&[]).unwrap().effective_format(), Format::Pretty);
@@ -410,6 +538,15 @@ mod tests {
             &["--partition", "count:4/3"],
             &["--partition", "slice:1/3"],
             &["--test-threads", "0"],
+            &["--measurement-time", "-1"],
+            &["--warm-up-time", "soon"],
+            &["--save-baseline", "a", "--baseline", "b"],
+            &["--baseline", "../up"],
+            &["--baseline", ".hidden"],
+            &["--noise-threshold", "-2"],
+            &["--noise-threshold", "inf"],
+            &["--significance-level", "1.5"],
+            &["--significance-level", "-0.1"],
             &["--format", "junit"],
             &["--ignored", "--include-ignored"],
             &["--no-such-flag"],

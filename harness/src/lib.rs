@@ -17,10 +17,11 @@
 //! See `README.md` for the known differences from libtest.
 //!
 //! Owns: libtest's command line, filtering, partitions, scheduling on test threads, verdicts,
-//! and every reporter (pretty, terse, JSON, JUnit, GitHub annotations), plus the one table of
-//! exit codes. Must not: know backends, workers or images: tests come in as [`TestDesc`]s and
+//! benchmarks' measurement, statistics and baselines ([`bench`]), and every reporter (pretty,
+//! terse, JSON, JUnit, GitHub annotations), plus the one table of exit codes. Must not: know backends, workers or images: tests come in as [`TestDesc`]s and
 //! run through an [`Executor`].
 
+pub mod bench;
 pub mod command_line;
 pub mod exit_code;
 pub mod filter;

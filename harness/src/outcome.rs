@@ -116,6 +116,29 @@ pub trait Executor: Send + Sync {
         let _ = test;
         true
     }
+
+    /// Measures the benchmark `test` (`--bench`): hands `measure` the benchmark's launches
+    /// ([`BenchLaunches`](crate::bench::BenchLaunches)), kept on one device for the whole
+    /// call, and reports how they went: a clean completion when every launch completed
+    /// without a panic, else how the one that stopped the measurement ended, with the output
+    /// of all of them. The default cannot time anything: the benchmark is not run.
+    fn bench(
+        &self,
+        test: &TestDesc,
+        measure: &mut dyn FnMut(&mut dyn crate::bench::BenchLaunches),
+    ) -> TestRun {
+        let _ = measure;
+        TestRun {
+            end: TestEnd::NotRun(format!(
+                "this executor cannot time benchmarks (`{}`)",
+                test.name
+            )),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            duration: Duration::ZERO,
+            device_time: None,
+        }
+    }
 }
 
 /// libtest's verdict on one test.
@@ -134,6 +157,9 @@ pub enum Verdict {
     TimeLimitExceeded,
     /// The test was not run (`#[ignore]`).
     Ignored,
+    /// The benchmark was measured (`--bench`; libtest's `bench:` result): its numbers are in
+    /// the report.
+    Measured,
 }
 
 impl Verdict {

@@ -10,12 +10,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::bench::baseline::{compare, Baseline, BaselineError, Saved};
+use crate::bench::{measure, BenchOptions, BenchReport, Measured, Unmeasured};
 use crate::command_line::{ColorChoice, Format, HarnessArgs};
 use crate::exit_code::ExitCode;
 use crate::filter::select;
 use crate::outcome::{judge, panic_text, Executor, TestDesc, TestEnd, TestRun, Verdict};
 use crate::report::console::{log_line, Console, ConsoleOptions};
-use crate::report::github::{annotation, step_summary};
+use crate::report::github::{annotation, step_summary, BenchRow};
 use crate::report::junit::{JunitError, JunitReport};
 use crate::report::{failure_summary, Finished, Reported};
 use crate::time::{Grade, Threshold};
@@ -30,7 +32,7 @@ pub struct Conclusion {
     pub num_failed: u64,
     /// Tests reported as ignored.
     pub num_ignored: u64,
-    /// Benchmarks measured (always 0: there are no device benchmarks).
+    /// Benchmarks measured (`--bench`).
     pub num_measured: u64,
     /// Tests removed by filters, `--skip`, `--ignored` or `--partition`.
     pub num_filtered_out: u64,
@@ -79,6 +81,9 @@ pub enum HarnessError {
         #[source]
         source: io::Error,
     },
+    /// A benchmark baseline could not be read or written.
+    #[error(transparent)]
+    Baseline(#[from] BaselineError),
     /// `RUST_TEST_THREADS` is set but is not a positive integer.
     #[error("RUST_TEST_THREADS is `{0}`, should be a positive integer")]
     TestThreadsEnv(String),
@@ -132,7 +137,22 @@ pub fn run_with_output(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Conclusion, HarnessError> {
-    let selection = select_where_runnable(args, tests, executor.as_ref());
+    // libtest pads a measured benchmark's name to the longest benchmark name, filtered or not.
+    let bench_name_width = args.bench.then(|| {
+        tests
+            .iter()
+            .filter(|test| test.bench.is_some())
+            .map(|test| test.name.len())
+            .max()
+            .unwrap_or(0)
+    });
+    let mut selection = select_where_runnable(args, tests, executor.as_ref());
+    if args.bench && !args.test {
+        // libtest's `--bench` without `--test`: the tests are reported as ignored.
+        for test in selection.tests.iter_mut().filter(|t| t.bench.is_none()) {
+            test.ignored = true;
+        }
+    }
     let format = args.effective_format();
     let mut logfile = match &args.logfile {
         Some(path) => Some(LogFile::create(path.clone())?),
@@ -151,6 +171,7 @@ pub fn run_with_output(
             multithreaded: threads > 1,
             report_time,
             show_output: args.show_output,
+            bench_name_width,
         },
     );
 
@@ -166,6 +187,13 @@ pub fn run_with_output(
         return Ok(Conclusion::default());
     }
 
+    // The baseline to compare with is read before anything runs: a missing one is the first
+    // thing to fix.
+    let baseline = match (&args.baseline, args.bench) {
+        (Some(name), true) => Some((name.as_str(), Baseline::require(&args.baselines(), name)?)),
+        _ => None,
+    };
+    let suite = args.suite_name.as_deref().unwrap_or("gpurun");
     let started = Instant::now();
     console
         .run_start(selection.tests.len(), selection.filtered_out)
@@ -180,19 +208,56 @@ pub fn run_with_output(
             .map(|_| JunitReport::new(args.suite_name.as_deref().unwrap_or("gpurun"))),
         annotations: Vec::new(),
         failure_reasons: Vec::new(),
+        bench_rows: Vec::new(),
         nocapture: args.nocapture,
         github: args.github_actions,
         threshold,
         ensure_time: args.ensure_time,
         differences: Differences::default(),
     };
+    // With --bench, the benchmarks are measured after the tests, one at a time, as in libtest;
+    // without it they run among the tests, once each.
+    let (tests, benches): (Vec<TestDesc>, Vec<TestDesc>) = match args.bench {
+        true => selection
+            .tests
+            .iter()
+            .cloned()
+            .partition(|test| test.bench.is_none()),
+        false => (selection.tests.clone(), Vec::new()),
+    };
     run_tests(
-        &selection.tests,
+        &tests,
         executor.as_ref(),
         threads,
         SLOW_TEST_WARNING,
         &mut sinks,
     )?;
+    let options = args.bench_options();
+    let thresholds = args.change_thresholds();
+    let mut to_save = Vec::new();
+    for bench in &benches {
+        sinks
+            .console
+            .test_start(bench)
+            .map_err(HarnessError::Output)?;
+        if bench.ignored {
+            sinks.report(bench, None)?;
+            continue;
+        }
+        let (run, measured) = run_bench(executor.as_ref(), bench, &options);
+        if let Some(Ok(measured)) = &measured {
+            to_save.push((bench.name.clone(), Saved::from(measured)));
+        }
+        let comparison = |measured: &Measured| {
+            let (name, baseline) = baseline.as_ref()?;
+            let saved = baseline.get(suite, &bench.name)?;
+            Some(compare(name, &saved.samples, &measured.samples, thresholds))
+        };
+        sinks.report_bench(bench, run, measured, comparison)?;
+    }
+    if let (Some(name), true) = (&args.save_baseline, args.bench) {
+        Baseline::save(&args.baselines(), name, suite, &to_save)?;
+    }
     let elapsed = started.elapsed();
     sinks
         .console
@@ -225,7 +290,13 @@ pub fn run_with_output(
     }
     if let Some(path) = &args.github_step_summary {
         let suite = args.suite_name.as_deref().unwrap_or("gpurun");
-        let text = step_summary(suite, &counts, elapsed, &sinks.failure_reasons);
+        let text = step_summary(
+            suite,
+            &counts,
+            elapsed,
+            &sinks.failure_reasons,
+            &sinks.bench_rows,
+        );
         // Appended: every test binary of a CI step adds its own section.
         std::fs::OpenOptions::new()
             .create(true)
@@ -241,7 +312,7 @@ pub fn run_with_output(
         num_passed: counts.passed as u64,
         num_failed: counts.failed as u64,
         num_ignored: counts.ignored as u64,
-        num_measured: 0,
+        num_measured: counts.measured as u64,
         num_filtered_out: counts.filtered_out as u64,
     })
 }
@@ -306,6 +377,36 @@ fn run_one(executor: &dyn Executor, test: &TestDesc) -> TestRun {
             device_time: None,
         }
     })
+}
+
+/// Measures `bench` through the executor; a panic inside it fails this benchmark only.
+fn run_bench(
+    executor: &dyn Executor,
+    bench: &TestDesc,
+    options: &BenchOptions,
+) -> (TestRun, Option<Result<Measured, Unmeasured>>) {
+    let started = Instant::now();
+    let mut measured = None;
+    let run = catch_unwind(AssertUnwindSafe(|| {
+        executor.bench(bench, &mut |launches| {
+            measured = Some(measure(launches, options));
+        })
+    }))
+    .unwrap_or_else(|payload| {
+        let message = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("non-string panic payload");
+        TestRun {
+            end: TestEnd::NotRun(format!("the executor panicked: {message}")),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            duration: started.elapsed(),
+            device_time: None,
+        }
+    });
+    (run, measured)
 }
 
 /// libtest warns about a test still running after this long; this crate's own tests wait less.
@@ -460,6 +561,8 @@ struct Sinks<'w, 'e> {
     annotations: Vec<String>,
     /// Failed tests and one-line reasons, for the step summary.
     failure_reasons: Vec<(String, String)>,
+    /// Measured benchmarks, for the step summary.
+    bench_rows: Vec<BenchRow>,
     nocapture: bool,
     github: bool,
     /// The time thresholds, with `--report-time` or `--ensure-time`.
@@ -474,15 +577,74 @@ impl Sinks<'_, '_> {
         self.console.write_raw(bytes)
     }
 
+    /// Reports a benchmark that was measured: its numbers when every launch went well, else
+    /// its failure, judged like a test's.
+    fn report_bench(
+        &mut self,
+        test: &TestDesc,
+        run: TestRun,
+        measured: Option<Result<Measured, Unmeasured>>,
+        comparison: impl FnOnce(&Measured) -> Option<crate::bench::baseline::Comparison>,
+    ) -> Result<(), HarnessError> {
+        let failed = |message: &str| Verdict::Failed {
+            message: Some(message.to_owned()),
+        };
+        let outcome = match (judge(test, &run.end), measured) {
+            (Verdict::Passed, Some(Ok(measured))) => Ok(BenchReport {
+                comparison: comparison(&measured),
+                measured,
+            }),
+            (Verdict::Passed, Some(Err(Unmeasured::NoDeviceTime))) => Err(failed(
+                "the backend measured no device time for the launches: nothing to time the \
+                 benchmark with",
+            )),
+            (Verdict::Passed, Some(Err(Unmeasured::Failed))) => {
+                Err(failed("a launch of the benchmark failed"))
+            }
+            (Verdict::Passed, None) => Err(failed("the executor did not measure the benchmark")),
+            (verdict, _) => Err(verdict),
+        };
+        match outcome {
+            Ok(report) => self.deliver(test, Some(run), Verdict::Measured, Some(report)),
+            Err(verdict) => self.deliver(test, Some(run), verdict, None),
+        }
+    }
+
     fn report(&mut self, test: &TestDesc, run: Option<TestRun>) -> Result<(), HarnessError> {
+        let verdict = match &run {
+            None => Verdict::Ignored,
+            Some(run) => {
+                let grade = self
+                    .threshold
+                    .map_or(Grade::Fine, |threshold| threshold.grade(run.duration));
+                match judge(test, &run.end) {
+                    Verdict::Passed if self.ensure_time && grade == Grade::Critical => {
+                        Verdict::TimeLimitExceeded
+                    }
+                    verdict => verdict,
+                }
+            }
+        };
+        self.deliver(test, run, verdict, None)
+    }
+
+    /// Hands one reported result to every reporter.
+    fn deliver(
+        &mut self,
+        test: &TestDesc,
+        run: Option<TestRun>,
+        verdict: Verdict,
+        bench: Option<BenchReport>,
+    ) -> Result<(), HarnessError> {
         let (reported, panic) = match &run {
             None => (
                 Reported {
-                    verdict: Verdict::Ignored,
+                    verdict,
                     captured: Vec::new(),
                     duration: Duration::ZERO,
                     device_time: None,
                     grade: Grade::Fine,
+                    bench: None,
                 },
                 String::new(),
             ),
@@ -490,12 +652,6 @@ impl Sinks<'_, '_> {
                 let grade = self
                     .threshold
                     .map_or(Grade::Fine, |threshold| threshold.grade(run.duration));
-                let verdict = match judge(test, &run.end) {
-                    Verdict::Passed if self.ensure_time && grade == Grade::Critical => {
-                        Verdict::TimeLimitExceeded
-                    }
-                    verdict => verdict,
-                };
                 let panic = panic_text(test, &run.end);
                 let captured = if self.nocapture {
                     // Shown now, right after the test, as libtest shows uncaptured output while
@@ -519,6 +675,7 @@ impl Sinks<'_, '_> {
                         duration: run.duration,
                         device_time: run.device_time,
                         grade,
+                        bench,
                     },
                     panic,
                 )
@@ -540,8 +697,18 @@ impl Sinks<'_, '_> {
             junit.add(&finished);
         }
         if run.is_some() {
-            self.differences
-                .record(&test.name, reported.verdict.passed());
+            // A measured benchmark ran as it should, as a passed test did.
+            let fine = reported.verdict.passed() || reported.verdict == Verdict::Measured;
+            self.differences.record(&test.name, fine);
+        }
+        if let Some(bench) = &reported.bench {
+            self.bench_rows.push(BenchRow {
+                name: test.name.clone(),
+                summary: bench.measured.summary,
+                throughput: test.bench.and_then(|b| b.throughput),
+                timer: bench.measured.timer.clone(),
+                comparison: bench.comparison.clone(),
+            });
         }
         if reported.verdict.failed() {
             self.failure_reasons

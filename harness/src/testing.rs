@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::bench::{BenchLaunches, LaunchFailed};
 use crate::outcome::{Executor, LaunchEnd, PanicReport, TestDesc, TestEnd, TestRun};
 use gpurun_abi::LaunchShape;
 
@@ -27,6 +28,16 @@ pub struct MockExecutor {
     max_running: AtomicUsize,
     /// Plays the host emulation: no test runs on a GPU.
     emulated: bool,
+    /// Benchmarks' time per iteration (see [`MockExecutor::with_bench`]).
+    benches: HashMap<String, Duration>,
+}
+
+/// A benchmark named `name` (no throughput).
+pub fn bench(name: &str) -> TestDesc {
+    TestDesc {
+        bench: Some(gpurun_abi::Bench::default()),
+        ..TestDesc::new(name)
+    }
 }
 
 /// A test launched as `blocks` blocks of `threads` threads, with no attributes.
@@ -120,6 +131,15 @@ impl MockExecutor {
         self
     }
 
+    /// Scripts benchmark `name` to take `per_iteration` per iteration, on top of 10 µs per
+    /// launch, exactly: its measurement is that line's slope. A benchmark scripted with
+    /// [`MockExecutor::with`] to end otherwise than cleanly fails its first launch with that
+    /// run instead; any other takes 1 µs per iteration.
+    pub fn with_bench(mut self, name: &str, per_iteration: Duration) -> Self {
+        self.benches.insert(name.to_owned(), per_iteration);
+        self
+    }
+
     /// Names of the tests run so far, in the order they started.
     pub fn ran(&self) -> Vec<String> {
         self.ran.lock().map(|ran| ran.clone()).unwrap_or_default()
@@ -151,5 +171,48 @@ impl Executor for MockExecutor {
         }
         self.running.fetch_sub(1, Ordering::SeqCst);
         scripted.run
+    }
+
+    fn bench(&self, test: &TestDesc, measure: &mut dyn FnMut(&mut dyn BenchLaunches)) -> TestRun {
+        if let Ok(mut ran) = self.ran.lock() {
+            ran.push(test.name.clone());
+        }
+        let failing = self
+            .script
+            .get(&test.name)
+            .filter(|scripted| scripted.run.end != CLEAN)
+            .map(|scripted| scripted.run.clone());
+        let mut launches = Line {
+            per_iteration: self
+                .benches
+                .get(&test.name)
+                .copied()
+                .unwrap_or(Duration::from_micros(1)),
+            fails: failing.is_some(),
+        };
+        measure(&mut launches);
+        failing.unwrap_or_else(|| passed(""))
+    }
+}
+
+/// A mock benchmark's launches: 10 µs plus `per_iteration` times the count, or a failure.
+struct Line {
+    per_iteration: Duration,
+    fails: bool,
+}
+
+impl BenchLaunches for Line {
+    fn launch(&mut self, iterations: u64) -> Result<Option<Duration>, LaunchFailed> {
+        if self.fails {
+            return Err(LaunchFailed);
+        }
+        let per_iteration = self.per_iteration.as_nanos() as u64;
+        Ok(Some(Duration::from_nanos(
+            10_000 + per_iteration.saturating_mul(iterations),
+        )))
+    }
+
+    fn timer(&self) -> String {
+        "mock clock".to_owned()
     }
 }

@@ -71,14 +71,29 @@ impl Executor for VariantExecutor {
     fn run(&self, test: &TestDesc) -> TestRun {
         match self.executor(test) {
             Some(executor) => executor.run(test),
-            None => TestRun {
-                end: TestEnd::NotRun(format!("no executor for the variant `{}`", test.name)),
-                stdout: Vec::new(),
-                stderr: Vec::new(),
-                duration: Duration::ZERO,
-                device_time: None,
-            },
+            None => no_executor(test),
         }
+    }
+
+    fn bench(
+        &self,
+        test: &TestDesc,
+        measure: &mut dyn FnMut(&mut dyn crate::bench::BenchLaunches),
+    ) -> TestRun {
+        match self.executor(test) {
+            Some(executor) => executor.bench(test, measure),
+            None => no_executor(test),
+        }
+    }
+}
+
+fn no_executor(test: &TestDesc) -> TestRun {
+    TestRun {
+        end: TestEnd::NotRun(format!("no executor for the variant `{}`", test.name)),
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        duration: Duration::ZERO,
+        device_time: None,
     }
 }
 

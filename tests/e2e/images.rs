@@ -1,13 +1,15 @@
 //! Every fixture builds for nvptx, amdgcn (gfx90a) and the host, and the test list read from
-//! each test image equals the one written in its source (program fixtures have no tests). Also: the PTX of the panic path has no
-//! `trap` (a trap would poison the CUDA context instead of ending one thread).
+//! each test image (benchmarks included) equals the one written in its source (program fixtures
+//! have none). Also: the PTX of the panic path has no `trap` (a trap would poison the CUDA
+//! context instead of ending one thread).
 
 use gpurun_tests::{describe, fixtures_dir, gpu_images_dir, gpurun, host_images, text};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Test names (`module::name`) and whether each is `#[ignore]`d, read from a fixture's source
+/// Test and benchmark names (`module::name`) and whether each is `#[ignore]`d, read from a
+/// fixture's source
 /// (`gpu_only` tests count as ignored when `emulated`: the host emulation reports them so).
 /// Tests in a `#[cfg(test)]` module are left out: the images built here are the plain builds,
 /// which do not have them (`cargo gpurun test` builds a `harness = false` lib in test mode).
@@ -26,7 +28,7 @@ fn tests_in_source(source: &str, emulated: bool) -> BTreeSet<(String, bool)> {
             modules.pop();
         }
         cfg_test = code == "#[cfg(test)]";
-        if code.starts_with("#[gpurun::test") {
+        if code.starts_with("#[gpurun::test") || code.starts_with("#[gpurun::bench") {
             pending = Some(emulated && code.contains("gpu_only"));
         }
         if code.starts_with("#[ignore") {
@@ -68,7 +70,7 @@ fn fixtures(emulated: bool) -> Vec<(String, BTreeSet<(String, bool)>)> {
         if source.contains("#[gpurun::main]") {
             // A program: `run` executes it rather than listing tests, so it must have none.
             assert!(
-                !source.contains("#[gpurun::test"),
+                !source.contains("#[gpurun::test") && !source.contains("#[gpurun::bench"),
                 "{} mixes #[gpurun::main] and tests",
                 dir.display()
             );
@@ -143,7 +145,11 @@ fn listed(image: &Path, ignored_only: bool) -> BTreeSet<String> {
     assert!(output.status.success(), "{}", describe(&output));
     text(&output.stdout)
         .lines()
-        .filter_map(|line| line.strip_suffix(": test").map(str::to_string))
+        .filter_map(|line| {
+            line.strip_suffix(": test")
+                .or_else(|| line.strip_suffix(": benchmark"))
+                .map(str::to_string)
+        })
         .collect()
 }
 
@@ -168,14 +174,19 @@ fn check_lists(emulated: bool, image_of: impl Fn(&str) -> PathBuf) {
 
 #[test]
 fn source_scanner_finds_nested_and_ignored_tests() {
-    let source = "#[gpurun::test]\nfn a() {}\nmod m {\n    #[gpurun::test]\n    #[ignore]\n    fn b() {}\n}\n#[gpurun::test(threads = 4)] fn c() {}\n#[gpurun::test(gpu_only)]\nfn d() {}\n#[cfg(test)]\nmod tests {\n    #[gpurun::test]\n    fn only_in_test_mode() {}\n}\n";
+    let source = "#[gpurun::test]\nfn a() {}\nmod m {\n    #[gpurun::test]\n    #[ignore]\n    fn b() {}\n}\n#[gpurun::test(threads = 4)] fn c() {}\n#[gpurun::test(gpu_only)]\nfn d() {}\n#[gpurun::bench(bytes = 4)]\nfn e(b: &mut Bencher) {}\n#[cfg(test)]\nmod tests {\n    #[gpurun::test]\n    fn only_in_test_mode() {}\n}\n";
     for emulated in [false, true] {
         let found = tests_in_source(source, emulated);
-        let expected: BTreeSet<(String, bool)> =
-            [("a", false), ("m::b", true), ("c", false), ("d", emulated)]
-                .iter()
-                .map(|(n, i)| (n.to_string(), *i))
-                .collect();
+        let expected: BTreeSet<(String, bool)> = [
+            ("a", false),
+            ("m::b", true),
+            ("c", false),
+            ("d", emulated),
+            ("e", false),
+        ]
+        .iter()
+        .map(|(n, i)| (n.to_string(), *i))
+        .collect();
         assert_eq!(found, expected);
     }
 }

@@ -11,11 +11,9 @@
 //! CPU explains a few times; the stalls took hundreds of times.
 
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpurun_tests::{describe, gpurun, host_image, text};
+use gpurun_tests::{describe, gpurun, host_image, text, Hogs};
 
 /// How many times its unloaded time the workload may take under the hogs...
 const SLOWDOWN: u32 = 20;
@@ -24,38 +22,6 @@ const SLACK: Duration = Duration::from_secs(20);
 
 /// Bytes the print-heavy run prints: thousands of RPC conversations.
 const PRINT_BYTES: usize = 200_000;
-
-/// Threads that spin until dropped, each wanting a whole core.
-struct Hogs {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Hogs {
-    fn start(count: usize) -> Hogs {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..count)
-            .map(|_| {
-                let stop = Arc::clone(&stop);
-                std::thread::spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        std::hint::spin_loop();
-                    }
-                })
-            })
-            .collect();
-        Hogs { stop, threads }
-    }
-}
-
-impl Drop for Hogs {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
 
 /// The workload: a print-heavy program, tests that print from several workers at once, and the
 /// host app's device tests (the trials that stalled), as `cargo gpurun run` runs them.

@@ -5,6 +5,7 @@
 //! driver" error); `sanitize` runs nvptx images on the fake CUDA driver under a stand-in for
 //! compute-sanitizer. Expected results are spelled out per test.
 
+mod bench;
 mod concurrency;
 mod coverage;
 mod device_ops;

@@ -8,7 +8,8 @@ pub mod real_kernels;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -279,4 +280,36 @@ pub fn median_time(runs: usize, mut command: impl FnMut() -> Command) -> std::ti
 /// Path of a binary of this crate, built once.
 pub fn own_binary(name: &str) -> PathBuf {
     build_binary("gpurun-tests", name, true)
+}
+
+/// Threads that spin until dropped, each wanting a whole core.
+pub struct Hogs {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Hogs {
+    pub fn start(count: usize) -> Hogs {
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads = (0..count)
+            .map(|_| {
+                let stop = Arc::clone(&stop);
+                std::thread::spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Hogs { stop, threads }
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
 }

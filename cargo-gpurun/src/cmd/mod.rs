@@ -1,5 +1,6 @@
 //! One module per subcommand; [`dispatch`] maps the parsed command line to them.
 
+pub mod bench;
 pub mod build;
 pub mod device;
 pub mod doctor;
@@ -17,6 +18,7 @@ pub fn dispatch(app: App) -> anyhow::Result<ExitCode> {
     match app.command {
         Command::Build(args) => build::run(&args),
         Command::Test(args) => test::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Run(args) => run::run(&args),
         Command::Info(args) => info::run(&args),
         Command::Worker(args) => worker::run(&args),

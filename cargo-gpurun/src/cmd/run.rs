@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// Let the device program's `system()` run host commands (refused by default).
     #[arg(long)]
     pub allow_system: bool,
+    /// A test image's benchmarks (`--bench`) run cold: the GPU's L2 cache is flushed before
+    /// every timed launch (CUDA; no effect elsewhere, as `cargo gpurun bench --flush-l2`).
+    #[arg(long)]
+    pub flush_l2: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
     /// The host emulation's memory checks of an image built for them (`cargo gpurun build
@@ -208,10 +212,11 @@ fn run_test_image(
 ) -> anyhow::Result<ExitCode> {
     let mut argv: Vec<OsString> = vec![args.image.clone().into_os_string()];
     argv.extend(args.args.iter().cloned());
-    let harness_args = match gpurun_harness::HarnessArgs::parse_args(argv) {
+    let mut harness_args = match gpurun_harness::HarnessArgs::parse_args(argv) {
         Ok(parsed) => parsed,
         Err(error) => error.exit(),
     };
+    harness_args.suite_name = Some(suite_name(&args.image));
     let timeout = harness_args
         .test_timeout
         .or(args
@@ -219,6 +224,12 @@ fn run_test_image(
             .filter(|t| t.is_finite() && *t > 0.0)
             .map(Duration::from_secs_f64))
         .unwrap_or(DEFAULT_TEST_TIMEOUT);
+    if args.flush_l2 && !options.backend.flushes_l2() {
+        eprintln!(
+            "note: --flush-l2 has no effect on the {} backend: it has no device cache to flush",
+            options.backend
+        );
+    }
     let executor = test_executor(
         &args.device,
         options.backend,
@@ -226,10 +237,35 @@ fn run_test_image(
         &harness_args,
         (timeout, args.emulation_checks, options.lane_size),
         Vec::new(),
-    )?;
+    )?
+    .flush_l2(args.flush_l2);
     let tests = image.tests().to_vec();
     let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
     Ok(exit_code::code(code))
+}
+
+/// The suite a test image is (its JUnit `<testsuite>`, the key of its benchmarks in a
+/// baseline): the crate's name in the image's file name, without a host library's `lib` and
+/// the `-HASH` cargo gives a target under `deps/`, so that rebuilds keep the name.
+fn suite_name(image: &std::path::Path) -> String {
+    let stem = image.file_stem().map_or_else(
+        || "gpurun".into(),
+        |stem| stem.to_string_lossy().into_owned(),
+    );
+    let stem = match image.extension().is_some_and(|extension| extension == "so") {
+        true => stem.strip_prefix("lib").unwrap_or(&stem).to_owned(),
+        false => stem,
+    };
+    match stem.rsplit_once('-') {
+        Some((name, hash))
+            if !name.is_empty()
+                && hash.len() == 16
+                && hash.bytes().all(|byte| byte.is_ascii_hexdigit()) =>
+        {
+            name.to_owned()
+        }
+        _ => stem,
+    }
 }
 
 /// The build target an image of `kind` comes from.
@@ -238,5 +274,24 @@ fn target_of(kind: ImageKind) -> DeviceTarget {
         ImageKind::Ptx | ImageKind::Cubin => DeviceTarget::Nvptx,
         ImageKind::Amdgpu => DeviceTarget::Amdgcn,
         ImageKind::Host => DeviceTarget::Host,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::suite_name;
+    use std::path::Path;
+
+    #[test]
+    fn a_test_images_suite_is_its_crate_without_cargos_hash() {
+        for (image, suite) in [
+            ("target/debug/libbenches.so", "benches"),
+            ("deps/real_kernels-0123456789abcdef.ptx", "real_kernels"),
+            ("deps/libmy_lib-0123456789abcdef.so", "my_lib"),
+            ("demo.elf", "demo"),
+            ("not-a-hash.ptx", "not-a-hash"),
+        ] {
+            assert_eq!(suite_name(Path::new(image)), suite, "{image}");
+        }
     }
 }

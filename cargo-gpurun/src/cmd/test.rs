@@ -45,6 +45,19 @@ pub struct TestArgs {
 }
 
 pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
+    run_suites(args, None)
+}
+
+/// What `cargo gpurun bench` adds to a test run (`--bench` is among the harness arguments).
+#[derive(Debug, Clone, Copy)]
+pub struct BenchRun {
+    /// Flush the GPU's L2 cache before every timed launch (`--flush-l2`).
+    pub flush_l2: bool,
+}
+
+/// Builds the device crates and runs each suite through the harness: their tests, or with
+/// `bench` their benchmarks, each with the executors and baselines that needs.
+pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<ExitCode> {
     if args.coverage && args.device.sanitize.is_some() {
         bail!("--coverage measures the host emulation and --sanitize runs CUDA: use one of them");
     }
@@ -116,6 +129,12 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
         Ok(parsed) => parsed,
         Err(error) => error.exit(),
     };
+    if bench.is_some() {
+        // Beside the build's other outputs, as `target/criterion` is beside cargo's.
+        harness_args.baseline_dir =
+            Some(gpurun_build::target_dir(&build_options)?.join("gpurun-bench"));
+    }
+    let mut noted_flush = false;
     let cwd = std::env::current_dir().unwrap_or_default();
     let mut worst = exit_code::SUCCESS;
     let suites = suite::test_suites(images);
@@ -174,15 +193,26 @@ pub fn run(args: &TestArgs) -> anyhow::Result<ExitCode> {
                 )],
                 _ => Vec::new(),
             };
+            let flush_l2 = bench.is_some_and(|bench| bench.flush_l2);
+            if flush_l2 && !kind.flushes_l2() && !noted_flush {
+                noted_flush = true;
+                eprintln!(
+                    "note: --flush-l2 has no effect on the {kind} backend: it has no device \
+                     cache to flush, so every launch runs as the last one left the caches"
+                );
+            }
             for lane_size in lane_sizes {
-                let executor = Arc::new(test_executor(
-                    &args.device,
-                    kind,
-                    &suite.built.path,
-                    &harness_args,
-                    (timeout, emulation_checks, lane_size),
-                    env.clone(),
-                )?);
+                let executor = Arc::new(
+                    test_executor(
+                        &args.device,
+                        kind,
+                        &suite.built.path,
+                        &harness_args,
+                        (timeout, emulation_checks, lane_size),
+                        env.clone(),
+                    )?
+                    .flush_l2(flush_l2),
+                );
                 if !several {
                     tests = image_tests.clone();
                     single = Some(executor);

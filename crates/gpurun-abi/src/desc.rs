@@ -1,11 +1,13 @@
 //! Test descriptors: one global per `#[gpurun::test]` (`__gpurun_desc_ID`), read from the image
 //! so that tests are listed without running anything (docs/abi.md, "Tests").
 //!
-//! Layout (all integers little-endian): magic `GPRT`, version byte, flags byte, two zero bytes,
-//! threads x/y/z and blocks x/y/z as `u32`s, the shared memory bytes per block as a `u32`
-//! (version 2), the lengths of the module path, the expected panic text and the ignore reason as
-//! `u16`s, a zero `u16`, then the three strings. Version 1 has no shared memory field (a
-//! 40-byte header); it is still read, as 0 bytes of shared memory.
+//! Layout (all integers little-endian): magic `GPRT`, version byte, flags byte, the throughput
+//! unit byte of a benchmark (version 3; 0 before), a zero byte, threads x/y/z and blocks x/y/z as
+//! `u32`s, the shared memory bytes per block as a `u32` (version 2), a benchmark's throughput per
+//! iteration as a `u64` (version 3), the lengths of the module path, the expected panic text and
+//! the ignore reason as `u16`s, a zero `u16`, then the three strings. Version 1 has no shared
+//! memory field (a 40-byte header), version 2 no throughput (a 44-byte header); both are still
+//! read, as tests without shared memory or benchmarks.
 //!
 //! [`write()`] is the only encoder (a `const fn`: the attribute macros build descriptors at
 //! compile time through it, host tools at run time; it writes the current version) and
@@ -14,13 +16,15 @@
 //! is not misread as this one.
 
 /// The descriptor layout version written (byte 4, and the value of `__gpurun_test_abi_version`).
-pub const TEST_ABI_VERSION: u32 = 2;
+pub const TEST_ABI_VERSION: u32 = 3;
 /// The oldest layout version still read: images built by an older device runtime keep working.
 pub const OLDEST_TEST_ABI_VERSION: u32 = 1;
 /// Magic bytes at the start of every descriptor.
 pub const MAGIC: [u8; 4] = *b"GPRT";
 /// Size of the fixed header, before the strings (the largest of every version read).
-pub const HEADER_LEN: usize = 44;
+pub const HEADER_LEN: usize = 52;
+/// Size of version 2's header (no throughput field).
+pub const HEADER_LEN_V2: usize = 44;
 /// Size of version 1's header (no shared memory field).
 pub const HEADER_LEN_V1: usize = 40;
 
@@ -37,7 +41,38 @@ pub const FLAG_SHOULD_PANIC: u8 = 1 << 1;
 pub const FLAG_HAS_EXPECTED: u8 = 1 << 2;
 /// `#[gpurun::test(gpu_only)]`: the test means nothing on the host emulation.
 pub const FLAG_GPU_ONLY: u8 = 1 << 3;
-const KNOWN_FLAGS: u8 = FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED | FLAG_GPU_ONLY;
+/// `#[gpurun::bench]`: a benchmark, whose kernel takes its iteration count (a `u64`).
+pub const FLAG_BENCH: u8 = 1 << 4;
+const KNOWN_FLAGS: u8 =
+    FLAG_IGNORE | FLAG_SHOULD_PANIC | FLAG_HAS_EXPECTED | FLAG_GPU_ONLY | FLAG_BENCH;
+
+/// Throughput unit byte (6): none.
+const UNIT_NONE: u8 = 0;
+/// Throughput unit byte (6): bytes per iteration (`bytes = N`).
+const UNIT_BYTES: u8 = 1;
+/// Throughput unit byte (6): elements per iteration (`elements = N`).
+const UNIT_ELEMENTS: u8 = 2;
+
+/// What one iteration of a benchmark processes, as its attribute declares it: the reporters add
+/// a rate (MB/s, as libtest's `Bencher::bytes`, or elements per second) to its time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Throughput {
+    /// `#[gpurun::bench(bytes = N)]`: bytes read and written per iteration.
+    Bytes(u64),
+    /// `#[gpurun::bench(elements = N)]`: elements processed per iteration.
+    Elements(u64),
+}
+
+impl Throughput {
+    /// The unit byte and the amount, as the descriptor stores them.
+    const fn encoded(throughput: Option<Throughput>) -> (u8, u64) {
+        match throughput {
+            None => (UNIT_NONE, 0),
+            Some(Throughput::Bytes(bytes)) => (UNIT_BYTES, bytes),
+            Some(Throughput::Elements(elements)) => (UNIT_ELEMENTS, elements),
+        }
+    }
+}
 
 use crate::put;
 
@@ -60,6 +95,8 @@ pub struct Fields<'a> {
     pub blocks: [u32; 3],
     /// Bytes of dynamic shared memory per block (`#[gpurun::test(shared = N)]`).
     pub shared_bytes: u32,
+    /// A benchmark's declared throughput per iteration (only with [`FLAG_BENCH`]).
+    pub throughput: Option<Throughput>,
 }
 
 impl Fields<'_> {
@@ -74,6 +111,9 @@ impl Fields<'_> {
     }
     pub const fn gpu_only(&self) -> bool {
         self.flags & FLAG_GPU_ONLY != 0
+    }
+    pub const fn bench(&self) -> bool {
+        self.flags & FLAG_BENCH != 0
     }
 }
 
@@ -127,13 +167,16 @@ pub const fn write(out: &mut [u8], fields: &Fields<'_>) -> Result<(), EncodeErro
         short_len(fields.expected, "the expected text"),
         short_len(fields.ignore_reason, "the ignore reason"),
     ];
+    let (unit, amount) = Throughput::encoded(fields.throughput);
     let mut at = put(out, 0, &MAGIC);
     out[at] = TEST_ABI_VERSION as u8;
     out[at + 1] = fields.flags;
-    at += 4; // version, flags, two reserved bytes
+    out[at + 2] = unit;
+    at += 4; // version, flags, unit, a reserved byte
     at = put_u32s(out, at, fields.threads);
     at = put_u32s(out, at, fields.blocks);
     at = put(out, at, &fields.shared_bytes.to_le_bytes());
+    at = put(out, at, &amount.to_le_bytes());
     let mut i = 0;
     while i < 3 {
         match lens[i] {
@@ -176,6 +219,10 @@ pub enum Problem {
     ReasonWithoutIgnore,
     ExpectedWithoutFlag,
     ExpectedWithoutShouldPanic,
+    UnknownThroughputUnit(u8),
+    ThroughputWithoutBench,
+    AmountWithoutUnit,
+    ShouldPanicBench,
 }
 
 impl core::fmt::Display for Problem {
@@ -208,6 +255,14 @@ impl core::fmt::Display for Problem {
             Problem::ExpectedWithoutShouldPanic => {
                 f.write_str("expected panic text flag set without should_panic")
             }
+            Problem::UnknownThroughputUnit(unit) => write!(f, "unknown throughput unit {unit}"),
+            Problem::ThroughputWithoutBench => {
+                f.write_str("a throughput is declared but the bench flag is not set")
+            }
+            Problem::AmountWithoutUnit => {
+                f.write_str("a throughput amount is given without its unit")
+            }
+            Problem::ShouldPanicBench => f.write_str("a benchmark cannot be should_panic"),
         }
     }
 }
@@ -228,11 +283,12 @@ pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
     if !is_supported_version(version) {
         return Err(DecodeError::Version(version));
     }
-    // Version 1 has no shared memory field: the string lengths come 4 bytes earlier.
-    let (header_len, lengths_at) = if version == 1 {
-        (HEADER_LEN_V1, 32)
-    } else {
-        (HEADER_LEN, 36)
+    // Version 1 has no shared memory field: the string lengths come 4 bytes earlier; version 2
+    // no throughput: 8 bytes earlier than version 3's.
+    let (header_len, lengths_at) = match version {
+        1 => (HEADER_LEN_V1, 32),
+        2 => (HEADER_LEN_V2, 36),
+        _ => (HEADER_LEN, 44),
     };
     let header = bytes
         .get(..header_len)
@@ -242,10 +298,17 @@ pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
         u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
     };
     let flags = header[5];
-    if flags & !KNOWN_FLAGS != 0 {
-        return Err(bad(Problem::UnknownFlags(flags & !KNOWN_FLAGS)));
+    // Benchmarks came with version 3.
+    let known = if version < 3 {
+        KNOWN_FLAGS & !FLAG_BENCH
+    } else {
+        KNOWN_FLAGS
+    };
+    if flags & !known != 0 {
+        return Err(bad(Problem::UnknownFlags(flags & !known)));
     }
-    if u16_at(6) != 0 || u16_at(lengths_at + 6) != 0 {
+    // Byte 6 is the throughput unit from version 3 on; reserved (0) before, as byte 7 is.
+    if header[7] != 0 || u16_at(lengths_at + 6) != 0 || (version < 3 && header[6] != 0) {
         return Err(bad(Problem::ReservedNotZero));
     }
     let threads = [u32_at(8), u32_at(12), u32_at(16)];
@@ -254,6 +317,18 @@ pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
         return Err(bad(Problem::ZeroDimension { threads, blocks }));
     }
     let shared_bytes = if version == 1 { 0 } else { u32_at(32) };
+    let amount = if version < 3 {
+        0
+    } else {
+        u64::from(u32_at(36)) | (u64::from(u32_at(40)) << 32)
+    };
+    let throughput = match (header[6], amount) {
+        (UNIT_NONE, 0) => None,
+        (UNIT_NONE, _) => return Err(bad(Problem::AmountWithoutUnit)),
+        (UNIT_BYTES, bytes) => Some(Throughput::Bytes(bytes)),
+        (UNIT_ELEMENTS, elements) => Some(Throughput::Elements(elements)),
+        (unit, _) => return Err(bad(Problem::UnknownThroughputUnit(unit))),
+    };
     let lens = [
         usize::from(u16_at(lengths_at)),
         usize::from(u16_at(lengths_at + 2)),
@@ -281,6 +356,7 @@ pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
         threads,
         blocks,
         shared_bytes,
+        throughput,
     };
     if !fields.ignored() && !fields.ignore_reason.is_empty() {
         return Err(bad(Problem::ReasonWithoutIgnore));
@@ -290,6 +366,12 @@ pub fn decode(bytes: &[u8]) -> Result<Fields<'_>, DecodeError> {
     }
     if fields.has_expected() && !fields.should_panic() {
         return Err(bad(Problem::ExpectedWithoutShouldPanic));
+    }
+    if fields.throughput.is_some() && !fields.bench() {
+        return Err(bad(Problem::ThroughputWithoutBench));
+    }
+    if fields.bench() && fields.should_panic() {
+        return Err(bad(Problem::ShouldPanicBench));
     }
     Ok(fields)
 }
@@ -333,6 +415,18 @@ pub struct TestDesc {
     /// The test's source file, where known (images do not record it), for annotations when no
     /// panic location is known.
     pub source_file: Option<String>,
+    /// `Some` for a `#[gpurun::bench]`: its kernel takes the iteration count, a `u64`, and runs
+    /// the body that many times (once when it runs as a test, as libtest runs a benchmark
+    /// without `--bench`).
+    pub bench: Option<Bench>,
+}
+
+/// What a benchmark declares beyond a test's attributes.
+#[cfg(feature = "alloc")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Bench {
+    /// Bytes or elements per iteration, for the reported rate.
+    pub throughput: Option<Throughput>,
 }
 
 #[cfg(feature = "alloc")]
@@ -360,6 +454,7 @@ impl TestDesc {
             shape: crate::launch::LaunchShape::SINGLE,
             panic_ends_wavefront: None,
             source_file: None,
+            bench: None,
         }
     }
 
@@ -372,6 +467,9 @@ impl TestDesc {
         if self.gpu_only {
             flags |= FLAG_GPU_ONLY;
         }
+        if self.bench.is_some() {
+            flags |= FLAG_BENCH;
+        }
         Fields {
             path: &self.full_path,
             expected,
@@ -380,6 +478,7 @@ impl TestDesc {
             threads: self.shape.threads,
             blocks: self.shape.blocks,
             shared_bytes: self.shape.shared_bytes,
+            throughput: self.bench.and_then(|bench| bench.throughput),
         }
     }
 }
@@ -431,17 +530,69 @@ mod tests {
         threads: [32, 2, 1],
         blocks: [4, 1, 1],
         shared_bytes: 4096,
+        throughput: None,
     };
+    /// A benchmark: its flag and its declared bytes per iteration.
+    const BENCH: Fields<'static> = Fields {
+        path: "krate::copy",
+        expected: "",
+        ignore_reason: "",
+        flags: FLAG_BENCH | FLAG_GPU_ONLY,
+        threads: [256, 1, 1],
+        blocks: [1, 1, 1],
+        shared_bytes: 0,
+        throughput: Some(Throughput::Bytes(1 << 33)),
+    };
+    const BENCH_LEN: usize = encoded_len(BENCH.path, BENCH.expected, BENCH.ignore_reason);
+    const BENCH_BYTES: [u8; BENCH_LEN] = encode::<BENCH_LEN>(BENCH);
     const LEN: usize = encoded_len(SAMPLE.path, SAMPLE.expected, SAMPLE.ignore_reason);
     // Built at compile time, as the attribute macros do.
     const SAMPLE_BYTES: [u8; LEN] = encode::<LEN>(SAMPLE);
 
     #[test]
     fn round_trip() {
-        assert_eq!(LEN, 44 + 17 + 8 + 4);
-        assert_eq!(SAMPLE_BYTES[4], 2, "written as version 2");
+        assert_eq!(LEN, 52 + 17 + 8 + 4);
+        assert_eq!(SAMPLE_BYTES[4], 3, "written as version 3");
         assert_eq!(SAMPLE_BYTES[32..36], 4096u32.to_le_bytes());
         assert_eq!(decode(&SAMPLE_BYTES), Ok(SAMPLE));
+    }
+
+    #[test]
+    fn benchmarks_round_trip_with_their_throughput() {
+        assert_eq!(BENCH_BYTES[5], FLAG_BENCH | FLAG_GPU_ONLY);
+        assert_eq!(BENCH_BYTES[6], UNIT_BYTES);
+        assert_eq!(BENCH_BYTES[36..44], (1u64 << 33).to_le_bytes());
+        assert_eq!(decode(&BENCH_BYTES), Ok(BENCH));
+        let elements = Fields {
+            throughput: Some(Throughput::Elements(7)),
+            ..BENCH
+        };
+        let mut bytes = BENCH_BYTES;
+        write(&mut bytes, &elements).unwrap();
+        assert_eq!(bytes[6], UNIT_ELEMENTS);
+        assert_eq!(decode(&bytes), Ok(elements));
+        let plain = Fields {
+            throughput: None,
+            ..BENCH
+        };
+        write(&mut bytes, &plain).unwrap();
+        assert_eq!(decode(&bytes), Ok(plain));
+    }
+
+    #[test]
+    fn benchmark_fields_that_contradict_are_refused() {
+        let bench = Sample {
+            bytes: &BENCH_BYTES,
+            decode_error: &|bytes| decode(bytes).err(),
+        };
+        assert_eq!(bench.malformed(6, 3), Problem::UnknownThroughputUnit(3));
+        assert_eq!(bench.malformed(6, UNIT_NONE), Problem::AmountWithoutUnit);
+        assert_eq!(bench.malformed(5, 0), Problem::ThroughputWithoutBench);
+        assert_eq!(
+            bench.malformed(5, FLAG_BENCH | FLAG_SHOULD_PANIC),
+            Problem::ShouldPanicBench
+        );
+        assert_eq!(bench.malformed(7, 1), Problem::ReservedNotZero);
     }
 
     /// The sample's bytes and their decoder.
@@ -462,16 +613,16 @@ mod tests {
     #[test]
     fn rejects_bad_fields() {
         assert!(matches!(ENCODED.malformed(0, b'X'), Problem::BadMagic(_)));
-        assert_eq!(ENCODED.patched(4, 3), DecodeError::Version(3));
+        assert_eq!(ENCODED.patched(4, 4), DecodeError::Version(4));
         assert_eq!(ENCODED.patched(4, 0), DecodeError::Version(0));
         assert_eq!(ENCODED.malformed(5, 0x80), Problem::UnknownFlags(0x80));
-        assert_eq!(ENCODED.malformed(6, 1), Problem::ReservedNotZero);
-        assert_eq!(ENCODED.malformed(42, 1), Problem::ReservedNotZero);
+        assert_eq!(ENCODED.malformed(7, 1), Problem::ReservedNotZero);
+        assert_eq!(ENCODED.malformed(50, 1), Problem::ReservedNotZero);
         assert!(matches!(
             ENCODED.malformed(8, 0),
             Problem::ZeroDimension { .. }
         ));
-        assert_eq!(ENCODED.malformed(44, 0xff), Problem::NotUtf8("test path"));
+        assert_eq!(ENCODED.malformed(52, 0xff), Problem::NotUtf8("test path"));
         assert_eq!(
             ENCODED.malformed(5, FLAG_IGNORE | FLAG_HAS_EXPECTED),
             Problem::ExpectedWithoutShouldPanic
@@ -489,7 +640,7 @@ mod tests {
         let long = [b'x'; 70_000];
         let path = core::str::from_utf8(&long).unwrap();
         let fields = Fields { path, ..SAMPLE };
-        let mut out = [0u8; 44 + 70_000 + 12];
+        let mut out = [0u8; 52 + 70_000 + 12];
         assert_eq!(
             write(&mut out, &fields),
             Err(EncodeError::TooLong("the path"))
@@ -498,8 +649,8 @@ mod tests {
 
     /// Version 1's layout, as images built before shared memory carry it: no shared memory
     /// field, the string lengths at byte 32.
-    fn version_1(fields: &Fields<'_>) -> [u8; LEN - 4] {
-        let mut out = [0u8; LEN - 4];
+    fn version_1(fields: &Fields<'_>) -> [u8; LEN - 12] {
+        let mut out = [0u8; LEN - 12];
         out[..4].copy_from_slice(&MAGIC);
         out[4] = 1;
         out[5] = fields.flags;
@@ -514,6 +665,44 @@ mod tests {
             at += text.len();
         }
         out
+    }
+
+    /// Version 2's layout, as images built before benchmarks carry it: no throughput, the
+    /// string lengths at byte 36, the strings at 44.
+    fn version_2(fields: &Fields<'_>) -> [u8; LEN - 8] {
+        let mut out = [0u8; LEN - 8];
+        let v1 = version_1(fields);
+        out[..32].copy_from_slice(&v1[..32]);
+        out[4] = 2;
+        out[32..36].copy_from_slice(&fields.shared_bytes.to_le_bytes());
+        out[36..42].copy_from_slice(&v1[32..38]);
+        out[HEADER_LEN_V2..].copy_from_slice(&v1[HEADER_LEN_V1..]);
+        out
+    }
+
+    #[test]
+    fn version_2_descriptors_are_still_read_as_tests() {
+        let old = version_2(&SAMPLE);
+        assert_eq!(decode(&old), Ok(SAMPLE));
+        let mut bench = old;
+        bench[5] = FLAG_BENCH;
+        assert_eq!(
+            decode(&bench),
+            Err(DecodeError::Malformed(Problem::UnknownFlags(FLAG_BENCH)))
+        );
+        // Byte 6 was reserved, not a throughput unit; its reserved field is at 42.
+        for at in [6, 42] {
+            let mut bad = old;
+            bad[at] = 1;
+            assert_eq!(
+                decode(&bad),
+                Err(DecodeError::Malformed(Problem::ReservedNotZero)),
+                "byte {at}"
+            );
+        }
+        for len in 0..old.len() {
+            assert!(decode(&old[..len]).is_err(), "len {len}");
+        }
     }
 
     #[test]

@@ -29,9 +29,10 @@ pub mod report;
 pub mod shape;
 pub mod symbols;
 
+pub use desc::Throughput;
 pub use launch::LaunchShape;
 #[cfg(feature = "alloc")]
-pub use {desc::ShouldPanic, desc::TestDesc, launch::LaunchEnd, report::PanicReport};
+pub use {desc::Bench, desc::ShouldPanic, desc::TestDesc, launch::LaunchEnd, report::PanicReport};
 
 /// Writes `bytes` into `out` at `at` and returns where they end: the descriptor encoders' one
 /// step (a `const fn`, so a loop instead of `copy_from_slice`).

@@ -2,7 +2,8 @@
 //! `cuda/driver.rs` `calls`), under the names cudarc's dynamic loading looks up (`_v2` where the
 //! header maps to one). cudarc resolves each symbol on its first call, so only these are needed.
 //!
-//! The device: one `sm_90`, warp size 32, 80 GiB, driver 12.8, unified addressing. Device and
+//! The device: one `sm_90`, warp size 32, 80 GiB, 50 MiB of L2 cache, driver 12.8, unified
+//! addressing. Device and
 //! pinned memory are host memory (zeroed, 4 KiB aligned), so copies really copy. A module's
 //! globals and kernels come from its PTX (`.global` and `.entry` declarations; a cubin has none).
 //! A launch records its shape and parameter bytes; its stream then answers `cuStreamQuery` with
@@ -75,6 +76,9 @@ pub const MEMORY_MIB_ENV: &str = "GPURUN_FAKE_CUDA_MEMORY_MIB";
 
 /// The stack limit of a newly made primary context, as the real driver sets it.
 pub const DEFAULT_STACK_LIMIT: usize = 1024;
+
+/// The L2 cache's size in bytes (an H100's 50 MiB), what a flush writes over.
+pub const L2_CACHE_BYTES: i32 = 50 * 1024 * 1024;
 
 /// Shared memory per block without and with a kernel's opt-in (an H100's).
 pub const SHARED_PER_BLOCK: i32 = 48 * 1024;
@@ -506,6 +510,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
                 A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK => 1024,
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK => SHARED_PER_BLOCK,
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN => SHARED_PER_BLOCK_OPTIN,
+                A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE => L2_CACHE_BYTES,
                 A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => {
                     i32::from(number_setting(MEMORY_POOLS_ENV, 0) != 0)
                 }

@@ -68,6 +68,27 @@ impl BackendKind {
         matches!(self, BackendKind::Cuda | BackendKind::Hsa)
     }
 
+    /// What measures a launch's device time on this backend ([`Module::last_device_time`]),
+    /// for benchmark reports: two events recorded around the launch on its stream (CUDA), the
+    /// start and end timestamps the packet processor writes for the dispatch (HSA), the wall
+    /// time from handing the grid to the threads until the last one returns (the host
+    /// emulation: a CPU's time, not a GPU's). The scripted backend measures nothing.
+    pub fn launch_timer(self) -> &'static str {
+        match self {
+            BackendKind::Cuda => "CUDA events",
+            BackendKind::Hsa => "HSA dispatch timestamps",
+            BackendKind::Host => "host emulation wall time",
+            BackendKind::Scripted => "none (scripted)",
+        }
+    }
+
+    /// Whether a benchmark's launches can flush the device's L2 cache first (`--flush-l2`):
+    /// CUDA writes over a buffer the size of the L2 cache on the launch's stream. The HSA
+    /// backend does not yet, and the host emulation has no device cache of its own.
+    pub fn flushes_l2(self) -> bool {
+        self == BackendKind::Cuda
+    }
+
     /// The name used on the command line (`--backend cuda|hsa|host`).
     pub fn name(self) -> &'static str {
         match self {
@@ -244,6 +265,13 @@ pub trait Module {
     fn read_global(&mut self, name: &str, len: usize) -> Result<Vec<u8>, BackendError>;
 
     fn resource_usage(&self, kernel: &str) -> Option<ResourceUsage>;
+
+    /// Flushes the device's L2 cache before the next launch (a benchmark's cold run,
+    /// `--flush-l2`), ordered before it; `Ok(false)` where the backend cannot
+    /// ([`BackendKind::flushes_l2`]).
+    fn flush_l2(&mut self) -> Result<bool, BackendError> {
+        Ok(false)
+    }
 }
 
 /// Memory shared by host and device (see [`Module::alloc_shared`]).

@@ -114,6 +114,12 @@ pub trait Primitives {
         None
     }
 
+    /// Evicts what the last launches left in the device's L2 cache, ordered before the next
+    /// launch ([`Module::flush_l2`]); `Ok(false)` (the default) where the backend cannot.
+    fn flush_l2(&mut self) -> Result<bool, BackendError> {
+        Ok(false)
+    }
+
     /// The module is broken and a kernel may still run: the primitives will never be dropped
     /// (see [`LoadedModule`]'s `Drop`); anything else that must not be released goes here.
     fn abandon(&mut self) {}
@@ -457,6 +463,11 @@ impl<P: Primitives> Module for LoadedModule<P> {
 
     fn alloc_shared(&mut self, size: usize) -> Result<SharedAlloc, BackendError> {
         self.primitives.alloc_host_visible(size)
+    }
+
+    fn flush_l2(&mut self) -> Result<bool, BackendError> {
+        self.refuse_if_broken()?;
+        self.primitives.flush_l2()
     }
 
     fn alloc_device(&mut self, size: usize) -> Result<u64, BackendError> {

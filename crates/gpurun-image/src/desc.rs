@@ -3,7 +3,7 @@
 
 use crate::ImageError;
 use gpurun_abi::desc::{self, DecodeError};
-use gpurun_abi::{LaunchShape, ShouldPanic, TestDesc};
+use gpurun_abi::{Bench, LaunchShape, ShouldPanic, TestDesc};
 
 /// Why [`encode_descriptor`] refused its input.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -53,6 +53,9 @@ pub fn decode_descriptor(symbol: &str, kernel: &str, bytes: &[u8]) -> Result<Tes
         shape: LaunchShape::grid(fields.blocks, fields.threads).shared_bytes(fields.shared_bytes),
         panic_ends_wavefront: None,
         source_file: None,
+        bench: fields.bench().then_some(Bench {
+            throughput: fields.throughput,
+        }),
     })
 }
 
@@ -72,6 +75,7 @@ mod tests {
             shape: LaunchShape::grid([4, 1, 1], [32, 2, 1]).shared_bytes(2048),
             panic_ends_wavefront: None,
             source_file: None,
+            bench: None,
         }
     }
 
@@ -79,8 +83,20 @@ mod tests {
     fn round_trip() {
         let desc = sample();
         let bytes = encode_descriptor(&desc).unwrap();
-        assert_eq!(bytes.len(), 44 + 17 + 8 + 4);
+        assert_eq!(bytes.len(), 52 + 17 + 8 + 4);
         assert_eq!(decode_descriptor("d", &desc.kernel, &bytes).unwrap(), desc);
+        let bench = TestDesc {
+            should_panic: ShouldPanic::No,
+            bench: Some(Bench {
+                throughput: Some(gpurun_abi::Throughput::Elements(1024)),
+            }),
+            ..sample()
+        };
+        let bytes = encode_descriptor(&bench).unwrap();
+        assert_eq!(
+            decode_descriptor("d", &bench.kernel, &bytes).unwrap(),
+            bench
+        );
         let plain = TestDesc {
             ignored: false,
             ignore_reason: None,
@@ -119,17 +135,17 @@ mod tests {
                 .to_string()
         };
         assert!(patch(0, b'X').contains("bad magic"));
-        let version = patch(4, 3);
-        assert!(version.contains("version 3") && version.contains("update cargo-gpurun"));
+        let version = patch(4, 4);
+        assert!(version.contains("version 4") && version.contains("update cargo-gpurun"));
         let version = patch(4, 0);
         assert!(
             version.contains("version 0") && version.contains("rebuild the image"),
             "{version}"
         );
         assert!(patch(5, 0x80).contains("unknown flag"));
-        assert!(patch(6, 1).contains("reserved"));
+        assert!(patch(7, 1).contains("reserved"));
         assert!(patch(8, 0).contains("zero dimension"));
-        assert!(patch(44, 0xff).contains("UTF-8"));
+        assert!(patch(52, 0xff).contains("UTF-8"));
         // Flag says no should_panic, but expected text is present.
         assert!(
             patch(5, desc::FLAG_IGNORE | desc::FLAG_HAS_EXPECTED).contains("without should_panic")

@@ -346,11 +346,11 @@ fn ptx_block_bounds_are_read_from_maxntid() {
 fn unsupported_test_abi_version() {
     let bytes = patched_ptx(
         "__gpurun_test_abi_version[4] = {1}",
-        "__gpurun_test_abi_version[4] = {3}",
+        "__gpurun_test_abi_version[4] = {4}",
     );
     let err = parse_err(bytes);
     assert!(
-        err.contains("version 3") && err.ends_with("update cargo-gpurun"),
+        err.contains("version 4") && err.ends_with("update cargo-gpurun"),
         "{err}"
     );
     let bytes = patched_ptx(

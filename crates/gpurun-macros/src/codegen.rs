@@ -1,7 +1,7 @@
 //! The code the attributes emit, from parsed and validated data: calls of `gpurun`'s hidden
 //! `export` module and `__gpurun_kernel!` macro, and the descriptors the loader reads.
 
-use crate::parse::{KernelParam, TestArgs, TestAttrs};
+use crate::parse::{KernelParam, TestArgs, TestAttrs, Unit};
 use gpurun_abi::kernel::{Factor, ParamKind};
 use gpurun_abi::{desc, symbols};
 use proc_macro2::TokenStream as TokenStream2;
@@ -39,6 +39,16 @@ fn test_id(name: &syn::Ident) -> String {
 /// The test function (its libtest attributes taken off), its descriptor `__gpurun_desc_ID` and
 /// the kernel `__gpurun_test_ID` that runs it.
 pub fn test(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs) -> TokenStream2 {
+    described(function, args, attrs, false)
+}
+
+/// A benchmark: as a test, with the bench flag and its throughput in the descriptor, and a
+/// kernel `__gpurun_test_ID(iterations: u64)` that runs the body that many times.
+pub fn bench(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs) -> TokenStream2 {
+    described(function, args, attrs, true)
+}
+
+fn described(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs, bench: bool) -> TokenStream2 {
     let shape = &args.shape;
     let rt = runtime_path();
     let name = &function.sig.ident;
@@ -54,11 +64,30 @@ pub fn test(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs) -> TokenStrea
     if args.gpu_only {
         flags |= desc::FLAG_GPU_ONLY;
     }
+    if bench {
+        flags |= desc::FLAG_BENCH;
+    }
     let reason = &attrs.ignore_reason;
     let name_text = name.to_string();
     let shared = match &args.shared {
         Some(bytes) => quote!(#rt::export::shared_bytes(#bytes)),
         None => quote!(0),
+    };
+    let throughput = match &args.throughput {
+        Some((Unit::Bytes, amount)) => quote!(::core::option::Option::Some(
+            #rt::export::Throughput::Bytes(#rt::export::per_iteration(#amount))
+        )),
+        Some((Unit::Elements, amount)) => quote!(::core::option::Option::Some(
+            #rt::export::Throughput::Elements(#rt::export::per_iteration(#amount))
+        )),
+        None => quote!(::core::option::Option::None),
+    };
+    let (params, run) = match bench {
+        false => (quote!(), quote!(#rt::export::run_test(#name))),
+        true => (
+            quote!(iterations: u64),
+            quote!(#rt::export::run_bench(#name, iterations)),
+        ),
     };
     quote! {
         #[allow(dead_code)]
@@ -71,9 +100,10 @@ pub fn test(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs) -> TokenStrea
             #[unsafe(no_mangle)]
             pub static #descriptor: [u8; LEN] = #rt::export::descriptor::<LEN>(
                 PATH, #expected, #reason, #flags, [#tx, #ty, #tz], [#bx, #by, #bz], #shared,
+                #throughput,
             );
             #rt::__gpurun_kernel! {
-                fn #kernel() {
+                fn #kernel(#params) {
                     // On GPUs, naming its own descriptor keeps each kernel's body distinct:
                     // LLVM merged the kernels of tests that compile to nothing into aliases,
                     // which on amdgcn get no `NAME.kd` (release builds failed to link). Not on
@@ -81,7 +111,7 @@ pub fn test(function: &ItemFn, args: &TestArgs, attrs: &TestAttrs) -> TokenStrea
                     // code that cannot address an exported static.
                     #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
                     ::core::hint::black_box(&#descriptor);
-                    #rt::export::run_test(#name)
+                    #run
                 }
             }
         };

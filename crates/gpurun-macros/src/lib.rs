@@ -1,4 +1,5 @@
-//! Attributes for device crates: `#[gpurun::test]`, `#[gpurun::kernel]` and `#[gpurun::main]`.
+//! Attributes for device crates: `#[gpurun::test]`, `#[gpurun::bench]`, `#[gpurun::kernel]` and
+//! `#[gpurun::main]`.
 //!
 //! The macros only parse and validate; the code they emit calls hidden macros and functions of
 //! `gpurun` (its `export` module), which know the right kernel ABI for each target and
@@ -36,6 +37,23 @@ pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
         .into()
 }
 
+/// Marks `fn(b: &mut gpurun::bench::Bencher)` as a device benchmark, timed on the device by
+/// `cargo gpurun bench`. Every thread of the launch runs the function; what it passes to
+/// `b.iter(..)` runs once per iteration, and whatever comes before it once per launch (set-up,
+/// which the measurement subtracts). Run without `--bench` (`cargo gpurun test`), it runs as a
+/// test of one iteration.
+///
+/// Takes `#[gpurun::test]`'s launch shape (`threads`, `blocks`, `shared`) and `gpu_only`, and
+/// the throughput of one iteration of the whole launch for the reported rate: `bytes = N` (read
+/// and written) or `elements = N`, any constant `usize` expression. Also honours `#[ignore]`;
+/// `#[should_panic]` is refused.
+#[proc_macro_attribute]
+pub fn bench(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand_bench(args.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
 /// Declares a kernel with the right ABI for the target (`extern "gpu-kernel"` on GPUs,
 /// `extern "C"` on the host) and an unmangled name, and records its parameters in the image
 /// (`__gpurun_kdesc_NAME`, docs/abi.md) so that host-driven launches check their arguments.
@@ -68,6 +86,15 @@ fn expand_test(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStrea
     // After the signature's checks: of a bad signature and a bad attribute, the first is reported.
     let attrs = parse::take_test_attrs(&mut function.attrs)?;
     Ok(codegen::test(&function, &args, &attrs))
+}
+
+fn expand_bench(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
+    let args = parse::bench_args(args)?;
+    validate::launch_shape(&args.shape)?;
+    let mut function: ItemFn = syn::parse2(item)?;
+    validate::bench_fn(&function)?;
+    let attrs = parse::take_test_attrs(&mut function.attrs)?;
+    Ok(codegen::bench(&function, &args, &attrs))
 }
 
 fn expand_kernel(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {

@@ -20,13 +20,44 @@ pub struct TestArgs {
     /// `shared = BYTES`: dynamic shared memory per block, a constant expression of type
     /// `usize` (`4096`, `TILE * TILE * 4`), evaluated where the descriptor is built.
     pub shared: Option<Expr>,
+    /// `#[gpurun::bench]` only: `bytes = N` or `elements = N` per iteration, a constant
+    /// expression of type `usize`, as `shared` is.
+    pub throughput: Option<(Unit, Expr)>,
+}
+
+/// What a benchmark's throughput counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    Bytes,
+    Elements,
+}
+
+/// Which attribute the arguments belong to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Which {
+    Test,
+    Bench,
 }
 
 /// Reads `#[gpurun::test]`'s arguments (see [`TestArgs`]).
 pub fn test_args(args: TokenStream2) -> syn::Result<TestArgs> {
+    launch_args(args, Which::Test)
+}
+
+/// Reads `#[gpurun::bench]`'s arguments: a test's, and its throughput.
+pub fn bench_args(args: TokenStream2) -> syn::Result<TestArgs> {
+    launch_args(args, Which::Bench)
+}
+
+fn launch_args(args: TokenStream2, attribute: Which) -> syn::Result<TestArgs> {
     let mut shape = LaunchShape::SINGLE;
     let mut gpu_only = false;
     let mut shared = None;
+    let mut throughput: Option<(Unit, Expr)> = None;
+    let expected = match attribute {
+        Which::Test => "`threads`, `blocks`, `shared` or `gpu_only`",
+        Which::Bench => "`threads`, `blocks`, `shared`, `gpu_only`, `bytes` or `elements`",
+    };
     let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(args)?;
     for meta in metas {
         if meta.path().is_ident("gpu_only") {
@@ -47,6 +78,23 @@ pub fn test_args(args: TokenStream2) -> syn::Result<TestArgs> {
             shared = Some(pair.value.clone());
             continue;
         }
+        let unit = if pair.path.is_ident("bytes") {
+            Some(Unit::Bytes)
+        } else if pair.path.is_ident("elements") {
+            Some(Unit::Elements)
+        } else {
+            None
+        };
+        if let (Some(unit), Which::Bench) = (unit, attribute) {
+            if throughput.as_ref().is_some_and(|(first, _)| *first != unit) {
+                return Err(syn::Error::new(
+                    pair.path.span(),
+                    "give `bytes` or `elements`, not both: one throughput per benchmark",
+                ));
+            }
+            throughput = Some((unit, pair.value.clone()));
+            continue;
+        }
         let dims = dimensions(&pair.value)?;
         if pair.path.is_ident("threads") {
             shape.threads = dims;
@@ -55,7 +103,7 @@ pub fn test_args(args: TokenStream2) -> syn::Result<TestArgs> {
         } else {
             return Err(syn::Error::new(
                 pair.path.span(),
-                "unknown argument: expected `threads`, `blocks`, `shared` or `gpu_only`",
+                format!("unknown argument: expected {expected}"),
             ));
         }
     }
@@ -63,6 +111,7 @@ pub fn test_args(args: TokenStream2) -> syn::Result<TestArgs> {
         shape,
         gpu_only,
         shared,
+        throughput,
     })
 }
 
@@ -322,7 +371,7 @@ fn len_terms(expr: &Expr, out: &mut Vec<LenTerm>) -> syn::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::{kernel_params, len_args, take_test_attrs, test_args};
+    use super::{bench_args, kernel_params, len_args, take_test_attrs, test_args, Unit};
     use gpurun_abi::kernel::ParamKind;
     use gpurun_abi::{LaunchShape, ShouldPanic};
     use proc_macro2::TokenStream as TokenStream2;
@@ -396,6 +445,26 @@ mod tests {
         assert_eq!(quote!(#shared).to_string(), quote!(4 * TILE).to_string());
         assert_eq!(args.shape, LaunchShape::blocks(1).threads(256));
         assert!(error(test_args(quote!(shared))).contains("`shared = BYTES`"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn benchmarks_take_a_tests_arguments_and_one_throughput() {
+        let args = bench_args(quote!(threads = 256, gpu_only, bytes = 2 * 4 * N)).unwrap();
+        assert_eq!(args.shape, LaunchShape::blocks(1).threads(256));
+        assert!(args.gpu_only);
+        let (unit, amount) = args.throughput.expect("kept");
+        assert_eq!(unit, Unit::Bytes);
+        assert_eq!(quote!(#amount).to_string(), quote!(2 * 4 * N).to_string());
+        let (unit, _) = bench_args(quote!(elements = 64))
+            .unwrap()
+            .throughput
+            .unwrap();
+        assert_eq!(unit, Unit::Elements);
+        assert!(bench_args(quote!()).unwrap().throughput.is_none());
+        assert!(error(bench_args(quote!(bytes = 4, elements = 1))).contains("not both"));
+        assert!(error(bench_args(quote!(warps = 2))).contains("`bytes` or `elements`"));
+        // A test has no throughput.
+        assert!(error(test_args(quote!(bytes = 4))).contains("unknown argument"));
     }
 
     #[::core::prelude::v1::test]

@@ -64,6 +64,39 @@ pub fn test_fn(function: &ItemFn) -> syn::Result<()> {
     Ok(())
 }
 
+/// A benchmark is a plain `fn(&mut Bencher)` (the compiler checks the parameter's type against
+/// the call the expansion makes), with no `#[should_panic]`: a benchmark that panics fails.
+pub fn bench_fn(function: &ItemFn) -> syn::Result<()> {
+    plain_fn(function, "a #[gpurun::bench] function")?;
+    if function.sig.inputs.len() != 1 {
+        let span = match function.sig.inputs.is_empty() {
+            true => function.sig.ident.span(),
+            false => function.sig.inputs.span(),
+        };
+        return Err(syn::Error::new(
+            span,
+            "a #[gpurun::bench] function takes one argument: `b: &mut gpurun::bench::Bencher`",
+        ));
+    }
+    if let ReturnType::Type(_, ty) = &function.sig.output {
+        return Err(syn::Error::new(
+            ty.span(),
+            "a #[gpurun::bench] function returns nothing; panic to fail",
+        ));
+    }
+    if let Some(attr) = function
+        .attrs
+        .iter()
+        .find(|attr| attr.path().is_ident("should_panic"))
+    {
+        return Err(syn::Error::new(
+            attr.span(),
+            "a benchmark cannot be #[should_panic]: a panic fails it",
+        ));
+    }
+    Ok(())
+}
+
 /// A kernel is a plain function that returns nothing.
 pub fn kernel_fn(function: &ItemFn) -> syn::Result<()> {
     plain_fn(function, "a kernel")?;
@@ -375,5 +408,37 @@ mod tests {
             }
         ));
         assert!(error(two).contains("no arguments or one `gpurun::Args`"));
+    }
+
+    #[::core::prelude::v1::test]
+    fn a_benchmark_takes_its_bencher_and_cannot_should_panic() {
+        let bench_error = |tokens: TokenStream2| error(super::bench_fn(&function(tokens)));
+        assert!(super::bench_fn(&function(quote!(
+            fn copy(b: &mut gpurun::bench::Bencher) {}
+        )))
+        .is_ok());
+        assert!(bench_error(quote!(
+            fn copy() {}
+        ))
+        .contains("takes one argument"));
+        assert!(bench_error(quote!(
+            fn copy(a: u32, b: u32) {}
+        ))
+        .contains("takes one argument"));
+        assert!(bench_error(quote!(
+            fn copy(b: &mut Bencher) -> u32 {
+                0
+            }
+        ))
+        .contains("returns nothing"));
+        assert!(bench_error(quote!(
+            #[should_panic]
+            fn copy(b: &mut Bencher) {}
+        ))
+        .contains("cannot be #[should_panic]"));
+        assert!(bench_error(quote!(
+            async fn copy(b: &mut Bencher) {}
+        ))
+        .contains("cannot be async"));
     }
 }

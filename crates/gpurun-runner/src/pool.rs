@@ -19,10 +19,11 @@
 //! [`TIME_LIMIT_FACTOR`](crate::sanitizer::TIME_LIMIT_FACTOR) times as long.
 
 use crate::handle::{breakage_of, Breakage, RunError, WorkerEnd, WorkerHandle, WorkerSpec};
-use crate::protocol::{Command, Event};
+use crate::protocol::{BenchLaunch, Command, Event};
 use crate::sanitizer::{self, Sanitizer, ERROR_EXIT_CODE, REPORT_WITHIN};
 use gpurun_abi::LaunchEnd;
 use gpurun_hal::{select, BackendError, BackendKind};
+use gpurun_harness::bench::{BenchLaunches, LaunchFailed};
 use gpurun_harness::{Executor, PanicReport, TestDesc, TestEnd, TestRun};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -109,6 +110,8 @@ pub struct WorkerExecutor {
     /// A line every test that did not simply complete gets first on its stderr (the host
     /// emulation's seed, to replay it).
     note: Option<String>,
+    /// Benchmarks' launches flush the device's L2 cache first (`--flush-l2`).
+    flush_l2: bool,
 }
 
 /// How one attempt at a test ended, before it becomes the harness's [`TestEnd`].
@@ -184,6 +187,7 @@ impl WorkerExecutor {
             slots_per_worker,
             timeout,
             note: None,
+            flush_l2: false,
         }
     }
 
@@ -191,6 +195,13 @@ impl WorkerExecutor {
     /// without a panic: a failure's output then says how to run it again the same way.
     pub fn with_note(mut self, note: String) -> WorkerExecutor {
         self.note = Some(note);
+        self
+    }
+
+    /// With `flush`, every launch of a benchmark first flushes the device's L2 cache where the
+    /// backend can (a cold run, `--flush-l2`); elsewhere it has no effect.
+    pub fn flush_l2(mut self, flush: bool) -> WorkerExecutor {
+        self.flush_l2 = flush;
         self
     }
 
@@ -228,7 +239,7 @@ impl WorkerExecutor {
         let end = match self.start(&workers.spec, 1) {
             Err(error) => TestEnd::NotRun(error),
             Ok(pooled) => {
-                let end = match self.attempt(&pooled, 0, test, &mut collected) {
+                let end = match self.attempt(&pooled, 0, &test_command(test), &mut collected) {
                     Attempt::Final(end) => end,
                     // One slot: no other test can have ended this worker.
                     Attempt::Again(how) | Attempt::Alone(how) => {
@@ -314,27 +325,24 @@ impl WorkerExecutor {
             Ok(pooled) => pooled,
             Err(error) => return TestEnd::NotRun(error),
         };
-        match self.attempt(&pooled, 0, test, collected) {
+        match self.attempt(&pooled, 0, &test_command(test), collected) {
             Attempt::Final(end) => end,
             Attempt::Again(how) | Attempt::Alone(how) => TestEnd::launch(LaunchEnd::Faulted(how)),
         }
     }
 
-    /// Runs `test` in `slot` of `pooled` and decides what its end means.
+    /// Runs `command` (a test's or a benchmark's launch) in `slot` of `pooled` and decides what
+    /// its end means.
     fn attempt(
         &self,
         pooled: &Pooled,
         slot: usize,
-        test: &TestDesc,
+        command: &Command,
         collected: &mut Collected,
     ) -> Attempt {
-        let command = Command::RunTest {
-            kernel: test.kernel.clone(),
-            shape: test.shape,
-        };
         let outcome = pooled
             .worker
-            .run(slot, &command, self.timeout, &mut |event| match event {
+            .run(slot, command, self.timeout, &mut |event| match event {
                 Event::Stdout(bytes) => collected.stdout.extend_from_slice(&bytes),
                 Event::Stderr(bytes) => collected.stderr.extend_from_slice(&bytes),
                 Event::Panic(report) => {
@@ -381,6 +389,69 @@ impl WorkerExecutor {
             "{how}, with {} other test(s) running beside it",
             suspects - 1
         ))
+    }
+}
+
+/// The command that runs `test`: its kernel with its shape; a benchmark run as a test with one
+/// iteration, as libtest runs one without `--bench`.
+fn test_command(test: &TestDesc) -> Command {
+    Command::RunTest {
+        kernel: test.kernel.clone(),
+        shape: test.shape,
+        bench: test.bench.map(|_| BenchLaunch::ONCE),
+    }
+}
+
+/// One benchmark's launches, all in one slot of one worker.
+struct SlotLaunches<'e> {
+    executor: &'e WorkerExecutor,
+    pooled: &'e Pooled,
+    slot: usize,
+    test: &'e TestDesc,
+    backend: BackendKind,
+    collected: Collected,
+    /// How the launch that stopped the measurement ended; no launch starts after it.
+    stopped: Option<TestEnd>,
+}
+
+impl BenchLaunches for SlotLaunches<'_> {
+    fn launch(&mut self, iterations: u64) -> Result<Option<Duration>, LaunchFailed> {
+        if self.stopped.is_some() {
+            return Err(LaunchFailed);
+        }
+        let command = Command::RunTest {
+            kernel: self.test.kernel.clone(),
+            shape: self.test.shape,
+            bench: Some(BenchLaunch {
+                iterations,
+                flush_l2: self.executor.flush_l2,
+            }),
+        };
+        self.collected.device_time = None;
+        let attempt = self
+            .executor
+            .attempt(self.pooled, self.slot, &command, &mut self.collected);
+        match attempt {
+            Attempt::Final(TestEnd::Ran {
+                end: LaunchEnd::Completed,
+                first_panic: None,
+                panicked_threads: 0,
+                sanitizer: None,
+            }) => Ok(self.collected.device_time),
+            Attempt::Final(end) => {
+                self.stopped = Some(end);
+                Err(LaunchFailed)
+            }
+            // Benchmarks run one at a time: nothing else shared the worker that ended.
+            Attempt::Again(how) | Attempt::Alone(how) => {
+                self.stopped = Some(TestEnd::launch(LaunchEnd::Faulted(how)));
+                Err(LaunchFailed)
+            }
+        }
+    }
+
+    fn timer(&self) -> String {
+        self.backend.launch_timer().to_owned()
     }
 }
 
@@ -464,6 +535,52 @@ impl Executor for WorkerExecutor {
             .is_some_and(|device| device.spec.backend.is_gpu())
     }
 
+    /// Measures a benchmark in one slot of a worker: every launch there, one after another,
+    /// none started again elsewhere (a worker that ends stops the measurement, and the
+    /// benchmark fails with how it ended).
+    fn bench(&self, test: &TestDesc, measure: &mut dyn FnMut(&mut dyn BenchLaunches)) -> TestRun {
+        let started = Instant::now();
+        let not_run = |why: String| TestRun {
+            end: TestEnd::NotRun(why),
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+            duration: started.elapsed(),
+            device_time: None,
+        };
+        if self.sanitizer().is_some() {
+            // Each launch would be a worker of its own, timed under the sanitizer's overhead.
+            return not_run("benchmarks are not measured under compute-sanitizer".into());
+        }
+        let lease = match self.lease() {
+            Ok(lease) => lease,
+            Err(error) => return not_run(error),
+        };
+        let mut launches = SlotLaunches {
+            executor: self,
+            pooled: &lease.pooled,
+            slot: lease.slot,
+            test,
+            backend: lease.workers.spec.backend,
+            collected: Collected::default(),
+            stopped: None,
+        };
+        measure(&mut launches);
+        let SlotLaunches {
+            mut collected,
+            stopped,
+            ..
+        } = launches;
+        drop(lease);
+        let end = stopped.unwrap_or_else(|| collected.end(LaunchEnd::Completed));
+        TestRun {
+            end,
+            stdout: collected.stdout,
+            stderr: collected.stderr,
+            duration: started.elapsed(),
+            device_time: None,
+        }
+    }
+
     fn run(&self, test: &TestDesc) -> TestRun {
         if let Some(sanitizer) = self.sanitizer() {
             return self.run_sanitized(test, sanitizer);
@@ -480,7 +597,12 @@ impl Executor for WorkerExecutor {
                     break;
                 }
             };
-            let attempt = self.attempt(&lease.pooled, lease.slot, test, &mut collected);
+            let attempt = self.attempt(
+                &lease.pooled,
+                lease.slot,
+                &test_command(test),
+                &mut collected,
+            );
             drop(lease);
             match attempt {
                 Attempt::Final(final_end) => {

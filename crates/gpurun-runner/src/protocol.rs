@@ -15,11 +15,13 @@ pub const MAX_FRAME: usize = 256 << 20;
 /// Parent -> worker.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub enum Command {
-    /// Launch test kernel `kernel` with `shape`.
+    /// Launch test kernel `kernel` with `shape`; a benchmark's kernel with its iteration count.
     RunTest {
         kernel: String,
         #[serde(with = "LaunchShapeJson")]
         shape: LaunchShape,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        bench: Option<BenchLaunch>,
     },
     /// Run the image as a program: `_begin`, `_start` (or the `kernels` given, in order, with no
     /// arguments), `_end`.
@@ -31,6 +33,25 @@ pub enum Command {
         kernels: Vec<String>,
         print_resource_usage: bool,
     },
+}
+
+/// How a benchmark's kernel is launched (`#[gpurun::bench]`, whose kernel takes the count).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct BenchLaunch {
+    /// How many times the benchmark's routine runs in this launch.
+    pub iterations: u64,
+    /// Flush the device's L2 cache before the launch (`--flush-l2`, a cold run) where the
+    /// backend can; elsewhere nothing is done.
+    #[serde(default)]
+    pub flush_l2: bool,
+}
+
+impl BenchLaunch {
+    /// One iteration, caches as they are: a benchmark run as a test.
+    pub const ONCE: BenchLaunch = BenchLaunch {
+        iterations: 1,
+        flush_l2: false,
+    };
 }
 
 /// Worker -> parent.
@@ -404,12 +425,23 @@ mod tests {
         let command = Command::RunTest {
             kernel: "__gpurun_test_x".into(),
             shape: LaunchShape::blocks(2).threads(32).shared_bytes(4096),
+            bench: None,
         };
-        let mut wire = Vec::new();
-        write_command(&mut wire, 3, &command).unwrap();
-        assert_eq!(
-            read_command(&mut wire.as_slice()).unwrap(),
-            Some((3, command))
-        );
+        let bench = Command::RunTest {
+            kernel: "__gpurun_test_x".into(),
+            shape: LaunchShape::SINGLE,
+            bench: Some(BenchLaunch {
+                iterations: 1 << 40,
+                flush_l2: true,
+            }),
+        };
+        for command in [command, bench] {
+            let mut wire = Vec::new();
+            write_command(&mut wire, 3, &command).unwrap();
+            assert_eq!(
+                read_command(&mut wire.as_slice()).unwrap(),
+                Some((3, command))
+            );
+        }
     }
 }

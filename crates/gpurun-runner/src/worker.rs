@@ -561,7 +561,24 @@ fn run_command(
     sink: &mut dyn Sink,
 ) -> Result<LaunchEnd, String> {
     let outcome = match command {
-        Command::RunTest { kernel, shape } => module.launch(&kernel, shape, &[], None, sink),
+        Command::RunTest {
+            kernel,
+            shape,
+            bench: None,
+        } => module.launch(&kernel, shape, &[], None, sink),
+        Command::RunTest {
+            kernel,
+            shape,
+            bench: Some(bench),
+        } => {
+            // A backend that cannot flush runs the launch as it is (the parent said so).
+            let flushed = match bench.flush_l2 {
+                true => module.flush_l2().map(drop),
+                false => Ok(()),
+            };
+            let iterations = [kernel_args::KernelArg::U64(bench.iterations)];
+            flushed.and_then(|()| module.launch(&kernel, shape, &iterations, None, sink))
+        }
         Command::RunMain {
             argv,
             envp,
@@ -751,6 +768,7 @@ mod tests {
                 Command::RunTest {
                     kernel: "k".into(),
                     shape: LaunchShape::SINGLE,
+                    bench: None,
                 },
                 Command::RunMain {
                     argv: Vec::new(),

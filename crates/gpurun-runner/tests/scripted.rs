@@ -40,6 +40,10 @@ fn main() -> ExitCode {
         Trial::test("a_worker_that_cannot_start_fails_each_test", start_failure),
         Trial::test("a_program_runs_through_the_worker_protocol", program),
         Trial::test(
+            "a_benchmark_runs_its_launches_in_one_slot_until_one_fails",
+            bench_launches,
+        ),
+        Trial::test(
             "a_worker_leaves_without_exit_handlers_after_its_last_run",
             last_run_skips_exit_handlers,
         ),
@@ -181,6 +185,61 @@ fn results_and_output() -> Result<(), Failed> {
     check(passed(&runs["quiet"]), || {
         format!("{:?}", runs["quiet"].end)
     })
+}
+
+/// A benchmark's launches through the real worker: each with its iteration count, in one
+/// slot, until one fails.
+fn bench_launches() -> Result<(), Failed> {
+    let setup = Setup::new(
+        "bench",
+        vec![
+            ("talks", vec![Step::Print("hello\n".into())]),
+            (
+                "panics",
+                vec![Step::Panic {
+                    message: "boom".into(),
+                    file: "src/lib.rs".into(),
+                    line: 3,
+                }],
+            ),
+        ],
+    );
+    let executor = WorkerExecutor::new(vec![setup.spec()], 1, Some(Duration::from_secs(30)));
+    // Three clean launches in one slot, each with what it printed; the scripted backend times
+    // nothing.
+    let mut times = Vec::new();
+    let run = executor.bench(&setup.tests[0], &mut |launches| {
+        for iterations in [0, 5, 1 << 40] {
+            times.push(launches.launch(iterations));
+        }
+        check(launches.timer() == "none (scripted)", || launches.timer())
+            .expect("the scripted backend's timer");
+    });
+    check(times == [Ok(None), Ok(None), Ok(None)], || {
+        format!("{times:?}")
+    })?;
+    check(passed(&run), || format!("{:?}", run.end))?;
+    check(run.stdout == b"hello\nhello\nhello\n", || {
+        String::from_utf8_lossy(&run.stdout).into_owned()
+    })?;
+    // A panic stops the launches: the run says how it ended, and no launch starts after it.
+    let mut results = Vec::new();
+    let run = executor.bench(&setup.tests[1], &mut |launches| {
+        results.push(launches.launch(1));
+        results.push(launches.launch(1));
+    });
+    check(
+        results.iter().all(Result::is_err) && results.len() == 2,
+        || format!("{results:?}"),
+    )?;
+    match &run.end {
+        TestEnd::Ran {
+            end: LaunchEnd::Completed,
+            first_panic: Some(report),
+            ..
+        } => check(report.message == "boom", || format!("{report:?}")),
+        other => Err(format!("{other:?}").into()),
+    }
 }
 
 fn ends_of_one_test() -> Result<(), Failed> {
@@ -402,6 +461,7 @@ fn last_run_skips_exit_handlers() -> Result<(), Failed> {
     let command = Command::RunTest {
         kernel: setup.tests[0].kernel.clone(),
         shape: LaunchShape::SINGLE,
+        bench: None,
     };
     let timeout = Some(Duration::from_secs(30));
     let end = worker.run(0, &command, timeout, &mut |_| {});
@@ -432,6 +492,7 @@ fn program() -> Result<(), Failed> {
     let command = Command::RunTest {
         kernel: setup.tests[0].kernel.clone(),
         shape: LaunchShape::SINGLE,
+        bench: None,
     };
     let end = worker.run(0, &command, Some(Duration::from_secs(30)), &mut |event| {
         if let Event::Stdout(bytes) = event {

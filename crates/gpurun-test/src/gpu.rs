@@ -38,6 +38,13 @@ impl Output {
     }
 }
 
+/// A launch [`Gpu::launch_timed`] timed: what it printed and the device's time of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Timed {
+    pub output: Output,
+    pub device_time: Duration,
+}
+
 /// Collects a launch's output and panics; echoes the output through `print!`/`eprint!`, so the
 /// test harness captures it like the test's own.
 struct Collect<'k> {
@@ -323,6 +330,40 @@ impl Gpu {
     /// declares (`#[gpurun::kernel(len(x = n))]`) must hold that many elements for this launch
     /// ([`Error::BufferTooSmall`]); elsewhere they are the caller's to get right.
     pub fn launch(
+        &self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: impl KernelArgs,
+    ) -> Result<Output, Error> {
+        self.launch_once(kernel, shape, args)
+    }
+
+    /// [`Gpu::launch`], and the device's own time of the launch: on CUDA between two events
+    /// recorded around it on its stream, on HSA the dispatch's start and end timestamps, on
+    /// the host emulation the wall time from handing the grid to its threads until the last
+    /// returns (see `gpurun_hal::BackendKind::launch_timer`). What `cargo bench` measures with
+    /// [`bench::Bencher::iter`](crate::bench::Bencher::iter). A backend that measures nothing
+    /// is [`Error::Untimed`].
+    pub fn launch_timed(
+        &self,
+        kernel: &str,
+        shape: LaunchShape,
+        args: impl KernelArgs,
+    ) -> Result<Timed, Error> {
+        let output = self.launch_once(kernel, shape, args)?;
+        match self.module.borrow().last_device_time() {
+            Some(device_time) => Ok(Timed {
+                output,
+                device_time,
+            }),
+            None => Err(Error::Untimed {
+                kernel: kernel.to_owned(),
+                backend: self.backend,
+            }),
+        }
+    }
+
+    fn launch_once(
         &self,
         kernel: &str,
         shape: LaunchShape,

@@ -30,6 +30,10 @@
 //!   # Ok(()) }
 //!   ```
 //!
+//! - **Benchmarks.** In a `harness = false` target, `cargo bench` measures device benchmarks
+//!   (`#[gpurun::bench]`, among the trials) and host-driven launches timed on the device
+//!   ([`Gpu::launch_timed`], [`bench::trial`]), with the statistics `cargo gpurun bench` uses.
+//!
 //! The device crate is built through the same pipeline as `cargo gpurun build`
 //! (`gpurun_build`), which runs the nightly cargo as a subprocess, so the caller stays
 //! on stable: for the GPU present (CUDA, then HSA), else for the host emulation, once per
@@ -40,6 +44,7 @@
 //! duplicate the runner (trials run through `gpurun_runner::WorkerExecutor`, verdicts come from
 //! `gpurun_harness::outcome::judge`) or the build pipeline.
 
+pub mod bench;
 mod gpu;
 mod launch_args;
 mod signature;
@@ -54,7 +59,7 @@ use gpurun_build::{BuildOptions, DeviceTarget, TargetKind};
 use gpurun_hal::select::BackendChoice;
 use gpurun_runner::sanitizer;
 
-pub use gpu::{Buffer, Gpu, HostFunction, Memory, Output};
+pub use gpu::{Buffer, Gpu, HostFunction, Memory, Output, Timed};
 pub use gpurun_hal::kernel_args::KernelArg;
 pub use gpurun_hal::LaunchShape;
 pub use gpurun_hal::{BackendKind, LaunchEnd};
@@ -136,6 +141,12 @@ pub enum Error {
     /// runs in the process ([`Error::EarlierFault`]).
     #[error("kernel `{kernel}` {}", ended(end))]
     Ended { kernel: String, end: LaunchEnd },
+    /// [`Gpu::launch_timed`] on a backend that measures no device time (the scripted one).
+    #[error("the {backend} backend measured no device time for kernel `{kernel}`")]
+    Untimed {
+        kernel: String,
+        backend: BackendKind,
+    },
 }
 
 impl From<gpurun_hal::BackendError> for Error {

@@ -8,12 +8,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use gpurun_hal::{select, BackendKind};
+use gpurun_harness::bench::{measure, BenchOptions, Unmeasured};
 use gpurun_harness::outcome::{judge, panic_text, Verdict};
 use gpurun_harness::schedule::NEEDS_A_GPU;
 use gpurun_harness::variants::variant_name;
+use gpurun_harness::TestRun;
 use gpurun_harness::{Executor, TestDesc};
 use gpurun_runner::{sanitizer, Sanitizer, WorkerExecutor, WorkerOptions, WorkerSpec};
-use libtest_mimic::{Arguments, Completion, Failed, Trial};
+use libtest_mimic::{Arguments, Completion, Failed, Measurement, Trial};
 
 use crate::{DeviceCrate, Error};
 
@@ -27,6 +29,13 @@ impl DeviceCrate {
     /// [`WORKER_FLAG`]), else builds the crate and runs its device tests as trials with
     /// libtest's command line. A build failure is one `error:` line and exit status 101.
     pub fn libtest_mimic_main(&self) -> ExitCode {
+        self.libtest_mimic_main_with(Vec::new())
+    }
+
+    /// [`DeviceCrate::libtest_mimic_main`] with trials of your own beside the device crate's:
+    /// host-driven benchmarks ([`crate::bench::trial`]) in a `harness = false` bench target,
+    /// say.
+    pub fn libtest_mimic_main_with(&self, extra: Vec<Trial>) -> ExitCode {
         let argv: Vec<OsString> = std::env::args_os().collect();
         if argv.get(1).is_some_and(|arg| arg == WORKER_FLAG) {
             let status = gpurun_runner::worker::main(&argv[2..]);
@@ -34,7 +43,10 @@ impl DeviceCrate {
         }
         let arguments = Arguments::from_args();
         match self.trials(&arguments) {
-            Ok(trials) => libtest_mimic::run(&arguments, trials).exit_code(),
+            Ok(mut trials) => {
+                trials.extend(extra);
+                libtest_mimic::run(&arguments, trials).exit_code()
+            }
             Err(error) => {
                 eprintln!("error: {error}");
                 ExitCode::from(101)
@@ -140,6 +152,15 @@ impl DeviceCrate {
                     .with_kind(kind.clone())
                     .with_ignored_flag(true);
                 }
+                if test.bench.is_some() {
+                    // `cargo bench` measures it; `cargo test` runs it once, as a test.
+                    return Trial::bench(name, move |test_mode| match test_mode {
+                        true => run_trial(&*executor, &test, nocapture).map(|()| None),
+                        false => measure_trial(&*executor, &test, nocapture).map(Some),
+                    })
+                    .with_kind(kind.clone())
+                    .with_ignored_flag(ignored);
+                }
                 Trial::test(name, move || run_trial(&*executor, &test, nocapture))
                     .with_kind(kind.clone())
                     .with_ignored_flag(ignored)
@@ -201,7 +222,33 @@ fn worker_options(backend: BackendKind, lane_size: u32) -> WorkerOptions {
 /// message with what libtest would show for it (device output, panic text with location, and
 /// the harness's note).
 fn run_trial(executor: &dyn Executor, test: &TestDesc, nocapture: bool) -> Result<(), Failed> {
-    let run = executor.run(test);
+    trial_result(test, executor.run(test), nocapture)
+}
+
+/// Measures one device benchmark (`cargo bench`) as `cargo gpurun bench` does, with its
+/// default times: libtest-mimic's measurement, or the failure of the launch that stopped it.
+fn measure_trial(
+    executor: &dyn Executor,
+    test: &TestDesc,
+    nocapture: bool,
+) -> Result<Measurement, Failed> {
+    let mut measured = None;
+    let run = executor.bench(test, &mut |launches| {
+        measured = Some(measure(launches, &BenchOptions::default()));
+    });
+    trial_result(test, run, nocapture)?;
+    match measured {
+        Some(Ok(measured)) => Ok(crate::bench::measurement(&measured)),
+        Some(Err(Unmeasured::NoDeviceTime)) => {
+            Err("the backend measured no device time for the launches".into())
+        }
+        Some(Err(Unmeasured::Failed)) => Err("a launch of the benchmark failed".into()),
+        None => Err("the benchmark was not measured".into()),
+    }
+}
+
+/// The trial's result for a test's run, as [`run_trial`] describes.
+fn trial_result(test: &TestDesc, run: TestRun, nocapture: bool) -> Result<(), Failed> {
     let mut output = run.stdout;
     output.extend_from_slice(&run.stderr);
     let output = String::from_utf8_lossy(&output).into_owned();
@@ -211,8 +258,11 @@ fn run_trial(executor: &dyn Executor, test: &TestDesc, nocapture: bool) -> Resul
         eprint!("{output}");
     }
     let note = match judge(test, &run.end) {
-        // `judge` applies no time limits (libtest-mimic has none) and ran tests are not ignored.
-        Verdict::Passed | Verdict::TimeLimitExceeded | Verdict::Ignored => return Ok(()),
+        // `judge` applies no time limits (libtest-mimic has none), ran tests are not ignored,
+        // and it measures nothing.
+        Verdict::Passed | Verdict::TimeLimitExceeded | Verdict::Ignored | Verdict::Measured => {
+            return Ok(())
+        }
         Verdict::Failed { message } => message,
     };
     let mut message = if nocapture { String::new() } else { output };

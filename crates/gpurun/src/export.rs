@@ -16,6 +16,7 @@ pub const fn descriptor_len(path: &str, expected: &str, ignore_reason: &str) -> 
 }
 
 /// Builds a test descriptor at compile time, with `gpurun-abi`'s encoder.
+#[allow(clippy::too_many_arguments)]
 pub const fn descriptor<const N: usize>(
     path: &str,
     expected: &str,
@@ -24,6 +25,7 @@ pub const fn descriptor<const N: usize>(
     threads: [u32; 3],
     blocks: [u32; 3],
     shared_bytes: u32,
+    throughput: Option<Throughput>,
 ) -> [u8; N] {
     desc::encode::<N>(desc::Fields {
         path,
@@ -33,7 +35,19 @@ pub const fn descriptor<const N: usize>(
         threads,
         blocks,
         shared_bytes,
+        throughput,
     })
+}
+
+pub use gpurun_abi::Throughput;
+
+/// `#[gpurun::bench(bytes = N)]`'s (or `elements`') amount as the descriptor stores it; 0 fails
+/// the build, since a rate of nothing per iteration says nothing.
+pub const fn per_iteration(amount: usize) -> u64 {
+    if amount == 0 {
+        panic!("`bytes` and `elements` count what one iteration processes: give more than 0");
+    }
+    amount as u64
 }
 
 /// `#[gpurun::test(shared = BYTES)]`'s bytes as the descriptor stores them; a size over
@@ -74,16 +88,24 @@ pub fn run_test(test: fn()) {
     run_thread(test);
 }
 
+/// Body of every benchmark kernel: run the benchmark on this thread with `iterations`, the
+/// count the host passed to this launch. A panic ends the thread as a test's does.
+#[inline(always)]
+pub fn run_bench(bench: fn(&mut crate::bench::Bencher), iterations: u64) {
+    run_thread(move || bench(&mut crate::bench::Bencher::new(iterations)));
+}
+
 #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
-fn run_thread(body: fn()) {
+#[inline(always)]
+fn run_thread(body: impl FnOnce()) {
     body()
 }
 
 #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
-fn run_thread(body: fn()) {
+fn run_thread(body: impl FnOnce()) {
     // The hook has already sent the report; the unwind only has to stop here, before the
     // `extern "C"` boundary.
-    let _ = std::panic::catch_unwind(body);
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
 }
 
 /// Body of every kernel on the host emulation: a panic (already reported over RPC by the hook)

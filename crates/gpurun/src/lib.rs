@@ -2,7 +2,8 @@
 //! panics reported over RPC, a global allocator over RPC malloc/free, program arguments,
 //! environment, `exit`/`abort`, portable thread ids, block-shared memory ([`shared`]), warp
 //! operations ([`warp`]), the atomics `core` lacks ([`atomic`]), math functions ([`math`]), calls
-//! of the host program's functions ([`host`]), and the `#[gpurun::test]` registry.
+//! of the host program's functions ([`host`]), the `#[gpurun::test]` registry and the
+//! `#[gpurun::bench]` handle ([`bench`]).
 //!
 //! The same crate builds for `nvptx64-nvidia-cuda`, `amdgcn-amd-amdhsa` and the host. On the
 //! host (the emulation backend) it links `std`: the emulator runs each device thread on an OS
@@ -60,6 +61,7 @@ extern crate alloc;
 
 pub mod arch;
 pub mod atomic;
+pub mod bench;
 pub mod env;
 #[doc(hidden)]
 pub mod export;
@@ -75,7 +77,7 @@ pub mod warp;
 
 pub use arch::{barrier, block_dim, block_idx, grid_dim, lane_id, lane_size, thread_idx};
 pub use env::{args, Args};
-pub use gpurun_macros::{kernel, main, test};
+pub use gpurun_macros::{bench, kernel, main, test};
 pub use rpc::{abort, exit};
 
 // The symbols this runtime exports are identifiers, not strings: check that each exists under

@@ -5,6 +5,7 @@
 use std::io::{self, Write};
 use std::time::Duration;
 
+use crate::bench::{bench_line, rate, BenchReport, Unit};
 use crate::command_line::Format;
 use crate::outcome::Verdict;
 use crate::outcome::{ShouldPanic, TestDesc};
@@ -17,6 +18,7 @@ const TERSE_MAX_COLUMN: usize = 88;
 const GREEN: &str = "\x1b[32m";
 const RED: &str = "\x1b[31m";
 const YELLOW: &str = "\x1b[33m";
+const CYAN: &str = "\x1b[36m";
 const RESET: &str = "\x1b[0m";
 
 /// Counts for the summary line.
@@ -25,6 +27,7 @@ pub(crate) struct Counts {
     pub passed: usize,
     pub failed: usize,
     pub ignored: usize,
+    pub measured: usize,
     pub filtered_out: usize,
 }
 
@@ -36,6 +39,9 @@ pub(crate) struct Console<'w> {
     multithreaded: bool,
     report_time: bool,
     show_output: bool,
+    /// Benchmarks are measured (`--bench`): their names are padded to this width, as libtest
+    /// pads a benchmark's name to the longest one's.
+    bench_name_width: Option<usize>,
     total: usize,
     terse_count: usize,
     terse_column: usize,
@@ -54,6 +60,8 @@ pub(crate) struct ConsoleOptions {
     pub multithreaded: bool,
     pub report_time: bool,
     pub show_output: bool,
+    /// `Some(width)` with `--bench`: the longest benchmark name of the suite.
+    pub bench_name_width: Option<usize>,
 }
 
 impl<'w> Console<'w> {
@@ -65,6 +73,7 @@ impl<'w> Console<'w> {
             multithreaded: options.multithreaded,
             report_time: options.report_time,
             show_output: options.show_output,
+            bench_name_width: options.bench_name_width,
             total: 0,
             terse_count: 0,
             terse_column: 0,
@@ -111,19 +120,35 @@ impl<'w> Console<'w> {
         }
     }
 
-    fn test_line(test: &TestDesc) -> String {
+    fn test_line(&self, test: &TestDesc) -> String {
         // libtest shows the mode of a test that will actually run.
         if !test.ignored && test.should_panic != ShouldPanic::No {
             format!("test {} - should panic ... ", test.name)
         } else {
-            format!("test {} ... ", test.name)
+            format!("test {} ... ", self.padded(test))
         }
+    }
+
+    /// A measured benchmark's name padded as libtest pads it; any other name as it is.
+    fn padded(&self, test: &TestDesc) -> String {
+        match (self.bench_name_width, test.bench) {
+            (Some(width), Some(_)) => format!("{:<width$}", test.name),
+            _ => test.name.clone(),
+        }
+    }
+
+    /// Whether `test` is a benchmark to measure, whose terse line libtest writes in full.
+    fn measures(&self, test: &TestDesc) -> bool {
+        self.bench_name_width.is_some() && test.bench.is_some()
     }
 
     /// Called when a test is handed out (or, for an ignored test, about to be reported).
     pub(crate) fn test_start(&mut self, test: &TestDesc) -> io::Result<()> {
         match self.format {
-            Format::Pretty if !self.multithreaded => self.plain(&Self::test_line(test)),
+            Format::Pretty if !self.multithreaded => self.plain(&self.test_line(test)),
+            Format::Terse if !self.multithreaded && self.measures(test) => {
+                self.plain(&self.test_line(test))
+            }
             Format::Pretty | Format::Terse => Ok(()),
             Format::Json => self.plain(&format!(
                 "{{ \"type\": \"test\", \"event\": \"started\", \"name\": \"{}\" }}\n",
@@ -153,6 +178,7 @@ impl<'w> Console<'w> {
             Verdict::Passed => self.counts.passed += 1,
             Verdict::Failed { .. } | Verdict::TimeLimitExceeded => self.counts.failed += 1,
             Verdict::Ignored => self.counts.ignored += 1,
+            Verdict::Measured => self.counts.measured += 1,
         }
         match self.format {
             Format::Pretty => self.pretty_result(test, reported)?,
@@ -179,15 +205,35 @@ impl<'w> Console<'w> {
                         .push((test.name.clone(), reason.clone()));
                 }
             }
+            // libtest keeps no section for benchmarks.
+            Verdict::Measured => {}
         }
         Ok(())
     }
 
+    /// `bench: <line>`, in cyan, then any comparison with a baseline.
+    fn bench_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
+        self.colored("bench", CYAN)?;
+        let line = match &reported.bench {
+            Some(bench) => bench_line(
+                &bench.measured.summary,
+                test.bench.and_then(|b| b.throughput),
+            ),
+            None => String::new(),
+        };
+        self.plain(&format!(": {line}\n"))?;
+        match reported.bench.as_ref().and_then(|b| b.comparison.as_ref()) {
+            Some(comparison) => self.plain(&comparison.lines()),
+            None => Ok(()),
+        }
+    }
+
     fn pretty_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
         if self.multithreaded {
-            self.plain(&Self::test_line(test))?;
+            self.plain(&self.test_line(test))?;
         }
         match &reported.verdict {
+            Verdict::Measured => return self.bench_result(test, reported),
             Verdict::Passed => self.colored("ok", GREEN)?,
             Verdict::Failed { .. } => self.colored("FAILED", RED)?,
             Verdict::TimeLimitExceeded => self.colored("FAILED (time limit exceeded)", RED)?,
@@ -214,6 +260,12 @@ impl<'w> Console<'w> {
 
     fn terse_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
         match &reported.verdict {
+            Verdict::Measured => {
+                if self.multithreaded {
+                    self.plain(&self.test_line(test))?;
+                }
+                self.bench_result(test, reported)
+            }
             Verdict::Passed => self.terse_char(".", GREEN),
             Verdict::Ignored => self.terse_char("i", YELLOW),
             Verdict::Failed { .. } | Verdict::TimeLimitExceeded => {
@@ -244,17 +296,22 @@ impl<'w> Console<'w> {
     }
 
     fn json_result(&mut self, test: &TestDesc, reported: &Reported) -> io::Result<()> {
+        if let (Verdict::Measured, Some(bench)) = (&reported.verdict, &reported.bench) {
+            return self.plain(&json_bench(test, bench));
+        }
         let (event, message) = match &reported.verdict {
             Verdict::Passed => ("ok", None),
             Verdict::Failed { message } => ("failed", message.clone()),
             Verdict::TimeLimitExceeded => ("failed", None),
             Verdict::Ignored => ("ignored", test.ignore_reason.clone()),
+            // Without its numbers (never made so): reported as having run.
+            Verdict::Measured => ("ok", None),
         };
         let mut line = format!(
             "{{ \"type\": \"test\", \"name\": \"{}\", \"event\": \"{event}\"",
             json_escape(&test.name)
         );
-        if self.report_time && !matches!(reported.verdict, Verdict::Ignored) {
+        if self.report_time && !matches!(reported.verdict, Verdict::Ignored | Verdict::Measured) {
             line.push_str(&format!(
                 ", \"exec_time\": {}",
                 reported.duration.as_secs_f64()
@@ -286,12 +343,13 @@ impl<'w> Console<'w> {
             passed,
             failed,
             ignored,
+            measured,
             filtered_out,
         } = self.counts;
         if self.format == Format::Json {
             let event = if failed == 0 { "ok" } else { "failed" };
             return self.plain(&format!(
-                "{{ \"type\": \"suite\", \"event\": \"{event}\", \"passed\": {passed}, \"failed\": {failed}, \"ignored\": {ignored}, \"measured\": 0, \"filtered_out\": {filtered_out}, \"exec_time\": {} }}\n",
+                "{{ \"type\": \"suite\", \"event\": \"{event}\", \"passed\": {passed}, \"failed\": {failed}, \"ignored\": {ignored}, \"measured\": {measured}, \"filtered_out\": {filtered_out}, \"exec_time\": {} }}\n",
                 elapsed.as_secs_f64()
             ));
         }
@@ -316,7 +374,7 @@ impl<'w> Console<'w> {
             self.colored("FAILED", RED)?;
         }
         self.plain(&format!(
-            ". {passed} passed; {failed} failed; {ignored} ignored; 0 measured; {filtered_out} filtered out; finished in {:.2}s\n\n",
+            ". {passed} passed; {failed} failed; {ignored} ignored; {measured} measured; {filtered_out} filtered out; finished in {:.2}s\n\n",
             elapsed.as_secs_f64()
         ))?;
         // libtest's terse mode explains a lone ignored test, since `i` says nothing.
@@ -353,20 +411,34 @@ impl<'w> Console<'w> {
         Ok(())
     }
 
-    /// `--list`: `NAME: test` lines (plus libtest's count in pretty format, or json discovery
-    /// events). Nothing else reaches stdout: nextest parses it strictly.
+    /// `--list`: `NAME: test` lines, `NAME: benchmark` for benchmarks (plus libtest's counts
+    /// in pretty format, or json discovery events). Nothing else reaches stdout: nextest parses
+    /// it strictly.
     pub(crate) fn list(&mut self, tests: &[TestDesc]) -> io::Result<()> {
+        let kind = |test: &TestDesc| match test.bench {
+            Some(_) => "benchmark",
+            None => "test",
+        };
+        let benchmarks = tests.iter().filter(|test| test.bench.is_some()).count();
+        let plain_tests = tests.len() - benchmarks;
         match self.format {
             Format::Pretty | Format::Terse => {
                 for test in tests {
-                    self.plain(&format!("{}: test\n", test.name))?;
+                    self.plain(&format!("{}: {}\n", test.name, kind(test)))?;
                 }
                 if self.format == Format::Pretty {
                     if !tests.is_empty() {
                         self.plain("\n")?;
                     }
-                    let noun = if tests.len() == 1 { "test" } else { "tests" };
-                    self.plain(&format!("{} {noun}, 0 benchmarks\n", tests.len()))?;
+                    let plural = |count: usize, noun: &str| match count {
+                        1 => format!("1 {noun}"),
+                        n => format!("{n} {noun}s"),
+                    };
+                    self.plain(&format!(
+                        "{}, {}\n",
+                        plural(plain_tests, "test"),
+                        plural(benchmarks, "benchmark")
+                    ))?;
                 }
                 Ok(())
             }
@@ -374,7 +446,8 @@ impl<'w> Console<'w> {
                 self.plain("{ \"type\": \"suite\", \"event\": \"discovery\" }\n")?;
                 for test in tests {
                     self.plain(&format!(
-                        "{{ \"type\": \"test\", \"event\": \"discovered\", \"name\": \"{}\", \"ignore\": {}, \"ignore_message\": \"{}\", \"source_path\": \"{}\", \"start_line\": 0, \"start_col\": 0, \"end_line\": 0, \"end_col\": 0 }}\n",
+                        "{{ \"type\": \"{}\", \"event\": \"discovered\", \"name\": \"{}\", \"ignore\": {}, \"ignore_message\": \"{}\", \"source_path\": \"{}\", \"start_line\": 0, \"start_col\": 0, \"end_line\": 0, \"end_col\": 0 }}\n",
+                        kind(test),
                         json_escape(&test.name),
                         test.ignored,
                         json_escape(test.ignore_reason.as_deref().unwrap_or("")),
@@ -383,7 +456,7 @@ impl<'w> Console<'w> {
                 }
                 let ignored = tests.iter().filter(|t| t.ignored).count();
                 self.plain(&format!(
-                    "{{ \"type\": \"suite\", \"event\": \"completed\", \"tests\": {0}, \"benchmarks\": 0, \"total\": {0}, \"ignored\": {ignored} }}\n",
+                    "{{ \"type\": \"suite\", \"event\": \"completed\", \"tests\": {plain_tests}, \"benchmarks\": {benchmarks}, \"total\": {}, \"ignored\": {ignored} }}\n",
                     tests.len()
                 ))
             }
@@ -391,8 +464,16 @@ impl<'w> Console<'w> {
     }
 }
 
-/// One line of libtest's `--logfile` format for a finished test.
+/// One line of libtest's `--logfile` format for a finished test (a benchmark's: its bench line
+/// and its name).
 pub(crate) fn log_line(test: &TestDesc, reported: &Reported) -> String {
+    if let (Verdict::Measured, Some(bench)) = (&reported.verdict, &reported.bench) {
+        let line = bench_line(
+            &bench.measured.summary,
+            test.bench.and_then(|b| b.throughput),
+        );
+        return format!("{line} {}\n", test.name);
+    }
     let status = match (&reported.verdict, &test.ignore_reason) {
         (Verdict::Passed, _) => "ok".to_owned(),
         (Verdict::Failed { message: None }, _) => "failed".to_owned(),
@@ -400,8 +481,51 @@ pub(crate) fn log_line(test: &TestDesc, reported: &Reported) -> String {
         (Verdict::TimeLimitExceeded, _) => "failed (time limit exceeded)".to_owned(),
         (Verdict::Ignored, Some(reason)) => format!("ignored: {reason}"),
         (Verdict::Ignored, None) => "ignored".to_owned(),
+        (Verdict::Measured, _) => "ok".to_owned(),
     };
     format!("{status} {}\n", test.name)
+}
+
+/// libtest's JSON event of a measured benchmark (`median` and `deviation` in nanoseconds per
+/// iteration, `mib_per_second` for declared bytes, which libtest fills with its MB/s), with
+/// what libtest does not report after its fields: the rate of declared elements, the samples,
+/// the iterations per launch, the median absolute deviation, the outliers and the timer.
+fn json_bench(test: &TestDesc, bench: &BenchReport) -> String {
+    let summary = &bench.measured.summary;
+    let mut line = format!(
+        "{{ \"type\": \"bench\", \"name\": \"{}\", \"median\": {}, \"deviation\": {}",
+        json_escape(&test.name),
+        summary.median,
+        summary.deviation
+    );
+    match rate(summary, test.bench.and_then(|b| b.throughput)) {
+        Some((rate, Unit::MegaBytes)) => line.push_str(&format!(", \"mib_per_second\": {rate}")),
+        Some((rate, Unit::MegaElements)) => {
+            line.push_str(&format!(", \"melem_per_second\": {rate}"))
+        }
+        None => {}
+    }
+    line.push_str(&format!(
+        ", \"samples\": {}, \"iterations\": {}, \"median_abs_dev\": {}, \"outliers\": {}, \"timer\": \"{}\"",
+        summary.samples,
+        bench.measured.iterations,
+        summary.median_abs_dev,
+        summary.outliers,
+        json_escape(&bench.measured.timer)
+    ));
+    if let Some(comparison) = &bench.comparison {
+        line.push_str(&format!(
+            ", \"baseline\": \"{}\", \"change\": {}, \"change_lower\": {}, \"change_upper\": {}, \"p_value\": {}, \"verdict\": \"{}\"",
+            json_escape(&comparison.baseline),
+            comparison.change,
+            comparison.lower,
+            comparison.upper,
+            comparison.p_value,
+            comparison.verdict.key()
+        ));
+    }
+    line.push_str(" }\n");
+    line
 }
 
 /// Escapes a string for a JSON string literal the way libtest does (control characters as

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase as JunitCase, TestCaseStatus, TestSuite};
 
-use crate::outcome::Verdict;
+use crate::bench::{rate, BenchReport, Unit};
+use crate::outcome::{TestDesc, Verdict};
 use crate::report::{failure_summary, Finished};
 use crate::variants::split_variant;
 
@@ -24,7 +25,7 @@ impl JunitReport {
 
     pub(crate) fn add(&mut self, finished: &Finished<'_>) {
         let status = match &finished.reported.verdict {
-            Verdict::Passed => TestCaseStatus::success(),
+            Verdict::Passed | Verdict::Measured => TestCaseStatus::success(),
             Verdict::Ignored => {
                 let mut status = TestCaseStatus::skipped();
                 if let Some(reason) = &finished.test.ignore_reason {
@@ -55,13 +56,21 @@ impl JunitReport {
             }
         };
         let mut case = JunitCase::new(finished.test.name.as_str(), status);
-        // Each backend's variants of a test (`[cuda] adds`) form a group of their own.
-        match split_variant(&finished.test.name) {
-            Some((label, _)) => {
-                case.set_classname(format!("{}::{label}", self.suite.name.as_str()))
-            }
-            None => case.set_classname(self.suite.name.as_str()),
+        // Each backend's variants of a test (`[cuda] adds`) form a group of their own; measured
+        // benchmarks one of theirs, as libtest's JUnit output has them (`benchmark::...`).
+        let suite = match &finished.reported.bench {
+            Some(_) => format!("benchmark::{}", self.suite.name.as_str()),
+            None => self.suite.name.as_str().to_owned(),
         };
+        match split_variant(&finished.test.name) {
+            Some((label, _)) => case.set_classname(format!("{suite}::{label}")),
+            None => case.set_classname(suite),
+        };
+        if let Some(bench) = &finished.reported.bench {
+            for (name, value) in bench_properties(finished.test, bench) {
+                case.add_property(quick_junit::Property::new(name, value));
+            }
+        }
         // The device's own time of the launch where the backend measured it (what a GPU test
         // is about, without the worker's overhead), the wall time kept as a property; else the
         // wall time.
@@ -124,6 +133,38 @@ impl JunitReport {
             message: source.to_string(),
         })
     }
+}
+
+/// A measured benchmark's numbers as JUnit properties: nanoseconds per iteration (median,
+/// libtest's spread, the median absolute deviation), the rate, the samples, the iterations per
+/// launch, the outliers and the timer.
+fn bench_properties(test: &TestDesc, bench: &BenchReport) -> Vec<(&'static str, String)> {
+    let summary = &bench.measured.summary;
+    let mut properties = vec![
+        ("median_ns", format!("{}", summary.median)),
+        ("deviation_ns", format!("{}", summary.deviation)),
+        ("median_abs_dev_ns", format!("{}", summary.median_abs_dev)),
+    ];
+    match rate(summary, test.bench.and_then(|b| b.throughput)) {
+        Some((rate, Unit::MegaBytes)) => properties.push(("mb_per_second", rate.to_string())),
+        Some((rate, Unit::MegaElements)) => properties.push(("melem_per_second", rate.to_string())),
+        None => {}
+    }
+    properties.extend([
+        ("samples", summary.samples.to_string()),
+        ("iterations", bench.measured.iterations.to_string()),
+        ("outliers", summary.outliers.to_string()),
+        ("timer", bench.measured.timer.clone()),
+    ]);
+    if let Some(comparison) = &bench.comparison {
+        properties.extend([
+            ("baseline", comparison.baseline.clone()),
+            ("change", format!("{}", comparison.change)),
+            ("p_value", format!("{}", comparison.p_value)),
+            ("verdict", comparison.verdict.key().to_owned()),
+        ]);
+    }
+    properties
 }
 
 /// Why the JUnit report could not be written.

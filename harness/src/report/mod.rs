@@ -21,6 +21,8 @@ pub(crate) struct Reported {
     pub device_time: Option<Duration>,
     /// How `duration` compares with the time thresholds (`Fine` without `--report-time`).
     pub grade: crate::time::Grade,
+    /// A measured benchmark's numbers ([`Verdict::Measured`]).
+    pub bench: Option<crate::bench::BenchReport>,
 }
 
 /// Everything known about one reported test, for the reporters that need more than the console.

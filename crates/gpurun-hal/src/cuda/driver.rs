@@ -652,6 +652,22 @@ pub(crate) mod calls {
         }
     }
 
+    /// Sets `len` bytes of device memory to zero in `stream`'s order, without waiting: the
+    /// kernels launched on the stream afterwards run after it.
+    ///
+    /// # Safety
+    /// `address` holds `len` bytes of device memory of the current context that no running
+    /// kernel uses; `stream` belongs to that context.
+    pub(crate) unsafe fn fill_device_async(
+        address: CUdeviceptr,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), DriverError> {
+        // SAFETY: per the caller.
+        unsafe { result::memset_d8_async(address, 0, len, stream) }
+            .map_err(named("cuMemsetD8Async"))
+    }
+
     /// Fills `out` from device memory in `stream`'s order (after the kernels launched on it)
     /// and waits for the copy.
     ///

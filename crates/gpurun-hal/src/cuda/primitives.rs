@@ -65,6 +65,9 @@ pub struct CudaPrimitives<'d> {
     pub(crate) launch_blocking: bool,
     /// Recorded around each launch for its device time; `None` only while loading.
     pub(crate) events: Option<LaunchEvents>,
+    /// Device memory as large as the L2 cache, written over to flush it (`--flush-l2`), made
+    /// at the first flush: its address and size (also in `buffers`, which frees it).
+    pub(crate) l2_flush: Option<(u64, usize)>,
 }
 
 /// Loads an image: cubin when one for this GPU exists next to the PTX, else the PTX through the
@@ -94,6 +97,7 @@ pub(crate) fn load<'d>(
         init_arrays: None,
         launch_blocking: std::env::var("CUDA_LAUNCH_BLOCKING").is_ok_and(|v| v.trim() == "1"),
         events: None,
+        l2_flush: None,
     };
     loaded.stream = new_stream()?;
     loaded.memory_stream = new_stream()?;
@@ -531,6 +535,39 @@ impl Primitives for CudaPrimitives<'_> {
         self.device.make_current()?;
         // The module checked that `address` holds `out.len()` device bytes.
         self.copy_from_device(address, out)
+    }
+
+    /// Writes over a buffer the size of the L2 cache on the kernels' stream, as NVBench flushes
+    /// it for a cold run: the next launch, ordered after it on the stream (and after its start
+    /// event), finds none of the last launches' data in L2. The buffer is made at the first
+    /// flush, from `CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE`; a device that reports no L2 has none
+    /// to flush.
+    fn flush_l2(&mut self) -> Result<bool, BackendError> {
+        refuse_after_fault()?;
+        self.device.make_current()?;
+        self.check_stream_usable()?;
+        let (address, size) = match self.l2_flush {
+            Some(buffer) => buffer,
+            None => {
+                use cudarc::driver::sys::CUdevice_attribute as A;
+                let size = calls::device_attribute(
+                    self.device.handle,
+                    A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+                )?;
+                let Ok(size @ 1..) = usize::try_from(size) else {
+                    return Ok(false);
+                };
+                // SAFETY: no stream: a plain allocation of the current context.
+                let address = unsafe { calls::device_alloc(size, None) }?;
+                self.buffers.insert(address);
+                self.l2_flush = Some((address, size));
+                (address, size)
+            }
+        };
+        // SAFETY: `size` bytes of device memory this module allocated and no kernel uses; the
+        // stream is this module's and usable.
+        unsafe { calls::fill_device_async(address, size, self.stream) }?;
+        Ok(true)
     }
 
     fn start(&mut self, kernel: &str, shape: LaunchShape, args: &[KernelArg]) -> Started {
