@@ -17,7 +17,7 @@
 //! See `README.md` for the known differences from libtest.
 //!
 //! Owns: libtest's command line, filtering, partitions, scheduling on test threads, verdicts,
-//! benchmarks' measurement, statistics and baselines ([`bench`]), and every reporter (pretty,
+//! benchmarks' measurement, statistics and baselines ([`mod@bench`]), and every reporter (pretty,
 //! terse, JSON, JUnit, GitHub annotations), plus the one table of exit codes. Must not: know backends, workers or images: tests come in as [`TestDesc`]s and
 //! run through an [`Executor`].
 

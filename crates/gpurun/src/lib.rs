@@ -3,7 +3,7 @@
 //! environment, `exit`/`abort`, portable thread ids, block-shared memory ([`shared`]), warp
 //! operations ([`warp`]), the atomics `core` lacks ([`atomic`]), math functions ([`math`]), calls
 //! of the host program's functions ([`host`]), the `#[gpurun::test]` registry and the
-//! `#[gpurun::bench]` handle ([`bench`]).
+//! `#[gpurun::bench]` handle ([`mod@bench`]).
 //!
 //! The same crate builds for `nvptx64-nvidia-cuda`, `amdgcn-amd-amdhsa` and the host. On the
 //! host (the emulation backend) it links `std`: the emulator runs each device thread on an OS
