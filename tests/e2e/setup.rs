@@ -134,8 +134,10 @@ fn build_directories_are_ignored_and_the_fuzz_corpus_is_kept() {
     for example in listed("examples") {
         build_dirs.push(format!("{example}/target/debug"));
     }
+    // The libraries' crates, and the CLI and the harness at the top.
     let fuzz_dirs: Vec<String> = listed("crates")
         .into_iter()
+        .chain(["cargo-gpurun".to_owned(), "harness".to_owned()])
         .map(|krate| format!("{krate}/fuzz"))
         .filter(|fuzz| root.join(fuzz).is_dir())
         .collect();

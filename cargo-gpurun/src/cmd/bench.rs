@@ -40,9 +40,11 @@ pub fn run(args: &BenchArgs) -> anyhow::Result<ExitCode> {
              --sanitize` for its findings"
         );
     }
-    // The bench profile is release's, as with `cargo bench`.
+    // The bench profile is release's, as with `cargo bench`; on the host emulation the memory
+    // checks would time the checker, not the kernel (`cargo gpurun test` checks the same code).
     let cargo = CargoArgs {
         release: true,
+        emulation_checks: false,
         ..args.cargo.clone()
     };
     let mut harness_args: Vec<OsString> = vec!["--bench".into()];

@@ -70,14 +70,14 @@ impl BackendKind {
 
     /// What measures a launch's device time on this backend ([`Module::last_device_time`]),
     /// for benchmark reports: two events recorded around the launch on its stream (CUDA), the
-    /// start and end timestamps the packet processor writes for the dispatch (HSA), the wall
-    /// time from handing the grid to the threads until the last one returns (the host
-    /// emulation: a CPU's time, not a GPU's). The scripted backend measures nothing.
+    /// start and end timestamps the packet processor writes for the dispatch (HSA), the CPU
+    /// time of the emulated thread that computed longest (the host emulation: a CPU's time, not
+    /// a GPU's). The scripted backend measures nothing.
     pub fn launch_timer(self) -> &'static str {
         match self {
             BackendKind::Cuda => "CUDA events",
             BackendKind::Hsa => "HSA dispatch timestamps",
-            BackendKind::Host => "host emulation wall time",
+            BackendKind::Host => "host emulation thread CPU time",
             BackendKind::Scripted => "none (scripted)",
         }
     }

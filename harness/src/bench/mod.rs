@@ -85,7 +85,7 @@ pub trait BenchLaunches {
     /// the launch, `Ok(None)` when the backend measured none.
     fn launch(&mut self, iterations: u64) -> Result<Option<Duration>, LaunchFailed>;
 
-    /// What times the launches, for the report (`CUDA events`, `host emulation wall time`).
+    /// What times the launches, for the report (`CUDA events`, `host emulation thread CPU time`).
     fn timer(&self) -> String;
 }
 

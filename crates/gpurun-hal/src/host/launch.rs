@@ -14,10 +14,10 @@ use super::checks::{self, LaunchChecks, ThreadChecks};
 use super::warp::{self, BlockSync};
 use crate::{BackendError, LaunchShape};
 use gpurun_rpc::host_waits::ServerWaker;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{JoinHandle, Thread};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Upper bound on OS threads running one launch at once (and so on a pool's size).
 pub const MAX_LIVE_THREADS: u64 = 4096;
@@ -182,10 +182,9 @@ struct GridRun {
     /// Pool threads still running this launch.
     running: AtomicUsize,
     done: AtomicBool,
-    /// When the grid was handed to its threads, and when its last thread returned: the
-    /// emulated device's time of the launch.
-    started: Instant,
-    ended: OnceLock<Instant>,
+    /// The most CPU time (nanoseconds) one emulated thread spent running its blocks: the
+    /// emulated device's time of the launch (see [`crate::launch_loop::Launch::device_time`]).
+    busiest_thread_ns: AtomicU64,
     /// Wakes the serve loop sleeping on the RPC server when the last thread returns.
     waker: Option<ServerWaker>,
 }
@@ -207,6 +206,7 @@ impl GridRun {
             .with_checks(thread_checks.as_ref());
         let seat_context = std::ptr::from_ref(&seat).cast();
         let shared = self.shared.get(group as usize);
+        let cpu_before = thread_cpu_ns();
         // The group runs the `group`-th, `group + groups`-th ... blocks of the launch's order.
         let mut index = group;
         let mut round = 0;
@@ -252,8 +252,11 @@ impl GridRun {
             index += self.deal.groups;
             round += 1;
         }
+        self.busiest_thread_ns.fetch_max(
+            thread_cpu_ns().saturating_sub(cpu_before),
+            Ordering::Relaxed,
+        );
         if self.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-            let _ = self.ended.set(Instant::now());
             self.done.store(true, Ordering::Release);
             if let Some(waker) = &self.waker {
                 waker.wake();
@@ -487,8 +490,7 @@ impl Grid {
             checks,
             running: AtomicUsize::new(threads),
             done: AtomicBool::new(false),
-            started: Instant::now(),
-            ended: OnceLock::new(),
+            busiest_thread_ns: AtomicU64::new(0),
             waker,
         });
         for (member, seat) in pool.seats[..threads].iter().enumerate() {
@@ -513,15 +515,37 @@ impl crate::launch_loop::Launch for Grid {
         }
     }
 
+    /// The CPU time of the emulated thread that computed longest, where a GPU would run every
+    /// thread at once: what the launch costs, whatever share of a core the OS gave each thread
+    /// (on a loaded machine the launch's wall time followed the load, up to ninefold for an
+    /// unchanged benchmark). Time a thread spends blocked (at a barrier, on the host's RPC
+    /// answer) is not in it.
     fn device_time(&self) -> Option<Duration> {
-        let ended = self.run.ended.get()?;
-        Some(ended.saturating_duration_since(self.run.started))
+        if !self.run.done.load(Ordering::Acquire) {
+            return None;
+        }
+        Some(Duration::from_nanos(
+            self.run.busiest_thread_ns.load(Ordering::Relaxed),
+        ))
     }
 
     fn finish(self: Box<Self>, _settled: bool) {
         // Nothing to join: the pool threads go back to their seats. An unsettled launch leaves
         // the module broken, and a broken module's pool is never dropped or used again.
     }
+}
+
+/// CPU time the calling thread has used, in nanoseconds (0 where the clock cannot be read).
+fn thread_cpu_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec, which lives on this stack.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) } != 0 {
+        return 0;
+    }
+    u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0)
 }
 
 #[cfg(test)]
