@@ -119,7 +119,7 @@ fn a_panic_prints_message_and_location_and_fails() {
     let stderr = text(&output.stderr);
     assert_contains(
         &stderr,
-        "panicked at panics/src/lib.rs:8:5:\nthe value was 42, expected 43",
+        "panicked at panics/src/lib.rs:11:5:\nthe value was 42, expected 43",
         &output,
     );
 }

@@ -257,19 +257,31 @@ pub fn ratio(took: std::time::Duration, baseline: std::time::Duration) -> f64 {
 }
 
 /// Median wall time of `runs` executions of `command()` (each must succeed).
-pub fn median_time(runs: usize, mut command: impl FnMut() -> Command) -> std::time::Duration {
-    let mut times: Vec<std::time::Duration> = (0..runs)
+pub fn median_time(runs: usize, command: impl FnMut() -> Command) -> std::time::Duration {
+    median_time_checked(runs, command, |output| {
+        assert!(
+            output.status.success(),
+            "benchmark command failed:\n{}",
+            describe(output)
+        );
+    })
+}
+
+/// Median wall time of `runs` executions of `command()`, each of whose output `check` accepts
+/// (it panics on one it does not).
+pub fn median_time_checked(
+    runs: usize,
+    mut command: impl FnMut() -> Command,
+    check: impl Fn(&Output),
+) -> std::time::Duration {
+    let mut times: Vec<std::time::Duration> = (0..runs.max(1))
         .map(|_| {
             let started = std::time::Instant::now();
             let output = command()
                 .output()
                 .unwrap_or_else(|e| panic!("cannot run: {e}"));
             let took = started.elapsed();
-            assert!(
-                output.status.success(),
-                "benchmark command failed:\n{}",
-                describe(&output)
-            );
+            check(&output);
             took
         })
         .collect();

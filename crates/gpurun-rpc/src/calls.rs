@@ -53,7 +53,8 @@ pub fn abort<L: Lanes>(client: &Client, lanes: &L) {
     }
 }
 
-/// Our `PANIC`: message, file, then one packet with the location and thread ids.
+/// Our `PANIC`: the location, the file and the message as one byte string, so that the port is
+/// held for one exchange however many threads panic at once.
 pub fn report_panic<L: Lanes>(
     client: &Client,
     lanes: &L,
@@ -64,7 +65,6 @@ pub fn report_panic<L: Lanes>(
     let Some(mut port) = client.open::<{ opcode::PANIC }, L>(lanes) else {
         return;
     };
-    port.send_n(message);
-    port.send_n(file.as_bytes());
-    port.send(|buffer, _| buffer.data[..4].copy_from_slice(&location.to_words()));
+    let header = opcode::panic_header(&location, file.len());
+    port.send_n_parts(&[&header, file.as_bytes(), message]);
 }

@@ -504,14 +504,22 @@ impl<L: Lanes> Port<'_, L> {
     /// Sends `data` (this lane's own bytes; lanes may send different lengths): a first packet
     /// with the length and up to 56 bytes, then 64 bytes per packet until every lane is done.
     pub fn send_n(&mut self, data: &[u8]) {
-        let size = data.len() as u64;
+        self.send_n_parts(&[data]);
+    }
+
+    /// [`Port::send_n`] of the concatenation of `parts`, without copying them into one buffer
+    /// first (the device's panic handler has no allocator): the server receives one byte string.
+    pub fn send_n_parts(&mut self, parts: &[&[u8]]) {
+        let size = parts
+            .iter()
+            .fold(0usize, |sum, part| sum.saturating_add(part.len()));
         self.send(|buffer, _| {
-            buffer.data[0] = size;
-            copy_into(&mut buffer.as_bytes_mut()[8..], data);
+            buffer.data[0] = size as u64;
+            store_parts(&mut buffer.as_bytes_mut()[8..], parts, 0);
         });
         let mut offset = FIRST_PACKET_PAYLOAD;
-        while self.lanes.ballot(self.lane_mask, offset < data.len()) != 0 {
-            self.send(|buffer, _| store_chunk(buffer.as_bytes_mut(), data, offset));
+        while self.lanes.ballot(self.lane_mask, offset < size) != 0 {
+            self.send(|buffer, _| store_parts(buffer.as_bytes_mut(), parts, offset));
             offset += 64;
         }
     }
@@ -569,14 +577,27 @@ impl<L: Lanes> Port<'_, L> {
     }
 }
 
-/// Fills a packet with `data[offset..]`: 64 bytes at once when that many remain (one fixed-size
-/// copy instead of a byte loop), else what is left. Nothing here can panic.
+/// Fills `packet` with the bytes of the concatenation of `parts` from `offset` on: a whole
+/// 64-byte packet from one part at once (one fixed-size copy instead of a byte loop), else what
+/// is left, part by part. Nothing here can panic.
 #[inline(always)]
-fn store_chunk(packet: &mut [u8; 64], data: &[u8], offset: usize) {
-    if let Some(rest) = data.get(offset..) {
-        match rest.first_chunk::<64>() {
-            Some(full) => *packet = *full,
-            None => copy_into(packet, rest),
+fn store_parts(packet: &mut [u8], parts: &[&[u8]], mut offset: usize) {
+    let mut packet = packet;
+    for part in parts {
+        let Some(rest) = part.get(offset..) else {
+            // The packet starts past this part.
+            offset = offset.saturating_sub(part.len());
+            continue;
+        };
+        offset = 0;
+        if let (Some(to), Some(from)) = (packet.first_chunk_mut::<64>(), rest.first_chunk::<64>()) {
+            *to = *from;
+            return;
+        }
+        copy_into(packet, rest);
+        match packet.get_mut(rest.len()..) {
+            Some(unfilled) if !unfilled.is_empty() => packet = unfilled,
+            _ => return,
         }
     }
 }

@@ -15,7 +15,7 @@
 //! | word | what |
 //! | --- | --- |
 //! | 0, 1 | server sleepers, server sequence: a server thread sleeps on the sequence while it waits for a client packet or for any request; a client bumps it after handing a packet over |
-//! | 16, 17 | opener sleepers, opener sequence: clients sleep here when every port was busy for a while; bumped when a port may have become free |
+//! | 16, 17 | opener sleepers, opener sequence: clients sleep here when every port was busy for a while; bumped when a port may have become free, which wakes one of them |
 //! | 32 + i | sleepers on port `i`: clients sleeping on port `i`'s client inbox word itself |
 //!
 //! No system call when nobody sleeps: a waker reads the sleeper count and only wakes when it is
@@ -112,17 +112,20 @@ impl HostWaits {
     /// Client side, after handing a packet to the server: wakes a sleeping server.
     #[inline(always)]
     pub(crate) fn wake_server(&self) {
-        self.bump(SERVER_SLEEPERS, SERVER_SEQUENCE);
+        self.bump(SERVER_SLEEPERS, SERVER_SEQUENCE, futex::wake_all);
     }
 
-    /// Wakes the clients waiting for a free port (a port was unlocked or handed back).
+    /// Wakes a client waiting for a free port (a port was unlocked or handed back). One, not
+    /// all: one port came free, and when thousands of emulated threads wait for ports, waking
+    /// all of them for each would make every one scan the ports for every message. A woken
+    /// opener that finds no port sleeps again; the next port that comes free wakes another.
     #[inline(always)]
     pub(crate) fn wake_openers(&self) {
-        self.bump(OPENER_SLEEPERS, OPENER_SEQUENCE);
+        self.bump(OPENER_SLEEPERS, OPENER_SEQUENCE, futex::wake_one);
     }
 
     /// Server side, after `mailbox` (port `port`'s client inbox) changed: wakes the clients
-    /// sleeping on it and those waiting for a free port.
+    /// sleeping on it and one waiting for a free port (see [`HostWaits::wake_openers`]).
     #[inline(always)]
     pub(crate) fn wake_port(&self, port: u32, mailbox: &AtomicU32) {
         fence(Ordering::SeqCst);
@@ -135,19 +138,19 @@ impl HostWaits {
         }
         if self.word(OPENER_SLEEPERS).load(Ordering::Relaxed) != 0 {
             self.word(OPENER_SEQUENCE).fetch_add(1, Ordering::Release);
-            futex::wake_all(self.word(OPENER_SEQUENCE));
+            futex::wake_one(self.word(OPENER_SEQUENCE));
         }
     }
 
     /// Wakes the sleepers of a sequence if there are any. The caller changed what they wait
     /// for just before.
     #[inline(always)]
-    fn bump(&self, sleepers: usize, sequence: usize) {
+    fn bump(&self, sleepers: usize, sequence: usize, wake: fn(&AtomicU32)) {
         fence(Ordering::SeqCst);
         if self.word(sleepers).load(Ordering::Relaxed) != 0 {
             // Release: a sleeper that reads the new sequence also sees what the caller changed.
             self.word(sequence).fetch_add(1, Ordering::Release);
-            futex::wake_all(self.word(sequence));
+            wake(self.word(sequence));
         }
     }
 
@@ -258,13 +261,22 @@ mod futex {
 
     /// Wakes every thread sleeping on `word`.
     pub(super) fn wake_all(word: &AtomicU32) {
+        wake(word, i32::MAX);
+    }
+
+    /// Wakes one thread sleeping on `word`, if any.
+    pub(super) fn wake_one(word: &AtomicU32) {
+        wake(word, 1);
+    }
+
+    fn wake(word: &AtomicU32, count: i32) {
         // SAFETY: FUTEX_WAKE only uses the address as a key; it does not access memory.
         unsafe {
             libc::syscall(
                 libc::SYS_futex,
                 word.as_ptr(),
                 libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                i32::MAX,
+                count,
             );
         }
     }
@@ -280,4 +292,6 @@ mod futex {
     pub(super) fn wait(_word: &AtomicU32, _expected: u32, _timeout: Option<Duration>) {}
 
     pub(super) fn wake_all(_word: &AtomicU32) {}
+
+    pub(super) fn wake_one(_word: &AtomicU32) {}
 }

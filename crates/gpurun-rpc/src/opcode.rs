@@ -20,7 +20,7 @@
 //! | [`HOST_CALL`] | C→ `send_n(argument blob)`; C→ `data[0]` = host function pointer; ←S `data[0]` = result |
 //! | [`ABORT`] | C→ empty; ←S empty; C→ empty. The host aborts the program |
 //! | [`TEST_INCREMENT`] | C→ `data[0]` = n; ←S `data[0]` = n + 1 |
-//! | [`PANIC`] | C→ `send_n(message)`; C→ `send_n(file)`; C→ [`PanicLocation`] packed in `data[0..4]`; no reply |
+//! | [`PANIC`] | C→ `send_n(report)`: [`PANIC_HEADER_BYTES`] of [`panic_header`] (the [`PanicLocation`] and the file's length), the file, the message; no reply |
 //! | [`TEST_START`] | reserved |
 //!
 //! The other libc opcodes (streams, printf, files, `system`) follow LLVM libc's `rpc_server.h`;
@@ -126,19 +126,56 @@ libc_opcodes! {
 /// liboffload's host call (same protocol as [`HOST_CALL`]).
 pub const OFFLOAD_HOST_CALL: u32 = opcode(OFFLOAD_CLASS, 0);
 
-/// A device thread panicked (see [`PanicLocation`] for the last packet).
-pub const PANIC: u32 = opcode(GPURUN_CLASS, 1);
+/// A device thread panicked: one byte string, [`panic_header`] then the file and the message.
+/// One message, so a storm of panicking threads holds each port for one exchange.
+pub const PANIC: u32 = opcode(GPURUN_CLASS, 3);
 /// Reserved for test start reports.
 pub const TEST_START: u32 = opcode(GPURUN_CLASS, 2);
+/// What [`PANIC`] was before it became one message (message, file and location in three
+/// sends); an image that still sends it was built by an older `gpurun` runtime.
+pub const RETIRED_PANIC: u32 = opcode(GPURUN_CLASS, 1);
 
-/// The last packet of a [`PANIC`] report, in `data[0..4]` of the panicking lane's slot:
+/// Bytes of a [`PANIC`] report before its file: the [`PanicLocation`]'s four words and the
+/// file's length in bytes, little-endian.
+pub const PANIC_HEADER_BYTES: usize = 36;
+
+/// The start of a [`PANIC`] report; the file (`file_len` bytes) and the message follow it.
+pub fn panic_header(location: &PanicLocation, file_len: usize) -> [u8; PANIC_HEADER_BYTES] {
+    let file_len = u32::try_from(file_len).unwrap_or(u32::MAX);
+    let bytes = location
+        .to_words()
+        .into_iter()
+        .flat_map(u64::to_le_bytes)
+        .chain(file_len.to_le_bytes());
+    // Element by element: the device's panic handler calls this, so it has no panic path.
+    let mut header = [0u8; PANIC_HEADER_BYTES];
+    for (to, from) in header.iter_mut().zip(bytes) {
+        *to = from;
+    }
+    header
+}
+
+/// A [`PANIC`] report split into its location, file and message; `None` when it is shorter
+/// than its header or names a file longer than what follows.
+pub fn parse_panic(report: &[u8]) -> Option<(PanicLocation, &[u8], &[u8])> {
+    let (header, rest) = report.split_first_chunk::<PANIC_HEADER_BYTES>()?;
+    let mut words = [0u64; 4];
+    for (word, bytes) in words.iter_mut().zip(header.chunks_exact(8)) {
+        *word = u64::from_le_bytes(bytes.try_into().ok()?);
+    }
+    let file_len = u32::from_le_bytes(*header.last_chunk::<4>()?);
+    let (file, message) = rest.split_at_checked(usize::try_from(file_len).ok()?)?;
+    Some((PanicLocation::from_words(words), file, message))
+}
+
+/// Where a device thread panicked, as a [`PANIC`] report's header packs it in four words:
 ///
 /// | word | low 32 bits | high 32 bits |
 /// | --- | --- | --- |
-/// | `data[0]` | line | column |
-/// | `data[1]` | thread x | thread y |
-/// | `data[2]` | thread z | block x |
-/// | `data[3]` | block y | block z |
+/// | 0 | line | column |
+/// | 1 | thread x | thread y |
+/// | 2 | thread z | block x |
+/// | 3 | block y | block z |
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PanicLocation {
     /// Source line (1-based; 0 if unknown).
@@ -208,7 +245,7 @@ mod tests {
 
     #[test]
     fn our_opcodes_are_in_their_own_class() {
-        assert_eq!(PANIC, 0x6700_0001);
+        assert_eq!(PANIC, 0x6700_0003);
         assert_eq!(TEST_START, 0x6700_0002);
         assert!(LIBC_OPCODES
             .iter()
@@ -226,5 +263,30 @@ mod tests {
         let words = location.to_words();
         assert_eq!(words[0], 42 | 7 << 32);
         assert_eq!(PanicLocation::from_words(words), location);
+    }
+
+    #[test]
+    fn a_panic_report_splits_into_what_was_packed() {
+        let location = PanicLocation {
+            line: 12,
+            column: 5,
+            thread: [31, 1, 0],
+            block: [7, 0, 2],
+        };
+        let file = b"src/lib.rs";
+        let mut report = panic_header(&location, file.len()).to_vec();
+        report.extend_from_slice(file);
+        report.extend_from_slice(b"index out of bounds");
+        assert_eq!(
+            parse_panic(&report),
+            Some((location, &file[..], &b"index out of bounds"[..]))
+        );
+        // An empty file and message are a whole report.
+        let empty = panic_header(&location, 0);
+        assert_eq!(parse_panic(&empty), Some((location, &[][..], &[][..])));
+        // Too short for its header, or naming more file than it carries.
+        assert_eq!(parse_panic(&report[..PANIC_HEADER_BYTES - 1]), None);
+        let long_file = panic_header(&location, 100);
+        assert_eq!(parse_panic(&long_file), None);
     }
 }

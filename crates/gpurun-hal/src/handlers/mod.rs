@@ -23,6 +23,8 @@ use std::sync::{Mutex, PoisonError};
 pub const MAX_WRITE: u64 = 64 << 20;
 /// Longest panic message kept; the rest is dropped.
 pub const MAX_PANIC_MESSAGE: usize = 16 << 10;
+/// The longest source file name a panic report keeps.
+const MAX_PANIC_FILE: usize = 4096;
 /// Largest single device allocation honoured over RPC MALLOC.
 pub const MAX_MALLOC: u64 = 1 << 40;
 
@@ -331,22 +333,17 @@ fn handle(
             Ok(Served::End(LaunchEnd::Aborted))
         }
         opcode::PANIC => {
-            let messages = recv_text(server, port, MAX_PANIC_MESSAGE)?;
-            let files = recv_text(server, port, 4096)?;
-            let mut locations = [[0u64; 4]; 64];
-            port.recv(|buffer, lane| {
-                locations[lane as usize].copy_from_slice(&buffer.data[..4]);
-            })?;
-            for (lane, message) in messages {
-                let file = files
-                    .iter()
-                    .find(|(l, _)| *l == lane)
-                    .map(|(_, f)| f.clone())
-                    .unwrap_or_default();
-                let location = opcode::PanicLocation::from_words(locations[lane as usize]);
+            for (lane, report) in recv_lanes(server, port, MAX_WRITE)? {
+                let (location, file, message) = opcode::parse_panic(&report).ok_or_else(|| {
+                    Fail::Protocol(format!(
+                        "lane {lane} sent a {}-byte panic report that its header does not \
+                         describe",
+                        report.len()
+                    ))
+                })?;
                 sink.panic(PanicReport {
-                    message,
-                    file,
+                    message: lossy_prefix(message, MAX_PANIC_MESSAGE),
+                    file: lossy_prefix(file, MAX_PANIC_FILE),
                     line: location.line,
                     column: location.column,
                     thread: location.thread,
@@ -355,6 +352,11 @@ fn handle(
             }
             Ok(Served::Handled)
         }
+        opcode::RETIRED_PANIC => Err(Fail::Protocol(
+            "the device reported a panic the way gpurun runtimes before this cargo-gpurun did \
+             (opcode 0x67000001); rebuild the image with the `gpurun` crate of this release"
+                .to_owned(),
+        )),
         opcode::NOOP => {
             port.recv(|_, _| {})?;
             Ok(Served::Handled)
@@ -408,20 +410,9 @@ pub(crate) fn recv_lanes(
     Ok(lanes)
 }
 
-/// Receives one text per lane, cut to `keep` bytes (a long panic message is still a panic);
-/// lengths over [`MAX_WRITE`] end the launch as for writes.
-fn recv_text(
-    server: &Server,
-    port: &mut ServerPort<'_>,
-    keep: usize,
-) -> Result<Vec<(u32, String)>, Fail> {
-    Ok(recv_lanes(server, port, MAX_WRITE)?
-        .into_iter()
-        .map(|(lane, bytes)| {
-            let bytes = &bytes[..bytes.len().min(keep)];
-            (lane, String::from_utf8_lossy(bytes).into_owned())
-        })
-        .collect())
+/// Text from the device, cut to `keep` bytes (a long panic message is still a panic).
+fn lossy_prefix(bytes: &[u8], keep: usize) -> String {
+    String::from_utf8_lossy(&bytes[..bytes.len().min(keep)]).into_owned()
 }
 
 /// A [`Sink`] that keeps everything, for tests of the loop and the backends.
