@@ -519,8 +519,12 @@ impl SlotSetup {
             if !usable || pipe.broken.load(Ordering::Relaxed) {
                 pipe.send_last(slot, &event);
             }
-            pipe.send(slot, &event);
+            // Counted out before the parent hears of the end: the parent may close the pipe
+            // as soon as it does, and the main thread must then find this slot idle, or a worker
+            // that owes a coverage profile would end without writing it. The main thread joins
+            // the slots before it exits, so this report still goes out.
             LAUNCHES.fetch_sub(1, Ordering::SeqCst);
+            pipe.send(slot, &event);
         }
     }
 

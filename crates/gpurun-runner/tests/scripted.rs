@@ -47,6 +47,10 @@ fn main() -> ExitCode {
             "a_worker_leaves_without_exit_handlers_after_its_last_run",
             last_run_skips_exit_handlers,
         ),
+        Trial::test(
+            "a_worker_owing_a_profile_runs_its_exit_handlers_when_closed_at_once",
+            owed_profile_is_written,
+        ),
     ];
     libtest_mimic::run(&Arguments::from_args(), trials).exit_code()
 }
@@ -483,6 +487,46 @@ fn last_run_skips_exit_handlers() -> Result<(), Failed> {
     check(!marker.exists(), || {
         "the worker ran its exit handlers after its last run".into()
     })
+}
+
+/// A worker of a coverage run (`LLVM_PROFILE_FILE` set) ends through `exit`, whose handlers
+/// write the profile, even when the parent closes it the moment the last test's end arrives:
+/// the slot that reported that end must already count as idle. Several rounds, since the slot
+/// and the main thread race.
+fn owed_profile_is_written() -> Result<(), Failed> {
+    let setup = Setup::new(
+        "owed-profile",
+        vec![("passes", vec![Step::Print("ran\n".into())])],
+    );
+    let marker = setup.dir.join("exit-marker");
+    let mut spec = setup.spec();
+    spec.env.push((
+        gpurun_runner::worker::PROFILE_FILE_ENV.into(),
+        setup.dir.join("%p.profraw").display().to_string(),
+    ));
+    spec.env
+        .push((EXIT_MARKER_ENV.into(), marker.display().to_string()));
+    let command = Command::RunTest {
+        kernel: setup.tests[0].kernel.clone(),
+        shape: LaunchShape::SINGLE,
+        bench: None,
+    };
+    for round in 0..10 {
+        let _ = std::fs::remove_file(&marker);
+        let worker = WorkerHandle::spawn(&spec, Duration::from_secs(30))?;
+        let end = worker.run(0, &command, Some(Duration::from_secs(30)), &mut |_| {});
+        check(matches!(end, Ok(LaunchEnd::Completed)), || {
+            format!("round {round}: {end:?}")
+        })?;
+        let ended = worker.close(Duration::from_secs(30));
+        check(ended.status.is_some() && marker.exists(), || {
+            format!(
+                "round {round}: the worker ({:?}) ended without its exit handlers",
+                ended.status
+            )
+        })?;
+    }
+    Ok(())
 }
 
 fn program() -> Result<(), Failed> {
