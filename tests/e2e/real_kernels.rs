@@ -117,20 +117,19 @@ fn item<'a>(source: &'a str, first: &str) -> &'a str {
 fn the_readme_quotes_the_block_reduction_as_it_is() {
     let source = std::fs::read_to_string(fixtures_dir().join(FIXTURE).join("src/lib.rs")).unwrap();
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    for first in ["#[gpurun::kernel(len(x = n, sums = blocks))]"] {
-        let quoted: String = item(&source, first)
-            .lines()
-            .map(|line| {
-                if line.is_empty() {
-                    "\n".to_owned()
-                } else {
-                    format!("    {line}\n")
-                }
-            })
-            .collect();
-        assert!(
-            readme.contains(&quoted),
-            "README.md does not quote the fixture's `{first}` as it is:\n{quoted}"
-        );
-    }
+    let first = "#[gpurun::kernel(len(x = n, sums = blocks))]";
+    let quoted: String = item(&source, first)
+        .lines()
+        .map(|line| {
+            if line.is_empty() {
+                "\n".to_owned()
+            } else {
+                format!("    {line}\n")
+            }
+        })
+        .collect();
+    assert!(
+        readme.contains(&quoted),
+        "README.md does not quote the fixture's `{first}` as it is:\n{quoted}"
+    );
 }
