@@ -747,3 +747,62 @@ pub fn exclusive_scan_sum<T: WarpNumber>(mask: u64, value: T) -> T {
         T::ZERO
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{lane_of_rank, WarpNumber};
+
+    /// `lane_of_rank` against walking the set bits, for masks of every density.
+    #[test]
+    fn lane_of_rank_finds_the_lane_with_that_many_mask_lanes_below() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..2000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let mask = match round % 4 {
+                0 => state,
+                1 => state & (state >> 1),
+                2 => state | (state << 3),
+                _ => state & (state >> 2) & (state >> 5),
+            };
+            let lanes: Vec<u32> = (0..64).filter(|lane| mask >> lane & 1 == 1).collect();
+            for (rank, &lane) in lanes.iter().enumerate() {
+                assert_eq!(
+                    lane_of_rank(mask, rank as u32),
+                    lane,
+                    "{mask:#x} rank {rank}"
+                );
+            }
+        }
+        assert_eq!(lane_of_rank(u64::MAX, 63), 63);
+        assert_eq!(lane_of_rank(1 << 63, 0), 63);
+    }
+
+    /// `minimumNumber` and `maximumNumber` give the same bits whichever operand comes first
+    /// (but for which NaN when both are).
+    #[test]
+    fn float_minimum_and_maximum_commute() {
+        let values = [
+            f32::NAN,
+            -0.0,
+            0.0,
+            -1.5,
+            2.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        for a in values {
+            for b in values {
+                if a.is_nan() && b.is_nan() {
+                    continue;
+                }
+                assert_eq!(a.warp_min(b).to_bits(), b.warp_min(a).to_bits(), "{a} {b}");
+                assert_eq!(a.warp_max(b).to_bits(), b.warp_max(a).to_bits(), "{a} {b}");
+            }
+        }
+        assert!(f32::NAN.warp_min(1.0) == 1.0 && 1.0f32.warp_max(f32::NAN) == 1.0);
+        assert!((-0.0f64).warp_max(0.0).is_sign_positive());
+        assert!(0.0f64.warp_min(-0.0).is_sign_negative());
+    }
+}
