@@ -18,6 +18,8 @@
 //!   read, write and add to it with `ds_` instructions on gfx90a and gfx1100.
 //! - the device runtime's warp shuffles are `ds_bpermute` on both, and the `_device` forms of its
 //!   float and wrapping atomics the GPU's own instructions where it has them (fixtures/device-ops);
+//! - `clock64` is the shader clock (`s_memtime` on gfx90a, `SHADER_CYCLES` on gfx1100) and
+//!   `nanosleep` sleeps with `s_sleep` against the real-time counter;
 //! - on gfx942 (release builds of device-ops and real-kernels) every one of those atomics is
 //!   relaxed, with no cache write-back or invalidate around it; a float add to shared memory is
 //!   `ds_add_f32`, and the default forms on device memory are compare-and-swap loops, which stay
@@ -546,6 +548,44 @@ fn warp_shuffles_are_ds_bpermute_and_atomics_are_native() {
                 "{arch} device_ops has no {needle}"
             );
         }
+    }
+}
+
+/// `gpurun::clock64` and `gpurun::nanosleep` (fixtures/device-ops): the shader clock,
+/// `s_memtime` on gfx90a and, where there is none (gfx1100), the 20-bit `SHADER_CYCLES`
+/// register; sleep as `s_sleep` steps until the 100 MHz real-time counter (`s_memrealtime` on
+/// gfx90a, a `s_sendmsg_rtn_b64` message on gfx1100) has moved on.
+#[test]
+fn clock_and_sleep_are_the_shader_clock_and_s_sleep() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    let wave64 = disassemble(&toolchain, image("device_ops"), "gfx90a");
+    let wave32 = disassemble(&toolchain, find(wave32_images(), "device_ops"), "gfx1100");
+    let has = |code: &[(String, Vec<String>)], mnemonic: &str, operand: &str| {
+        code.iter()
+            .flat_map(|(_, body)| body)
+            .any(|line| line.split_whitespace().next() == Some(mnemonic) && line.contains(operand))
+    };
+    for (mnemonic, operand) in [
+        ("s_memtime", ""),
+        ("s_memrealtime", ""),
+        ("s_sleep", "s_sleep 1"),
+    ] {
+        assert!(
+            has(&wave64, mnemonic, operand),
+            "gfx90a device_ops has no {mnemonic} {operand}"
+        );
+    }
+    for (mnemonic, operand) in [
+        ("s_getreg_b32", "HW_REG_SHADER_CYCLES"),
+        ("s_sendmsg_rtn_b64", "MSG_RTN_GET_REALTIME"),
+        ("s_sleep", "s_sleep 1"),
+    ] {
+        assert!(
+            has(&wave32, mnemonic, operand),
+            "gfx1100 device_ops has no {mnemonic} {operand}"
+        );
     }
 }
 

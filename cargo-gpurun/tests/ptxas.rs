@@ -12,8 +12,8 @@
 //! `-O3` took most of CI's time), and the optimizer runs, at `-O3`, on the
 //! [`OPTIMIZED_FIXTURES`] for sm_90 with 13.x. `GPURUN_PTXAS_FULL=1` assembles every one of them at `-O3`
 //! (README, "Status": run it before a release and after a ptxas update). Also: the 1024-thread
-//! test kernel fits 1024 threads (`ptxas -v` register count), and block-shared memory is PTX
-//! shared memory.
+//! test kernel fits 1024 threads (`ptxas -v` register count), block-shared memory is PTX
+//! shared memory, and an sm_80 build of device-ops reduces 32-bit integers with `redux.sync`.
 //!
 //! `scripts/setup.sh` installs ptxas 13.x into `~/.local/share/gpurun/cuda-nvcc-13`
 //! (`GPURUN_PTXAS_13` overrides). A missing ptxas is reported as not run, and fails under CI=true.
@@ -296,8 +296,11 @@ fn assert_full_mask_use(ptx: &Path, text: &str, opcodes: &[&str]) {
 /// `gpurun::warp` on NVIDIA (fixtures/device-ops, which the test above assembles for every
 /// architecture): `shfl.sync`, `vote.sync` and `bar.warp.sync` with the member mask, the full
 /// warp as the immediate `-1` (independent thread scheduling, sm_70+, needs the mask right);
+/// its reductions shuffles in the default sm_70 build, which has no `redux.sync`;
 /// `gpurun::atomic`'s float add and wrapping increment and decrement as `atom` instructions;
-/// and `gpurun::math` calls no external function (PTX with one would not link).
+/// the scoped fences, the clock and sleep as `fence.acq_rel.cta`/`.gpu`, `%clock64` and
+/// `nanosleep.u32`; and `gpurun::math` calls no external function (PTX with one would not
+/// link).
 #[test]
 fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
     if nightly().is_none() {
@@ -324,13 +327,83 @@ fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
             "atom.inc.u32",
             "atom.dec.u32",
             "activemask.b32",
+            "fence.acq_rel.cta",
+            "fence.acq_rel.gpu",
+            "nanosleep.u32",
         ],
+    );
+    assert!(
+        text.contains("%clock64"),
+        "no %clock64 in {}",
+        ptx.display()
+    );
+    assert!(
+        instructions(&text, "redux.sync").next().is_none(),
+        "{}: redux.sync in an sm_70 build",
+        ptx.display()
     );
     assert!(
         !text.contains(".extern .func"),
         "{} calls an external function",
         ptx.display()
     );
+}
+
+/// An architecture with `redux.sync` (sm_80 and later).
+const REDUX_ARCH: &str = "sm_80";
+
+/// In a build for sm_80 (`--arch sm_80`, as on an A100 or H100 machine), `gpurun::warp`'s
+/// reductions of 32-bit integers are one `redux.sync` each (add, min and max signed and
+/// unsigned, and, or, xor), and the PTX assembles for sm_80 (the build's own ptxas run, when
+/// ptxas 12.x is there). fixtures/device-ops, in a target directory of its own.
+#[test]
+fn integer_reductions_are_redux_sync_in_sm_80_builds() {
+    if nightly().is_none() {
+        return;
+    }
+    let manifest = fixtures_manifest();
+    let target_dir = gpurun_tests::gpu_images_dir().join(REDUX_ARCH);
+    let output = gpurun(
+        &[
+            "build",
+            "-p",
+            "device-ops",
+            "--arch",
+            REDUX_ARCH,
+            "--message-format",
+            "json",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
+        ],
+        &[("CARGO_TARGET_DIR", &target_dir)],
+    );
+    let paths = built_image_paths(&output);
+    let ptx = paths
+        .iter()
+        .find(|path| path.extension().is_some_and(|ext| ext == "ptx"))
+        .unwrap_or_else(|| panic!("no PTX among {paths:?}"));
+    let text = std::fs::read_to_string(ptx).unwrap();
+    assert_has_instructions(
+        ptx,
+        &text,
+        &[
+            "redux.sync.add.s32",
+            "redux.sync.min.s32",
+            "redux.sync.min.u32",
+            "redux.sync.max.s32",
+            "redux.sync.max.u32",
+            "redux.sync.and.b32",
+            "redux.sync.or.b32",
+            "redux.sync.xor.b32",
+        ],
+    );
+    if toolchain::find_ptxas().is_some() {
+        assert!(
+            built_cubin_is_current(ptx),
+            "{}: no {REDUX_ARCH} cubin from the build newer than the PTX",
+            ptx.display()
+        );
+    }
 }
 
 /// The real kernels of issue 24 (fixtures/real-kernels, assembled for every architecture by

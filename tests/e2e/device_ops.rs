@@ -1,8 +1,10 @@
 //! `fixtures/device-ops` on the host emulation with warps of 1, 32 and 64 lanes: its device
-//! tests (warp operations against per-lane references, atomics, math) pass; the two that break
-//! the warp rules on purpose fail with a message naming the lanes instead of hanging; and its
-//! kernels, launched from here through `gpurun-test`, agree with a CPU reference (atomics from a
-//! whole grid, warp sums, ballot-based compaction, math bit for bit against the `libm` crate).
+//! tests (warp operations, reductions, scans, `elect` and lane masks against per-lane
+//! references, fences and the clock, atomics, math) pass; the two that break the warp rules on
+//! purpose fail with a message naming the lanes instead of hanging; and its kernels, launched
+//! from here through `gpurun-test`, agree with a CPU reference (atomics from a whole grid, warp
+//! sums, ballot-based compaction, reductions and scans over partial warps and scattered masks
+//! bit for bit, floats in their documented order, math bit for bit against the `libm` crate).
 
 use gpurun_test::{DeviceCrate, LaunchShape};
 use gpurun_tests::{
@@ -32,7 +34,7 @@ fn device_tests_pass_with_lane_sizes_1_32_and_64() {
         assert!(
             output.status.success()
                 && summary(&text(&output.stdout))
-                    .starts_with("test result: ok. 10 passed; 0 failed; 2 ignored;"),
+                    .starts_with("test result: ok. 15 passed; 0 failed; 2 ignored;"),
             "lane size {lane_size}: {}",
             describe(&output)
         );
@@ -245,6 +247,220 @@ fn warp_sums_and_compaction_follow_the_lane_size() {
             distinct.len(),
             "a warp's values are split: {kept:?}"
         );
+    }
+}
+
+/// The fixture's masks of `warp_reductions` (`SCATTERED`, `EVEN`, `mask_of`), for the CPU.
+const SCATTERED: u64 = 0x9f00_3c21_8421_0a53;
+const EVEN: u64 = 0x5555_5555_5555_5555;
+const MASK_KINDS: usize = 4;
+
+fn mask_of(kind: usize, lane: usize, present: u64) -> u64 {
+    let half = if lane.is_multiple_of(2) { EVEN } else { !EVEN };
+    let mask = match kind {
+        0 => u64::MAX,
+        1 => SCATTERED,
+        2 => half,
+        _ => !(present & present.wrapping_neg()),
+    };
+    mask & present
+}
+
+/// The documented order of `warp::reduce_sum` (and min, max) over `values` (the mask's lanes in
+/// lane order): a pairwise tree, `((v0 + v1) + (v2 + v3)) + ...`, a value without a partner
+/// passing up unchanged.
+fn pairwise<T: Copy>(values: &[T], combine: fn(T, T) -> T) -> T {
+    if values.len() == 1 {
+        return values[0];
+    }
+    let half = values.len().next_power_of_two() / 2;
+    combine(
+        pairwise(&values[..half], combine),
+        pairwise(&values[half..], combine),
+    )
+}
+
+/// The documented order of `warp::inclusive_scan_sum` over `values` (the mask's lanes in lane
+/// order): step `d` = 1, 2, 4, ... adds to each the partial sum `d` places below it.
+fn hillis_steele(values: &[f32]) -> Vec<f32> {
+    let mut sums = values.to_vec();
+    let mut step = 1;
+    while step < sums.len() {
+        let before = sums.clone();
+        for rank in step..sums.len() {
+            sums[rank] = before[rank - step] + before[rank];
+        }
+        step *= 2;
+    }
+    sums
+}
+
+/// `minimumNumber` / `maximumNumber`, as the fixture's floats reduce.
+fn minimum_number(a: f32, b: f32) -> f32 {
+    if b < a || a.is_nan() || (a == b && b.is_sign_negative()) {
+        b
+    } else {
+        a
+    }
+}
+
+fn maximum_number(a: f32, b: f32) -> f32 {
+    if b > a || a.is_nan() || (a == b && a.is_sign_negative()) {
+        b
+    } else {
+        a
+    }
+}
+
+/// What `warp_reductions` writes for each thread: 9 integers and 4 floats (see the fixture).
+fn warp_reductions_reference(
+    lane_size: usize,
+    blocks: usize,
+    threads: usize,
+    values: &[u32],
+    weights: &[f32],
+    extremes: &[f32],
+) -> (Vec<u32>, Vec<f32>) {
+    let (mut ints, mut floats) = (Vec::new(), Vec::new());
+    let warps_per_block = threads.div_ceil(lane_size);
+    for block in 0..blocks {
+        for warp in 0..warps_per_block {
+            let first = block * threads + warp * lane_size;
+            let present_lanes = (threads - warp * lane_size).min(lane_size);
+            let present = if present_lanes == 64 {
+                u64::MAX
+            } else {
+                (1u64 << present_lanes) - 1
+            };
+            let kind = (block * warps_per_block + warp) % MASK_KINDS;
+            for lane in 0..present_lanes {
+                let mask = mask_of(kind, lane, present);
+                if mask >> lane & 1 == 0 {
+                    ints.extend([u32::MAX; 9]);
+                    floats.extend([f32::NEG_INFINITY; 4]);
+                    continue;
+                }
+                let members: Vec<usize> = (0..64).filter(|l| mask >> l & 1 == 1).collect();
+                let rank = members.iter().position(|&l| l == lane).unwrap();
+                let of = |data: &[u32]| -> Vec<u32> {
+                    members.iter().map(|&l| data[first + l]).collect()
+                };
+                let mine = of(values);
+                let inclusive = mine[..=rank].iter().fold(0u32, |s, &v| s.wrapping_add(v));
+                ints.extend([
+                    mine.iter().fold(0u32, |s, &v| s.wrapping_add(v)),
+                    *mine.iter().min().unwrap(),
+                    *mine.iter().max().unwrap(),
+                    mine.iter().fold(u32::MAX, |s, &v| s & v),
+                    mine.iter().fold(0, |s, &v| s | v),
+                    mine.iter().fold(0, |s, &v| s ^ v),
+                    inclusive,
+                    inclusive.wrapping_sub(mine[rank]),
+                    u32::from(rank == 0),
+                ]);
+                let weights: Vec<f32> = members.iter().map(|&l| weights[first + l]).collect();
+                let extremes: Vec<f32> = members.iter().map(|&l| extremes[first + l]).collect();
+                floats.extend([
+                    pairwise(&weights, |a, b| a + b),
+                    hillis_steele(&weights)[rank],
+                    pairwise(&extremes, minimum_number),
+                    pairwise(&extremes, maximum_number),
+                ]);
+            }
+        }
+    }
+    (ints, floats)
+}
+
+/// The reductions, scans and `elect` over partial warps (blocks of 100 threads) and every mask
+/// kind of the fixture (the lanes a warp has, a scattered pattern, the even and odd halves from
+/// one call, all but the lowest lane), bit for bit against the CPU: floats summed in the
+/// documented orders (a pairwise tree; Hillis-Steele for the scan), where a left-to-right sum
+/// differs; float minimum and maximum over NaN and signed zeros.
+#[test]
+fn warp_reductions_and_scans_match_the_cpu_over_partial_warps_and_scattered_masks() {
+    for lane_size in [32u32, 64] {
+        let gpu = load_on_host(FIXTURE, lane_size);
+        let (blocks, threads) = (3usize, 100usize);
+        let grid = blocks * threads;
+        let values: Vec<u32> = (0..grid as u32)
+            .map(|i| i.wrapping_mul(2_654_435_761) ^ (i << 7))
+            .collect();
+        // Sums of these round differently in different orders.
+        let weights: Vec<f32> = (0..grid)
+            .map(|i| ((i * 37) % 101) as f32 * 0.1 + 1.0e4 / (1 + i % 7) as f32)
+            .collect();
+        let extremes: Vec<f32> = (0..grid)
+            .map(|i| match i % 9 {
+                0 | 4 => f32::NAN,
+                1 => -0.0,
+                2 => 0.0,
+                _ => (i as f32 - 150.0) * 0.75,
+            })
+            .collect();
+        let left_to_right: f32 = weights[..64].iter().sum();
+        assert_ne!(
+            left_to_right.to_bits(),
+            pairwise(&weights[..64], |a, b| a + b).to_bits(),
+            "the weights must tell the orders apart"
+        );
+        let (values_in, weights_in) = (
+            gpu.buffer_from(&values).unwrap(),
+            gpu.buffer_from(&weights).unwrap(),
+        );
+        let extremes_in = gpu.buffer_from(&extremes).unwrap();
+        let mut ints = gpu.buffer::<u32>(grid * 9).unwrap();
+        let mut floats = gpu.buffer::<f32>(grid * 4).unwrap();
+        gpu.launch(
+            "warp_reductions",
+            LaunchShape::blocks(blocks as u32).threads(threads as u32),
+            (
+                &values_in,
+                &weights_in,
+                &extremes_in,
+                &mut ints,
+                &mut floats,
+            ),
+        )
+        .unwrap();
+        let (expected_ints, expected_floats) = warp_reductions_reference(
+            lane_size as usize,
+            blocks,
+            threads,
+            &values,
+            &weights,
+            &extremes,
+        );
+        let ints = ints.to_vec().unwrap();
+        let floats = floats.to_vec().unwrap();
+        const INT_NAMES: [&str; 9] = [
+            "sum",
+            "min",
+            "max",
+            "and",
+            "or",
+            "xor",
+            "inclusive",
+            "exclusive",
+            "elect",
+        ];
+        const FLOAT_NAMES: [&str; 4] = ["float sum", "float inclusive", "float min", "float max"];
+        for thread in 0..grid {
+            for (at, name) in INT_NAMES.iter().enumerate() {
+                assert_eq!(
+                    ints[thread * 9 + at],
+                    expected_ints[thread * 9 + at],
+                    "lane size {lane_size}, thread {thread}: {name}"
+                );
+            }
+            for (at, name) in FLOAT_NAMES.iter().enumerate() {
+                let (got, want) = (floats[thread * 4 + at], expected_floats[thread * 4 + at]);
+                assert!(
+                    got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                    "lane size {lane_size}, thread {thread}: {name} {got} != {want}"
+                );
+            }
+        }
     }
 }
 

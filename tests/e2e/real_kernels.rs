@@ -1,5 +1,5 @@
 //! `fixtures/real-kernels` on the host emulation with warps of 32 and 64 lanes: each kernel
-//! (tiled matrix product in shared memory, warp-shuffle block reduction, shared and global
+//! (tiled matrix product in shared memory, block reduction over warp reductions, shared and global
 //! atomic histograms, block-wide scan, ballot-based compaction) launched through `gpurun-test`
 //! on several sizes and compared with its CPU reference (`gpurun_tests::real_kernels`, which the
 //! GPU check's `real-kernels-check` program runs on a GPU).
@@ -112,28 +112,24 @@ fn item<'a>(source: &'a str, first: &str) -> &'a str {
 }
 
 /// The README's "Writing kernels" example is the fixture's block reduction, as it is (so the
-/// example compiles and is tested): `warp_sum` and `block_sum`, indented as a code block.
+/// example compiles and is tested): `block_sum`, indented as a code block.
 #[test]
 fn the_readme_quotes_the_block_reduction_as_it_is() {
     let source = std::fs::read_to_string(fixtures_dir().join(FIXTURE).join("src/lib.rs")).unwrap();
     let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
-    for first in [
-        "fn warp_sum(",
-        "#[gpurun::kernel(len(x = n, sums = blocks))]",
-    ] {
-        let quoted: String = item(&source, first)
-            .lines()
-            .map(|line| {
-                if line.is_empty() {
-                    "\n".to_owned()
-                } else {
-                    format!("    {line}\n")
-                }
-            })
-            .collect();
-        assert!(
-            readme.contains(&quoted),
-            "README.md does not quote the fixture's `{first}` as it is:\n{quoted}"
-        );
-    }
+    let first = "#[gpurun::kernel(len(x = n, sums = blocks))]";
+    let quoted: String = item(&source, first)
+        .lines()
+        .map(|line| {
+            if line.is_empty() {
+                "\n".to_owned()
+            } else {
+                format!("    {line}\n")
+            }
+        })
+        .collect();
+    assert!(
+        readme.contains(&quoted),
+        "README.md does not quote the fixture's `{first}` as it is:\n{quoted}"
+    );
 }

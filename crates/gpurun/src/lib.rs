@@ -1,9 +1,10 @@
 //! The runtime a `#![no_std]` GPU crate links against: entry kernels, `print!`/`println!`,
 //! panics reported over RPC, a global allocator over RPC malloc/free, program arguments,
 //! environment, `exit`/`abort`, portable thread ids, block-shared memory ([`shared`]), warp
-//! operations ([`warp`]), the atomics `core` lacks ([`atomic`]), math functions ([`math`]), calls
-//! of the host program's functions ([`host`]), the `#[gpurun::test]` registry and the
-//! `#[gpurun::bench]` handle ([`mod@bench`]).
+//! operations and reductions ([`warp`]), scoped fences ([`fence_block`], [`fence_device`],
+//! [`fence_system`]), a cycle counter ([`clock64`]) and [`nanosleep`], the atomics `core` lacks
+//! ([`atomic`]), math functions ([`math`]), calls of the host program's functions ([`host`]),
+//! the `#[gpurun::test]` registry and the `#[gpurun::bench]` handle ([`mod@bench`]).
 //!
 //! The same crate builds for `nvptx64-nvidia-cuda`, `amdgcn-amd-amdhsa` and the host. On the
 //! host (the emulation backend) it links `std`: the emulator runs each device thread on an OS
@@ -75,7 +76,10 @@ mod rpc;
 pub mod shared;
 pub mod warp;
 
-pub use arch::{barrier, block_dim, block_idx, grid_dim, lane_id, lane_size, thread_idx};
+pub use arch::{
+    barrier, block_dim, block_idx, clock64, fence_block, fence_device, fence_system, grid_dim,
+    lane_id, lane_size, nanosleep, thread_idx,
+};
 pub use env::{args, Args};
 pub use gpurun_macros::{bench, kernel, main, test};
 pub use rpc::{abort, exit};

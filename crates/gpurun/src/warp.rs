@@ -1,6 +1,9 @@
 //! Warp operations with one meaning on NVIDIA (warps of 32), AMD (wavefronts of 32 or 64) and
 //! the host emulation (warps of 1, 32 or 64 threads): shuffles, votes, the active mask and a
-//! warp barrier.
+//! warp barrier, and on top of them reductions ([`reduce_sum`], [`reduce_min`], [`reduce_max`],
+//! [`reduce_and`], [`reduce_or`], [`reduce_xor`]), prefix sums ([`inclusive_scan_sum`],
+//! [`exclusive_scan_sum`]), [`elect`] and the lane masks relative to the caller
+//! ([`lanemask_lt`] and friends).
 //!
 //! A warp is [`lane_size()`](crate::lane_size) consecutive threads of a block (linear index,
 //! x fastest); [`lane_id()`](crate::lane_id) is a thread's place in it. When the block's size is
@@ -34,6 +37,13 @@
 //!
 //! Values are any [`WarpValue`]: 32- and 64-bit integers and floats (64-bit ones move as two
 //! 32-bit shuffles on GPUs).
+//!
+//! The reductions and scans take any mask, partial and non-contiguous ones included: they
+//! combine exactly the values of the mask's lanes, whatever lanes it leaves out, and give the
+//! same answer on every target (the same shuffles in the same order, see [`reduce_sum`]). They
+//! are warp operations like the others: every lane of the mask makes the call, with the same
+//! mask, and reads other lanes of the mask (one that returned from the kernel is read: undefined
+//! on GPUs, a failed test on the host emulation).
 
 use crate::arch::imp;
 use gpurun_abi::host::warp_op;
@@ -85,6 +95,146 @@ warp_values! {
     usize => true, |v| v as u64, |b| b as usize;
     isize => true, |v| v as u64, |b| b as isize;
 }
+
+/// A value the reductions and scans add and compare: every [`WarpValue`] (32- and 64-bit
+/// integers and floats). Integers add wrapping (as `wrapping_add`). Floats take the minimum
+/// and maximum as IEEE 754-2019's `minimumNumber` and `maximumNumber`: a NaN loses to any
+/// number (the result is a NaN only when every value is), and `-0.0` is below `+0.0`; so every
+/// target gives the same bits.
+pub trait WarpNumber: WarpValue {
+    /// The sum of no values: the first lane's [`exclusive_scan_sum`].
+    #[doc(hidden)]
+    const ZERO: Self;
+    #[doc(hidden)]
+    fn warp_add(self, other: Self) -> Self;
+    #[doc(hidden)]
+    fn warp_min(self, other: Self) -> Self;
+    #[doc(hidden)]
+    fn warp_max(self, other: Self) -> Self;
+    /// The exclusive prefix sum out of the inclusive one, where subtracting is exact (integers).
+    #[doc(hidden)]
+    fn exclusive_from_inclusive(inclusive: Self, own: Self) -> Option<Self>;
+    /// The reduction in one instruction, where the target has one (NVIDIA sm_80+, 32-bit
+    /// integers: `redux.sync`).
+    #[doc(hidden)]
+    #[inline(always)]
+    fn native_reduce(_op: Reduction, _mask: u64, _value: Self) -> Option<Self> {
+        None
+    }
+}
+
+/// An integer [`WarpNumber`]: the bitwise reductions ([`reduce_and`], [`reduce_or`],
+/// [`reduce_xor`]) take these.
+pub trait WarpInteger: WarpNumber {
+    #[doc(hidden)]
+    fn warp_and(self, other: Self) -> Self;
+    #[doc(hidden)]
+    fn warp_or(self, other: Self) -> Self;
+    #[doc(hidden)]
+    fn warp_xor(self, other: Self) -> Self;
+}
+
+/// Which reduction a target's own instruction is asked for ([`WarpNumber::native_reduce`]).
+#[doc(hidden)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Reduction {
+    Sum,
+    Min,
+    Max,
+    And,
+    Or,
+    Xor,
+}
+
+macro_rules! warp_integers {
+    ($($ty:ty),*) => {$(
+        impl WarpNumber for $ty {
+            const ZERO: Self = 0;
+            #[inline(always)]
+            fn warp_add(self, other: Self) -> Self {
+                self.wrapping_add(other)
+            }
+            #[inline(always)]
+            fn warp_min(self, other: Self) -> Self {
+                Ord::min(self, other)
+            }
+            #[inline(always)]
+            fn warp_max(self, other: Self) -> Self {
+                Ord::max(self, other)
+            }
+            #[inline(always)]
+            fn exclusive_from_inclusive(inclusive: Self, own: Self) -> Option<Self> {
+                Some(inclusive.wrapping_sub(own))
+            }
+            #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+            #[inline(always)]
+            fn native_reduce(op: Reduction, mask: u64, value: Self) -> Option<Self> {
+                // `redux.sync` reduces 32-bit integers only.
+                if Self::WIDE {
+                    return None;
+                }
+                let signed = <$ty>::MIN != 0;
+                let bits = imp::redux_sync(op, signed, mask, value.to_bits() as u32);
+                Some(Self::from_bits(u64::from(bits)))
+            }
+        }
+
+        impl WarpInteger for $ty {
+            #[inline(always)]
+            fn warp_and(self, other: Self) -> Self {
+                self & other
+            }
+            #[inline(always)]
+            fn warp_or(self, other: Self) -> Self {
+                self | other
+            }
+            #[inline(always)]
+            fn warp_xor(self, other: Self) -> Self {
+                self ^ other
+            }
+        }
+    )*};
+}
+
+warp_integers!(u32, i32, u64, i64, usize, isize);
+
+macro_rules! warp_floats {
+    ($($ty:ty),*) => {$(
+        impl WarpNumber for $ty {
+            const ZERO: Self = 0.0;
+            #[inline(always)]
+            fn warp_add(self, other: Self) -> Self {
+                self + other
+            }
+            /// `minimumNumber`: `other` when it is smaller, `self` is NaN, or both are zeros and
+            /// `other` is `-0.0`.
+            #[inline(always)]
+            fn warp_min(self, other: Self) -> Self {
+                if other < self || self.is_nan() || (other == self && other.is_sign_negative()) {
+                    other
+                } else {
+                    self
+                }
+            }
+            /// `maximumNumber`: `other` when it is larger, `self` is NaN, or both are zeros and
+            /// `self` is `-0.0`.
+            #[inline(always)]
+            fn warp_max(self, other: Self) -> Self {
+                if other > self || self.is_nan() || (other == self && self.is_sign_negative()) {
+                    other
+                } else {
+                    self
+                }
+            }
+            #[inline(always)]
+            fn exclusive_from_inclusive(_inclusive: Self, _own: Self) -> Option<Self> {
+                None
+            }
+        }
+    )*};
+}
+
+warp_floats!(f32, f64);
 
 /// The mask of every lane a whole warp has (`lane_size()` low bits). The last warp of a block
 /// whose size is not a multiple of `lane_size()` has fewer: see [`present`].
@@ -297,5 +447,362 @@ pub fn broadcast<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
         T::from_bits(bits)
     } else {
         value
+    }
+}
+
+/// The lanes of the warp below the caller (bits `0..lane_id()`; CUDA's `%lanemask_lt`).
+///
+/// Computed from [`lane_id()`](crate::lane_id) on every target, within [`lanes()`]; not a warp
+/// operation (no mask, nothing waits). With [`ballot`], a lane's place among the lanes that
+/// vote true: `(ballot(mask, keep) & lanemask_lt()).count_ones()`.
+#[inline]
+pub fn lanemask_lt() -> u64 {
+    low_bits(crate::lane_id())
+}
+
+/// The lanes of the warp up to and including the caller (CUDA's `%lanemask_le`); see
+/// [`lanemask_lt`].
+#[inline]
+pub fn lanemask_le() -> u64 {
+    low_bits(crate::lane_id() + 1)
+}
+
+/// The lanes of the warp above the caller, within [`lanes()`] (CUDA's `%lanemask_gt`); see
+/// [`lanemask_lt`].
+#[inline]
+pub fn lanemask_gt() -> u64 {
+    lanes() & !lanemask_le()
+}
+
+/// The caller and the lanes of the warp above it, within [`lanes()`] (CUDA's `%lanemask_ge`);
+/// see [`lanemask_lt`].
+#[inline]
+pub fn lanemask_ge() -> u64 {
+    lanes() & !lanemask_lt()
+}
+
+/// True in exactly one lane of `mask`: the lowest lane of the mask that makes the call (CUDA's
+/// `cg::coalesced_group::thread_rank() == 0`; sm_90's `elect.sync` picks the same lane).
+///
+/// A warp operation: a [`ballot`] of the mask (every lane of the mask makes the call).
+///
+/// | | NVIDIA | AMD | host emulation |
+/// | --- | --- | --- | --- |
+/// | instructions | `vote.sync.ballot` with the mask | `s_ballot`-style compare of `EXEC` | the emulator's exchange |
+/// | a lane of the mask returned from the kernel | the lowest of the others | the same | the same |
+/// | a lane of the mask elsewhere (diverged) | hangs or undefined | the lowest lane in `EXEC` | fails the test, naming the lanes |
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn elect(mask: u64) -> bool {
+    let voters = ballot(mask, true);
+    voters != 0 && voters.trailing_zeros() == crate::lane_id()
+}
+
+/// The lane of `mask` with `rank` lanes of `mask` below it (`rank < mask.count_ones()`): a
+/// binary search on the counts of set bits, six steps.
+#[inline(always)]
+fn lane_of_rank(mask: u64, rank: u32) -> u32 {
+    let (mut rest, mut rank, mut lane) = (mask, rank, 0);
+    let mut width = 32;
+    while width > 0 {
+        let low = rest & ((1u64 << width) - 1);
+        let below = low.count_ones();
+        if rank >= below {
+            rank -= below;
+            rest >>= width;
+            lane += width;
+        } else {
+            rest = low;
+        }
+        width /= 2;
+    }
+    lane
+}
+
+/// The caller's place among the lanes of `mask` (how many lanes of `mask` are below it).
+#[inline(always)]
+fn rank_in(mask: u64) -> u32 {
+    (mask & lanemask_lt()).count_ones()
+}
+
+/// `combine` of the values of every lane of `mask`, in every lane of the mask, in the order
+/// [`reduce_sum`] documents: a pairwise tree over the mask's lanes in lane order.
+///
+/// Whole warp: a butterfly of `shuffle_xor` (steps 1, 2, 4, ...), which gives every lane the
+/// tree's value (each lane's pairs are the tree's, swapped, and the combinations commute).
+/// Any other mask: the same tree over the lanes' ranks (the k-th lane of the mask plays lane
+/// k), rank 0 ending with the total, which a shuffle from the mask's lowest lane gives every
+/// lane; a lane whose partner is past the mask's last lane keeps its value (the partner counts
+/// as the identity), so no lane outside the mask is read and none contributes.
+#[inline(always)]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+fn reduce<T: WarpNumber>(mask: u64, value: T, op: Reduction, combine: fn(T, T) -> T) -> T {
+    let mask = mask & lanes();
+    if let Some(native) = T::native_reduce(op, mask, value) {
+        return native;
+    }
+    let mut total = value;
+    let mut step = 1;
+    if mask == lanes() {
+        while step < crate::lane_size() {
+            total = combine(total, shuffle_xor(mask, total, step));
+            step *= 2;
+        }
+        return total;
+    }
+    let (count, rank) = (mask.count_ones(), rank_in(mask));
+    while step < count {
+        let partner = rank + step;
+        let source = if partner < count {
+            lane_of_rank(mask, partner)
+        } else {
+            crate::lane_id()
+        };
+        let theirs = exchange(warp_op::SHUFFLE, mask, total, Some(source));
+        if partner < count {
+            total = combine(total, theirs);
+        }
+        step *= 2;
+    }
+    // A shuffle, not `broadcast`: lanes of other masks may make the same call in the same
+    // instruction (AMD), where `v_readlane` would need one source lane for all of them.
+    exchange(warp_op::SHUFFLE, mask, total, Some(mask.trailing_zeros()))
+}
+
+/// The sum of `value` over the lanes of `mask`, in every lane of the mask (`__reduce_add_sync`
+/// for any [`WarpNumber`]); integers wrap.
+///
+/// Any mask works, partial and non-contiguous ones included: only the mask's lanes count. Floats
+/// are added as a pairwise tree over the mask's lanes in lane order, the same on every target:
+/// with `v0, v1, ...` the values of the mask's lanes from the lowest, `((v0 + v1) + (v2 + v3)) +
+/// ((v4 + v5) + ...)`, a value without a partner passing up unchanged (not a left-to-right
+/// sum, so it can differ from one in the last bits). Every lane gets the same bits.
+///
+/// | | NVIDIA | AMD | host emulation |
+/// | --- | --- | --- | --- |
+/// | whole warp ([`FULL`], [`lanes()`]) | a butterfly of `log2(lane_size())` `shfl.sync` (two per step for 64-bit values) | a butterfly of `ds_bpermute` | a butterfly of the emulator's exchanges |
+/// | any other mask | the tree over the mask's lanes: up to `log2(count)` `shfl.sync` from computed lanes, then one from the mask's lowest lane | the same with `ds_bpermute` | the same through the emulator |
+/// | 32-bit integers in a build for sm_80 or later (`-Ctarget-cpu`, the device's architecture) | one `redux.sync` (not for floats or 64-bit values: the tree) | — | — |
+///
+/// The build's default NVIDIA architecture is sm_70, which has no `redux.sync`: there 32-bit
+/// integers take the shuffles too. Lanes of the mask that do not take part: as in [`shuffle`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn reduce_sum<T: WarpNumber>(mask: u64, value: T) -> T {
+    reduce(mask, value, Reduction::Sum, T::warp_add)
+}
+
+/// The minimum of `value` over the lanes of `mask`, in every lane of the mask
+/// (`__reduce_min_sync` for any [`WarpNumber`]). Floats: `minimumNumber` (a NaN loses to any
+/// number, `-0.0` is below `+0.0`; see [`WarpNumber`]), so every target gives the same bits.
+///
+/// Which instructions each target runs, and any mask: as in [`reduce_sum`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn reduce_min<T: WarpNumber>(mask: u64, value: T) -> T {
+    reduce(mask, value, Reduction::Min, T::warp_min)
+}
+
+/// The maximum of `value` over the lanes of `mask`, in every lane of the mask
+/// (`__reduce_max_sync` for any [`WarpNumber`]). Floats: `maximumNumber` (a NaN loses to any
+/// number, `+0.0` is above `-0.0`; see [`WarpNumber`]).
+///
+/// Which instructions each target runs, and any mask: as in [`reduce_sum`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn reduce_max<T: WarpNumber>(mask: u64, value: T) -> T {
+    reduce(mask, value, Reduction::Max, T::warp_max)
+}
+
+/// The bitwise AND of `value` over the lanes of `mask`, in every lane of the mask
+/// (`__reduce_and_sync` for any [`WarpInteger`]).
+///
+/// Which instructions each target runs, and any mask: as in [`reduce_sum`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn reduce_and<T: WarpInteger>(mask: u64, value: T) -> T {
+    reduce(mask, value, Reduction::And, T::warp_and)
+}
+
+/// The bitwise OR of `value` over the lanes of `mask`, in every lane of the mask
+/// (`__reduce_or_sync` for any [`WarpInteger`]).
+///
+/// Which instructions each target runs, and any mask: as in [`reduce_sum`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn reduce_or<T: WarpInteger>(mask: u64, value: T) -> T {
+    reduce(mask, value, Reduction::Or, T::warp_or)
+}
+
+/// The bitwise XOR of `value` over the lanes of `mask`, in every lane of the mask
+/// (`__reduce_xor_sync` for any [`WarpInteger`]).
+///
+/// Which instructions each target runs, and any mask: as in [`reduce_sum`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn reduce_xor<T: WarpInteger>(mask: u64, value: T) -> T {
+    reduce(mask, value, Reduction::Xor, T::warp_xor)
+}
+
+/// The sum of `value` over the lanes of `mask` up to and including the caller, in lane order
+/// (an inclusive prefix sum); integers wrap.
+///
+/// Any mask works, partial and non-contiguous ones included: the lanes of the mask are ranked
+/// by lane id, and lane `k` of the mask gets `v0 + ... + vk` of the mask's lanes only. Floats are
+/// added in the scan's order, the same on every target: step `d` = 1, 2, 4, ... adds to each
+/// lane the partial sum of the lane `d` places below it in the mask (Hillis-Steele), not left
+/// to right.
+///
+/// | | NVIDIA | AMD | host emulation |
+/// | --- | --- | --- | --- |
+/// | a mask of the lowest lanes ([`FULL`], [`lanes()`], [`present()`]) | `log2(count)` `shfl.sync` steps (two per step for 64-bit values) | `ds_bpermute` steps | the emulator's exchanges |
+/// | any other mask | the same steps from lanes computed in the mask | the same | the same |
+///
+/// Lanes of the mask that do not take part: as in [`shuffle`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn inclusive_scan_sum<T: WarpNumber>(mask: u64, value: T) -> T {
+    let mask = mask & lanes();
+    let count = mask.count_ones();
+    let mut sum = value;
+    let mut step = 1;
+    if mask & mask.wrapping_add(1) == 0 {
+        // Lanes 0..count: a lane's rank is its lane id.
+        let lane = crate::lane_id();
+        while step < count {
+            let below = shuffle_up(mask, sum, step);
+            if lane >= step {
+                sum = below.warp_add(sum);
+            }
+            step *= 2;
+        }
+        return sum;
+    }
+    let rank = rank_in(mask);
+    while step < count {
+        let source = if rank >= step {
+            lane_of_rank(mask, rank - step)
+        } else {
+            crate::lane_id()
+        };
+        let below = exchange(warp_op::SHUFFLE, mask, sum, Some(source));
+        if rank >= step {
+            sum = below.warp_add(sum);
+        }
+        step *= 2;
+    }
+    sum
+}
+
+/// The sum of `value` over the lanes of `mask` below the caller, in lane order (an exclusive
+/// prefix sum): 0 in the mask's lowest lane; integers wrap.
+///
+/// [`inclusive_scan_sum`] less the caller's own value: for integers by subtracting it (exact),
+/// for floats by one more shuffle, of the inclusive sum of the mask's next lane below (so it is
+/// exactly that lane's [`inclusive_scan_sum`]). Any mask, order and instructions: as in
+/// [`inclusive_scan_sum`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn exclusive_scan_sum<T: WarpNumber>(mask: u64, value: T) -> T {
+    let inclusive = inclusive_scan_sum(mask, value);
+    if let Some(exclusive) = T::exclusive_from_inclusive(inclusive, value) {
+        return exclusive;
+    }
+    let below = mask & lanes() & lanemask_lt();
+    let source = below.checked_ilog2().unwrap_or_else(crate::lane_id);
+    let previous = exchange(warp_op::SHUFFLE, mask, inclusive, Some(source));
+    if below != 0 {
+        previous
+    } else {
+        T::ZERO
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{lane_of_rank, WarpNumber};
+
+    /// `lane_of_rank` against walking the set bits, for masks of every density.
+    #[test]
+    fn lane_of_rank_finds_the_lane_with_that_many_mask_lanes_below() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for round in 0..2000 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let mask = match round % 4 {
+                0 => state,
+                1 => state & (state >> 1),
+                2 => state | (state << 3),
+                _ => state & (state >> 2) & (state >> 5),
+            };
+            let lanes: Vec<u32> = (0..64).filter(|lane| mask >> lane & 1 == 1).collect();
+            for (rank, &lane) in lanes.iter().enumerate() {
+                assert_eq!(
+                    lane_of_rank(mask, rank as u32),
+                    lane,
+                    "{mask:#x} rank {rank}"
+                );
+            }
+        }
+        assert_eq!(lane_of_rank(u64::MAX, 63), 63);
+        assert_eq!(lane_of_rank(1 << 63, 0), 63);
+    }
+
+    /// `minimumNumber` and `maximumNumber` give the same bits whichever operand comes first
+    /// (but for which NaN when both are).
+    #[test]
+    fn float_minimum_and_maximum_commute() {
+        let values = [
+            f32::NAN,
+            -0.0,
+            0.0,
+            -1.5,
+            2.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+        ];
+        for a in values {
+            for b in values {
+                if a.is_nan() && b.is_nan() {
+                    continue;
+                }
+                assert_eq!(a.warp_min(b).to_bits(), b.warp_min(a).to_bits(), "{a} {b}");
+                assert_eq!(a.warp_max(b).to_bits(), b.warp_max(a).to_bits(), "{a} {b}");
+            }
+        }
+        assert!(f32::NAN.warp_min(1.0) == 1.0 && 1.0f32.warp_max(f32::NAN) == 1.0);
+        assert!((-0.0f64).warp_max(0.0).is_sign_positive());
+        assert!(0.0f64.warp_min(-0.0).is_sign_negative());
     }
 }

@@ -11,6 +11,14 @@ unsafe extern "unadjusted" {
     /// `s_waitcnt`: `core::arch::amdgpu` has no wrapper. The immediate must be a constant.
     #[link_name = "llvm.amdgcn.s.waitcnt"]
     fn llvm_s_waitcnt(counters: i32);
+    /// The shader clock: `s_memtime` on gfx9 and gfx10, `s_getreg` of `SHADER_CYCLES` (20 bits)
+    /// on gfx11, a 64-bit register pair on gfx12.
+    #[link_name = "llvm.readcyclecounter"]
+    fn llvm_readcyclecounter() -> i64;
+    /// The 100 MHz real-time counter: `s_memrealtime` on gfx9 and gfx10, `s_sendmsg_rtn` on
+    /// gfx11 and later.
+    #[link_name = "llvm.readsteadycounter"]
+    fn llvm_readsteadycounter() -> i64;
 }
 
 /// The packet this launch was dispatched with: the loader fills in its workgroup and grid sizes
@@ -203,5 +211,56 @@ pub fn broadcast(_mask: u64, value: u64, wide: bool, source: u32) -> u64 {
         } else {
             u64::from(amdgpu::readlane_u32(value as u32, source))
         }
+    }
+}
+
+// Fences, the clock and sleep (`crate::arch`).
+
+/// A workgroup-scope acquire-release fence, as `barrier` orders memory (see there): on gfx9,
+/// where a workgroup runs on one compute unit, this wavefront's memory operations completed
+/// (`s_waitcnt 0`) between compiler fences; elsewhere Rust's (system-scope) fence, which orders
+/// at least as much.
+pub fn fence_block() {
+    #[cfg(gpurun_amdgpu_workgroup_in_one_cu)]
+    {
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+        // SAFETY: waits until this wavefront's outstanding memory operations are done (an
+        // immediate of 0: vmcnt, expcnt and lgkmcnt all 0); no other effect.
+        unsafe { llvm_s_waitcnt(0) };
+        core::sync::atomic::compiler_fence(Ordering::SeqCst);
+    }
+    #[cfg(not(gpurun_amdgpu_workgroup_in_one_cu))]
+    {
+        core::sync::atomic::fence(Ordering::AcqRel);
+    }
+}
+
+/// Rust's fences carry no scope, and `asm!` is rejected here: a system-scope fence, which
+/// orders at least as much as the agent scope asked for.
+pub fn fence_device() {
+    core::sync::atomic::fence(Ordering::AcqRel);
+}
+
+pub fn fence_system() {
+    core::sync::atomic::fence(Ordering::AcqRel);
+}
+
+pub fn clock64() -> u64 {
+    // SAFETY: reads the shader clock; no other effect.
+    unsafe { llvm_readcyclecounter() as u64 }
+}
+
+/// Ticks of the real-time counter per nanosecond's worth: it counts at 100 MHz.
+const NANOSECONDS_PER_REALTIME_TICK: u64 = 10;
+
+/// Sleeps in `s_sleep 1` steps (about 64 clocks each) until the real-time counter has moved
+/// `ns` on.
+pub fn nanosleep(ns: u32) {
+    let ticks = u64::from(ns).div_ceil(NANOSECONDS_PER_REALTIME_TICK);
+    // SAFETY: reads the real-time counter; no other effect.
+    let start = unsafe { llvm_readsteadycounter() } as u64;
+    // SAFETY: as above.
+    while (unsafe { llvm_readsteadycounter() } as u64).wrapping_sub(start) < ticks {
+        amdgpu::s_sleep::<1>();
     }
 }

@@ -2,6 +2,7 @@
 //! `__gpurun_host_enter_thread` first, so ids live in thread-locals.
 
 use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 use gpurun_abi::host::{warp_op, CallSite, WarpExchange};
 pub use gpurun_abi::host::{HostThreadInfo, HOST_ABI_VERSION};
@@ -18,6 +19,8 @@ thread_local! {
     /// Whether this thread reported a finding of the memory checks in its block: its failure is
     /// that, and a later panic (often what the bad access led to) is not reported again.
     static REPORTED: Cell<bool> = const { Cell::new(false) };
+    /// When this OS thread first read `clock64`: its readings count from there.
+    static CLOCK_START: Instant = Instant::now();
 }
 
 /// Called by the emulator on each emulated thread before any kernel.
@@ -255,4 +258,33 @@ pub fn shuffle(op: u32, mask: u64, value: u64, _wide: bool, source: u32) -> u64 
 pub fn broadcast(mask: u64, value: u64, _wide: bool, source: u32) -> u64 {
     let op = warp_op::broadcast(source);
     value_of(op, mask, &exchange(op, mask, value), source, value)
+}
+
+// Fences, the clock and sleep (`crate::arch`): the host's own. Every fence is sequentially
+// consistent (the emulation's memory checks see it as one, whatever its scope).
+
+pub fn fence_block() {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+pub fn fence_device() {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+pub fn fence_system() {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Nanoseconds since this OS thread's first reading (monotonic; a device thread runs on one OS
+/// thread from its start to its end).
+pub fn clock64() -> u64 {
+    CLOCK_START.with(|start| u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+pub fn nanosleep(ns: u32) {
+    if ns == 0 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(Duration::from_nanos(u64::from(ns)));
+    }
 }

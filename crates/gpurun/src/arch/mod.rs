@@ -90,3 +90,72 @@ pub fn global_thread_index() -> u64 {
     let block = u64::from(bx) + u64::from(gx) * (u64::from(by) + u64::from(gy) * u64::from(bz));
     block * u64::from(dx) * u64::from(dy) * u64::from(dz) + u64::from(thread_index_in_block())
 }
+
+/// An acquire-release fence whose ordering reaches the threads of this block (CUDA's
+/// `cuda::atomic_thread_fence(memory_order_acq_rel, thread_scope_block)`): memory accesses of
+/// this thread before it are ordered before those after it, as seen by threads of the block
+/// that synchronize with it (an atomic they read, or a fence of theirs). Not a barrier: nothing
+/// waits for other threads.
+///
+/// | NVIDIA | AMD | host emulation |
+/// | --- | --- | --- |
+/// | `fence.acq_rel.cta` | gfx9 (a workgroup on one compute unit): `s_waitcnt` for this wavefront's memory operations, no cache maintenance; other architectures: `core::sync::atomic::fence(AcqRel)`, which is system scope (Rust has no scoped fences on AMD: it orders more, and costs more) | `core::sync::atomic::fence(SeqCst)` |
+#[inline]
+pub fn fence_block() {
+    imp::fence_block()
+}
+
+/// An acquire-release fence whose ordering reaches every thread of this device (CUDA's
+/// `cuda::atomic_thread_fence(memory_order_acq_rel, thread_scope_device)`, close to
+/// `__threadfence()`, which NVIDIA makes sequentially consistent): as [`fence_block`], for
+/// threads of any block of the launch.
+///
+/// | NVIDIA | AMD | host emulation |
+/// | --- | --- | --- |
+/// | `fence.acq_rel.gpu` | `core::sync::atomic::fence(AcqRel)`, system scope (see [`fence_block`]) | `core::sync::atomic::fence(SeqCst)` |
+#[inline]
+pub fn fence_device() {
+    imp::fence_device()
+}
+
+/// An acquire-release fence whose ordering reaches the host and other devices too (CUDA's
+/// `cuda::atomic_thread_fence(memory_order_acq_rel, thread_scope_system)`): as [`fence_block`],
+/// for memory the host or another device reads while the kernel runs (host memory mapped for
+/// the GPU). For a sequentially consistent fence, `core::sync::atomic::fence(SeqCst)` is system
+/// scope on every GPU target.
+///
+/// | NVIDIA | AMD | host emulation |
+/// | --- | --- | --- |
+/// | `fence.acq_rel.sys` | `core::sync::atomic::fence(AcqRel)` (system scope) | `core::sync::atomic::fence(SeqCst)` |
+#[inline]
+pub fn fence_system() {
+    imp::fence_system()
+}
+
+/// A counter of this thread's clock: cycles of the SM or compute unit it runs on (CUDA's
+/// `clock64()`, HIP's `clock64()`), for timing code inside a kernel.
+///
+/// **Only comparable within one thread**: each SM or compute unit (and each host thread) has
+/// its own counter, started at its own time, so subtract two readings of the same thread
+/// (`clock64().wrapping_sub(start)`) and never compare values of different threads or blocks.
+/// The unit differs between targets (cycles of a GPU clock whose rate varies, nanoseconds on the
+/// host): compare counts of one target with each other, not across targets.
+///
+/// | NVIDIA | AMD | host emulation |
+/// | --- | --- | --- |
+/// | `%clock64`: 64-bit cycles of the SM | LLVM's `readcyclecounter`: gfx9 and gfx10 `s_memtime` (64-bit shader clock); **gfx11 `s_getreg` of `SHADER_CYCLES`, only 20 bits**: it wraps about every million cycles (as HIP's `clock64()` there), so mask a difference with `0xF_FFFF` and keep what is timed short; gfx12 a 64-bit register | nanoseconds of a monotonic clock (`std::time::Instant`) since this thread's first reading |
+#[inline]
+pub fn clock64() -> u64 {
+    imp::clock64()
+}
+
+/// Suspends this thread for about `ns` nanoseconds (CUDA's `__nanosleep(ns)`): a hint for
+/// back-off in spin loops, not a precise delay; GPUs may wake it earlier or later.
+///
+/// | NVIDIA | AMD | host emulation |
+/// | --- | --- | --- |
+/// | `nanosleep.u32` (sm_70+; at most 1 ms each, in a loop for more), which sleeps between 0 and twice the time asked | `s_sleep` (about 64 clocks each) until LLVM's `readsteadycounter` (the 100 MHz real-time counter: `s_memrealtime` on gfx9, `s_sendmsg_rtn` on gfx11) has moved `ns` on | `std::thread::sleep` (at least `ns`; 0 yields) |
+#[inline]
+pub fn nanosleep(ns: u32) {
+    imp::nanosleep(ns)
+}

@@ -112,6 +112,52 @@ unsafe extern "unadjusted" {
     fn llvm_shfl_sync_idx(mask: i32, value: i32, source: i32, clamp: i32) -> i32;
 }
 
+// `redux.sync` (sm_80+): only in builds for sm_80 or later (`-Ctarget-cpu`), where
+// `crate::warp`'s reductions of 32-bit integers use it.
+#[cfg(target_feature = "sm_80")]
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.nvvm.redux.sync.add"]
+    fn llvm_redux_sync_add(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.min"]
+    fn llvm_redux_sync_min(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.max"]
+    fn llvm_redux_sync_max(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.umin"]
+    fn llvm_redux_sync_umin(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.umax"]
+    fn llvm_redux_sync_umax(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.and"]
+    fn llvm_redux_sync_and(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.or"]
+    fn llvm_redux_sync_or(value: i32, mask: i32) -> i32;
+    #[link_name = "llvm.nvvm.redux.sync.xor"]
+    fn llvm_redux_sync_xor(value: i32, mask: i32) -> i32;
+}
+
+/// `op` of `value` (a 32-bit integer, `signed` or not) over the lanes of `mask` with one
+/// `redux.sync` (sm_80+).
+#[cfg(target_feature = "sm_80")]
+#[inline(always)]
+pub fn redux_sync(op: crate::warp::Reduction, signed: bool, mask: u64, value: u32) -> u32 {
+    use crate::warp::Reduction;
+    let (value, mask) = (value as i32, mask as u32 as i32);
+    // SAFETY: a reduction among the lanes of `mask` (the caller's contract: all of them make
+    // the call); no memory access.
+    let result = unsafe {
+        match (op, signed) {
+            (Reduction::Sum, _) => llvm_redux_sync_add(value, mask),
+            (Reduction::Min, true) => llvm_redux_sync_min(value, mask),
+            (Reduction::Min, false) => llvm_redux_sync_umin(value, mask),
+            (Reduction::Max, true) => llvm_redux_sync_max(value, mask),
+            (Reduction::Max, false) => llvm_redux_sync_umax(value, mask),
+            (Reduction::And, _) => llvm_redux_sync_and(value, mask),
+            (Reduction::Or, _) => llvm_redux_sync_or(value, mask),
+            (Reduction::Xor, _) => llvm_redux_sync_xor(value, mask),
+        }
+    };
+    result as u32
+}
+
 pub fn active_mask() -> u64 {
     // SAFETY: `activemask` only reports which threads of the warp execute it.
     u64::from(unsafe { llvm_activemask() } as u32)
@@ -157,4 +203,43 @@ pub fn shuffle(_op: u32, mask: u64, value: u64, wide: bool, source: u32) -> u64 
 /// `value` of lane `source`, the same lane in every caller: a shuffle here.
 pub fn broadcast(mask: u64, value: u64, wide: bool, source: u32) -> u64 {
     shuffle(0, mask, value, wide, source)
+}
+
+// Fences, the clock and sleep (`crate::arch`): inline PTX, as `core::arch::nvptx` has none of
+// them. The fences and the clock are not `nomem`: like CUDA's `clock64()` (an `asm volatile`
+// with a memory clobber) LLVM must not move memory accesses across them.
+
+pub fn fence_block() {
+    // SAFETY: an acquire-release fence at CTA scope; it touches no memory itself.
+    unsafe { asm!("fence.acq_rel.cta;", options(nostack, preserves_flags)) }
+}
+
+pub fn fence_device() {
+    // SAFETY: an acquire-release fence at GPU scope; it touches no memory itself.
+    unsafe { asm!("fence.acq_rel.gpu;", options(nostack, preserves_flags)) }
+}
+
+pub fn fence_system() {
+    // SAFETY: an acquire-release fence at system scope; it touches no memory itself.
+    unsafe { asm!("fence.acq_rel.sys;", options(nostack, preserves_flags)) }
+}
+
+pub fn clock64() -> u64 {
+    let cycles: u64;
+    // SAFETY: reads the %clock64 special register.
+    unsafe { asm!("mov.u64 {0}, %clock64;", out(reg64) cycles, options(nostack, preserves_flags)) };
+    cycles
+}
+
+/// The longest sleep one `nanosleep` instruction takes (PTX ISA: 1 ms).
+const LONGEST_NANOSLEEP: u32 = 1_000_000;
+
+pub fn nanosleep(ns: u32) {
+    let mut rest = ns;
+    while rest > 0 {
+        let now = rest.min(LONGEST_NANOSLEEP);
+        // SAFETY: suspends this thread for about `now` ns (sm_70+); no other effect.
+        unsafe { asm!("nanosleep.u32 {0};", in(reg32) now, options(nomem, nostack)) };
+        rest -= now;
+    }
 }
