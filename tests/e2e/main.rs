@@ -9,6 +9,7 @@ mod bench;
 mod concurrency;
 mod coverage;
 mod device_ops;
+mod docs;
 mod harness;
 mod host_app;
 mod host_io;
