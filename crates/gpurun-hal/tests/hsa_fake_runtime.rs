@@ -71,6 +71,13 @@ const HIDDEN_ARGS_V5: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../gpurun-image/tests/data/hidden-args-gfx90a-v5.elf"
 );
+/// `fixtures/benches` built for gfx90a: real `#[gpurun::bench]` kernels (tests/data/README.md).
+const BENCHES: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../gpurun-image/tests/data/benches-gfx90a.elf"
+);
+/// The iteration counts the `bench` scenario launches each benchmark with.
+const BENCH_ITERATIONS: [u64; 3] = [7, 0, 1 << 40];
 /// The sample's symbol that is renamed to `__gpurun_launch_shape` (scenario `retired_shape`).
 const STAND_IN: &str = "__init_array_object_sample_init_hook_101";
 const KERNEL: &str = "_begin";
@@ -256,6 +263,32 @@ fn fake_runtime_child() {
                 let end = module.launch(KERNEL, SHAPE, &[], LIMIT, &mut sink).unwrap();
                 assert_eq!(end, LaunchEnd::Completed);
                 assert_eq!(module.last_device_time(), expected);
+            }
+            drop(module);
+        }
+        "bench" => {
+            // Each benchmark of the image, launched as the worker launches one (its iteration
+            // count as the one argument, in its own shape) and timed.
+            let image = Image::read(BENCHES).unwrap();
+            let mut module = device.load(&image, &LoadOptions::default()).unwrap();
+            assert!(!module.flush_l2().unwrap(), "HSA has no L2 flush");
+            let benches: Vec<_> = image
+                .tests()
+                .iter()
+                .filter(|test| test.bench.is_some())
+                .collect();
+            assert!(benches.len() >= 3, "{benches:?}");
+            for test in benches {
+                for iterations in BENCH_ITERATIONS {
+                    let args = [KernelArg::U64(iterations)];
+                    let end = module
+                        .launch(&test.kernel, test.shape, &args, LIMIT, &mut sink)
+                        .unwrap();
+                    assert_eq!(end, LaunchEnd::Completed, "{}", test.kernel);
+                    assert_eq!(module.last_device_time(), Some(DISPATCH_TIME));
+                    let [x, y, z] = test.shape.threads;
+                    println!("launched {} {x}x{y}x{z}", test.kernel);
+                }
             }
             drop(module);
         }
@@ -765,6 +798,42 @@ fn device_time_comes_from_the_completion_signal() {
         before(&calls, asked, destroyed);
     }
     clean_teardown(&calls);
+}
+
+/// A benchmark's launches on HSA, as the worker makes them for `cargo gpurun bench`: each
+/// dispatch of a `#[gpurun::bench]` kernel carries its iteration count as the first 8 bytes of
+/// its kernarg segment and its launch's block size in the packet, and each launch's device time
+/// is its dispatch's timestamps, asked once the dispatch is done (as for any launch).
+#[test]
+fn each_benchmark_launch_carries_its_iteration_count_and_is_timed() {
+    let (calls, printed) = run_with_output("bench", &TIMING);
+    let launched: Vec<(&str, &str)> = printed
+        .lines()
+        .filter_map(|line| line.strip_prefix("launched "))
+        .filter_map(|line| line.split_once(' '))
+        .collect();
+    let doorbells = dispatched(&calls);
+    assert_eq!(doorbells.len(), launched.len(), "{calls:#?}");
+    let counts = BENCH_ITERATIONS.iter().cycle();
+    for ((packet, (kernel, block)), iterations) in doorbells.iter().zip(&launched).zip(counts) {
+        let kernarg = packet.split("kernarg=").nth(1).unwrap_or_default();
+        assert!(
+            kernarg.starts_with(&hex(&iterations.to_le_bytes())),
+            "{kernel} with {iterations} iterations: {packet}"
+        );
+        assert!(
+            packet.contains(&format!(" workgroup={block} ")),
+            "{kernel}: {packet}"
+        );
+    }
+    let asked = positions(&calls, "hsa_amd_profiling_get_dispatch_time", "");
+    assert_eq!(asked.len(), launched.len(), "{calls:#?}");
+    clean_teardown(&calls);
+}
+
+/// Bytes as the fake runtime logs them: lowercase hex.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Timestamps the runtime will not give cost the measurement, not the launch.
