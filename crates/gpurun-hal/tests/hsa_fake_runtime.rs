@@ -131,7 +131,10 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
 fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, String) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-hsa");
     std::fs::create_dir_all(&dir).unwrap();
-    let log = dir.join(format!("{scenario}-{}.log", std::process::id()));
+    // One log per run: tests that run the same scenario with other settings run at once.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let log = dir.join(format!("{scenario}-{}-{run}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
     let output = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "fake_runtime_child", "--ignored", "--nocapture"])
