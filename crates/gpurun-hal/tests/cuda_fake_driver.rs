@@ -104,7 +104,10 @@ fn fake_driver_dir() -> &'static Path {
 /// environment; returns the driver calls it made, in order.
 fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
     let dir = fake_driver_dir();
-    let log = dir.join(format!("{scenario}-{}.log", std::process::id()));
+    // One log per run: tests that run the same scenario with other settings run at once.
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let log = dir.join(format!("{scenario}-{}-{run}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
     let mut command = Command::new(std::env::current_exe().unwrap());
     with_fake_driver(&mut command, &log)
