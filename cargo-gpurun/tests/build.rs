@@ -17,7 +17,7 @@ use common::{
 };
 use gpurun_build::toolchain::{self, Toolchain};
 use gpurun_build::validate;
-use gpurun_tests::{lines_starting, TARGETS_LIST};
+use gpurun_e2e::{lines_starting, TARGETS_LIST};
 use object::{Object, ObjectSymbol};
 
 static FIXTURES_LOCK: Mutex<()> = Mutex::new(());

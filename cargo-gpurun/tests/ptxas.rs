@@ -92,7 +92,7 @@ fn build_fixture_ptx() -> Vec<PathBuf> {
             "--manifest-path",
             manifest.to_str().unwrap(),
         ],
-        &[("CARGO_TARGET_DIR", &gpurun_tests::gpu_images_dir())],
+        &[("CARGO_TARGET_DIR", &gpurun_e2e::gpu_images_dir())],
     );
     let mut paths = built_image_paths(&output);
     paths.sort();

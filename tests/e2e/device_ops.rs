@@ -4,10 +4,10 @@
 //! kernels, launched from here through `gpurun-test`, agree with a CPU reference (atomics from a
 //! whole grid, warp sums, ballot-based compaction, math bit for bit against the `libm` crate).
 
-use gpurun_test::{DeviceCrate, LaunchShape};
-use gpurun_tests::{
+use gpurun_e2e::{
     assert_contains, describe, fixtures_dir, host_images, load_on_host, run_fixture, text,
 };
+use gpurun_test::{DeviceCrate, LaunchShape};
 
 const FIXTURE: &str = "device-ops";
 

@@ -3,7 +3,7 @@
 //! have none). Also: the PTX of the panic path has no `trap` (a trap would poison the CUDA
 //! context instead of ending one thread).
 
-use gpurun_tests::{describe, fixtures_dir, gpu_images_dir, gpurun, host_images, text};
+use gpurun_e2e::{describe, fixtures_dir, gpu_images_dir, gpurun, host_images, text};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -107,7 +107,7 @@ fn gpu_toolchain_present() -> bool {
     });
     if !present {
         let message = "nightly with rust-src and llvm-tools is missing (run scripts/setup.sh)";
-        gpurun_tests::tool_missing(message);
+        gpurun_e2e::tool_missing(message);
     }
     present
 }

@@ -5,7 +5,7 @@
 //! tests are listed from the real PTX, and running one fails with the missing-driver message; on
 //! a machine with an NVIDIA GPU the same tests check that the device code ran.
 
-use gpurun_tests::{
+use gpurun_e2e::{
     assert_contains, binary, describe, json_lines, package_binary, repo_root, text, HOST_BUILD_JSON,
 };
 use std::collections::BTreeSet;
@@ -74,7 +74,7 @@ fn nightly_present() -> bool {
         let message = format!(
             "the {toolchain} toolchain with rust-src and llvm-tools is missing (run scripts/setup.sh)"
         );
-        gpurun_tests::tool_missing(&message);
+        gpurun_e2e::tool_missing(&message);
     }
     present
 }

@@ -12,7 +12,7 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use gpurun_tests::{
+use gpurun_e2e::{
     assert_contains, assert_test_lines, describe, gpu_images_dir, gpurun, host_image, json_lines,
     repo_root, text, HOST_BUILD_JSON,
 };

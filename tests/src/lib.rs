@@ -279,7 +279,7 @@ pub fn median_time(runs: usize, mut command: impl FnMut() -> Command) -> std::ti
 
 /// Path of a binary of this crate, built once.
 pub fn own_binary(name: &str) -> PathBuf {
-    build_binary("gpurun-tests", name, true)
+    build_binary("gpurun-e2e", name, true)
 }
 
 /// Threads that spin until dropped, each wanting a whole core.

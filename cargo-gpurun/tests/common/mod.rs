@@ -12,10 +12,10 @@ use gpurun_build::toolchain::Toolchain;
 
 // As above: each test crate uses only some of these.
 #[allow(unused_imports)]
-pub use gpurun_tests::{describe, in_ci, repo_root, text};
+pub use gpurun_e2e::{describe, in_ci, repo_root, text};
 
 pub fn fixtures_manifest() -> PathBuf {
-    gpurun_tests::fixtures_dir().join("Cargo.toml")
+    gpurun_e2e::fixtures_dir().join("Cargo.toml")
 }
 
 /// `cargo-gpurun gpurun ARGS` in the repository root, building into `fixtures/target` whatever
@@ -69,7 +69,7 @@ pub fn built_image_paths(output: &Output) -> Vec<PathBuf> {
 /// `true` when `what` is available; otherwise says why the test does not run (or fails under CI).
 pub fn available(what: &str, present: bool) -> bool {
     if !present {
-        gpurun_tests::tool_missing(&format!(
+        gpurun_e2e::tool_missing(&format!(
             "{what} is missing (installed by scripts/setup.sh)"
         ));
     }
