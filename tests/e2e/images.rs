@@ -80,7 +80,7 @@ fn fixtures(emulated: bool) -> Vec<(String, BTreeSet<(String, bool)>)> {
         if tests.is_empty() {
             // Every test is `#[cfg(test)]` (fixtures/unit-tests): the plain images built here
             // have none, and `run` takes an image without tests for a program. Its test-mode
-            // images are checked in tests/e2e/harness.rs and cargo-gpurun/tests/build.rs.
+            // images are checked in tests/e2e/harness.rs and tests/cli/build.rs.
             continue;
         }
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
