@@ -83,6 +83,12 @@ pub fn binary() -> &'static Path {
     BINARY.get_or_init(|| package_binary("cargo-gpurun", "cargo-gpurun"))
 }
 
+/// Path of gpurun-build's nvptx linker, `gpurun-nvptx-link`, built once per test process.
+pub fn nvptx_linker() -> &'static Path {
+    static LINKER: OnceLock<PathBuf> = OnceLock::new();
+    LINKER.get_or_init(|| package_binary("gpurun-build", "gpurun-nvptx-link"))
+}
+
 /// `cargo gpurun ARGS` in the fixtures workspace.
 pub fn gpurun(args: &[&str]) -> Command {
     let mut command = Command::new(binary());
