@@ -7,6 +7,12 @@
 
 pub mod real_kernels;
 
+/// The fake driver (crates/gpurun-fake-driver): built, put where a process loads it as the CUDA
+/// driver, and the calls it logs. The same module as gpurun-hal's fake-driver tests use.
+#[cfg(target_os = "linux")]
+#[path = "../../crates/gpurun-hal/tests/common/mod.rs"]
+pub mod fake_driver;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
