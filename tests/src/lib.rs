@@ -2,8 +2,9 @@
 //! fixture images it builds for the host emulation backend, and the checks for the nightly
 //! toolchain and the tools a test needs (reported as not run, and failing under `CI=true`).
 //!
-//! Owns: what the end-to-end tests and benchmarks share. Must not: reach into the crates'
-//! internals; these tests drive the binary as a user would.
+//! Owns: what the package's tests and benchmarks share. Must not: reach into the crates'
+//! internals; these tests drive the binary as a user would, and the libraries through their
+//! public APIs.
 
 pub mod real_kernels;
 
