@@ -238,7 +238,7 @@ build_bundle() {
     mkdir -p "$dir/images" || exit 2
     echo "gpu-check: building cargo-gpurun, the host-launch, host-recovery and real-kernels checks and gpurun-hal's tests (release, stripped)" >&2
     (cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked \
-        -p cargo-gpurun -p gpurun-test -p gpurun-tests --bin cargo-gpurun \
+        -p cargo-gpurun -p gpurun-test -p gpurun-e2e --bin cargo-gpurun \
         --example launch_check --example recovery_check --bin real-kernels-check) >&2 || exit 2
     hal_tests=$(cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo test --release --locked \
         -p gpurun-hal --lib --no-run --message-format json |

@@ -59,7 +59,7 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --version '^0.13' --locked
 fi
 
-ptxas13_dir="$HOME/.local/share/gpurun/cuda-nvcc-13"  # where cargo-gpurun/tests/ptxas.rs looks
+ptxas13_dir="$HOME/.local/share/gpurun/cuda-nvcc-13"  # where tests/cli/ptxas.rs looks
 if [ -z "${GPURUN_PTXAS_13:-}" ] && ! [ -x "$ptxas13_dir/nvidia/cu13/bin/ptxas" ]; then
     say "pip install --target $ptxas13_dir nvidia-cuda-nvcc (ptxas 13.x)"
     python3 -m pip install --quiet --disable-pip-version-check --target "$ptxas13_dir" nvidia-cuda-nvcc

@@ -41,6 +41,9 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
 step_done tests
+# The RPC stress test is `test = false` (too slow for a plain `cargo test`): run it here.
+cargo test -p gpurun-rpc --test stress --locked 2>&1 | tee -a "$log"
+step_done stress
 # Warnings are errors here too (clippy above does not build this configuration).
 # --nocapture: each model prints how many executions it explored.
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked -- --nocapture 2>&1 | tee -a "$log"

@@ -639,7 +639,7 @@ fn unwritable_logfile_and_junit_paths_are_errors_not_panics() {
 }
 
 /// A thousand tests, one and four at a time, each reported once. How long the harness takes
-/// for them is measured by `cargo bench -p gpurun-tests --bench harness`, not asserted here.
+/// for them is measured by `cargo bench -p gpurun-e2e --bench harness`, not asserted here.
 #[test]
 fn a_thousand_tests_each_pass_once() {
     let names: Vec<String> = (0..1000).map(|i| format!("many::t{i:04}")).collect();

@@ -3,14 +3,14 @@
 //! host the device memory is plain memory, so a copy should cost a `memcpy` and little more
 //! (the module's range check, a `RefCell` borrow). `Buffer::to_vec` zeroes its new `Vec` before
 //! the copy (the module fills initialised bytes only), a second pass that shows at sizes the
-//! allocator does not hand out as fresh pages. `cargo bench -p gpurun-tests --bench
+//! allocator does not hand out as fresh pages. `cargo bench -p gpurun-e2e --bench
 //! buffer_copy` (`GPURUN_BENCH_RUNS` sets the runs per size).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+use gpurun_e2e::{bench_runs, fixtures_dir};
 use gpurun_test::DeviceCrate;
-use gpurun_tests::{bench_runs, fixtures_dir};
 
 fn main() {
     let runs = bench_runs(15);

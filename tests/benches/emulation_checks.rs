@@ -5,9 +5,9 @@
 //! (`--emulation-checks off`), with one seed for both. The budgets: at most 3x on the
 //! real kernels, 1.5x on the trivial tests.
 //!
-//! `cargo bench -p gpurun-tests --bench emulation_checks` (`GPURUN_BENCH_RUNS`, default 5).
+//! `cargo bench -p gpurun-e2e --bench emulation_checks` (`GPURUN_BENCH_RUNS`, default 5).
 
-use gpurun_tests::{
+use gpurun_e2e::{
     bench_runs, binary, describe, gpurun, host_images, json_lines, median_time, ms, package_binary,
     ratio, text,
 };
@@ -59,7 +59,7 @@ fn main() {
             .unwrap_or_else(|| panic!("no plain image of {package}"))
     };
     let checked_of = |stem: &str| checked_dir.join(format!("lib{stem}.so"));
-    let check = package_binary("gpurun-tests", "real-kernels-check");
+    let check = package_binary("gpurun-e2e", "real-kernels-check");
     let real_kernels = |image: PathBuf| {
         let check = check.clone();
         move || {

@@ -2,11 +2,11 @@
 //! harness running the same 1000 trivial tests as native Rust, measured in the same run; and
 //! the harness alone (scheduling, capture, reporting) over 1000 tests whose executor answers at
 //! once, against the same 1000 executor calls in a plain loop.
-//! `cargo bench -p gpurun-tests --bench harness`.
+//! `cargo bench -p gpurun-e2e --bench harness`.
 
+use gpurun_e2e::{bench_runs, binary, describe, gpurun, host_image, median_time, ms, ratio};
 use gpurun_harness::testing::MockExecutor;
 use gpurun_harness::{Executor, HarnessArgs, TestDesc};
-use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image, median_time, ms, ratio};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -2,13 +2,13 @@
 //! in the same run: the per-launch overhead against spawning and joining as many OS threads
 //! (what the emulation does per launch), and the first `load()` of a process, with the build
 //! up to date, against a no-op `cargo build` of the same device crate (the least a build check
-//! can cost). `cargo bench -p gpurun-tests --bench host_launch`.
+//! can cost). `cargo bench -p gpurun-e2e --bench host_launch`.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use gpurun_e2e::{fixtures_dir, median_time, ms, ratio};
 use gpurun_test::{DeviceCrate, LaunchShape};
-use gpurun_tests::{fixtures_dir, median_time, ms, ratio};
 
 /// Started as `host_launch --first-load`: one `load()` in a fresh process, as a test's first.
 const FIRST_LOAD: &str = "--first-load";

@@ -1,7 +1,7 @@
 //! `cargo gpurun run` of the hello fixture on the host backend against the same program built
-//! as a native binary, measured in the same run. `cargo bench -p gpurun-tests --bench loader`.
+//! as a native binary, measured in the same run. `cargo bench -p gpurun-e2e --bench loader`.
 
-use gpurun_tests::{bench_runs, binary, gpurun, host_image, median_time, ms, own_binary, ratio};
+use gpurun_e2e::{bench_runs, binary, gpurun, host_image, median_time, ms, own_binary, ratio};
 use std::process::Command;
 
 fn main() {

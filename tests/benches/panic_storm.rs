@@ -4,9 +4,9 @@
 //! also with its start-up (the same launch printing nothing) taken off. Every run's output is
 //! checked: all 2048 panics reported, all 2048 lines there.
 //!
-//! `cargo bench -p gpurun-tests --bench panic_storm` (`GPURUN_BENCH_RUNS`, default 3).
+//! `cargo bench -p gpurun-e2e --bench panic_storm` (`GPURUN_BENCH_RUNS`, default 3).
 
-use gpurun_tests::{
+use gpurun_e2e::{
     bench_runs, binary, describe, gpurun, host_image, median_time_checked, ms, ratio, text,
 };
 use std::process::{Command, Output};

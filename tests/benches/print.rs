@@ -5,13 +5,13 @@
 //! same lines, one `println!` each, from as many OS threads to the same kind of pipe, measured in
 //! the same run (this bench binary re-run as that writer).
 //!
-//! `cargo bench -p gpurun-tests --bench print`. `GPURUN_BENCH_PRINT_BYTES` (default 1 MiB) and
+//! `cargo bench -p gpurun-e2e --bench print`. `GPURUN_BENCH_PRINT_BYTES` (default 1 MiB) and
 //! `GPURUN_BENCH_PRINT_BYTES_1024` (default 64 KiB: one line per thread) set the sizes,
 //! `GPURUN_BENCH_RUNS` (default 3) the runs. The 1024-thread default is small because, on a
 //! machine with few cores, 1024 emulated threads make each multi-packet RPC slow; the extra
 //! 56-byte-line row (one RPC packet per line) shows that cost.
 
-use gpurun_tests::{bench_runs, binary, describe, gpurun, host_image, ms, ratio};
+use gpurun_e2e::{bench_runs, binary, describe, gpurun, host_image, ms, ratio};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 

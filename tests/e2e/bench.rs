@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Mutex;
 
-use gpurun_tests::{
+use gpurun_e2e::{
     assert_test_lines, describe, fixtures_dir, gpurun, host_images, json_lines, text, Hogs,
 };
 

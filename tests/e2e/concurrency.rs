@@ -1,7 +1,7 @@
 //! Tests running side by side in one worker's slots and across emulated devices: output stays
 //! with its test, and an exit, an abort or a fault among them fails only the test that did it.
 
-use gpurun_tests::{assert_contains, assert_test_lines, describe, run_fixture, text};
+use gpurun_e2e::{assert_contains, assert_test_lines, describe, run_fixture, text};
 use std::collections::BTreeMap;
 
 const TALKERS: [&str; 8] = [

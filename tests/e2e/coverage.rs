@@ -2,7 +2,7 @@
 //! lcov report counts as run when one test runs at a time, at lane sizes 32 and 64, and the HTML
 //! report beside it.
 
-use gpurun_tests::{describe, fixtures_dir, gpurun, text};
+use gpurun_e2e::{describe, fixtures_dir, gpurun, text};
 use std::collections::HashMap;
 use std::sync::Mutex;
 

@@ -6,10 +6,10 @@
 //! sums, ballot-based compaction, reductions and scans over partial warps and scattered masks
 //! bit for bit, floats in their documented order, math bit for bit against the `libm` crate).
 
-use gpurun_test::{DeviceCrate, LaunchShape};
-use gpurun_tests::{
+use gpurun_e2e::{
     assert_contains, describe, fixtures_dir, host_images, load_on_host, run_fixture, text,
 };
+use gpurun_test::{DeviceCrate, LaunchShape};
 
 const FIXTURE: &str = "device-ops";
 

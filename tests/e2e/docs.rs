@@ -3,7 +3,7 @@
 //! crates it depends on (normal dependencies), as `cargo metadata` reports them.
 
 use cargo_metadata::{DependencyKind, MetadataCommand};
-use gpurun_tests::repo_root;
+use gpurun_e2e::repo_root;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The table's rows: crate name -> the crates it says that crate depends on.

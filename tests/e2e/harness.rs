@@ -1,7 +1,7 @@
 //! `cargo gpurun test` and test images under `cargo gpurun run` (the `target.runner` path):
 //! counts, summary lines, listing, filters, should_panic, JSON, JUnit, exit codes, recovery.
 
-use gpurun_tests::{
+use gpurun_e2e::{
     assert_contains, assert_test_lines, describe, fixtures_dir, gpurun, host_images,
     host_target_dir, json_lines, lines_starting, run_fixture, text, TARGETS_LIST,
 };

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use gpurun_tests::{describe, fixtures_dir, repo_root, text};
+use gpurun_e2e::{describe, fixtures_dir, repo_root, text};
 
 /// Every device test of `host-app/kernels` as `(trial, ignored, passes)`: the name each trial has
 /// (the crate has two test suites, the lib and tests/integration.rs, so each trial names its
@@ -325,7 +325,7 @@ fn nextest_runs_each_trial_in_its_own_process() {
     let probe = output_of(cargo(&["nextest", "--version"], &[]));
     if !probe.status.success() {
         // scripts/setup.sh installs it (CI's machine image has it preinstalled).
-        gpurun_tests::tool_missing(&format!(
+        gpurun_e2e::tool_missing(&format!(
             "cargo-nextest is not installed (run scripts/setup.sh): {}",
             text(&probe.stderr).lines().next().unwrap_or_default()
         ));
@@ -377,7 +377,7 @@ fn launch_check_example_passes_on_the_host_emulation() {
         .unwrap_or_else(|e| panic!("building launch_check failed: {e}"));
     let output = example
         .command()
-        .arg(gpurun_tests::host_image("host-app-kernels"))
+        .arg(gpurun_e2e::host_image("host-app-kernels"))
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));

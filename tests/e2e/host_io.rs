@@ -2,7 +2,7 @@
 //! system}`), on the host emulation backend: `cargo gpurun run` forwards its stdin, files are
 //! opened by the host server, and `system()` runs only with `--allow-system`.
 
-use gpurun_tests::{assert_contains, describe, run_fixture, text};
+use gpurun_e2e::{assert_contains, describe, run_fixture, text};
 use std::io::Write;
 use std::process::Stdio;
 

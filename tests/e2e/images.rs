@@ -3,7 +3,7 @@
 //! have none). Also: the PTX of the panic path has no `trap` (a trap would poison the CUDA
 //! context instead of ending one thread).
 
-use gpurun_tests::{describe, fixtures_dir, gpu_images_dir, gpurun, host_images, text};
+use gpurun_e2e::{describe, fixtures_dir, gpu_images_dir, gpurun, host_images, text};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -80,7 +80,7 @@ fn fixtures(emulated: bool) -> Vec<(String, BTreeSet<(String, bool)>)> {
         if tests.is_empty() {
             // Every test is `#[cfg(test)]` (fixtures/unit-tests): the plain images built here
             // have none, and `run` takes an image without tests for a program. Its test-mode
-            // images are checked in tests/e2e/harness.rs and cargo-gpurun/tests/build.rs.
+            // images are checked in tests/e2e/harness.rs and tests/cli/build.rs.
             continue;
         }
         let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).expect("Cargo.toml");
@@ -107,7 +107,7 @@ fn gpu_toolchain_present() -> bool {
     });
     if !present {
         let message = "nightly with rust-src and llvm-tools is missing (run scripts/setup.sh)";
-        gpurun_tests::tool_missing(message);
+        gpurun_e2e::tool_missing(message);
     }
     present
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpurun_tests::{fixtures_dir, gpurun, host_image, host_images, text};
+use gpurun_e2e::{fixtures_dir, gpurun, host_image, host_images, text};
 
 use crate::host_app::{host_crate_cargo, output_of};
 
@@ -255,7 +255,7 @@ fn host_app_trial_binary() -> PathBuf {
         &["--test", "gpu", "--no-run", "--message-format=json"],
     ));
     assert!(output.status.success(), "{}", text(&output.stderr));
-    gpurun_tests::json_lines(&text(&output.stdout))
+    gpurun_e2e::json_lines(&text(&output.stdout))
         .find_map(|message| {
             (message["target"]["name"] == "gpu")
                 .then(|| message["executable"].as_str().map(PathBuf::from))

@@ -13,7 +13,7 @@
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use gpurun_tests::{describe, gpurun, host_image, text, Hogs};
+use gpurun_e2e::{describe, gpurun, host_image, text, Hogs};
 
 /// How many times its unloaded time the workload may take under the hogs...
 const SLOWDOWN: u32 = 20;

@@ -1,6 +1,6 @@
 //! `cargo gpurun run`: exit codes, output, panics, crashes, timeouts and bad input.
 
-use gpurun_tests::{assert_contains, describe, gpurun, host_image, run_fixture, text};
+use gpurun_e2e::{assert_contains, describe, gpurun, host_image, run_fixture, text};
 use std::time::{Duration, Instant};
 
 fn run(image: &str, args: &[&str]) -> std::process::Output {

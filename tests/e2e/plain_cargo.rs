@@ -5,14 +5,13 @@
 //! tests are listed from the real PTX, and running one fails with the missing-driver message; on
 //! a machine with an NVIDIA GPU the same tests check that the device code ran.
 
-use gpurun_tests::{
-    assert_contains, binary, describe, json_lines, package_binary, repo_root, text, HOST_BUILD_JSON,
+use gpurun_e2e::{
+    assert_contains, binary, describe, json_lines, nvptx_linker, repo_root, text, HOST_BUILD_JSON,
 };
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 const TRIPLE: &str = "nvptx64-nvidia-cuda";
 
@@ -47,12 +46,6 @@ fn toolchain() -> String {
         .unwrap_or_else(|| "nightly".to_owned())
 }
 
-/// The `gpurun-nvptx-link` binary of this checkout, built once per test process.
-fn linker_binary() -> &'static Path {
-    static LINKER: OnceLock<PathBuf> = OnceLock::new();
-    LINKER.get_or_init(|| package_binary("gpurun-build", "gpurun-nvptx-link"))
-}
-
 /// Whether the nightly with rust-src and llvm-tools is here; without it the tests say why and,
 /// under CI (which must have it), fail.
 fn nightly_present() -> bool {
@@ -74,7 +67,7 @@ fn nightly_present() -> bool {
         let message = format!(
             "the {toolchain} toolchain with rust-src and llvm-tools is missing (run scripts/setup.sh)"
         );
-        gpurun_tests::tool_missing(&message);
+        gpurun_e2e::tool_missing(&message);
     }
     present
 }
@@ -112,7 +105,7 @@ fn cargo(args: &[&str]) -> Command {
         command.env_remove(var);
     }
     command
-        .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_LINKER", linker_binary())
+        .env("CARGO_TARGET_NVPTX64_NVIDIA_CUDA_LINKER", nvptx_linker())
         .env(
             "CARGO_TARGET_NVPTX64_NVIDIA_CUDA_RUNNER",
             format!("{runner_text} gpurun run"),
@@ -400,7 +393,7 @@ fn nextest_lists_and_runs_the_device_tests_through_the_runner() {
 #[test]
 fn linker_binary_refuses_bad_input_with_one_error_line() {
     let run = |args: &[&str]| {
-        let output = Command::new(linker_binary())
+        let output = Command::new(nvptx_linker())
             .args(args)
             .output()
             .unwrap_or_else(|e| panic!("cannot run gpurun-nvptx-link: {e}"));
@@ -448,7 +441,7 @@ fn linker_binary_uses_the_llvm_tools_of_the_rustc_that_calls_it() {
     // The linker on README.md with `extra` arguments, no `rustc` on PATH and no GPURUN_*
     // variables: it must fail (exit status 1) saying `expected`.
     let link_fails_with = |extra: &[&OsStr], expected: &str| {
-        let output = Command::new(linker_binary())
+        let output = Command::new(nvptx_linker())
             .arg(repo_root().join("README.md"))
             .args(extra)
             .arg("-o")

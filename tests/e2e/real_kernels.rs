@@ -1,11 +1,11 @@
 //! `fixtures/real-kernels` on the host emulation with warps of 32 and 64 lanes: each kernel
 //! (tiled matrix product in shared memory, block reduction over warp reductions, shared and global
 //! atomic histograms, block-wide scan, ballot-based compaction) launched through `gpurun-test`
-//! on several sizes and compared with its CPU reference (`gpurun_tests::real_kernels`, which the
+//! on several sizes and compared with its CPU reference (`gpurun_e2e::real_kernels`, which the
 //! GPU check's `real-kernels-check` program runs on a GPU).
 
-use gpurun_tests::real_kernels::{self, Check};
-use gpurun_tests::{describe, fixtures_dir, load_on_host, package_binary, repo_root, text};
+use gpurun_e2e::real_kernels::{self, Check};
+use gpurun_e2e::{describe, fixtures_dir, load_on_host, package_binary, repo_root, text};
 
 const FIXTURE: &str = "real-kernels";
 
@@ -75,9 +75,9 @@ fn the_compaction_check_catches_misplaced_elements() {
 /// emulation: every kernel matches, one line each.
 #[test]
 fn real_kernels_check_program_passes_on_the_host_emulation() {
-    let program = package_binary("gpurun-tests", "real-kernels-check");
+    let program = package_binary("gpurun-e2e", "real-kernels-check");
     let output = std::process::Command::new(program)
-        .arg(gpurun_tests::host_image(FIXTURE))
+        .arg(gpurun_e2e::host_image(FIXTURE))
         .output()
         .unwrap();
     assert!(output.status.success(), "{}", describe(&output));

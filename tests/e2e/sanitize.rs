@@ -1,4 +1,4 @@
-//! `--sanitize` (issue 26, item 3) without a GPU: the real binary runs the `sanitize` fixture's
+//! `--sanitize` without a GPU: the real binary runs the `sanitize` fixture's
 //! nvptx image on the fake CUDA driver (crates/gpurun-fake-driver, as `libcuda.so` on
 //! `LD_LIBRARY_PATH`) under a stand-in for compute-sanitizer (tests/sanitizer-stand-in, found
 //! on `PATH` as NVIDIA's program is). The stand-in runs the real worker command it is given and
@@ -12,7 +12,8 @@ use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use gpurun_tests::{
+use gpurun_e2e::fake_driver::{fake_cuda_in, LOG_ENV};
+use gpurun_e2e::{
     assert_contains, assert_test_lines, describe, gpu_images_dir, gpurun, host_image, json_lines,
     repo_root, text, HOST_BUILD_JSON,
 };
@@ -23,27 +24,7 @@ use crate::lifetime::{ended, send, Run};
 fn fake_cuda_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let output = Command::new(cargo)
-            .args(["build", "--locked", "--message-format=json", "--lib"])
-            .args(["-p", "gpurun-fake-driver", "--manifest-path"])
-            .arg(repo_root().join("Cargo.toml"))
-            .output()
-            .expect("cargo runs");
-        assert!(output.status.success(), "{}", describe(&output));
-        let library = json_lines(&text(&output.stdout))
-            .filter(|message| message["target"]["name"] == "gpurun_fake_driver")
-            .flat_map(|message| message["filenames"].as_array().cloned().unwrap_or_default())
-            .filter_map(|name| name.as_str().map(PathBuf::from))
-            .find(|path| path.extension().is_some_and(|ext| ext == "so"))
-            .expect("cargo names the fake driver's shared library");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sanitize-fake-cuda");
-        std::fs::create_dir_all(&dir).unwrap();
-        let staging = dir.join(format!("libcuda.so.{}", std::process::id()));
-        let _ = std::fs::remove_file(&staging);
-        std::os::unix::fs::symlink(library, &staging).unwrap();
-        std::fs::rename(&staging, dir.join("libcuda.so")).unwrap();
-        dir
+        fake_cuda_in(Path::new(env!("CARGO_TARGET_TMPDIR")).join("sanitize-fake-cuda"))
     })
 }
 
@@ -98,7 +79,7 @@ fn sanitized(args: &[&str], log: &Path, planted: &str) -> Command {
     let mut command = gpurun(args);
     command
         .env("LD_LIBRARY_PATH", fake_cuda_dir())
-        .env("GPURUN_FAKE_DRIVER_LOG", log)
+        .env(LOG_ENV, log)
         .env("PATH", path)
         .env("STANDIN_PLANTED", planted)
         .env_remove("GPURUN_COMPUTE_SANITIZER")

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpurun_tests::{describe, fixtures_dir, repo_root, text};
+use gpurun_e2e::{describe, fixtures_dir, repo_root, text};
 
 use crate::host_app::{host_crate_cargo, output_of, result_line};
 

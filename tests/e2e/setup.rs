@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpurun_tests::{
+use gpurun_e2e::{
     assert_contains, binary, describe, fixtures_dir, json_lines, repo_root, text, HOST_BUILD_JSON,
 };
 
@@ -92,7 +92,7 @@ fn build_directories_are_ignored_and_the_fuzz_corpus_is_kept() {
         .current_dir(&root)
         .output();
     if !probe.is_ok_and(|output| output.status.success()) {
-        gpurun_tests::tool_missing("not a git work tree (or no git): cannot ask what is ignored");
+        gpurun_e2e::tool_missing("not a git work tree (or no git): cannot ask what is ignored");
         return;
     }
     let ignored = |path: &str| {

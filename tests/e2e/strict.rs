@@ -2,10 +2,10 @@
 //! run alone, fails with the report of its defect class, pointing at the kernel's lines (found
 //! by the `// site:` comments of the fixture's source); each fixed kernel passes.
 
-use gpurun_test::{Error, LaunchShape};
-use gpurun_tests::{
+use gpurun_e2e::{
     assert_contains, describe, fixtures_dir, host_images, load_on_host, run_fixture, text,
 };
+use gpurun_test::{Error, LaunchShape};
 
 const FIXTURE: &str = "wrong-kernels";
 
@@ -333,7 +333,7 @@ fn a_reduction_missing_a_barrier_races_under_every_seed() {
 fn blocks_adding_to_one_buffer_word_race_under_every_seed() {
     host_images();
     let (read, write) = (site("global read"), site("global write"));
-    let program = gpurun_tests::package_binary("gpurun-tests", "sum-into-check");
+    let program = gpurun_e2e::package_binary("gpurun-e2e", "sum-into-check");
     let runs = RACE_SEEDS
         .map(|seed| ("32", seed))
         .chain([("64", 3), ("64", 11)]);
@@ -379,7 +379,7 @@ fn lane_size_all_runs_each_test_at_32_and_at_64() {
             "--",
         ];
         args.extend_from_slice(harness);
-        gpurun_tests::gpurun(&args).output().unwrap()
+        gpurun_e2e::gpurun(&args).output().unwrap()
     };
     let output = test(&[]);
     assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
@@ -416,7 +416,7 @@ fn lane_size_all_runs_each_test_at_32_and_at_64() {
 /// still fails, by the poison in its shared memory rather than by a report.
 #[test]
 fn without_the_memory_checks_the_poison_still_fails_an_unwritten_read() {
-    let output = gpurun_tests::gpurun(&[
+    let output = gpurun_e2e::gpurun(&[
         "test",
         "-p",
         FIXTURE,

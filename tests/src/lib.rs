@@ -1,15 +1,25 @@
-//! Helpers for the end-to-end tests: the real `cargo-gpurun` binary (built with escargot) and
-//! the fixture images it builds for the host emulation backend.
+//! Helpers for the end-to-end tests: the real `cargo-gpurun` binary (built with escargot), the
+//! fixture images it builds for the host emulation backend, and the checks for the nightly
+//! toolchain and the tools a test needs (reported as not run, and failing under `CI=true`).
 //!
-//! Owns: what the end-to-end tests and benchmarks share. Must not: reach into the crates'
-//! internals; these tests drive the binary as a user would.
+//! Owns: what the package's tests and benchmarks share. Must not: reach into the crates'
+//! internals; these tests drive the binary as a user would, and the libraries through their
+//! public APIs.
 
 pub mod real_kernels;
+
+/// The fake driver (crates/gpurun-fake-driver): built, put where a process loads it as the CUDA
+/// driver, and the calls it logs. The same module as gpurun-hal's fake-driver tests use.
+#[cfg(target_os = "linux")]
+#[path = "../../crates/gpurun-hal/tests/common/mod.rs"]
+pub mod fake_driver;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
+
+use gpurun_build::toolchain::Toolchain;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -80,6 +90,12 @@ pub fn binary() -> &'static Path {
     BINARY.get_or_init(|| package_binary("cargo-gpurun", "cargo-gpurun"))
 }
 
+/// Path of gpurun-build's nvptx linker, `gpurun-nvptx-link`, built once per test process.
+pub fn nvptx_linker() -> &'static Path {
+    static LINKER: OnceLock<PathBuf> = OnceLock::new();
+    LINKER.get_or_init(|| package_binary("gpurun-build", "gpurun-nvptx-link"))
+}
+
 /// `cargo gpurun ARGS` in the fixtures workspace.
 pub fn gpurun(args: &[&str]) -> Command {
     let mut command = Command::new(binary());
@@ -91,6 +107,23 @@ pub fn gpurun(args: &[&str]) -> Command {
     // main workspace.
     command.env_remove("CARGO_TARGET_DIR");
     command
+}
+
+/// The fixtures workspace's manifest.
+pub fn fixtures_manifest() -> PathBuf {
+    fixtures_dir().join("Cargo.toml")
+}
+
+/// `cargo gpurun ARGS` in the repository root with `envs` added, building into
+/// `fixtures/target` (or a `CARGO_TARGET_DIR` in `envs`) for the default nvptx architecture
+/// whatever GPU this machine has; its output.
+pub fn gpurun_in_root(args: &[&str], envs: &[(&str, &Path)]) -> Output {
+    let mut command = gpurun(args);
+    command
+        .current_dir(repo_root())
+        .env(gpurun_build::arch::ARCH_DETECT_ENV, "0")
+        .envs(envs.iter().copied());
+    command.output().expect("run cargo-gpurun")
 }
 
 /// `cargo gpurun run OPTIONS IMAGE ARGS` with the host image of fixture `fixture`.
@@ -119,6 +152,26 @@ pub fn json_lines(stdout: &str) -> impl Iterator<Item = serde_json::Value> + '_ 
     stdout
         .lines()
         .map(|line| serde_json::from_str(line).expect("JSON line"))
+}
+
+/// The images of a successful `--message-format json` build, one a line of `output`'s stdout.
+pub fn built_images(output: &Output) -> Vec<serde_json::Value> {
+    assert!(
+        output.status.success(),
+        "build failed:\n{}",
+        text(&output.stderr)
+    );
+    json_lines(&text(&output.stdout))
+        .inspect(|image| assert_eq!(image["reason"], "gpurun-image"))
+        .collect()
+}
+
+/// The `path` of each image of a successful `--message-format json` build.
+pub fn built_image_paths(output: &Output) -> Vec<PathBuf> {
+    built_images(output)
+        .iter()
+        .filter_map(|image| image["path"].as_str().map(PathBuf::from))
+        .collect()
 }
 
 /// Builds every fixture for the host once per test process and returns the image directory:
@@ -176,6 +229,15 @@ pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// The non-empty lines of `output`'s stdout.
+pub fn lines(output: &Output) -> Vec<String> {
+    text(&output.stdout)
+        .lines()
+        .filter(|line| !line.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Output with both streams, for assertion messages.
 pub fn describe(output: &Output) -> String {
     format!(
@@ -231,6 +293,29 @@ pub fn assert_test_lines(output: &Output, results: &[(&str, &str)]) {
 pub fn tool_missing(message: &str) {
     assert!(!in_ci(), "{message}");
     eprintln!("SKIPPED: {message}");
+}
+
+/// `true` when `what` is available; otherwise says why the test does not run (or fails under
+/// CI, see [`tool_missing`]).
+pub fn available(what: &str, present: bool) -> bool {
+    if !present {
+        tool_missing(&format!(
+            "{what} is missing (installed by scripts/setup.sh)"
+        ));
+    }
+    present
+}
+
+/// The nightly toolchain (or `GPURUN_TOOLCHAIN`'s) with rust-src and llvm-tools, as device
+/// builds use it; `None` after saying why the test does not run (see [`available`]).
+pub fn nightly() -> Option<Toolchain> {
+    let toolchain = Toolchain::probe().ok();
+    let ready = toolchain
+        .as_ref()
+        .is_some_and(|toolchain| toolchain.missing_components().is_empty());
+    available("the nightly toolchain with rust-src and llvm-tools", ready)
+        .then_some(toolchain)
+        .flatten()
 }
 
 /// Whether this is CI (`CI=true`), where every tool scripts/setup.sh installs must be present.
@@ -291,7 +376,7 @@ pub fn median_time_checked(
 
 /// Path of a binary of this crate, built once.
 pub fn own_binary(name: &str) -> PathBuf {
-    build_binary("gpurun-tests", name, true)
+    build_binary("gpurun-e2e", name, true)
 }
 
 /// Threads that spin until dropped, each wanting a whole core.

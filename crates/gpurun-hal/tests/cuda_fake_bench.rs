@@ -2,15 +2,15 @@
 //! `cuda_fake_driver.rs` runs it: a child process whose driver calls are logged): each launch
 //! passes its iteration count in the kernel's parameter buffer and sits between the two timing
 //! events the device time is read from, and a cold launch (`--flush-l2`) is preceded, on its
-//! stream and before its start event, by a write over a buffer the size of the L2 cache; the
-//! same through `cargo gpurun run --flush-l2 IMAGE --bench` and its real worker.
+//! stream and before its start event, by a write over a buffer the size of the L2 cache. (The
+//! same through `cargo gpurun run --flush-l2 IMAGE --bench` and its real worker is an
+//! end-to-end test: tests/e2e/fake_cuda.rs in the repository.)
 
 #![cfg(target_os = "linux")]
 
 mod common;
 
-use common::{cargo_build, fake_driver_library, first, positions, read_calls, Call};
-use gpurun_abi::{Bench, TestDesc, Throughput};
+use common::{fake_cuda_in, first, positions, read_cuda_log, with_fake_cuda, Call};
 use gpurun_hal::cuda::CudaBackend;
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::kernel_args::KernelArg;
@@ -21,7 +21,6 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-const LOG_ENV: &str = "GPURUN_FAKE_DRIVER_LOG";
 const RUNNING_QUERIES_ENV: &str = "GPURUN_FAKE_CUDA_RUNNING_QUERIES";
 /// The fake driver's L2 cache (`gpurun_fake_driver::cuda::L2_CACHE_BYTES`).
 const L2_BYTES: usize = 50 * 1024 * 1024;
@@ -49,18 +48,11 @@ const LAUNCHES: [(u64, bool); 5] = [
     (1 << 40, false),
 ];
 
-/// The fake driver linked as `libcuda.so` into a directory of this test binary's own.
+/// The fake driver as `libcuda.so` in a directory of this test binary's own.
 fn fake_driver_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let library = fake_driver_library();
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-driver-bench");
-        std::fs::create_dir_all(&dir).unwrap();
-        let staging = dir.join(format!("libcuda.so.{}", std::process::id()));
-        let _ = std::fs::remove_file(&staging);
-        std::os::unix::fs::symlink(library, &staging).unwrap();
-        std::fs::rename(&staging, dir.join("libcuda.so")).unwrap();
-        dir
+        fake_cuda_in(Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-driver-bench"))
     })
 }
 
@@ -71,32 +63,22 @@ fn bench_calls() -> &'static [Call] {
         let dir = fake_driver_dir();
         let log = dir.join(format!("bench-{}.log", std::process::id()));
         let _ = std::fs::remove_file(&log);
-        let mut search = dir.as_os_str().to_owned();
-        if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-            search.push(":");
-            search.push(old);
-        }
-        let output = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "bench_child", "--ignored", "--nocapture"])
-            .env("LD_LIBRARY_PATH", search)
-            .env(LOG_ENV, &log)
-            .env(RUNNING_QUERIES_ENV, "2")
-            .env_remove("CUDA_LAUNCH_BLOCKING")
-            .env_remove("CUDA_MODULE_LOADING")
-            .output()
-            .unwrap();
+        let output = with_fake_cuda(
+            &mut Command::new(std::env::current_exe().unwrap()),
+            dir,
+            &log,
+        )
+        .args(["--exact", "bench_child", "--ignored", "--nocapture"])
+        .env(RUNNING_QUERIES_ENV, "2")
+        .output()
+        .unwrap();
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success() && stdout.contains("scenario done"),
             "{stdout}\n{}",
             String::from_utf8_lossy(&output.stderr)
         );
-        let calls = read_calls(&log);
-        assert!(
-            calls.first().is_some_and(|call| call.function == "cuInit"),
-            "{calls:#?}"
-        );
-        calls
+        read_cuda_log(&log)
     })
 }
 
@@ -215,97 +197,4 @@ fn a_flushed_launch_writes_over_the_l2_cache_first_on_its_stream() {
         assert_eq!(waits, 0, "{calls:#?}");
     }
     assert!(asked[0] < allocated[0] && allocated[0] < fills[0]);
-}
-
-/// The `cargo-gpurun` binary of this workspace, built once per test process.
-fn gpurun_binary() -> PathBuf {
-    cargo_build("cargo-gpurun", &["--bin", "cargo-gpurun"])
-        .into_iter()
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .expect("cargo names the cargo-gpurun binary")
-}
-
-/// A test image with one benchmark, `copy` (4096 bytes per iteration), as `#[gpurun::bench]`
-/// makes it: its descriptor, the descriptor version global, the RPC client and its kernel.
-fn bench_image() -> String {
-    let desc = TestDesc {
-        full_path: "fake::copy".into(),
-        bench: Some(Bench {
-            throughput: Some(Throughput::Bytes(4096)),
-        }),
-        ..TestDesc::new("copy")
-    };
-    let bytes = gpurun_image::encode_descriptor(&desc).unwrap();
-    let listed: Vec<String> = bytes.iter().map(u8::to_string).collect();
-    format!(
-        ".version 7.0\n.target sm_70\n.address_size 64\n\n\
-         .visible .global .align 8 .b8 __llvm_rpc_client[2096];\n\
-         .visible .global .align 4 .b8 __gpurun_test_abi_version[4] = {{3, 0, 0, 0}};\n\
-         .visible .global .align 1 .b8 __gpurun_desc_copy_0[{}] = {{{}}};\n\n\
-         .visible .entry __gpurun_test_copy_0(\n    .param .u64 __gpurun_test_copy_0_param_0\n)\n{{\n    ret;\n}}\n",
-        bytes.len(),
-        listed.join(", ")
-    )
-}
-
-/// Through the CLI and the real worker: `--bench` measures the benchmark in libtest's line
-/// (the fake driver's events always say the same time, so no iteration costs anything and the
-/// count grows to its most), and `--flush-l2` writes over the L2 cache before every launch.
-#[test]
-fn cargo_gpurun_run_measures_a_benchmark_cold_through_its_worker() {
-    let dir = fake_driver_dir().join(format!("worker-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("copy.ptx");
-    std::fs::write(&image, bench_image()).unwrap();
-    let log = dir.join("calls.log");
-    let mut search = fake_driver_dir().as_os_str().to_owned();
-    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-        search.push(":");
-        search.push(old);
-    }
-    let output = Command::new(gpurun_binary())
-        .args(["gpurun", "run", "--backend", "cuda", "--flush-l2"])
-        .arg(&image)
-        .args(["--bench", "--warm-up-time", "0", "--measurement-time", "0"])
-        .env("LD_LIBRARY_PATH", search)
-        .env(LOG_ENV, &log)
-        .env_remove("CUDA_LAUNCH_BLOCKING")
-        .env_remove("CARGO_TARGET_DIR")
-        .current_dir(&dir)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success()
-            && stdout.contains("test copy ... bench:           0.00 ns/iter (+/- 0.00)")
-            && stdout.contains("0 ignored; 1 measured; 0 filtered out"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let calls = read_calls(&log);
-    let launches = positions(&calls, "cuLaunchKernel", "function=__gpurun_test_copy_0");
-    let fills = positions(&calls, "cuMemsetD8Async", &format!("bytes={L2_BYTES}"));
-    assert_eq!(
-        fills.len(),
-        launches.len(),
-        "one flush per launch: {calls:#?}"
-    );
-    let counts: Vec<u64> = launches
-        .iter()
-        .map(|&at| {
-            let params = calls[at].value("params").unwrap_or_default();
-            let bytes: Vec<u8> = (0..params.len())
-                .step_by(2)
-                .filter_map(|i| u8::from_str_radix(params.get(i..i + 2)?, 16).ok())
-                .collect();
-            u64::from_le_bytes(bytes.try_into().expect("8 parameter bytes"))
-        })
-        .collect();
-    // Launches of none (the floor) and of a count grown from one to the most.
-    assert!(counts.contains(&0) && counts.contains(&1), "{counts:?}");
-    assert!(counts.contains(&(1 << 40)), "{counts:?}");
-    for (&fill, &launch) in fills.iter().zip(&launches) {
-        assert!(fill < launch - 1, "{calls:#?}");
-    }
-    std::fs::remove_dir_all(&dir).unwrap();
 }

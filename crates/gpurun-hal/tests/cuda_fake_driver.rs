@@ -3,15 +3,18 @@
 //! order. No GPU needed; the fake records every call to a log file.
 //!
 //! Each scenario runs in a child process (this test binary again, `fake_driver_child`, through
-//! the `Backend` API; or `cargo gpurun run`, through the real worker): the dynamic loader reads
-//! `LD_LIBRARY_PATH` at process start, `cuInit` happens once per process, and a kernel fault
-//! ends the driver's use for the rest of the process.
+//! the `Backend` API): the dynamic loader reads `LD_LIBRARY_PATH` at process start, `cuInit`
+//! happens once per process, and a kernel fault ends the driver's use for the rest of the
+//! process. The same driver calls through `cargo gpurun run` and its real worker process are
+//! the end-to-end tests' (tests/e2e/fake_cuda.rs in the repository).
 
 #![cfg(target_os = "linux")]
 
 mod common;
 
-use common::{cargo_build, fake_driver_library, first, positions, read_calls, Call};
+use common::{
+    fake_cuda_in, first, launches_are_timed, positions, read_cuda_log, with_fake_cuda, Call,
+};
 use gpurun_hal::cuda::{CudaBackend, CudaDevice, STACK_BEYOND_FRAMES, STUB_DRIVER};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::kernel_args::KernelArg;
@@ -25,8 +28,7 @@ use std::time::Duration;
 
 /// Which scenario the child runs.
 const SCENARIO_ENV: &str = "GPURUN_FAKE_CUDA_SCENARIO";
-/// The fake driver's log file and settings (see gpurun-fake-driver's `cuda` module).
-const LOG_ENV: &str = "GPURUN_FAKE_DRIVER_LOG";
+/// The fake driver's settings (see gpurun-fake-driver's `cuda` module).
 const FAIL_ENV: &str = "GPURUN_FAKE_CUDA_FAIL";
 const RUNNING_QUERIES_ENV: &str = "GPURUN_FAKE_CUDA_RUNNING_QUERIES";
 const KERNEL_FAULT_ENV: &str = "GPURUN_FAKE_CUDA_KERNEL_FAULT";
@@ -82,22 +84,11 @@ fn clock_ptx() -> String {
 
 const SHAPE: LaunchShape = LaunchShape::grid([2, 1, 1], [64, 1, 1]);
 
-/// The fake driver, built once per test process and linked as `libcuda.so` into a directory
-/// of its own.
+/// The fake driver as `libcuda.so` in a directory of this test binary's own, made once per test
+/// process.
 fn fake_driver_dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let library = fake_driver_library();
-        // A link, not a copy: the library is large with debug info. Replaced atomically, so
-        // test processes running side by side never see it missing.
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-driver");
-        std::fs::create_dir_all(&dir).unwrap();
-        let staging = dir.join(format!("libcuda.so.{}", std::process::id()));
-        let _ = std::fs::remove_file(&staging);
-        std::os::unix::fs::symlink(library, &staging).unwrap();
-        std::fs::rename(&staging, dir.join("libcuda.so")).unwrap();
-        dir
-    })
+    DIR.get_or_init(|| fake_cuda_in(Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-driver")))
 }
 
 /// Runs `scenario` in a child process against the fake driver, with `settings` in its
@@ -110,7 +101,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
     let log = dir.join(format!("{scenario}-{}-{run}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
     let mut command = Command::new(std::env::current_exe().unwrap());
-    with_fake_driver(&mut command, &log)
+    with_fake_cuda(&mut command, dir, &log)
         .args(["--exact", "fake_driver_child", "--ignored", "--nocapture"])
         .env(SCENARIO_ENV, scenario)
         .envs(settings.iter().copied());
@@ -121,33 +112,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
         "{scenario}: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    read_log(&log)
-}
-
-/// `command` set up to find the fake driver first and log its calls to `log`, with none of the
-/// CUDA variables the tests are about inherited.
-fn with_fake_driver<'c>(command: &'c mut Command, log: &Path) -> &'c mut Command {
-    let mut search = fake_driver_dir().as_os_str().to_owned();
-    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-        search.push(":");
-        search.push(old);
-    }
-    command
-        .env("LD_LIBRARY_PATH", search)
-        .env(LOG_ENV, log)
-        .env_remove("CUDA_LAUNCH_BLOCKING")
-        .env_remove("CUDA_MODULE_LOADING")
-}
-
-/// The calls recorded in `log`, in order (the file is removed).
-fn read_log(log: &Path) -> Vec<Call> {
-    let calls = read_calls(log);
-    assert!(
-        calls.first().is_some_and(|call| call.function == "cuInit"),
-        "{}: the driver was not used or cuInit was not first: {calls:#?}",
-        log.display()
-    );
-    calls
+    read_cuda_log(&log)
 }
 
 fn the_image() -> Image {
@@ -553,7 +518,7 @@ fn stack_is_raised_once_per_context() {
     assert_eq!(params.len(), 24, "12 bytes of parameters: {launch:?}");
     assert!(params.ends_with("2a000000"), "{launch:?}");
 
-    // Issue 22, item 2: writes to the device (zeroing the output word) go on the kernel's
+    // Writes to the device (zeroing the output word) go on the kernel's
     // stream and are waited for, never on the legacy stream, which a non-blocking stream does
     // not wait for (the fake driver refuses a launch such a write could race).
     let launch_stream = launch.value("stream").unwrap_or_default();
@@ -670,7 +635,7 @@ fn automatic_stack_is_kept_within_an_eighth_of_memory() {
     assert_eq!(sets, ["1985", "65536"], "{calls:#?}");
 }
 
-/// Issue 22, item 1: a host-driven launch whose last parameter is narrower than the widest
+/// A host-driven launch whose last parameter is narrower than the widest
 /// (`fill(out: *mut u32, n: u64, value: u32)`) passes 20 bytes, not the padded 24 the fake
 /// driver (like the real one) refuses; reading the result back happens on the kernel's stream.
 #[test]
@@ -774,68 +739,7 @@ fn memory_pools_allocate_on_the_memory_stream() {
     assert_eq!(stream_of(&calls[free]), alloc_stream);
 }
 
-/// The timing events of a module's launches, checked against the calls: two events created
-/// (with timing) before the first launch; each launch's stream records the start event right
-/// before `cuLaunchKernel` and the stop event right after; the elapsed time is read once the
-/// stream has said the kernel is done, and before the next launch; the same two events serve
-/// every launch and are destroyed once each, after the last reading, before the module
-/// unloads (if it does). Returns the launches.
-#[track_caller]
-fn launches_are_timed(calls: &[Call], kernel: &str) -> Vec<usize> {
-    let launches = positions(calls, "cuLaunchKernel", &format!("function={kernel}"));
-    assert!(!launches.is_empty(), "{calls:#?}");
-    let created = positions(calls, "cuEventCreate", "");
-    assert_eq!(created.len(), 2, "one pair per module: {calls:#?}");
-    assert!(created.iter().all(|&at| calls[at].details == "flags=0"));
-    assert!(created[1] < launches[0]);
-    let event_at = |at: usize| calls[at].value("event").unwrap_or_default().to_owned();
-    let (start, stop) = (event_at(launches[0] - 1), event_at(launches[0] + 1));
-    assert_ne!(start, stop);
-    for (n, &launch) in launches.iter().enumerate() {
-        let stream = calls[launch].value("stream").unwrap_or_default();
-        let around = format!("{:#?}", &calls[launch - 1..=launch + 1]);
-        for (at, event) in [(launch - 1, &start), (launch + 1, &stop)] {
-            assert!(
-                calls[at].is("cuEventRecord", &format!("event={event} stream={stream}"))
-                    && calls[at].status == "CUDA_SUCCESS",
-                "launch {n} is not between its start and stop events: {around}"
-            );
-        }
-        let next = launches.get(n + 1).copied().unwrap_or(calls.len());
-        let done = positions(calls, "cuStreamQuery", &format!("stream={stream}"))
-            .into_iter()
-            .find(|&at| at > launch && calls[at].status == "CUDA_SUCCESS")
-            .unwrap_or_else(|| panic!("launch {n} never done: {calls:#?}"));
-        let read: Vec<usize> = positions(calls, "cuEventElapsedTime", "")
-            .into_iter()
-            .filter(|&at| at > launch && at < next)
-            .collect();
-        assert_eq!(read.len(), 1, "launch {n}: {calls:#?}");
-        let elapsed = &calls[read[0]];
-        assert!(
-            read[0] > done
-                && elapsed.status == "CUDA_SUCCESS"
-                && elapsed.details
-                    == format!(
-                        "start={start} stop={stop} start_stream={stream} stop_stream={stream}"
-                    ),
-            "launch {n}: {elapsed:?} after the stream was done at {done}: {calls:#?}"
-        );
-    }
-    // A worker process ends with `_exit`, tearing nothing down.
-    let destroyed = positions(calls, "cuEventDestroy", "");
-    let destroyed_events: Vec<String> = destroyed.iter().map(|&at| event_at(at)).collect();
-    let Some(unload) = positions(calls, "cuModuleUnload", "").first().copied() else {
-        assert!(destroyed.is_empty(), "{calls:#?}");
-        return launches;
-    };
-    assert_eq!(destroyed_events, [start, stop], "{calls:#?}");
-    let last_read = *positions(calls, "cuEventElapsedTime", "").last().unwrap();
-    assert!(destroyed.iter().all(|&at| last_read < at && at < unload));
-    launches
-}
-
-/// Issue 26, item 2: the device time of a launch is the time between two timing events recorded
+/// The device time of a launch is the time between two timing events recorded
 /// on its stream around the launch call (`Module::last_device_time`), read once the stream is
 /// done, with the events created once per module, reused, and destroyed with it.
 #[test]
@@ -869,7 +773,7 @@ fn unrecorded_events_only_lose_the_time() {
     assert_eq!(positions(&calls, "cuEventDestroy", "").len(), 2);
 }
 
-/// Issue 24: a host-driven buffer is device memory (`cuMemAlloc`, not pinned host memory),
+/// A host-driven buffer is device memory (`cuMemAlloc`, not pinned host memory),
 /// zeroed and copied on the kernels' stream, read back on it after the launches and freed with
 /// `cuMemFree`; a launch's dynamic shared memory is `cuLaunchKernel`'s `sharedMemBytes`, with
 /// the kernel's `MAX_DYNAMIC_SHARED_SIZE_BYTES` raised first where it is over the default 48
@@ -961,127 +865,5 @@ fn sticky_launch_call_failure_is_a_fault() {
                 "blocking={blocking}: {function} after a failed launch: {calls:#?}"
             );
         }
-    }
-}
-
-/// The `cargo-gpurun` binary of this workspace, built once per test process.
-fn gpurun_binary() -> &'static Path {
-    static BINARY: OnceLock<PathBuf> = OnceLock::new();
-    BINARY.get_or_init(|| {
-        cargo_build("cargo-gpurun", &["--bin", "cargo-gpurun"])
-            .into_iter()
-            .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-            .expect("cargo names the cargo-gpurun binary")
-    })
-}
-
-/// An image with LLVM libc's `_start(int, char **, char **, int *)` and nothing else.
-const START_ONLY: &str = "\
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .entry _start(
-    .param .u32 _start_param_0,
-    .param .u64 .ptr .align 1 _start_param_1,
-    .param .u64 .ptr .align 1 _start_param_2,
-    .param .u64 .ptr .align 1 _start_param_3
-)
-{
-    ret;
-}
-";
-
-/// [`START_ONLY`] plus an `_end` with the given parameter list.
-fn with_end(params: &str) -> String {
-    format!("{START_ONLY}\n.visible .entry _end({params})\n{{\n    ret;\n}}\n")
-}
-
-/// `cargo gpurun run --backend cuda OPTIONS` of the PTX image `ptx` through the real worker
-/// process, against the fake driver, which must succeed; the driver calls.
-fn run_through_worker(name: &str, ptx: &str, options: &[&str], env: &[(&str, &str)]) -> Vec<Call> {
-    let dir = fake_driver_dir().join(format!("{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let image = dir.join("start.ptx");
-    std::fs::write(&image, ptx).unwrap();
-    let log = dir.join("calls.log");
-    let mut command = Command::new(gpurun_binary());
-    with_fake_driver(&mut command, &log)
-        .args(["gpurun", "run", "--backend", "cuda"])
-        .args(options)
-        .arg(&image)
-        .envs(env.iter().copied());
-    let output = command.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{name}: {}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let calls = read_log(&log);
-    std::fs::remove_dir_all(&dir).unwrap();
-    calls
-}
-
-/// Issue 22, item 5: `_end` gets the exit status where the image declares `_end(int)` (LLVM
-/// libc's start code until 2025, as its loaders passed it), and nothing where it is `_end()`
-/// (the fake driver, like the real one, refuses parameters a kernel does not take).
-#[test]
-fn end_gets_the_status_where_it_takes_one() {
-    for (params, expected) in [(".param .b32 _end_param_0", "00000000"), ("", "none")] {
-        let calls = run_through_worker("end", &with_end(params), &[], &[]);
-        let end = first(&calls, "cuLaunchKernel", "function=_end");
-        assert_eq!(calls[end].status, "CUDA_SUCCESS", "{calls:#?}");
-        assert_eq!(calls[end].value("params"), Some(expected), "_end({params})");
-        assert!(first(&calls, "cuLaunchKernel", "function=_start") < end);
-    }
-}
-
-/// Through the real worker: `cargo gpurun run` starts the driver with eager module loading
-/// (unless the user chose a mode), and raises the stack after the module loads and before
-/// anything launches, to `--stack-size` or the automatic size.
-#[test]
-fn worker_loads_eagerly_with_the_stack_set_first() {
-    let stack_order = |calls: &[Call], value: &str| {
-        let limits = positions(calls, "cuCtxSetLimit", "");
-        assert_eq!(limits.len(), 1, "{calls:#?}");
-        assert_eq!(
-            calls[limits[0]].details,
-            format!("CU_LIMIT_STACK_SIZE value={value}")
-        );
-        let read = first(calls, "cuCtxGetLimit", "CU_LIMIT_STACK_SIZE");
-        let load = first(calls, "cuModuleLoadDataEx", "");
-        assert!(load < read && read < limits[0], "{calls:#?}");
-        assert!(limits[0] < first(calls, "cuLaunchKernel", ""), "{calls:#?}");
-    };
-    let calls = run_through_worker("default", START_ONLY, &[], &[]);
-    assert_eq!(calls[0].details, "flags=0 CUDA_MODULE_LOADING=EAGER");
-    stack_order(&calls, &STACK_BEYOND_FRAMES.to_string());
-
-    let calls = run_through_worker("stack", START_ONLY, &["--stack-size", "8192"], &[]);
-    stack_order(&calls, "8192");
-
-    let calls = run_through_worker("lazy", START_ONLY, &[], &[("CUDA_MODULE_LOADING", "LAZY")]);
-    assert_eq!(calls[0].details, "flags=0 CUDA_MODULE_LOADING=LAZY");
-}
-
-/// Issue 26, item 2, through the real worker: `_start` and `_end` are each timed by the
-/// module's events, also with `CUDA_LAUNCH_BLOCKING=1`, where the launch call runs on a helper
-/// thread.
-#[test]
-fn worker_times_every_launch() {
-    let image = with_end("");
-    for blocking in ["0", "1"] {
-        let env = [
-            (RUNNING_QUERIES_ENV, "2"),
-            ("CUDA_LAUNCH_BLOCKING", blocking),
-        ];
-        let calls = run_through_worker("timed", &image, &[], &env);
-        let launches = launches_are_timed(&calls, "");
-        let kernels: Vec<&str> = launches
-            .iter()
-            .filter_map(|&at| calls[at].value("function"))
-            .collect();
-        assert_eq!(kernels, ["_start", "_end"], "blocking={blocking}");
     }
 }

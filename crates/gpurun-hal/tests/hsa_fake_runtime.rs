@@ -1,6 +1,6 @@
 //! The HSA backend against a fake runtime (crates/gpurun-fake-driver, named by
-//! `$GPURUN_HSA_LIB`): which runtime calls it makes, with which arguments, in which order
-//! (issue 14). No GPU needed; the fake records every call to a log file and runs nothing.
+//! `$GPURUN_HSA_LIB`): which runtime calls it makes, with which arguments, in which order. No
+//! GPU needed; the fake records every call to a log file and runs nothing.
 //!
 //! Each scenario runs in a child process (this test binary again, `fake_runtime_child`): the
 //! backend loads the runtime once per process and `hsa_init`/`hsa_shut_down` count per process.
@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{fake_driver_library, first, positions, read_calls, Call};
+use common::{fake_driver_library, first, positions, read_calls, Call, LOG_ENV};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::hsa::HsaBackend;
 use gpurun_hal::kernel_args::KernelArg;
@@ -26,8 +26,7 @@ use std::time::Duration;
 
 /// Which scenario the child runs.
 const SCENARIO_ENV: &str = "GPURUN_FAKE_HSA_SCENARIO";
-/// The fake's log file and settings (see gpurun-fake-driver's `hsa` module).
-const LOG_ENV: &str = "GPURUN_FAKE_DRIVER_LOG";
+/// The fake's settings (see gpurun-fake-driver's `hsa` module).
 const FAIL_ENV: &str = "GPURUN_FAKE_HSA_FAIL";
 const RUNNING_POLLS_ENV: &str = "GPURUN_FAKE_HSA_RUNNING_POLLS";
 const FAULT_ENV: &str = "GPURUN_FAKE_HSA_FAULT";
@@ -581,7 +580,7 @@ fn fake_runtime_child() {
     println!("scenario done");
 }
 
-/// Issue 14: opening, loading, one launch and the teardown, in the order the HSA API needs.
+/// Opening, loading, one launch and the teardown, in the order the HSA API needs.
 #[test]
 fn launch_calls_come_in_order() {
     let calls = run("launch", &[(RUNNING_POLLS_ENV, "3")]);
@@ -742,7 +741,7 @@ fn launch_calls_come_in_order() {
     assert_eq!(positions(&calls, "hsa_init", "").len(), 1);
 }
 
-/// Issue 26, item 2: the device time of a launch is its dispatch's start and end timestamps,
+/// The device time of a launch is its dispatch's start and end timestamps,
 /// which the packet processor writes into the completion signal of a dispatch on a queue with
 /// profiling enabled: profiling is turned on for each queue right after it is created, before
 /// any dispatch; the timestamps are asked of the GPU agent once the completion signal said the
@@ -1172,7 +1171,7 @@ fn rpc_buffers_fit_the_launch_and_each_slot_has_a_queue() {
     }
 }
 
-/// Issue 24: a host-driven buffer is the GPU's coarse-grained memory with access for the GPU
+/// A host-driven buffer is the GPU's coarse-grained memory with access for the GPU
 /// agent, zeroed with the runtime's fill and copied through fine-grained staging memory, freed
 /// before the runtime goes; a launch's dynamic shared memory is added to the kernel's static
 /// group segment in the dispatch packet, up to the GPU's group-segment pool.

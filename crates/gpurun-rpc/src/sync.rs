@@ -16,7 +16,7 @@
 //!   instructions at both scopes (a `global_atomic_cmpswap ... glc` loop); gfx942 gets a
 //!   `cmpswap ... sc0 sc1` loop where device scope is one `global_atomic_or ... sc0`, and gfx12 a
 //!   `cmpswap` loop where device scope is one `global_atomic_or ... scope:SCOPE_DEV`.
-//!   `tests/gpu_codegen.rs` checks the gfx90a form.
+//!   The end-to-end tests' `tests/nightly/gpu_codegen.rs` checks the gfx90a form.
 //!
 //! Under `cfg(loom)` the same functions use loom's atomics so the model checker sees every step.
 

@@ -7,6 +7,9 @@
 //! quarter of the messages are echoed back with `send_n` and checked by the client (`recv_n`).
 //! At the end every sender's count must equal what it sent.
 //!
+//! Not run by a plain `cargo test` (`test = false`): `cargo test -p gpurun-rpc --test stress`
+//! runs it, as scripts/test.sh does.
+//!
 //! Default sizes keep the whole file well under a minute in a debug build on 2 cores: lengths are
 //! log-uniform between 0 and 1 MiB for 1-lane clients (plus every packet-boundary length and one
 //! full 1 MiB message per sender) and up to 64 KiB for emulated-warp lanes (each packet of a

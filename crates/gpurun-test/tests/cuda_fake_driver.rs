@@ -7,20 +7,17 @@
 
 #![cfg(target_os = "linux")]
 
-// Shared with gpurun-hal's fake-driver tests; this file uses only part of it.
-#[allow(dead_code)]
+// Shared with gpurun-hal's fake-driver tests.
 #[path = "../../gpurun-hal/tests/common/mod.rs"]
 mod common;
 
-use common::{fake_driver_library, first, positions, read_calls};
+use common::{fake_cuda_in, first, positions, read_calls, with_fake_cuda};
 use gpurun_test::{BackendKind, Error, Gpu, LaunchEnd, LaunchShape};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-/// The fake driver's log file and the status its kernels end with (see gpurun-fake-driver's
-/// `cuda` module).
-const LOG_ENV: &str = "GPURUN_FAKE_DRIVER_LOG";
+/// The status the fake driver's kernels end with (see gpurun-fake-driver's `cuda` module).
 const KERNEL_FAULT_ENV: &str = "GPURUN_FAKE_CUDA_KERNEL_FAULT";
 /// Where the child writes its image.
 const DIR_ENV: &str = "GPURUN_TEST_FAKE_CUDA_DIR";
@@ -101,28 +98,22 @@ fn fake_driver_child() {
 /// tests that may fault a process of their own; none of it reaches the driver.
 #[test]
 fn after_a_fault_every_gpu_names_it() {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("gpurun-test-fake-cuda-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     // The fake driver under the name the backend loads, in a directory of its own.
-    let library = dir.join("libcuda.so");
-    let _ = std::fs::remove_file(&library);
-    std::os::unix::fs::symlink(fake_driver_library(), &library).unwrap();
+    let dir = fake_cuda_in(
+        Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("gpurun-test-fake-cuda-{}", std::process::id())),
+    );
     let log = dir.join("calls.log");
-    let mut search = dir.as_os_str().to_owned();
-    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
-        search.push(":");
-        search.push(old);
-    }
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "fake_driver_child", "--ignored", "--nocapture"])
-        .env("LD_LIBRARY_PATH", search)
-        .env(LOG_ENV, &log)
-        .env(KERNEL_FAULT_ENV, "CUDA_ERROR_ILLEGAL_ADDRESS")
-        .env(DIR_ENV, &dir)
-        .env_remove("CUDA_LAUNCH_BLOCKING")
-        .output()
-        .unwrap();
+    let output = with_fake_cuda(
+        &mut Command::new(std::env::current_exe().unwrap()),
+        &dir,
+        &log,
+    )
+    .args(["--exact", "fake_driver_child", "--ignored", "--nocapture"])
+    .env(KERNEL_FAULT_ENV, "CUDA_ERROR_ILLEGAL_ADDRESS")
+    .env(DIR_ENV, &dir)
+    .output()
+    .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(
         output.status.success() && stdout.contains("scenario done"),

@@ -325,7 +325,7 @@ mod amdgpu {
     // memory. Only the forms that take an ordering keep it: the LDS ones (`ds.*`), used here on
     // generic pointers, and `atomic.inc`/`dec`. The flat and global float ones become
     // sequentially consistent, which on gfx942 writes back and invalidates the caches around
-    // every operation. `cargo-gpurun/tests/amdgpu_code.rs` checks the instructions in gfx90a,
+    // every operation. `tests/cli/amdgpu_code.rs` checks the instructions in gfx90a,
     // gfx942 and gfx1100 code objects.
     unsafe extern "unadjusted" {
         #[link_name = "llvm.amdgcn.ds.fadd.f32"]

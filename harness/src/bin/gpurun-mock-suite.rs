@@ -1,6 +1,7 @@
-//! A libtest-compatible test binary over the scripted [`MockExecutor`]: the nine tests of
-//! `tests/data/libtest_reference.rs` with the same outcomes, output and panic locations, so
-//! `tests/against_libtest.rs` can diff our output against the real libtest's. Also the
+//! A libtest-compatible test binary over the scripted [`MockExecutor`]: the nine tests of the
+//! repository's `tests/nightly/data/libtest_reference.rs` with the same outcomes, output and
+//! panic locations, so `tests/nightly/against_libtest.rs` (package gpurun-e2e) can diff our
+//! output against the real libtest's. Also the
 //! subject of the harness's process-level tests (exit codes, environment, files).
 //!
 //! `cargo run -p gpurun-harness --bin gpurun-mock-suite -- [libtest args]`

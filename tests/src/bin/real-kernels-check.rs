@@ -1,14 +1,14 @@
 //! `real-kernels-check IMAGE`: loads a build of `fixtures/real-kernels` on device 0 of its
 //! backend (CUDA for PTX, HSA for an AMD code object, the host emulation for a host image),
-//! launches each kernel on several sizes and compares with the CPU (`gpurun_tests::real_kernels`,
+//! launches each kernel on several sizes and compares with the CPU (`gpurun_e2e::real_kernels`,
 //! the same checks as `tests/e2e/real_kernels.rs`). `scripts/gpu-check.sh` builds it into its
 //! bundle, for a row that runs where there is no Rust toolchain.
 //!
 //! Prints one line per kernel; exit status 0 when every kernel matches, 1 when one does not (or
 //! the image does not load), 2 on bad usage.
 
+use gpurun_e2e::real_kernels;
 use gpurun_test::Gpu;
-use gpurun_tests::real_kernels;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;

@@ -20,7 +20,7 @@ fn main() -> ExitCode {
         eprintln!("sum-into-check: LANE_SIZE is a number, not `{lane_size}`");
         return ExitCode::from(2);
     };
-    let fixture = gpurun_tests::fixtures_dir().join("wrong-kernels");
+    let fixture = gpurun_e2e::fixtures_dir().join("wrong-kernels");
     let loaded = gpurun_test::DeviceCrate::new(&fixture)
         .target("host")
         .lane_size(lane_size)

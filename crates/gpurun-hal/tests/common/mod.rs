@@ -1,14 +1,26 @@
-//! What the fake-driver tests share: building this workspace's packages with the cargo that
-//! runs the tests, and the fake driver library (crates/gpurun-fake-driver) they load.
+//! What the fake-driver tests share: the fake driver library (crates/gpurun-fake-driver) built
+//! with the cargo that runs the tests, the fake CUDA driver put where a process loads it, and
+//! the calls it logs. Also the end-to-end tests' (package gpurun-e2e, module `fake_driver`),
+//! which run the CLI's worker on the fake.
+
+// Each test crate that includes it uses only part of it.
+#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
+/// The fake driver's log file, where it records every call (see gpurun-fake-driver).
+pub const LOG_ENV: &str = "GPURUN_FAKE_DRIVER_LOG";
+
 /// The JSON messages of `cargo build -p PACKAGE TARGET...` in this workspace, with the cargo
 /// running the tests; panics with cargo's output if the build fails.
 pub fn cargo_build(package: &str, target: &[&str]) -> Vec<serde_json::Value> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    // The workspace root: the nearest directory above this package with the lock file.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .find(|dir| dir.join("Cargo.lock").is_file())
+        .expect("the package is in the workspace");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let output = Command::new(cargo)
         .args(["build", "--locked", "--message-format=json", "-p", package])
@@ -41,6 +53,46 @@ pub fn fake_driver_library() -> &'static Path {
             .find(|path| path.extension().is_some_and(|ext| ext == "so"))
             .expect("cargo names the fake driver's shared library")
     })
+}
+
+/// `dir`, made if missing, with the fake driver in it as `libcuda.so`, where a process whose
+/// `LD_LIBRARY_PATH` starts with `dir` (see [`with_fake_cuda`]) loads it as the CUDA driver. A
+/// link, not a copy: the library is large with debug info. Replaced atomically, so test
+/// processes running side by side never see it missing.
+pub fn fake_cuda_in(dir: PathBuf) -> PathBuf {
+    std::fs::create_dir_all(&dir).unwrap();
+    let staging = dir.join(format!("libcuda.so.{}", std::process::id()));
+    let _ = std::fs::remove_file(&staging);
+    std::os::unix::fs::symlink(fake_driver_library(), &staging).unwrap();
+    std::fs::rename(&staging, dir.join("libcuda.so")).unwrap();
+    dir
+}
+
+/// `command` set up to load the fake CUDA driver from `dir` (made by [`fake_cuda_in`]) and log
+/// its calls to `log`, with none of the CUDA variables the tests are about inherited.
+pub fn with_fake_cuda<'c>(command: &'c mut Command, dir: &Path, log: &Path) -> &'c mut Command {
+    let mut search = dir.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        search.push(":");
+        search.push(old);
+    }
+    command
+        .env("LD_LIBRARY_PATH", search)
+        .env(LOG_ENV, log)
+        .env_remove("CUDA_LAUNCH_BLOCKING")
+        .env_remove("CUDA_MODULE_LOADING")
+}
+
+/// The calls a process made on the fake CUDA driver, recorded in `log`, in order (the file is
+/// removed); panics unless the driver was used and `cuInit` came first.
+pub fn read_cuda_log(log: &Path) -> Vec<Call> {
+    let calls = read_calls(log);
+    assert!(
+        calls.first().is_some_and(|call| call.function == "cuInit"),
+        "{}: the driver was not used or cuInit was not first: {calls:#?}",
+        log.display()
+    );
+    calls
 }
 
 /// One call the fake driver recorded.
@@ -98,4 +150,65 @@ pub fn first(calls: &[Call], function: &str, details: &str) -> usize {
     *positions(calls, function, details)
         .first()
         .unwrap_or_else(|| panic!("no {function} {details} in {calls:#?}"))
+}
+
+/// The timing events of a module's launches, checked against the calls: two events created
+/// (with timing) before the first launch; each launch's stream records the start event right
+/// before `cuLaunchKernel` and the stop event right after; the elapsed time is read once the
+/// stream has said the kernel is done, and before the next launch; the same two events serve
+/// every launch and are destroyed once each, after the last reading, before the module
+/// unloads (if it does). Returns the launches.
+#[track_caller]
+pub fn launches_are_timed(calls: &[Call], kernel: &str) -> Vec<usize> {
+    let launches = positions(calls, "cuLaunchKernel", &format!("function={kernel}"));
+    assert!(!launches.is_empty(), "{calls:#?}");
+    let created = positions(calls, "cuEventCreate", "");
+    assert_eq!(created.len(), 2, "one pair per module: {calls:#?}");
+    assert!(created.iter().all(|&at| calls[at].details == "flags=0"));
+    assert!(created[1] < launches[0]);
+    let event_at = |at: usize| calls[at].value("event").unwrap_or_default().to_owned();
+    let (start, stop) = (event_at(launches[0] - 1), event_at(launches[0] + 1));
+    assert_ne!(start, stop);
+    for (n, &launch) in launches.iter().enumerate() {
+        let stream = calls[launch].value("stream").unwrap_or_default();
+        let around = format!("{:#?}", &calls[launch - 1..=launch + 1]);
+        for (at, event) in [(launch - 1, &start), (launch + 1, &stop)] {
+            assert!(
+                calls[at].is("cuEventRecord", &format!("event={event} stream={stream}"))
+                    && calls[at].status == "CUDA_SUCCESS",
+                "launch {n} is not between its start and stop events: {around}"
+            );
+        }
+        let next = launches.get(n + 1).copied().unwrap_or(calls.len());
+        let done = positions(calls, "cuStreamQuery", &format!("stream={stream}"))
+            .into_iter()
+            .find(|&at| at > launch && calls[at].status == "CUDA_SUCCESS")
+            .unwrap_or_else(|| panic!("launch {n} never done: {calls:#?}"));
+        let read: Vec<usize> = positions(calls, "cuEventElapsedTime", "")
+            .into_iter()
+            .filter(|&at| at > launch && at < next)
+            .collect();
+        assert_eq!(read.len(), 1, "launch {n}: {calls:#?}");
+        let elapsed = &calls[read[0]];
+        assert!(
+            read[0] > done
+                && elapsed.status == "CUDA_SUCCESS"
+                && elapsed.details
+                    == format!(
+                        "start={start} stop={stop} start_stream={stream} stop_stream={stream}"
+                    ),
+            "launch {n}: {elapsed:?} after the stream was done at {done}: {calls:#?}"
+        );
+    }
+    // A worker process ends with `_exit`, tearing nothing down.
+    let destroyed = positions(calls, "cuEventDestroy", "");
+    let destroyed_events: Vec<String> = destroyed.iter().map(|&at| event_at(at)).collect();
+    let Some(unload) = positions(calls, "cuModuleUnload", "").first().copied() else {
+        assert!(destroyed.is_empty(), "{calls:#?}");
+        return launches;
+    };
+    assert_eq!(destroyed_events, [start, stop], "{calls:#?}");
+    let last_read = *positions(calls, "cuEventElapsedTime", "").last().unwrap();
+    assert!(destroyed.iter().all(|&at| last_read < at && at < unload));
+    launches
 }

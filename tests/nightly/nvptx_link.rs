@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use gpurun_build::toolchain::{self, Toolchain};
+use gpurun_build::toolchain;
+use gpurun_e2e::{nightly, nvptx_linker};
 
 const MODULE: &str = r#"
 target triple = "nvptx64-nvidia-cuda"
@@ -36,19 +37,10 @@ define void @unused_public() {
 }
 "#;
 
+/// The nightly's llvm-tools directory (`llvm-as`, `llvm-ar`), or `None` after saying why the
+/// test does not run.
 fn tools() -> Option<PathBuf> {
-    let dir = Toolchain::probe()
-        .ok()
-        .map(|toolchain| toolchain.rustlib_bin_dir())
-        .filter(|dir| dir.join("llvm-as").is_file());
-    if dir.is_none() {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "nightly llvm-tools are missing, and CI=true requires them"
-        );
-        eprintln!("not run: the nightly toolchain's llvm-tools are missing");
-    }
-    dir
+    nightly().map(|toolchain| toolchain.rustlib_bin_dir())
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -59,7 +51,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 fn link(args: &[&Path]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpurun-nvptx-link"))
+    Command::new(nvptx_linker())
         .args(args)
         .env_remove(toolchain::LLVM_TOOLS_DIR_ENV)
         .output()

@@ -35,14 +35,12 @@
 //! kernel's body named its own descriptor. gfx1100: debug builds of the same crates, and a
 //! release build of big-block for its barrier.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{built_image_paths, fixtures_manifest, gpurun, nightly};
 use gpurun_build::toolchain::{self, Toolchain};
 use gpurun_build::validate::{self, ValidateError};
+use gpurun_e2e::{built_image_paths, fixtures_manifest, gpurun_in_root, nightly};
 use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
 use object::{Object, ObjectSymbol};
 
@@ -61,7 +59,7 @@ fn build(fixtures: &[&str], arch: &str, release: bool) -> Vec<PathBuf> {
     }
     args.extend(["--target", "amdgcn", "--arch", arch]);
     args.extend(["--manifest-path", manifest.to_str().unwrap()]);
-    built_image_paths(&gpurun(&args, &[]))
+    built_image_paths(&gpurun_in_root(&args, &[]))
 }
 
 /// The gfx90a (wave64) release builds, made once.
@@ -375,7 +373,7 @@ fn tests_carry_the_wavefront_a_panic_ends_only_on_amdgpu() {
     }
 
     let manifest = fixtures_manifest();
-    let output = gpurun(
+    let output = gpurun_in_root(
         &[
             "build",
             "--message-format",
@@ -464,7 +462,7 @@ fn wave32_debug_builds_use_32_lane_primitives() {
     );
 }
 
-/// Issue 24: `gpurun::shared` arrays live in the workgroup's LDS (the nightly's
+/// `gpurun::shared` arrays live in the workgroup's LDS (the nightly's
 /// `gpu_launch_sized_workgroup_mem`, after the kernel's static LDS), so release builds of the
 /// shared-memory fixture access them with LDS instructions: loads, stores and the atomic add
 /// (`ds_read`/`ds_write` on gfx9, `ds_load`/`ds_store` on gfx11). Debug builds reach the same
@@ -629,7 +627,7 @@ fn kernel_metadata(toolchain: &Toolchain, path: &Path) -> Vec<(String, Vec<Strin
         .collect()
 }
 
-/// The real kernels of issue 24 (fixtures/real-kernels: tiled matrix product, block reduction,
+/// The real kernels (fixtures/real-kernels: tiled matrix product, block reduction,
 /// histograms, scan, compaction), as built above (gfx90a release, gfx1100 debug). Their shared
 /// memory is dynamic LDS (`gpu_launch_sized_workgroup_mem`): the kernel descriptor's and the
 /// metadata's `.group_segment_fixed_size` count static LDS only (0 here), and code object v5

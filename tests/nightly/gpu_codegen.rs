@@ -1,6 +1,6 @@
-//! Builds `tests/gpu-probe` (kernels using the generic client with the real GPU lanes) for
-//! nvptx64-nvidia-cuda and amdgcn-amd-amdhsa (gfx90a) with the nightly toolchain, and checks the
-//! generated code:
+//! Builds `gpu-probe` (beside this file: kernels using gpurun-rpc's generic client with the real
+//! GPU lanes) for nvptx64-nvidia-cuda and amdgcn-amd-amdhsa (gfx90a) with the nightly toolchain,
+//! and checks the generated code:
 //!
 //! - PTX: every `atom` names its scope (`.sys` or `.gpu`; the lock bits are device-scope), the
 //!   fences that order the lock are device-scope and every other fence system-scope (as LLVM's
@@ -14,47 +14,20 @@
 //! Needs nightly with rust-src (and ptxas for the assembly check). When they are missing the test
 //! says why and passes, except under `CI=true`, where CI is supposed to have them: then it fails.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+use gpurun_build::toolchain::{self, Toolchain};
+use gpurun_e2e::{available, nightly};
 
-/// Reports a missing tool: a failure in CI, a visible note elsewhere.
-fn missing(what: &str) {
-    if in_ci() {
-        panic!("CI=true but {what}; scripts/setup.sh installs it");
-    }
-    eprintln!("gpu_codegen: SKIPPED because {what} (this would fail under CI=true)");
-}
-
-fn nightly_sysroot() -> Result<PathBuf, String> {
-    let output = Command::new("rustup")
-        .args(["run", "nightly", "rustc", "--print", "sysroot"])
-        .output()
-        .map_err(|e| format!("rustup cannot be run ({e})"))?;
-    if !output.status.success() {
-        return Err("the nightly toolchain is not installed".into());
-    }
-    let sysroot = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-    if !sysroot
-        .join("lib/rustlib/src/rust/library/core/Cargo.toml")
-        .exists()
-    {
-        return Err("nightly has no rust-src component".into());
-    }
-    Ok(sysroot)
-}
-
-/// Builds the probe for `target` and returns its assembly text.
-fn build_probe(target: &str, rustflags: &[&str]) -> String {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gpu-probe/Cargo.toml");
+/// Builds the probe for `target` with `toolchain` and returns its assembly text.
+fn build_probe(toolchain: &Toolchain, target: &str, rustflags: &[&str]) -> String {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("nightly/gpu-probe/Cargo.toml");
     let target_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu-probe");
     let output = Command::new("rustup")
         .args([
             "run",
-            "nightly",
+            &toolchain.name,
             "cargo",
             "rustc",
             "--release",
@@ -88,32 +61,6 @@ fn build_probe(target: &str, rustflags: &[&str]) -> String {
         .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
         .expect("the probe's .s file");
     std::fs::read_to_string(newest.path()).expect("read assembly")
-}
-
-fn find_ptxas() -> Option<PathBuf> {
-    if let Ok(path) = which_in_path("ptxas") {
-        return Some(path);
-    }
-    let output = Command::new("python3")
-        .args([
-            "-c",
-            "import nvidia.cuda_nvcc as m; print(list(m.__path__)[0])",
-        ])
-        .output()
-        .ok()?;
-    let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
-    let ptxas = dir.join("bin/ptxas");
-    (output.status.success() && ptxas.exists()).then_some(ptxas)
-}
-
-fn which_in_path(name: &str) -> Result<PathBuf, ()> {
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join(name))
-                .find(|candidate| candidate.is_file())
-        })
-        .ok_or(())
 }
 
 /// Instruction lines (no directives, comments or embedded data).
@@ -187,10 +134,10 @@ fn every_lane_fences_then_flips_the_outbox(ptx: &str) {
 
 #[test]
 fn nvptx_client_path_uses_system_scope() {
-    if let Err(why) = nightly_sysroot() {
-        return missing(&why);
-    }
-    let ptx = build_probe("nvptx64-nvidia-cuda", &[]);
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    let ptx = build_probe(&toolchain, "nvptx64-nvidia-cuda", &[]);
     assert!(ptx.contains(".entry gpurun_probe_increment"), "{ptx}");
     assert!(ptx.contains(".entry gpurun_probe_stream"));
 
@@ -260,29 +207,28 @@ fn nvptx_client_path_uses_system_scope() {
     // The client runs inside the device panic handler: it must not panic itself.
     assert!(!ptx.contains("panic"), "the client path can panic");
 
-    match find_ptxas() {
-        Some(ptxas) => {
-            let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu-probe.ptx");
-            std::fs::write(&file, &ptx).unwrap();
-            let cubin = file.with_extension("cubin");
-            let status = Command::new(&ptxas)
-                .args(["-arch=sm_70", "-o"])
-                .arg(&cubin)
-                .arg(&file)
-                .status()
-                .expect("run ptxas");
-            assert!(status.success(), "ptxas rejected the probe's PTX");
-        }
-        None => missing("ptxas is not installed (pip install nvidia-cuda-nvcc-cu12)"),
+    if let Some(ptxas) = toolchain::find_ptxas() {
+        let file = Path::new(env!("CARGO_TARGET_TMPDIR")).join("gpu-probe.ptx");
+        std::fs::write(&file, &ptx).unwrap();
+        let cubin = file.with_extension("cubin");
+        let status = Command::new(&ptxas)
+            .args(["-arch=sm_70", "-o"])
+            .arg(&cubin)
+            .arg(&file)
+            .status()
+            .expect("run ptxas");
+        assert!(status.success(), "ptxas rejected the probe's PTX");
+    } else {
+        available("ptxas", false);
     }
 }
 
 #[test]
 fn amdgpu_client_path_builds_with_system_scope_fences() {
-    if let Err(why) = nightly_sysroot() {
-        return missing(&why);
-    }
-    let asm = build_probe("amdgcn-amd-amdhsa", &["-Ctarget-cpu=gfx90a"]);
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    let asm = build_probe(&toolchain, "amdgcn-amd-amdhsa", &["-Ctarget-cpu=gfx90a"]);
     let code: Vec<&str> = instructions(&asm).collect();
     assert!(asm.contains("gpurun_probe_increment:"));
     assert!(asm.contains("gpurun_probe_stream:"));
@@ -300,8 +246,8 @@ fn amdgpu_client_path_builds_with_system_scope_fences() {
         .iter()
         .any(|l| l.starts_with("flat_load_dword ") && l.ends_with("glc")));
     // The lock bits (at CLIENT_LOCK_OFFSET in the client global): `fetch_or`/`fetch_and` at
-    // system scope (Rust cannot name device scope on amdgcn, src/sync.rs), which LLVM lowers
-    // to a compare-and-swap loop on gfx90a, as it would at device scope.
+    // system scope (Rust cannot name device scope on amdgcn, crates/gpurun-rpc/src/sync.rs),
+    // which LLVM lowers to a compare-and-swap loop on gfx90a, as it would at device scope.
     let lock_offset = format!("offset:{}", gpurun_rpc::layout::CLIENT_LOCK_OFFSET);
     let lock_updates: Vec<&&str> = code
         .iter()

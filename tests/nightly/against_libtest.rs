@@ -1,16 +1,19 @@
-//! Diffs our output against the real libtest's: `tests/data/libtest_reference.rs` is compiled
-//! with `rustc --test`, and it and `gpurun-mock-suite` (the same tests, scripted) run with the
-//! same arguments. After masking what must differ (the host thread id that Rust prints where we
+//! Diffs gpurun-harness's output against the real libtest's: `data/libtest_reference.rs` is
+//! compiled with `rustc --test`, and it and the harness's `gpurun-mock-suite` (the same tests,
+//! scripted) run with the same arguments. After masking what must differ (the host thread id that Rust prints where we
 //! print device ids, the backtrace hint, the run time) stdout, stderr and exit code must match.
 //! The JSON format is compared against a nightly libtest, which CI has.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use gpurun_e2e::{package_binary, tool_missing};
 
 /// Builds the reference with `rustc` (plus `toolchain_args`, e.g. `+nightly`) into a fresh
 /// temporary directory. `Err` if that toolchain cannot be run at all.
 fn build_reference(name: &str, toolchain_args: &[&str]) -> Result<PathBuf, String> {
-    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("nightly/data");
     let out_dir =
         std::env::temp_dir().join(format!("gpurun-harness-ref-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).unwrap();
@@ -31,6 +34,12 @@ fn build_reference(name: &str, toolchain_args: &[&str]) -> Result<PathBuf, Strin
         ));
     }
     Ok(binary)
+}
+
+/// The harness's `gpurun-mock-suite`, built once per test process.
+fn mock_suite() -> &'static Path {
+    static MOCK: OnceLock<PathBuf> = OnceLock::new();
+    MOCK.get_or_init(|| package_binary("gpurun-harness", "gpurun-mock-suite"))
 }
 
 fn reference_binary() -> PathBuf {
@@ -77,7 +86,7 @@ fn normalize(bytes: &[u8]) -> String {
 #[test]
 fn output_matches_real_libtest() {
     let reference = reference_binary();
-    let ours = PathBuf::from(env!("CARGO_BIN_EXE_gpurun-mock-suite"));
+    let ours = mock_suite();
     let cases: &[&[&str]] = &[
         &[],
         &["-q"],
@@ -102,7 +111,7 @@ fn output_matches_real_libtest() {
             .copied()
             .chain(["--test-threads", "1"])
             .collect();
-        let (want, got) = (run(&reference, &args), run(&ours, &args));
+        let (want, got) = (run(&reference, &args), run(ours, &args));
         for (stream, w, g) in [
             ("stdout", &want.stdout, &got.stdout),
             ("stderr", &want.stderr, &got.stderr),
@@ -129,7 +138,7 @@ fn output_matches_real_libtest() {
         &["--list", "--format", "terse", "--ignored"],
         &["--list", "sp_", "--skip", "wrong"],
     ] {
-        let (want, got) = (run(&reference, args), run(&ours, args));
+        let (want, got) = (run(&reference, args), run(ours, args));
         if want.stdout != got.stdout || want.status.code() != got.status.code() {
             mismatches.push(format!(
                 "{args:?}:\n--- libtest\n{}\n--- ours\n{}",
@@ -178,15 +187,14 @@ fn normalize_json(bytes: &[u8]) -> Vec<serde_json::Value> {
 fn json_output_matches_nightly_libtest() {
     let reference = match build_reference("nightly", &["+nightly"]) {
         Ok(binary) => binary,
-        Err(why) if std::env::var_os("CI").is_some_and(|v| v == "true") => {
-            panic!("CI must have a nightly toolchain for this test: {why}")
-        }
         Err(why) => {
-            eprintln!("skipping the JSON comparison: no nightly rustc ({why})");
+            tool_missing(&format!(
+                "the JSON comparison needs a nightly rustc ({why})"
+            ));
             return;
         }
     };
-    let ours = PathBuf::from(env!("CARGO_BIN_EXE_gpurun-mock-suite"));
+    let ours = mock_suite();
     let mut mismatches = Vec::new();
     for case in [
         &["--test-threads", "1"][..],
@@ -200,7 +208,7 @@ fn json_output_matches_nightly_libtest() {
             .into_iter()
             .chain(case.iter().copied())
             .collect();
-        let (want, got) = (run(&reference, &args), run(&ours, &args));
+        let (want, got) = (run(&reference, &args), run(ours, &args));
         let (w, g) = (normalize_json(&want.stdout), normalize_json(&got.stdout));
         assert!(
             w.len() >= 3,

@@ -18,14 +18,12 @@
 //! `scripts/setup.sh` installs ptxas 13.x into `~/.local/share/gpurun/cuda-nvcc-13`
 //! (`GPURUN_PTXAS_13` overrides). A missing ptxas is reported as not run, and fails under CI=true.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{available, built_image_paths, fixtures_manifest, gpurun, nightly};
 use gpurun_build::toolchain;
 use gpurun_build::validate;
+use gpurun_e2e::{available, built_image_paths, fixtures_manifest, gpurun_in_root, nightly};
 
 /// The architecture `cargo gpurun build` assembles each image for by default, with the ptxas
 /// it finds (12.x here): the build's own `<stem>.cubin` is that check, so the test does not
@@ -83,7 +81,7 @@ fn fixture_ptx() -> Vec<PathBuf> {
 
 fn build_fixture_ptx() -> Vec<PathBuf> {
     let manifest = fixtures_manifest();
-    let output = gpurun(
+    let output = gpurun_in_root(
         &[
             "build",
             "--workspace",
@@ -92,7 +90,7 @@ fn build_fixture_ptx() -> Vec<PathBuf> {
             "--manifest-path",
             manifest.to_str().unwrap(),
         ],
-        &[("CARGO_TARGET_DIR", &gpurun_tests::gpu_images_dir())],
+        &[("CARGO_TARGET_DIR", &gpurun_e2e::gpu_images_dir())],
     );
     let mut paths = built_image_paths(&output);
     paths.sort();
@@ -362,8 +360,8 @@ fn integer_reductions_are_redux_sync_in_sm_80_builds() {
         return;
     }
     let manifest = fixtures_manifest();
-    let target_dir = gpurun_tests::gpu_images_dir().join(REDUX_ARCH);
-    let output = gpurun(
+    let target_dir = gpurun_e2e::gpu_images_dir().join(REDUX_ARCH);
+    let output = gpurun_in_root(
         &[
             "build",
             "-p",
@@ -406,7 +404,7 @@ fn integer_reductions_are_redux_sync_in_sm_80_builds() {
     }
 }
 
-/// The real kernels of issue 24 (fixtures/real-kernels, assembled for every architecture by
+/// The real kernels (fixtures/real-kernels, assembled for every architecture by
 /// the test above): their shared memory is PTX shared memory (the `.extern .shared` array sized
 /// at launch, reached with `.shared` loads and stores), and their shuffles and ballots are
 /// `shfl.sync` and `vote.sync` with the full mask `-1`. (The device runtime's own ballots, in
@@ -534,7 +532,7 @@ fn opcodes_outside_header_stores(ptx: &str) -> (Vec<String>, usize) {
     (loose, stored)
 }
 
-/// Issue 22, item 4: the device runtime opens every port with a constant opcode, as LLVM's client
+/// The device runtime opens every port with a constant opcode, as LLVM's client
 /// (`open<opcode>()`). Lanes of one warp that diverged into a `println` and an `eprintln` then
 /// run different code and can never be regrouped into one port whose header names only one
 /// stream. In the PTX: every opcode number is the immediate of a header store, never a value

@@ -5,12 +5,10 @@
 //! Every workspace builds into one shared target directory, so the device runtime is compiled
 //! once for the host (and `core`/`alloc` once for nvptx).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{describe, lines, repo_root, text};
+use gpurun_e2e::{binary, describe, lines, nightly, repo_root, text};
 
 fn scratch() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("workspaces")
@@ -18,7 +16,7 @@ fn scratch() -> PathBuf {
 
 /// `cargo-gpurun gpurun ARGS` in `cwd`, building into the shared target directory.
 fn gpurun(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cargo-gpurun"))
+    Command::new(binary())
         .arg("gpurun")
         .args(args)
         .current_dir(cwd)
@@ -337,19 +335,6 @@ fn host_builds_unwind_and_say_so_when_the_profile_aborts() {
     );
 }
 
-fn nightly_ready() -> bool {
-    let ready = gpurun_build::toolchain::Toolchain::probe()
-        .is_ok_and(|toolchain| toolchain.missing_components().is_empty());
-    if !ready {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "the nightly toolchain with rust-src and llvm-tools is missing, and CI=true requires it"
-        );
-        eprintln!("not run: the nightly toolchain with rust-src and llvm-tools is missing (installed by scripts/setup.sh)");
-    }
-    ready
-}
-
 /// The kernels of the one nvptx image a build in `cwd` made.
 fn nvptx_kernels(cwd: &Path) -> Vec<String> {
     let output = gpurun_ok(
@@ -370,7 +355,7 @@ fn nvptx_kernels(cwd: &Path) -> Vec<String> {
 
 #[test]
 fn the_users_build_rustflags_reach_gpu_builds() {
-    if !nightly_ready() {
+    if nightly().is_none() {
         return;
     }
     let root = workspace("rustflags", &[("flagged", Member::Kernel)], None);

@@ -1,5 +1,5 @@
-// The real-libtest twin of `src/bin/gpurun-mock-suite.rs`: the same tests with the same output,
-// compiled with `rustc --test` by `tests/against_libtest.rs` to diff the two harnesses' output.
+// The real-libtest twin of `harness/src/bin/gpurun-mock-suite.rs`: the same tests with the same
+// output, compiled with `rustc --test` by `../against_libtest.rs` to diff the two harnesses' output.
 // Panic locations are mirrored in the mock suite: keep lines and columns in sync.
 #[cfg(test)]
 mod tests {

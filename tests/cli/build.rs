@@ -6,18 +6,16 @@
 //! are serialized with a lock. Tests that need the nightly toolchain or ptxas print why they do
 //! not run when those are absent, and fail instead under `CI=true`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
 
-use common::{
-    available, built_images, fixtures_manifest, gpurun, in_ci, lines, nightly, repo_root, text,
-};
 use gpurun_build::toolchain::{self, Toolchain};
 use gpurun_build::validate;
-use gpurun_tests::{lines_starting, TARGETS_LIST};
+use gpurun_e2e::{
+    available, built_images, fixtures_manifest, gpurun_in_root, in_ci, lines, lines_starting,
+    nightly, repo_root, text, TARGETS_LIST,
+};
 use object::{Object, ObjectSymbol};
 
 static FIXTURES_LOCK: Mutex<()> = Mutex::new(());
@@ -43,7 +41,7 @@ fn build_json(package: &str, target: &str, extra: &[&str]) -> Vec<serde_json::Va
         "json",
     ];
     args.extend_from_slice(extra);
-    built_images(&gpurun(&args, &[]))
+    built_images(&gpurun_in_root(&args, &[]))
 }
 
 fn image_path(image: &serde_json::Value, key: &str) -> PathBuf {
@@ -154,7 +152,7 @@ fn list_fixture(package: &str, target: &str, extra: &[&str]) -> Output {
     ];
     args.extend_from_slice(extra);
     args.extend_from_slice(&["--", "--list"]);
-    gpurun(&args, &[])
+    gpurun_in_root(&args, &[])
 }
 
 /// Each `     Running WHAT (IMAGE)` line of stderr, split.
@@ -426,7 +424,7 @@ fn host_builds_are_cdylibs_exporting_the_entry_point() {
 fn human_output_names_each_image() {
     let _lock = lock_fixtures();
     let manifest = fixtures_manifest();
-    let output = gpurun(
+    let output = gpurun_in_root(
         &[
             "build",
             "--manifest-path",
@@ -466,7 +464,7 @@ fn plain_crate() -> PathBuf {
 #[test]
 fn refuses_a_crate_that_is_not_a_device_crate() {
     let manifest = plain_crate();
-    let output = gpurun(
+    let output = gpurun_in_root(
         &["build", "--manifest-path", manifest.to_str().unwrap()],
         &[],
     );
@@ -503,7 +501,7 @@ fn refuses_unknown_targets_and_architectures() {
     for (args, expected) in cases {
         let mut all = vec!["build", "--manifest-path", manifest];
         all.extend_from_slice(args);
-        let output = gpurun(&all, &[]);
+        let output = gpurun_in_root(&all, &[]);
         assert_one_line_error(&output, expected);
     }
     // A device crate that names no amdgcn architecture (fixtures may add one at any time).
@@ -516,7 +514,7 @@ fn refuses_unknown_targets_and_architectures() {
     .unwrap();
     std::fs::write(dir.join("src/lib.rs"), "").unwrap();
     let no_arch_manifest = dir.join("Cargo.toml");
-    let output = gpurun(
+    let output = gpurun_in_root(
         &[
             "build",
             "--manifest-path",
@@ -531,7 +529,7 @@ fn refuses_unknown_targets_and_architectures() {
         "no amdgcn architecture for `no-arch`: pass `--arch gfx90a`",
     );
 
-    let output = gpurun(&["build", "--manifest-path", "/no/such/Cargo.toml"], &[]);
+    let output = gpurun_in_root(&["build", "--manifest-path", "/no/such/Cargo.toml"], &[]);
     assert_one_line_error(&output, "does not exist");
 }
 
@@ -543,7 +541,7 @@ fn a_missing_llvm_tool_is_one_clear_error() {
     let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-llvm-tools");
     std::fs::create_dir_all(&empty).unwrap();
     let manifest = fixtures_manifest();
-    let output = gpurun(
+    let output = gpurun_in_root(
         &[
             "build",
             "--manifest-path",
@@ -562,7 +560,7 @@ fn a_missing_llvm_tool_is_one_clear_error() {
     );
 
     // No such toolchain at all: one line that says how to install it.
-    let output = gpurun(
+    let output = gpurun_in_root(
         &[
             "build",
             "--manifest-path",
@@ -581,7 +579,7 @@ fn a_missing_llvm_tool_is_one_clear_error() {
     );
     assert_eq!(text(&output.stderr).lines().count(), 1);
 
-    let doctor = gpurun(&["doctor"], &[(toolchain::LLVM_TOOLS_DIR_ENV, &empty)]);
+    let doctor = gpurun_in_root(&["doctor"], &[(toolchain::LLVM_TOOLS_DIR_ENV, &empty)]);
     assert!(!doctor.status.success());
     let table = text(&doctor.stdout);
     let llc_row = table.lines().find(|line| line.starts_with("llc ")).unwrap();
@@ -630,7 +628,7 @@ fn a_failing_linker_tool_shows_its_output_and_fails() {
         .set_modified(newer_than_ptx)
         .unwrap();
     let manifest = fixtures_manifest();
-    let output = gpurun(
+    let output = gpurun_in_root(
         &[
             "build",
             "--manifest-path",
@@ -652,7 +650,7 @@ fn a_failing_linker_tool_shows_its_output_and_fails() {
 
 #[test]
 fn doctor_lists_every_component() {
-    let output = gpurun(&["doctor"], &[]);
+    let output = gpurun_in_root(&["doctor"], &[]);
     let table = text(&output.stdout);
     for component in [
         "nightly toolchain",
@@ -732,12 +730,12 @@ fn ptxas_errors_and_ptxas_crashes_fail_the_build() {
         "rejecting-ptxas",
         "echo 'ptxas fatal   : simulated rejection of the PTX' >&2\nexit 255",
     );
-    let output = gpurun(&args, &[(toolchain::PTXAS_ENV, &rejecting)]);
+    let output = gpurun_in_root(&args, &[(toolchain::PTXAS_ENV, &rejecting)]);
     assert_one_line_error(&output, "simulated rejection of the PTX");
 
     make_ptx_newer_than_cubin();
     let crashing = fake_ptxas("crashing-ptxas", "kill -SEGV $$");
-    let output = gpurun(&args, &[(toolchain::PTXAS_ENV, &crashing)]);
+    let output = gpurun_in_root(&args, &[(toolchain::PTXAS_ENV, &crashing)]);
     // A crash fails the build: the driver's JIT would likely crash the same way at load time.
     assert_one_line_error(&output, "ptxas crashed");
     assert!(!ptx.with_extension("cubin").exists());
@@ -750,7 +748,7 @@ fn ptxas_errors_and_ptxas_crashes_fail_the_build() {
         "case \"$1\" in --*) exit 0 ;; esac\n\
          echo \"ptxas fatal   : Value '${1#-arch=}' is not defined for option 'gpu-name'\" >&2\nexit 255",
     );
-    let output = gpurun(&args, &[(toolchain::PTXAS_ENV, &lacking)]);
+    let output = gpurun_in_root(&args, &[(toolchain::PTXAS_ENV, &lacking)]);
     assert!(
         output.status.success(),
         "{}",
@@ -821,7 +819,7 @@ fn debug_cubins_are_compiled_fast_where_ptxas_can_and_release_ones_fully() {
         if release {
             args.push("--release");
         }
-        let output = gpurun(&args, &[(toolchain::PTXAS_ENV, ptxas)]);
+        let output = gpurun_in_root(&args, &[(toolchain::PTXAS_ENV, ptxas)]);
         assert!(
             output.status.success(),
             "{}",
@@ -897,7 +895,7 @@ fn missing_components_are_installed_with_rustup_saying_so() {
         (toolchain::TOOLCHAIN_ENV, Path::new(&name)),
     ];
 
-    let output = gpurun(
+    let output = gpurun_in_root(
         &[
             "build",
             "--manifest-path",
@@ -924,7 +922,7 @@ fn missing_components_are_installed_with_rustup_saying_so() {
         "{recorded}"
     );
 
-    let doctor = gpurun(&["doctor", "--fix"], &envs);
+    let doctor = gpurun_in_root(&["doctor", "--fix"], &envs);
     assert!(!doctor.status.success(), "components are still missing");
     assert_eq!(std::fs::read_to_string(&record).unwrap().lines().count(), 2);
     let table = text(&doctor.stdout);
