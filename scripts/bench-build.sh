@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # No-op rebuild benchmark: a no-op `cargo gpurun build --target nvptx` of fixtures/hello against a
 # no-op `cargo +nightly build` of the same crate with the same flags, measured in the same run.
-# Goal (issue #2): under 1 s, and under 1.5x cargo's own no-op.
+# Goal: under 1 s, and under 1.5x cargo's own no-op.
 #
 #   scripts/bench-build.sh [RUNS]      (default 10; the binary is built with --release first)
 set -euo pipefail

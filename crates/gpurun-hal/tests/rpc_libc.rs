@@ -508,7 +508,7 @@ fn forged_handles_get_error_replies() {
     }
 }
 
-/// Issue 22: `fflush(NULL)` (the device sends stream 0) flushes every stream the device opened
+/// `fflush(NULL)` (the device sends stream 0) flushes every stream the device opened
 /// and answers 0, as LLVM's server does (it hands the null stream to the host's `fflush`).
 #[test]
 fn fflush_of_null_flushes_every_stream() {

@@ -578,7 +578,7 @@ fn hidden_arguments_follow_the_code_object_version() {
     );
 }
 
-/// Issue 22: each kernel's parameter bytes, up to the end of its last parameter, from each GPU
+/// Each kernel's parameter bytes, up to the end of its last parameter, from each GPU
 /// format's own record of them (PTX `.entry` lists, the cubin's `EIATTR_CBANK_PARAM_SIZE`, the
 /// AMDGPU metadata's explicit `.args`): `_begin(int, char **, char **)` 24, `_start(..., int *)`
 /// 32, `_end()` and the tests 0. A host image does not say.

@@ -447,7 +447,7 @@ fn register_exit_marker(path: PathBuf) {
     }
 }
 
-/// Issue 22, item 3: after a run that ends the worker (here an exit; also a fault or a timeout)
+/// After a run that ends the worker (here an exit; also a fault or a timeout)
 /// the worker leaves with `_exit`, so exit-time handlers (libcuda's teardown, while other slots
 /// may be inside the driver) never run. A worker that ends by returning from `main` runs them,
 /// which shows the marker works.
