@@ -143,6 +143,7 @@ impl CargoArgs {
             nvptx_linker: None,
             coverage: false,
             emulation_checks,
+            gpu_arch: Some(gpurun_runner::placement::gpu_arch),
         }
     }
 }

@@ -35,7 +35,7 @@ pub struct DeviceArgs {
     pub stack_size: Option<usize>,
     /// Fail unless a GPU runs the tests or program: no fallback to the host emulation, and an
     /// error naming why each GPU backend has no device.
-    #[arg(long, env = gpurun_build::suite::REQUIRE_GPU_ENV, value_parser = gpurun_build::suite::parse_require_gpu)]
+    #[arg(long, env = gpurun_runner::placement::REQUIRE_GPU_ENV, value_parser = gpurun_runner::placement::parse_require_gpu)]
     pub require_gpu: bool,
     /// Run the CUDA workers under NVIDIA's compute-sanitizer with this tool (found on PATH, in
     /// CUDA_HOME, or at $GPURUN_COMPUTE_SANITIZER): its findings fail the test whose kernel

@@ -1,6 +1,6 @@
-//! `cargo gpurun doctor`: a table of the toolchain parts device builds and runs need; with
-//! `--fix`, installs the missing rustup parts. Exits non-zero when something a build needs is
-//! still missing.
+//! `cargo gpurun doctor`: a table of the toolchain parts device builds need and the GPU drivers
+//! runs use; with `--fix`, installs the missing rustup parts. Exits non-zero when something a
+//! build needs is still missing.
 
 use std::process::{Command, ExitCode};
 
@@ -14,7 +14,8 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
     if args.fix {
         fix()?;
     }
-    let checks = Toolchain::checks();
+    let mut checks = Toolchain::checks();
+    checks.extend(driver_checks());
     print!("{}", render(&checks));
     let missing: Vec<&str> = checks
         .iter()
@@ -30,6 +31,50 @@ pub fn run(args: &DoctorArgs) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::FAILURE)
     }
+}
+
+/// The GPU drivers' rows: whether each loads (optional: the host emulation needs neither).
+fn driver_checks() -> [Check; 2] {
+    [
+        Check {
+            component: "libcuda.so",
+            outcome: probe_library(&["libcuda.so.1", "libcuda.so"])
+                .map_err(|err| format!("{err} (optional: running on NVIDIA GPUs)")),
+            required: false,
+        },
+        Check {
+            component: "libhsa-runtime64.so.1",
+            outcome: probe_library(&["libhsa-runtime64.so.1", "libhsa-runtime64.so"])
+                .map(|loads| {
+                    if gpurun_hal::hsa::amd_kernel_driver_present() {
+                        loads
+                    } else {
+                        // The runtime alone runs nothing: say so beside "loads".
+                        format!(
+                            "{loads}; no AMD GPU: {} does not exist",
+                            gpurun_hal::hsa::AMD_KERNEL_DRIVER_DEVICE
+                        )
+                    }
+                })
+                .map_err(|err| format!("{err} (optional: running on AMD GPUs)")),
+            required: false,
+        },
+    ]
+}
+
+/// Tries to `dlopen` each name; returns the first that loads.
+fn probe_library(names: &[&str]) -> Result<String, String> {
+    let mut last_error = String::from("not found");
+    for name in names {
+        // SAFETY: loading a GPU driver library runs its initialisers; both libraries probed here
+        // (the CUDA driver and the HSA runtime) are designed to be loaded at run time by
+        // applications, and we call nothing from them: the handle is dropped right away.
+        match unsafe { libloading::Library::new(name) } {
+            Ok(_library) => return Ok(format!("{name} loads")),
+            Err(err) => last_error = format!("cannot load {name}: {err}"),
+        }
+    }
+    Err(last_error)
 }
 
 /// Installs the nightly toolchain with its components, or just the missing components.

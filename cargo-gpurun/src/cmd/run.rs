@@ -80,7 +80,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("failed to load image `{}`", args.image.display()))?;
     let kind = backend_for(&args.device.backend, &image)?;
     if args.device.require_gpu {
-        gpurun_build::suite::require_gpu(&[target_of(image.kind())])?;
+        gpurun_runner::placement::require_gpu(&[target_of(image.kind())])?;
     }
     let sanitizer = sanitizer(&args.device, kind)?;
     if args.device.lane_size == super::device::LaneSizes::All {

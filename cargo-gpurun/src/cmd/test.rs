@@ -17,6 +17,7 @@ use gpurun_hal::BackendKind;
 use gpurun_harness::time::TestKind;
 use gpurun_harness::variants::VariantExecutor;
 use gpurun_harness::{Executor, HarnessArgs};
+use gpurun_runner::placement;
 use gpurun_runner::{WorkerExecutor, WorkerOptions};
 
 use super::device::{backend_choice, backend_for, options, sanitizer, DeviceArgs, LaneSizes};
@@ -92,7 +93,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
     if build_options.targets.is_empty() && args.coverage && !several_backends {
         build_options.targets = vec![DeviceTarget::Host.short_name().to_owned()];
     } else if build_options.targets.is_empty() {
-        let targets = suite::targets_for(&choice, args.device.require_gpu)?;
+        let targets = placement::targets_for(&choice, args.device.require_gpu)?;
         build_options.targets = targets
             .iter()
             .map(|target| target.short_name().to_string())
@@ -105,7 +106,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
             .iter()
             .map(|name| DeviceTarget::parse(name))
             .collect::<Result<Vec<_>, _>>()?;
-        suite::require_gpu(&targets)?;
+        placement::require_gpu(&targets)?;
     }
     let images = build(&build_options, args.coverage)?;
     if args.no_run {
@@ -169,7 +170,10 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
             // A broken image fails its own suite; the others still run and report.
             let (image_tests, kind) = match &suite.image {
                 Ok(Some(image)) => (image.tests().to_vec(), backend_for(&choice, image)?),
-                Ok(None) => (Vec::new(), suite::backend_for_target(suite.built.target)),
+                Ok(None) => (
+                    Vec::new(),
+                    placement::backend_for_target(suite.built.target),
+                ),
                 Err(error) => {
                     eprintln!("error: {error}");
                     broken = true;

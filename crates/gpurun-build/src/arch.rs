@@ -248,20 +248,17 @@ pub fn cli_arch_for(target: DeviceTarget, arches: &[String]) -> Result<Option<&s
 /// Environment variable that turns off asking the installed GPU for its architecture (`0`).
 pub const ARCH_DETECT_ENV: &str = "GPURUN_ARCH_DETECT";
 
-/// The architecture of the first GPU of `target`'s kind on this machine (CUDA device 0 for
-/// nvptx, HSA agent 0 for amdgcn), when there is one, this toolchain can build for it, and
+/// The architecture `probe` finds for the first GPU of `target`'s kind on this machine (see
+/// [`crate::BuildOptions::gpu_arch`]), when there is one, this toolchain can build for it, and
 /// `GPURUN_ARCH_DETECT` is not `0`.
-pub fn detect_arch(target: DeviceTarget) -> Option<String> {
+pub fn detect_arch(
+    target: DeviceTarget,
+    probe: fn(DeviceTarget) -> Option<String>,
+) -> Option<String> {
     if std::env::var(ARCH_DETECT_ENV).is_ok_and(|value| value == "0") {
         return None;
     }
-    let kind = match target {
-        DeviceTarget::Nvptx => gpurun_hal::BackendKind::Cuda,
-        DeviceTarget::Amdgcn => gpurun_hal::BackendKind::Hsa,
-        DeviceTarget::Host => return None,
-    };
-    let devices = gpurun_hal::select::backend(kind).devices().ok()?;
-    let arch = devices.into_iter().next()?.arch;
+    let arch = probe(target)?;
     match target.check_arch(&arch) {
         Ok(()) => Some(arch),
         Err(_) => {

@@ -10,10 +10,11 @@
 //! program that calls [`nvptx_link::main`] when started under that name.
 //!
 //! Owns: the build pipeline (cargo, the nvptx linker, ptxas, the image checks), the toolchain
-//! checks ([`toolchain`]), the default target when none is given, suite discovery and the
-//! test-timeout rule ([`suite`]). Must not: parse command lines (callers fill a plain
-//! [`BuildOptions`]), run tests, or open a device (only listing devices, to pick a target or an
-//! architecture).
+//! checks ([`toolchain`]), suite discovery and the test-timeout rule ([`suite`]). Must not:
+//! parse command lines (callers fill a plain [`BuildOptions`]), run tests, or know devices:
+//! which GPUs are present and which target to build when none is given are the runner's
+//! (`gpurun_runner::placement`); the GPU's architecture comes in through
+//! [`BuildOptions::gpu_arch`].
 
 pub mod amdgcn;
 pub mod arch;
@@ -82,6 +83,11 @@ pub struct BuildOptions {
     /// pointers), into `<target dir>/<host triple>/`. Without a nightly toolchain the images are
     /// built without them and a `warning:` line says so.
     pub emulation_checks: bool,
+    /// Asks the GPU of a target's kind on this machine for its architecture, for a package
+    /// with none given (`--arch`, `[package.metadata.gpurun]`): the runner's
+    /// `placement::gpu_arch`, which the build cannot call itself (it knows targets, not
+    /// devices). `None`: the default architecture.
+    pub gpu_arch: Option<fn(DeviceTarget) -> Option<String>>,
 }
 
 /// What kind of cargo target an image came from. Ordered as `cargo test` runs them.
@@ -320,7 +326,14 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
                 &package.name,
                 package.gpurun_metadata.as_ref(),
                 // Asking the driver costs time: once per target, and only when needed.
-                &mut || detected.get_or_init(|| arch::detect_arch(target)).clone(),
+                &mut || {
+                    detected
+                        .get_or_init(|| {
+                            opts.gpu_arch
+                                .and_then(|probe| arch::detect_arch(target, probe))
+                        })
+                        .clone()
+                },
             )?;
             match groups
                 .iter_mut()

@@ -1,13 +1,12 @@
 //! What a build means for running tests, shared by `cargo gpurun test` and by `gpurun-test`'s
 //! trials: which built targets are test suites and their names, loading a suite's image
 //! (telling a plain kernel crate, a suite of no tests, from a broken image of a crate with
-//! tests), the backend and the default target, and the test-timeout rule.
+//! tests), the test-timeout rule and the emulation checks' setting. Which backend runs a target
+//! and which GPUs are present is the runner's (`gpurun_runner::placement`).
 
 use std::path::Path;
 use std::time::Duration;
 
-use gpurun_hal::select::{self, BackendChoice};
-use gpurun_hal::BackendKind;
 use gpurun_image::{Image, ImageError};
 
 use crate::{BuiltImage, DeviceTarget, TargetKind};
@@ -100,15 +99,6 @@ fn sort_in_cargo_test_order(images: &mut [BuiltImage]) {
     });
 }
 
-/// The backend that runs images built for `target`.
-pub fn backend_for_target(target: DeviceTarget) -> BackendKind {
-    match target {
-        DeviceTarget::Nvptx => BackendKind::Cuda,
-        DeviceTarget::Amdgcn => BackendKind::Hsa,
-        DeviceTarget::Host => BackendKind::Host,
-    }
-}
-
 /// Whether the file contains a `__gpurun_` name anywhere (ELF string tables and PTX text alike
 /// hold the names of the symbols they define).
 fn mentions_runtime_symbols(path: &Path) -> std::io::Result<bool> {
@@ -142,31 +132,6 @@ pub fn test_timeout(image: &BuiltImage) -> Result<Option<Duration>, crate::Build
     }
 }
 
-/// The environment variable that makes a missing GPU an error (`--require-gpu`); its values
-/// are read by [`parse_require_gpu`], by the CLI and by `gpurun-test` alike.
-pub const REQUIRE_GPU_ENV: &str = "GPURUN_REQUIRE_GPU";
-
-/// Whether a [`REQUIRE_GPU_ENV`] value asks for a GPU: the words clap takes for a yes or a no
-/// (`1`, `y`, `yes`, `t`, `true`, `on`; `0`, `n`, `no`, `f`, `false`, `off` or empty), any case;
-/// anything else is an error rather than a silent no.
-pub fn parse_require_gpu(value: &str) -> Result<bool, String> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "y" | "yes" | "t" | "true" | "on" => Ok(true),
-        "" | "0" | "n" | "no" | "f" | "false" | "off" => Ok(false),
-        _ => Err(format!(
-            "`{value}` is neither a yes nor a no for {REQUIRE_GPU_ENV} (use 1 or 0)"
-        )),
-    }
-}
-
-/// Whether [`REQUIRE_GPU_ENV`] asks for a GPU (unset: no).
-pub fn gpu_required_by_env() -> Result<bool, String> {
-    match std::env::var(REQUIRE_GPU_ENV) {
-        Ok(value) => parse_require_gpu(&value),
-        Err(_) => Ok(false),
-    }
-}
-
 /// Environment variable that turns the host emulation's memory checks off (`off`) or on (`on`,
 /// the default), as `--emulation-checks` does; `gpurun-test` reads it too.
 pub const EMULATION_CHECKS_ENV: &str = "GPURUN_EMULATION_CHECKS";
@@ -192,115 +157,8 @@ pub fn emulation_checks_by_env() -> Result<bool, String> {
     }
 }
 
-/// No GPU where one was required (`--require-gpu`): why each GPU backend has none.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a GPU is required (--require-gpu or {REQUIRE_GPU_ENV}=1), but {0}")]
-pub struct NoGpu(String);
-
-/// The GPU backends in the order `auto` tries them, with the build target of each.
-const GPU_TARGETS: [(BackendKind, DeviceTarget); 2] = [
-    (BackendKind::Cuda, DeviceTarget::Nvptx),
-    (BackendKind::Hsa, DeviceTarget::Amdgcn),
-];
-
-/// Why `kind` has no device, or `None` when it has one.
-fn missing_devices(kind: BackendKind) -> Option<String> {
-    match select::backend(kind).devices() {
-        Ok(devices) if !devices.is_empty() => None,
-        Ok(_) => Some(format!("{kind}: no devices")),
-        Err(error) => Some(format!("{kind}: {error}")),
-    }
-}
-
-/// The target images for `kind` are built for.
-pub fn target_for_backend(kind: BackendKind) -> DeviceTarget {
-    match kind {
-        BackendKind::Cuda => DeviceTarget::Nvptx,
-        BackendKind::Hsa => DeviceTarget::Amdgcn,
-        BackendKind::Host | BackendKind::Scripted => DeviceTarget::Host,
-    }
-}
-
-/// The targets to build for when none is given, one per backend the tests run on: the GPU
-/// that is present, else (unless a GPU is `required`) the host emulation, said in one line on
-/// stderr; an explicit backend choice names its targets (`all`: the host emulation and every
-/// GPU backend with a device, or with `required` the GPU backends only). With `required`, only
-/// GPU backends with a device will do.
-pub fn targets_for(choice: &BackendChoice, required: bool) -> Result<Vec<DeviceTarget>, NoGpu> {
-    let gpus_present = || {
-        let mut present = Vec::new();
-        let mut reasons = Vec::new();
-        for (kind, target) in GPU_TARGETS {
-            match missing_devices(kind) {
-                None => present.push(target),
-                Some(reason) => reasons.push(reason),
-            }
-        }
-        (present, reasons.join("; "))
-    };
-    let targets = match choice {
-        BackendChoice::Only(kind) => vec![target_for_backend(*kind)],
-        BackendChoice::Each(kinds) => kinds.iter().map(|kind| target_for_backend(*kind)).collect(),
-        BackendChoice::Auto => {
-            let (present, reasons) = gpus_present();
-            if let Some(&first) = present.first() {
-                return Ok(vec![first]);
-            }
-            if required {
-                return Err(NoGpu(format!("no GPU was found ({reasons})")));
-            }
-            eprintln!(
-                "note: no GPU found ({reasons}); running tests on the host emulation backend"
-            );
-            return Ok(vec![DeviceTarget::Host]);
-        }
-        BackendChoice::All => {
-            let (present, reasons) = gpus_present();
-            if required {
-                if present.is_empty() {
-                    return Err(NoGpu(format!("no GPU was found ({reasons})")));
-                }
-                return Ok(present);
-            }
-            std::iter::once(DeviceTarget::Host).chain(present).collect()
-        }
-    };
-    if required {
-        require_gpu(&targets)?;
-    }
-    Ok(targets)
-}
-
-/// Checks that every one of `targets` runs on a GPU that is present (`--require-gpu`).
-pub fn require_gpu(targets: &[DeviceTarget]) -> Result<(), NoGpu> {
-    for &target in targets {
-        let Some((kind, _)) = GPU_TARGETS.iter().find(|(_, gpu)| *gpu == target) else {
-            return Err(NoGpu(format!(
-                "the {target} target runs on the host emulation backend, not a GPU"
-            )));
-        };
-        if let Some(reason) = missing_devices(*kind) {
-            return Err(NoGpu(format!("{target} needs a {kind} device ({reason})")));
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn require_gpu_values_read_as_clap_reads_a_flag() {
-        for yes in ["1", "y", "YES", "t", "true", " On "] {
-            assert_eq!(parse_require_gpu(yes), Ok(true), "{yes}");
-        }
-        for no in ["", "0", "n", "No", "f", "false", "off"] {
-            assert_eq!(parse_require_gpu(no), Ok(false), "{no}");
-        }
-        for neither in ["2", "maybe", "yes please"] {
-            assert!(parse_require_gpu(neither).is_err(), "{neither}");
-        }
-    }
-
     use super::*;
 
     #[test]

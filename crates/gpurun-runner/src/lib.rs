@@ -5,17 +5,19 @@
 //! spawning workers so that none outlives its parent (`spawn`); running them under
 //! compute-sanitizer and attributing its report to tests ([`sanitizer`]);
 //! the per-device pool of workers and their slots, crash attribution and re-runs ([`pool`]);
-//! and the mapping of a launch's end to a run's end (worker side) and to a test's end (parent
-//! side), each done once.
+//! the mapping of a launch's end to a run's end (worker side) and to a test's end (parent
+//! side), each done once; and where a run's tests run ([`placement`]: the backend of each build
+//! target, the GPUs present, `--require-gpu`).
 //!
 //! Must not: touch a driver itself (the worker side reaches devices only through
 //! `gpurun-hal`'s traits, in the worker process), parse command lines other than the worker's,
-//! or know how images are built. The parent side runs in the `cargo gpurun` process, which
+//! or build images (it names the targets `gpurun-build` builds for, no more). The parent side runs in the `cargo gpurun` process, which
 //! never opens a device: a fault that poisons a context (CUDA) or aborts a process (ROCr) only
 //! costs a worker.
 
 pub mod handle;
 mod options;
+pub mod placement;
 pub mod pool;
 pub mod protocol;
 pub mod sanitizer;

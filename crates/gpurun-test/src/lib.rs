@@ -391,12 +391,12 @@ impl DeviceCrate {
     ) -> Result<Vec<gpurun_build::BuiltImage>, String> {
         // The same choice as `cargo gpurun test`, including `GPURUN_BACKEND` (one backend,
         // several, or `all`) and `GPURUN_REQUIRE_GPU`.
-        let required = gpurun_build::suite::gpu_required_by_env()?;
+        let required = gpurun_runner::placement::gpu_required_by_env()?;
         let targets = match &self.target {
             Some(target) => {
                 let parsed = DeviceTarget::parse(target).map_err(|error| error.to_string())?;
                 if required {
-                    gpurun_build::suite::require_gpu(&[parsed])
+                    gpurun_runner::placement::require_gpu(&[parsed])
                         .map_err(|error| error.to_string())?;
                 }
                 vec![parsed]
@@ -412,7 +412,7 @@ impl DeviceCrate {
                     choice =
                         sanitizer::backend_choice(&choice).map_err(|error| error.to_string())?;
                 }
-                gpurun_build::suite::targets_for(&choice, required)
+                gpurun_runner::placement::targets_for(&choice, required)
                     .map_err(|error| error.to_string())?
             }
         };
@@ -431,6 +431,7 @@ impl DeviceCrate {
                 release: self.release,
                 quiet: true,
                 emulation_checks,
+                gpu_arch: Some(gpurun_runner::placement::gpu_arch),
                 ..BuildOptions::default()
             };
             if target == DeviceTarget::Nvptx {
@@ -504,11 +505,11 @@ mod tests {
     /// before anything is built. The only test of this binary that sets the variable.
     #[test]
     fn a_required_gpu_refuses_the_host_emulation() {
-        std::env::set_var(gpurun_build::suite::REQUIRE_GPU_ENV, "1");
+        std::env::set_var(gpurun_runner::placement::REQUIRE_GPU_ENV, "1");
         let result = DeviceCrate::new("/nonexistent/kernels")
             .target("host")
             .build();
-        std::env::remove_var(gpurun_build::suite::REQUIRE_GPU_ENV);
+        std::env::remove_var(gpurun_runner::placement::REQUIRE_GPU_ENV);
         let error = result.map(|_| ()).unwrap_err().to_string();
         assert!(
             error.contains("a GPU is required")
