@@ -8,8 +8,8 @@
 //! `cargo bench -p gpurun-e2e --bench emulation_checks` (`GPURUN_BENCH_RUNS`, default 5).
 
 use gpurun_e2e::{
-    bench_runs, binary, describe, gpurun, host_images, json_lines, median_time, ms, package_binary,
-    ratio, text,
+    bench_runs, binary, gpurun, host_images, median_time, ms, package_binary, plain_release_images,
+    ratio,
 };
 use std::path::PathBuf;
 use std::process::Command;
@@ -17,40 +17,11 @@ use std::process::Command;
 /// The seed every run uses, so that both images poison, order and yield alike.
 const SEED: &str = "1";
 
-/// The plain (unchecked) release images of the two fixtures, by package name.
-fn plain_images() -> Vec<(String, PathBuf)> {
-    let output = gpurun(&[
-        "build",
-        "-p",
-        "real-kernels",
-        "-p",
-        "many-tests",
-        "--target",
-        "host",
-        "--release",
-        "--emulation-checks",
-        "off",
-        "--message-format",
-        "json",
-    ])
-    .output()
-    .expect("cargo-gpurun runs");
-    assert!(output.status.success(), "{}", describe(&output));
-    json_lines(&text(&output.stdout))
-        .filter(|image| image["kind"] == "lib")
-        .map(|image| {
-            let package = image["package"].as_str().expect("package").to_string();
-            let path = PathBuf::from(image["path"].as_str().expect("path"));
-            (package, path)
-        })
-        .collect()
-}
-
 fn main() {
     let runs = bench_runs(5);
     let _ = binary();
     let checked_dir = host_images();
-    let plain = plain_images();
+    let plain = plain_release_images(&["real-kernels", "many-tests"], &[]);
     let plain_of = |package: &str| {
         plain
             .iter()

@@ -9,7 +9,8 @@ use std::process::Output;
 use std::sync::Mutex;
 
 use gpurun_e2e::{
-    assert_test_lines, describe, fixtures_dir, gpurun, host_images, json_lines, text, Hogs,
+    assert_test_lines, describe, fixtures_dir, gpurun, host_images, json_lines,
+    plain_release_images, text, Hogs,
 };
 
 use crate::host_app::{host_crate_cargo, output_of, result_line};
@@ -143,31 +144,13 @@ fn bench_measures_each_benchmark_and_compares_with_a_saved_baseline() {
 /// `dir/libbenches.so` (one name for both builds: a test image's name is its suite, under which
 /// its benchmarks are saved).
 fn release_image(features: &[&str], dir: &Path) -> PathBuf {
-    // Built as `cargo gpurun bench` builds it: without the emulation's memory checks.
-    let mut args = vec![
-        "build",
-        "-p",
-        FIXTURE,
-        "--target",
-        "host",
-        "--release",
-        "--emulation-checks",
-        "off",
-        "--message-format",
-        "json",
-    ];
-    args.extend_from_slice(features);
     let _build = RELEASE_BUILD.lock().unwrap_or_else(|e| e.into_inner());
-    let output = gpurun(&args).output().unwrap();
-    assert!(output.status.success(), "{}", describe(&output));
-    let stdout = text(&output.stdout);
-    let built = json_lines(&stdout)
-        .filter(|line| line["reason"] == "gpurun-image" && line["kind"] == "lib")
-        .find_map(|line| line["path"].as_str().map(PathBuf::from))
-        .unwrap_or_else(|| panic!("no lib image built\n{}", describe(&output)));
+    let [(_, built)] = &plain_release_images(&[FIXTURE], features)[..] else {
+        unreachable!("one package, one image");
+    };
     std::fs::create_dir_all(dir).unwrap();
     let image = dir.join("libbenches.so");
-    std::fs::copy(&built, &image).unwrap();
+    std::fs::copy(built, &image).unwrap();
     image
 }
 

@@ -210,6 +210,37 @@ pub fn host_images() -> &'static Path {
     })
 }
 
+/// The lib images of `packages` built for the host in release mode without the emulation's
+/// memory checks (as `cargo gpurun bench` builds them), with `extra` build arguments (features),
+/// by package name.
+pub fn plain_release_images(packages: &[&str], extra: &[&str]) -> Vec<(String, PathBuf)> {
+    let mut args = vec!["build"];
+    for package in packages {
+        args.extend(["-p", package]);
+    }
+    args.extend([
+        "--target",
+        "host",
+        "--release",
+        "--emulation-checks",
+        "off",
+        "--message-format",
+        "json",
+    ]);
+    args.extend_from_slice(extra);
+    let output = gpurun(&args).output().expect("cargo-gpurun runs");
+    assert!(output.status.success(), "{}", describe(&output));
+    let images: Vec<(String, PathBuf)> = json_lines(&text(&output.stdout))
+        .filter(|line| line["reason"] == "gpurun-image" && line["kind"] == "lib")
+        .filter_map(|line| {
+            let package = line["package"].as_str()?.to_owned();
+            Some((package, PathBuf::from(line["path"].as_str()?)))
+        })
+        .collect();
+    assert_eq!(images.len(), packages.len(), "{}", describe(&output));
+    images
+}
+
 /// Where the host images of the fixtures are built, relative to the fixtures' workspace:
 /// `target/<host triple>` (`cargo gpurun` names the host's triple for the memory checks' build).
 pub fn host_target_dir() -> String {

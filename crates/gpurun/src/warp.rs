@@ -450,6 +450,90 @@ pub fn broadcast<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
     }
 }
 
+/// The first lane of the caller's segment when the warp is cut into segments of `width` lanes
+/// (CUDA's `width` argument, cooperative groups' `tiled_partition`). `width` must be a power of
+/// two from 1 to `lane_size()`; anything else panics, on every target.
+#[inline]
+#[track_caller]
+fn segment_base(width: u32) -> u32 {
+    assert!(
+        width.is_power_of_two() && width <= crate::lane_size(),
+        "a shuffle width must be a power of two from 1 to the lane size ({}), not {width}",
+        crate::lane_size()
+    );
+    crate::lane_id() & !(width - 1)
+}
+
+/// [`shuffle`] within segments of `width` lanes (`__shfl_sync(mask, value, source, width)`):
+/// `value` of lane `source % width` of the caller's segment. `width` is a power of two from 1 to
+/// `lane_size()` (else a panic). One [`shuffle`] from a computed lane on every target, so lanes
+/// of the mask outside the segment, and those that do not take part, behave as there.
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn shuffle_within<T: WarpValue>(mask: u64, value: T, source: u32, width: u32) -> T {
+    let base = segment_base(width);
+    shuffle(mask, value, base + source % width)
+}
+
+/// [`shuffle_up`] within segments of `width` lanes (`__shfl_up_sync(.., width)`): lanes fewer
+/// than `delta` from the start of their segment keep their own value. `width`: as in
+/// [`shuffle_within`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn shuffle_up_within<T: WarpValue>(mask: u64, value: T, delta: u32, width: u32) -> T {
+    let base = segment_base(width);
+    let lane = crate::lane_id();
+    let source = match lane - base >= delta {
+        true => lane - delta,
+        false => lane,
+    };
+    shuffle(mask, value, source)
+}
+
+/// [`shuffle_down`] within segments of `width` lanes (`__shfl_down_sync(.., width)`): lanes
+/// fewer than `delta` from the end of their segment keep their own value. `width`: as in
+/// [`shuffle_within`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn shuffle_down_within<T: WarpValue>(mask: u64, value: T, delta: u32, width: u32) -> T {
+    let base = segment_base(width);
+    let lane = crate::lane_id();
+    let source = match (lane - base).checked_add(delta) {
+        Some(offset) if offset < width => base + offset,
+        _ => lane,
+    };
+    shuffle(mask, value, source)
+}
+
+/// [`shuffle_xor`] within segments of `width` lanes: `value` of lane `lane_id() ^ lane_mask`
+/// when that lane is in the caller's segment, else the caller's own. (CUDA's
+/// `__shfl_xor_sync(.., width)` also lets a lane read from an earlier segment; here no lane
+/// reads outside its own, on every target.) `width`: as in [`shuffle_within`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn shuffle_xor_within<T: WarpValue>(mask: u64, value: T, lane_mask: u32, width: u32) -> T {
+    let base = segment_base(width);
+    let lane = crate::lane_id();
+    let partner = lane ^ lane_mask;
+    let source = match partner & !(width - 1) == base {
+        true => partner,
+        false => lane,
+    };
+    shuffle(mask, value, source)
+}
+
 /// The lanes of the warp below the caller (bits `0..lane_id()`; CUDA's `%lanemask_lt`).
 ///
 /// Computed from [`lane_id()`](crate::lane_id) on every target, within [`lanes()`]; not a warp
@@ -499,6 +583,53 @@ pub fn lanemask_ge() -> u64 {
 pub fn elect(mask: u64) -> bool {
     let voters = ballot(mask, true);
     voters != 0 && voters.trailing_zeros() == crate::lane_id()
+}
+
+/// The lanes of `mask` whose `value` equals the caller's (CUDA's `__match_any_sync`), the
+/// caller included: lanes that group themselves by a key, e.g. to let one lane per key update
+/// memory for its group.
+///
+/// Every target runs the same loop of warp operations: take the lowest lane not yet grouped,
+/// [`shuffle`] its value to the mask, [`ballot`] who holds it; once per distinct value. Values
+/// compare by their bits (so a float NaN matches the same NaN bits, and `0.0` does not match
+/// `-0.0`). Lanes of the mask that do not take part are in no group; as for [`ballot`]. (sm_70's
+/// `match.any.sync` is not used yet: the loop has the same meaning on every target.)
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn match_any<T: WarpValue>(mask: u64, value: T) -> u64 {
+    let bits = value.to_bits();
+    let mut ungrouped = ballot(mask, true);
+    let mut mine = 0;
+    // `ungrouped` is the same in every lane (a ballot), so every lane loops as often.
+    while ungrouped != 0 {
+        let leader = ungrouped.trailing_zeros();
+        let key = shuffle(mask, value, leader).to_bits();
+        let holders = ballot(mask, bits == key);
+        if bits == key {
+            mine = holders;
+        }
+        ungrouped &= !holders;
+    }
+    mine
+}
+
+/// Whether every lane of `mask` that takes part holds the same `value` as the caller (CUDA's
+/// `__match_all_sync`, whose mask result is [`ballot`]`(mask, true)` when this is true). Values
+/// compare by their bits, as in [`match_any`]: one [`shuffle`] from the lowest lane taking part
+/// and one vote.
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn match_all<T: WarpValue>(mask: u64, value: T) -> bool {
+    let bits = value.to_bits();
+    let voters = ballot(mask, true);
+    let first = shuffle(mask, value, voters.trailing_zeros() % crate::lane_size()).to_bits();
+    all(mask, bits == first)
 }
 
 /// The lane of `mask` with `rank` lanes of `mask` below it (`rank < mask.count_ones()`): a
