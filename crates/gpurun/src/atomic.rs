@@ -1,6 +1,7 @@
 //! Atomics that `core::sync::atomic` lacks and kernels need, with the target's own instruction
-//! where it has one and it is safe to use: float add, min and max ([`AtomicF32`],
-//! [`AtomicF64`]) and CUDA's wrapping increment and decrement ([`fetch_inc`], [`fetch_dec`]).
+//! where it has one and it is safe to use: floats ([`AtomicF32`], [`AtomicF64`]: add, subtract,
+//! min, max, swap, compare-and-exchange) and CUDA's wrapping increment and decrement
+//! ([`fetch_inc`], [`fetch_dec`]).
 //!
 //! `core::sync::atomic` itself works in kernels on every target, on device memory (buffers,
 //! statics), block-shared memory and host memory mapped for the GPU alike. These take generic
@@ -63,10 +64,6 @@ macro_rules! atomic_float {
                 unsafe { &*ptr.cast::<Self>() }
             }
 
-            fn as_ptr(&self) -> *mut $float {
-                self.value.get()
-            }
-
             fn bits(&self) -> &$atomic_bits {
                 // SAFETY: same size and alignment; every access is atomic.
                 unsafe { <$atomic_bits>::from_ptr(self.as_ptr().cast::<$bits>()) }
@@ -99,6 +96,42 @@ macro_rules! atomic_float {
             /// value. Atomic on any memory.
             pub fn fetch_max(&self, value: $float) -> $float {
                 imp::$max(self, value)
+            }
+
+            /// Subtracts `value`, returning the previous value: [`Self::fetch_add`] of `-value`,
+            /// which IEEE arithmetic makes the same operation.
+            pub fn fetch_sub(&self, value: $float) -> $float {
+                self.fetch_add(-value)
+            }
+
+            /// Stores `value`, returning the previous value (relaxed; one atomic exchange of
+            /// the bits on every target).
+            pub fn swap(&self, value: $float) -> $float {
+                <$float>::from_bits(
+                    self.bits()
+                        .swap(value.to_bits(), core::sync::atomic::Ordering::Relaxed),
+                )
+            }
+
+            /// Stores `new` if the value is `current`, comparing **bits** (a NaN matches the same
+            /// NaN bits, `0.0` does not match `-0.0`): `Ok(previous)` if it did, else
+            /// `Err(the value found)`. Relaxed; one compare-and-swap on every target (CUDA's
+            /// `atomicCAS` on the bits).
+            pub fn compare_exchange(&self, current: $float, new: $float) -> Result<$float, $float> {
+                self.bits()
+                    .compare_exchange(
+                        current.to_bits(),
+                        new.to_bits(),
+                        core::sync::atomic::Ordering::Relaxed,
+                        core::sync::atomic::Ordering::Relaxed,
+                    )
+                    .map(<$float>::from_bits)
+                    .map_err(<$float>::from_bits)
+            }
+
+            /// The address of the value, for code that passes it on (as `core`'s `as_ptr`).
+            pub const fn as_ptr(&self) -> *mut $float {
+                self.value.get()
             }
 
             /// [`Self::fetch_add`] with the GPU's own atomic instruction on AMD, where it has
