@@ -34,7 +34,7 @@ fn device_tests_pass_with_lane_sizes_1_32_and_64() {
         assert!(
             output.status.success()
                 && summary(&text(&output.stdout))
-                    .starts_with("test result: ok. 19 passed; 0 failed; 2 ignored;"),
+                    .starts_with("test result: ok. 20 passed; 0 failed; 2 ignored;"),
             "lane size {lane_size}: {}",
             describe(&output)
         );

@@ -12,7 +12,8 @@
 //! part (bit `i`: lane `i`; [`FULL`] for the whole warp; bits at and above `lane_size()` are
 //! ignored). As CUDA's `*_sync` intrinsics require, **every lane of the mask that has not
 //! returned from the kernel must make the same call, at the same call site, with the same
-//! mask**; the caller must be in its mask, and the mask must name only lanes the warp has.
+//! mask**; the caller must be in its mask (every target panics where it is not), and the mask must
+//! name only lanes the warp has.
 //!
 //! | | NVIDIA | AMD | host emulation |
 //! | --- | --- | --- | --- |
@@ -21,7 +22,7 @@
 //! | a lane of the mask is elsewhere (diverged) | hangs, or undefined results | not waited for (lanes outside `EXEC` read as 0 and vote false) | **fails the test** with a message naming the lanes and where they wait, as soon as they can never come (at the block barrier, in another warp operation) |
 //! | lanes of the mask make the call from different call sites (`if` and `else` both shuffle) | the lanes meet across the sites (sm_70+; undefined before) | each side runs on its own under half of `EXEC`: every lane reads 0 from the other half | **fails the test**, naming both lines and their lanes |
 //! | the mask names lanes a partial warp lacks (`FULL` with 48 threads) | they are never active: not waited for, vote false, a shuffle reading one gets an undefined value | outside `EXEC` from the start: vote false, a shuffle reading one gets 0 | **fails the test**, naming the missing lanes (use [`present()`]) |
-//! | the caller is not in its mask | undefined | works | fails the test |
+//! | the caller is not in its mask | **fails the test** (a panic: PTX leaves it undefined) | **fails the test** (a panic) | fails the test, naming the line |
 //!
 //! Defined the same everywhere: a shuffle whose source lane is out of range (`shuffle_up`
 //! below lane 0, `shuffle_down` past the last lane, `shuffle_xor` past the last lane) or **not
@@ -236,6 +237,26 @@ macro_rules! warp_floats {
 
 warp_floats!(f32, f64);
 
+/// `$mask` cut to the lanes a warp has, after checking that it holds the caller. A caller
+/// outside its own mask is undefined behaviour in PTX (`shfl.sync`, `vote.sync`,
+/// `bar.warp.sync`), and these functions are safe: on GPUs it panics (the test fails, as on the
+/// host emulation, whose emulator checks it with the call site). A fixed message: formatting
+/// the lane and mask would pull `core::fmt` into every kernel with a warp operation.
+macro_rules! mask_with_caller {
+    ($mask:expr, $operation:literal) => {{
+        let mask = $mask & lanes();
+        #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
+        if mask >> crate::lane_id() & 1 == 0 {
+            panic!(concat!(
+                "warp::",
+                $operation,
+                " called by a lane with a mask that does not include it"
+            ));
+        }
+        mask
+    }};
+}
+
 /// The mask of every lane a whole warp has (`lane_size()` low bits). The last warp of a block
 /// whose size is not a multiple of `lane_size()` has fewer: see [`present`].
 #[inline]
@@ -294,7 +315,7 @@ pub fn active_mask() -> u64 {
     track_caller
 )]
 pub fn sync(mask: u64) {
-    imp::sync_lanes(mask & lanes())
+    imp::sync_lanes(mask_with_caller!(mask, "sync"))
 }
 
 /// Bit `i` set iff lane `i` of `mask` takes part and passed `predicate = true`
@@ -309,7 +330,7 @@ pub fn sync(mask: u64) {
     track_caller
 )]
 pub fn ballot(mask: u64, predicate: bool) -> u64 {
-    let mask = mask & lanes();
+    let mask = mask_with_caller!(mask, "ballot");
     imp::ballot(mask, predicate) & mask
 }
 
@@ -323,7 +344,7 @@ pub fn ballot(mask: u64, predicate: bool) -> u64 {
     track_caller
 )]
 pub fn any(mask: u64, predicate: bool) -> bool {
-    imp::vote_any(mask & lanes(), predicate)
+    imp::vote_any(mask_with_caller!(mask, "any"), predicate)
 }
 
 /// Whether `predicate` is true on every lane of `mask` that takes part (`__all_sync`).
@@ -336,7 +357,7 @@ pub fn any(mask: u64, predicate: bool) -> bool {
     track_caller
 )]
 pub fn all(mask: u64, predicate: bool) -> bool {
-    imp::vote_all(mask & lanes(), predicate)
+    imp::vote_all(mask_with_caller!(mask, "all"), predicate)
 }
 
 /// The value of lane `source` when it is a lane of `mask`, else the caller's own: every lane
@@ -347,7 +368,7 @@ pub fn all(mask: u64, predicate: bool) -> bool {
     track_caller
 )]
 fn exchange<T: WarpValue>(op: u32, mask: u64, value: T, source: Option<u32>) -> T {
-    let mask = mask & lanes();
+    let mask = mask_with_caller!(mask, "shuffle");
     let source = source.filter(|&source| mask >> source & 1 == 1);
     let read = source.unwrap_or_else(crate::lane_id);
     let bits = imp::shuffle(op, mask, value.to_bits(), T::WIDE, read);
@@ -440,7 +461,7 @@ pub fn shuffle_xor<T: WarpValue>(mask: u64, value: T, lane_mask: u32) -> T {
     track_caller
 )]
 pub fn broadcast<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
-    let mask = mask & lanes();
+    let mask = mask_with_caller!(mask, "broadcast");
     let source = source % crate::lane_size();
     let bits = imp::broadcast(mask, value.to_bits(), T::WIDE, source);
     if mask >> source & 1 == 1 {
