@@ -7,7 +7,8 @@
 //! bit for bit, floats in their documented order, math bit for bit against the `libm` crate).
 
 use gpurun_e2e::{
-    assert_contains, describe, fixtures_dir, host_images, load_on_host, run_fixture, text,
+    assert_contains, assert_passes_at_lane_sizes_1_32_and_64, describe, fixtures_dir, host_images,
+    load_on_host, run_fixture, summary, text,
 };
 use gpurun_test::{DeviceCrate, LaunchShape};
 
@@ -17,28 +18,12 @@ const FIXTURE: &str = "device-ops";
 const DIVERGED: &str = "diverged_shuffle_fails_naming_the_lanes";
 const READS_RETURNED: &str = "shuffle_from_a_returned_lane_fails";
 
-fn summary(stdout: &str) -> &str {
-    stdout
-        .lines()
-        .find(|line| line.starts_with("test result:"))
-        .unwrap_or("<no summary>")
-}
-
 #[test]
 fn device_tests_pass_with_lane_sizes_1_32_and_64() {
-    host_images();
-    for lane_size in ["1", "32", "64"] {
-        let output = run_fixture(&["--lane-size", lane_size], FIXTURE, &[])
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success()
-                && summary(&text(&output.stdout))
-                    .starts_with("test result: ok. 20 passed; 0 failed; 2 ignored;"),
-            "lane size {lane_size}: {}",
-            describe(&output)
-        );
-    }
+    assert_passes_at_lane_sizes_1_32_and_64(
+        FIXTURE,
+        "test result: ok. 20 passed; 0 failed; 2 ignored;",
+    );
 }
 
 /// Runs the ignored device test `name` alone with `lane_size`; it must fail.

@@ -3,7 +3,7 @@
 
 use gpurun_e2e::{
     assert_contains, assert_test_lines, describe, fixtures_dir, gpurun, host_images,
-    host_target_dir, json_lines, lines_starting, run_fixture, text, TARGETS_LIST,
+    host_target_dir, json_lines, lines_starting, run_fixture, summary, text, TARGETS_LIST,
 };
 
 /// What libtest prints for every test of `basic` (see fixtures/basic/src/lib.rs).
@@ -25,13 +25,6 @@ const BASIC_RESULTS: &[(&str, &str)] = &[
 
 fn run_image(image: &str, args: &[&str]) -> std::process::Output {
     run_fixture(&[], image, args).output().unwrap()
-}
-
-fn summary(stdout: &str) -> &str {
-    stdout
-        .lines()
-        .find(|line| line.starts_with("test result:"))
-        .unwrap_or("<no summary>")
 }
 
 /// Asserts that the summary line on `output`'s stdout starts with `start`.

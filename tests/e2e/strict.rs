@@ -3,7 +3,8 @@
 //! by the `// site:` comments of the fixture's source); each fixed kernel passes.
 
 use gpurun_e2e::{
-    assert_contains, describe, fixtures_dir, host_images, load_on_host, run_fixture, text,
+    assert_contains, assert_passes_at_lane_sizes_1_32_and_64, describe, fixtures_dir, host_images,
+    load_on_host, run_fixture, summary, text,
 };
 use gpurun_test::{Error, LaunchShape};
 
@@ -19,13 +20,6 @@ fn site(mark: &str) -> String {
         .position(|line| line.trim_end().ends_with(&comment))
         .unwrap_or_else(|| panic!("no `{comment}` in the fixture"));
     format!("{FIXTURE}/src/lib.rs:{}:", line + 1)
-}
-
-fn summary(stdout: &str) -> &str {
-    stdout
-        .lines()
-        .find(|line| line.starts_with("test result:"))
-        .unwrap_or("<no summary>")
 }
 
 /// Runs the ignored test `name` alone with `lane_size`; it must fail. Returns its output (stdout).
@@ -58,19 +52,10 @@ fn panicked_at(stdout: &str) -> &str {
 
 #[test]
 fn fixed_kernels_pass_with_lane_sizes_1_32_and_64() {
-    host_images();
-    for lane_size in ["1", "32", "64"] {
-        let output = run_fixture(&["--lane-size", lane_size], FIXTURE, &[])
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success()
-                && summary(&text(&output.stdout))
-                    .starts_with("test result: ok. 7 passed; 0 failed; 7 ignored;"),
-            "lane size {lane_size}: {}",
-            describe(&output)
-        );
-    }
+    assert_passes_at_lane_sizes_1_32_and_64(
+        FIXTURE,
+        "test result: ok. 7 passed; 0 failed; 7 ignored;",
+    );
 }
 
 #[test]

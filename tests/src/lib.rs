@@ -210,6 +210,30 @@ pub fn host_images() -> &'static Path {
     })
 }
 
+/// libtest's closing `test result:` line of `stdout`, or `<no summary>`.
+pub fn summary(stdout: &str) -> &str {
+    stdout
+        .lines()
+        .find(|line| line.starts_with("test result:"))
+        .unwrap_or("<no summary>")
+}
+
+/// Runs every test of `fixture`'s host image with warps of 1, 32 and 64 lanes; each run must
+/// pass with a summary starting `expected` (`test result: ok. N passed; ...`).
+pub fn assert_passes_at_lane_sizes_1_32_and_64(fixture: &str, expected: &str) {
+    host_images();
+    for lane_size in ["1", "32", "64"] {
+        let output = run_fixture(&["--lane-size", lane_size], fixture, &[])
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success() && summary(&text(&output.stdout)).starts_with(expected),
+            "lane size {lane_size}: {}",
+            describe(&output)
+        );
+    }
+}
+
 /// The lib images of `packages` built for the host in release mode without the emulation's
 /// memory checks (as `cargo gpurun bench` builds them), with `extra` build arguments (features),
 /// by package name.
