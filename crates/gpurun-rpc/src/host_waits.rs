@@ -112,7 +112,8 @@ impl HostWaits {
     /// Client side, after handing a packet to the server: wakes a sleeping server.
     #[inline(always)]
     pub(crate) fn wake_server(&self) {
-        self.bump(SERVER_SLEEPERS, SERVER_SEQUENCE, futex::wake_all);
+        fence(Ordering::SeqCst);
+        self.wake_sleepers(SERVER_SLEEPERS, SERVER_SEQUENCE, futex::wake_all);
     }
 
     /// Wakes a client waiting for a free port (a port was unlocked or handed back). One, not
@@ -121,7 +122,14 @@ impl HostWaits {
     /// opener that finds no port sleeps again; the next port that comes free wakes another.
     #[inline(always)]
     pub(crate) fn wake_openers(&self) {
-        self.bump(OPENER_SLEEPERS, OPENER_SEQUENCE, futex::wake_one);
+        fence(Ordering::SeqCst);
+        self.wake_an_opener();
+    }
+
+    /// [`HostWaits::wake_openers`] after the caller's sequentially consistent fence.
+    #[inline(always)]
+    fn wake_an_opener(&self) {
+        self.wake_sleepers(OPENER_SLEEPERS, OPENER_SEQUENCE, futex::wake_one);
     }
 
     /// Server side, after `mailbox` (port `port`'s client inbox) changed: wakes the clients
@@ -136,17 +144,13 @@ impl HostWaits {
         {
             futex::wake_all(mailbox);
         }
-        if self.word(OPENER_SLEEPERS).load(Ordering::Relaxed) != 0 {
-            self.word(OPENER_SEQUENCE).fetch_add(1, Ordering::Release);
-            futex::wake_one(self.word(OPENER_SEQUENCE));
-        }
+        self.wake_an_opener();
     }
 
-    /// Wakes the sleepers of a sequence if there are any. The caller changed what they wait
-    /// for just before.
+    /// Wakes the sleepers of a sequence (`wake`: all, or one) if there are any. The caller
+    /// changed what they wait for, then fenced (sequentially consistent) before this.
     #[inline(always)]
-    fn bump(&self, sleepers: usize, sequence: usize, wake: fn(&AtomicU32)) {
-        fence(Ordering::SeqCst);
+    fn wake_sleepers(&self, sleepers: usize, sequence: usize, wake: fn(&AtomicU32)) {
         if self.word(sleepers).load(Ordering::Relaxed) != 0 {
             // Release: a sleeper that reads the new sequence also sees what the caller changed.
             self.word(sequence).fetch_add(1, Ordering::Release);
