@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{fake_cuda_in, first, positions, read_cuda_log, with_fake_cuda, Call};
+use common::{fake_cuda_in, first, hex, positions, read_cuda_log, with_fake_cuda, Call};
 use gpurun_hal::cuda::CudaBackend;
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::kernel_args::KernelArg;
@@ -107,11 +107,6 @@ fn bench_child() {
         assert!(module.last_device_time().is_some(), "timed");
     }
     println!("scenario done");
-}
-
-/// The fake's record of a parameter buffer: its bytes in hex.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Every launch passes its count as the kernel's one 8-byte parameter, and is timed by the

@@ -13,7 +13,8 @@
 mod common;
 
 use common::{
-    fake_cuda_in, first, launches_are_timed, positions, read_cuda_log, with_fake_cuda, Call,
+    fake_cuda_in, first, launches_are_timed, positions, read_cuda_log, run_log, with_fake_cuda,
+    Call,
 };
 use gpurun_hal::cuda::{CudaBackend, CudaDevice, STACK_BEYOND_FRAMES, STUB_DRIVER};
 use gpurun_hal::handlers::Collect;
@@ -95,10 +96,7 @@ fn fake_driver_dir() -> &'static Path {
 /// environment; returns the driver calls it made, in order.
 fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
     let dir = fake_driver_dir();
-    // One log per run: tests that run the same scenario with other settings run at once.
-    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let log = dir.join(format!("{scenario}-{}-{run}.log", std::process::id()));
+    let log = run_log(dir, scenario);
     let _ = std::fs::remove_file(&log);
     let mut command = Command::new(std::env::current_exe().unwrap());
     with_fake_cuda(&mut command, dir, &log)

@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{fake_driver_library, first, positions, read_calls, Call, LOG_ENV};
+use common::{fake_driver_library, first, hex, positions, read_calls, run_log, Call, LOG_ENV};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::hsa::HsaBackend;
 use gpurun_hal::kernel_args::KernelArg;
@@ -130,10 +130,7 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
 fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, String) {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-hsa");
     std::fs::create_dir_all(&dir).unwrap();
-    // One log per run: tests that run the same scenario with other settings run at once.
-    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let log = dir.join(format!("{scenario}-{}-{run}.log", std::process::id()));
+    let log = run_log(&dir, scenario);
     let _ = std::fs::remove_file(&log);
     let output = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "fake_runtime_child", "--ignored", "--nocapture"])
@@ -831,11 +828,6 @@ fn each_benchmark_launch_carries_its_iteration_count_and_is_timed() {
     let asked = positions(&calls, "hsa_amd_profiling_get_dispatch_time", "");
     assert_eq!(asked.len(), launched.len(), "{calls:#?}");
     clean_teardown(&calls);
-}
-
-/// Bytes as the fake runtime logs them: lowercase hex.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Timestamps the runtime will not give cost the measurement, not the launch.

@@ -139,11 +139,10 @@ pub fn require_gpu(targets: &[DeviceTarget]) -> Result<(), NoGpu> {
 /// The architecture of the first GPU of `target`'s kind on this machine (CUDA device 0 for
 /// nvptx, HSA agent 0 for amdgcn), when there is one: what `BuildOptions::gpu_arch` asks.
 pub fn gpu_arch(target: DeviceTarget) -> Option<String> {
-    let kind = match target {
-        DeviceTarget::Nvptx => BackendKind::Cuda,
-        DeviceTarget::Amdgcn => BackendKind::Hsa,
-        DeviceTarget::Host => return None,
-    };
+    let kind = backend_for_target(target);
+    if !kind.is_gpu() {
+        return None;
+    }
     let devices = select::backend(kind).devices().ok()?;
     Some(devices.into_iter().next()?.arch)
 }

@@ -95,6 +95,19 @@ pub fn read_cuda_log(log: &Path) -> Vec<Call> {
     calls
 }
 
+/// A log file in `dir` for one run of `scenario`, never the same twice in this process: tests
+/// that run one scenario with other settings run at once.
+pub fn run_log(dir: &Path, scenario: &str) -> PathBuf {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    dir.join(format!("{scenario}-{}-{run}.log", std::process::id()))
+}
+
+/// Bytes as the fake drivers log them (a parameter buffer, a kernarg segment): lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// One call the fake driver recorded.
 #[derive(Debug, Clone)]
 pub struct Call {
