@@ -3,8 +3,9 @@
 # --target amdgcn, on the HSA backend of one with an AMD GPU), plus measurements beside
 # baselines taken in the same run on the same GPU, as one table of rows, each with a verdict.
 #
-#   scripts/gpu-check.sh --make-bundle DIR   build here (Rust, nightly, ptxas from scripts/setup.sh):
-#                                            a release, stripped cargo-gpurun, the host-launch,
+#   scripts/gpu-check.sh --make-bundle DIR   build here (Rust, nightly, ptxas and cargo-zigbuild
+#                                            from scripts/setup.sh): a release, stripped
+#                                            cargo-gpurun (for glibc 2.28 and newer), the host-launch,
 #                                            host-recovery and real-kernels checks, gpurun-hal's
 #                                            tests and every fixture's image and cubin (packed)
 #                                            into DIR (inside this repository, ignored by git);
@@ -36,7 +37,7 @@
 # Exit status: 0 when every row matches, 1 otherwise, 2 on bad usage or a failed build.
 set -uo pipefail
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bundle="" make_bundle="" arch="" self_test="" target=nvptx out="" budget=450 preflight_of=""
@@ -227,8 +228,28 @@ glibc_needed() {
     objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1
 }
 
-# The host programs of a bundle: cargo-gpurun and the checks, built here (release, stripped).
+# Fails, naming the file and the symbol version, when one of the ELF files FILES needs a glibc
+# newer than MAX (e.g. 2.28), or when objdump cannot tell.
+glibc_at_most() {
+    local max="$1" file needed
+    shift
+    command -v objdump >/dev/null || { echo "gpu-check: objdump is missing: cannot tell which glibc the binaries need" >&2; return 1; }
+    for file in "$@"; do
+        needed=$(glibc_needed "$file")
+        [[ -n "$needed" ]] || { echo "gpu-check: $file names no glibc symbol version (not a dynamically linked ELF file?)" >&2; return 1; }
+        if [[ $(printf '%s\n%s\n' "$needed" "$max" | sort -V | tail -n1) != "$max" ]]; then
+            echo "gpu-check: $file needs glibc $needed, newer than the $max the bundle promises" >&2
+            return 1
+        fi
+    done
+}
+
+# The host programs of a bundle: cargo-gpurun and the checks, built here (release, stripped)
+# with zig as the linker against glibc BUNDLE_GLIBC, so they start on older system images than
+# this machine's (RHEL 8 and Ubuntu 18.10 have 2.28), as GPU machines often run.
 BUNDLE_PROGRAMS="cargo-gpurun launch-check recovery-check real-kernels-check hal-tests"
+BUNDLE_TRIPLE=x86_64-unknown-linux-gnu
+BUNDLE_GLIBC=2.28
 
 build_bundle() {
     local dir="$1" json debug_json="" target_dir fixture image cubin hal_tests missing=0
@@ -236,12 +257,16 @@ build_bundle() {
     [[ -n "$arch" ]] || arch=$(detect_arch)
     rm -rf "$dir/images" "$dir/images.tar.xz"
     mkdir -p "$dir/images" || exit 2
-    echo "gpu-check: building cargo-gpurun, the host-launch, host-recovery and real-kernels checks and gpurun-hal's tests (release, stripped)" >&2
-    (cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo build --release --locked \
-        -p cargo-gpurun -p gpurun-test -p gpurun-e2e --bin cargo-gpurun \
+    if ! command -v cargo-zigbuild >/dev/null || ! python3 -m ziglang version >/dev/null 2>&1; then
+        echo "gpu-check: cargo-zigbuild or zig is missing (scripts/setup.sh installs both): the bundle's binaries are linked against glibc $BUNDLE_GLIBC" >&2
+        exit 2
+    fi
+    echo "gpu-check: building cargo-gpurun, the host-launch, host-recovery and real-kernels checks and gpurun-hal's tests (release, stripped, for glibc $BUNDLE_GLIBC)" >&2
+    (cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo-zigbuild zigbuild --release --locked \
+        --target "$BUNDLE_TRIPLE.$BUNDLE_GLIBC" -p cargo-gpurun -p gpurun-test -p gpurun-e2e --bin cargo-gpurun \
         --example launch_check --example recovery_check --bin real-kernels-check) >&2 || exit 2
-    hal_tests=$(cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo test --release --locked \
-        -p gpurun-hal --lib --no-run --message-format json |
+    hal_tests=$(cd "$root" && CARGO_PROFILE_RELEASE_STRIP=symbols cargo-zigbuild test --release --locked \
+        --target "$BUNDLE_TRIPLE.$BUNDLE_GLIBC" -p gpurun-hal --lib --no-run --message-format json |
         python3 -c 'import json,sys
 for line in sys.stdin:
     v = json.loads(line)
@@ -250,11 +275,14 @@ for line in sys.stdin:
     [[ -x "$hal_tests" ]] || { echo "gpu-check: no gpurun-hal test binary was built" >&2; exit 2; }
     target_dir=$(cd "$root" && cargo metadata --format-version 1 --no-deps |
         python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])') || exit 2
-    cp "$target_dir/release/cargo-gpurun" "$dir/" || exit 2
-    cp "$target_dir/release/examples/launch_check" "$dir/launch-check" || exit 2
-    cp "$target_dir/release/examples/recovery_check" "$dir/recovery-check" || exit 2
-    cp "$target_dir/release/real-kernels-check" "$dir/real-kernels-check" || exit 2
+    target_dir="$target_dir/$BUNDLE_TRIPLE/release"
+    cp "$target_dir/cargo-gpurun" "$dir/" || exit 2
+    cp "$target_dir/examples/launch_check" "$dir/launch-check" || exit 2
+    cp "$target_dir/examples/recovery_check" "$dir/recovery-check" || exit 2
+    cp "$target_dir/real-kernels-check" "$dir/real-kernels-check" || exit 2
     cp "$hal_tests" "$dir/hal-tests" || exit 2
+    # shellcheck disable=SC2086 # the programs' names, split on spaces on purpose
+    (cd "$dir" && glibc_at_most "$BUNDLE_GLIBC" $BUNDLE_PROGRAMS) >&2 || exit 2
     for fixture in $(fixture_names); do
         [[ "$fixture" == *-debug ]] && debug_packages+=(-p "${fixture%-debug}") || packages+=(-p "$fixture")
     done
@@ -1033,7 +1061,8 @@ self_test() {
     status=$?
     if ((status == 0)); then
         self_test_budget "$tmp" && self_test_output_checks "$tmp" && self_test_paste_command &&
-            self_test_baselines_compile "$tmp" && self_test_printf_baseline "$tmp"
+            self_test_baselines_compile "$tmp" && self_test_printf_baseline "$tmp" &&
+            self_test_glibc_gate "$tmp"
         status=$?
     fi
     rm -rf "$tmp"
@@ -1279,6 +1308,37 @@ self_test_printf_baseline() {
                 { fail "printf_lines $bytes $threads $blocks: $(cat "$tmp/printf.problem")"; return; }
         done
     done
+}
+
+# The glibc gate of a bundle: a program linked as this machine links (gcc, glibc 2.34 or newer
+# for `__libc_start_main`) is refused, the same program linked by zig against BUNDLE_GLIBC passes.
+self_test_glibc_gate() {
+    local tmp="$1" tool
+    for tool in gcc objdump; do
+        if ! command -v "$tool" >/dev/null; then
+            in_ci && { fail "CI=true but $tool is missing"; return; }
+            echo "self-test: not checked: the glibc gate (no $tool)" >&2
+            return 0
+        fi
+    done
+    if ! python3 -m ziglang version >/dev/null 2>&1; then
+        in_ci && { fail "CI=true but zig is missing (scripts/setup.sh installs it)"; return; }
+        echo "self-test: not checked: the glibc gate (no zig; scripts/setup.sh installs it)" >&2
+        return 0
+    fi
+    printf '#include <stdio.h>\nint main(void) { puts("hi"); return 0; }\n' >"$tmp/hello.c"
+    gcc -o "$tmp/hello-here" "$tmp/hello.c" || { fail "gcc cannot build a hello program"; return; }
+    python3 -m ziglang cc -target "x86_64-linux-gnu.$BUNDLE_GLIBC" -o "$tmp/hello-old" "$tmp/hello.c" ||
+        { fail "zig cannot build for glibc $BUNDLE_GLIBC"; return; }
+    "$tmp/hello-old" >/dev/null || { fail "the program zig linked for glibc $BUNDLE_GLIBC does not run here"; return; }
+    glibc_at_most "$BUNDLE_GLIBC" "$tmp/hello-old" 2>"$tmp/gate.err" ||
+        { fail "the gate refused zig's glibc $BUNDLE_GLIBC program: $(cat "$tmp/gate.err")"; return; }
+    if [[ $(printf '%s\n%s\n' "$(glibc_needed "$tmp/hello-here")" "$BUNDLE_GLIBC" | sort -V | tail -n1) != "$BUNDLE_GLIBC" ]]; then
+        ! glibc_at_most "$BUNDLE_GLIBC" "$tmp/hello-here" 2>"$tmp/gate.err" ||
+            { fail "the gate let through a program that needs glibc $(glibc_needed "$tmp/hello-here")"; return; }
+        grep -q "needs glibc" "$tmp/gate.err" || { fail "the gate's refusal does not say why: $(cat "$tmp/gate.err")"; return; }
+    fi
+    ! glibc_at_most "$BUNDLE_GLIBC" "$tmp/hello.c" 2>/dev/null || { fail "the gate let through a file that is not ELF"; return; }
 }
 
 if [[ -n "$self_test" ]]; then

