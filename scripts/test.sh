@@ -48,8 +48,9 @@ step_done stress
 # --nocapture: each model prints how many executions it explored.
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked -- --nocapture 2>&1 | tee -a "$log"
 step_done loom
-# Every cargo-fuzz target for a minute, two at a time, from the corpus in the repository.
-bash scripts/fuzz.sh 60
+# Every cargo-fuzz target for 30 s, two at a time, from the corpus in the repository (a
+# regression check on the corpus and a short search; longer runs: `scripts/fuzz.sh SECONDS`).
+bash scripts/fuzz.sh 30
 step_done fuzz
 # The GPU check script's table and verdicts, against a fake runner (no GPU needed).
 bash scripts/gpu-check.sh --self-test
