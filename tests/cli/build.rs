@@ -27,21 +27,35 @@ fn lock_fixtures() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn build_json(package: &str, target: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+/// `SUBCOMMAND --manifest-path MANIFEST ARGS`: the arguments of `cargo gpurun` on a manifest.
+fn manifest_args<'a>(subcommand: &'a str, manifest: &'a Path, args: &[&'a str]) -> Vec<&'a str> {
+    let manifest = manifest.to_str().expect("a UTF-8 manifest path");
+    [&[subcommand, "--manifest-path", manifest][..], args].concat()
+}
+
+/// `cargo gpurun SUBCOMMAND --manifest-path fixtures/Cargo.toml -p PACKAGE ARGS` in the
+/// repository root with `envs`.
+fn gpurun_on_fixture(
+    subcommand: &str,
+    package: &str,
+    args: &[&str],
+    envs: &[(&str, &Path)],
+) -> Output {
     let manifest = fixtures_manifest();
-    let mut args = vec![
-        "build",
-        "--manifest-path",
-        manifest.to_str().unwrap(),
-        "-p",
-        package,
-        "--target",
-        target,
-        "--message-format",
-        "json",
-    ];
-    args.extend_from_slice(extra);
-    built_images(&gpurun_in_root(&args, &[]))
+    let args = [&["-p", package][..], args].concat();
+    gpurun_in_root(&manifest_args(subcommand, &manifest, &args), envs)
+}
+
+/// The fixtures' lock, if the nightly toolchain is ready; else `None`, after saying why the test
+/// does not run (see `nightly`).
+fn lock_fixtures_with_nightly() -> Option<MutexGuard<'static, ()>> {
+    let lock = lock_fixtures();
+    nightly().map(|_| lock)
+}
+
+fn build_json(package: &str, target: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let args = [&["--target", target, "--message-format", "json"][..], extra].concat();
+    built_images(&gpurun_on_fixture("build", package, &args, &[]))
 }
 
 fn image_path(image: &serde_json::Value, key: &str) -> PathBuf {
@@ -105,31 +119,34 @@ fn check_nvptx_image(image: &serde_json::Value, name: &str, ptxas_arches: &[&str
     check_ptx_assembles_for(&ptx, ptxas_arches);
 }
 
+/// The one image of `package` built for `target` (an nvptx spelling), checked as the nvptx image
+/// `name`, assembled for sm_70, sm_80 and sm_90.
+fn only_nvptx_image(package: &str, target: &str, name: &str) -> serde_json::Value {
+    let mut images = build_json(package, target, &[]);
+    assert_eq!(images.len(), 1, "{images:?}");
+    check_nvptx_image(&images[0], name, &["sm_70", "sm_80", "sm_90"]);
+    images.remove(0)
+}
+
 #[test]
 fn nvptx_build_of_a_bare_kernel() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
-    let images = build_json("bare-kernel", "nvptx", &[]);
-    assert_eq!(images.len(), 1, "{images:?}");
-    check_nvptx_image(&images[0], "bare_kernel", &["sm_70", "sm_80", "sm_90"]);
+    };
+    let image = only_nvptx_image("bare-kernel", "nvptx", "bare_kernel");
     // Only the entry point survives internalization: core's functions are gone or internal.
-    let ptx = std::fs::read_to_string(image_path(&images[0], "path")).unwrap();
+    let ptx = std::fs::read_to_string(image_path(&image, "path")).unwrap();
     assert!(!ptx.contains(".visible .func"), "{ptx}");
 }
 
 #[test]
 fn nvptx_build_of_hello_on_the_device_runtime() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
-    let images = build_json("hello", "nvptx64-nvidia-cuda", &[]);
-    assert_eq!(images.len(), 1, "{images:?}");
+    };
     // sm_90 crashed ptxas 12.9 before the lane id was masked (docs/abi.md, "ptxas"); every
     // fixture is assembled for every architecture in tests/ptxas.rs.
-    check_nvptx_image(&images[0], "hello", &["sm_70", "sm_80", "sm_90"]);
+    only_nvptx_image("hello", "nvptx64-nvidia-cuda", "hello");
 }
 
 /// `cargo gpurun test -p targets --target TARGET EXTRA -- --list` in the repository root: listing
@@ -140,19 +157,8 @@ fn list_targets_fixture(target: &str, extra: &[&str]) -> Output {
 
 /// `cargo gpurun test -p PACKAGE --target TARGET EXTRA -- --list` in the repository root.
 fn list_fixture(package: &str, target: &str, extra: &[&str]) -> Output {
-    let manifest = fixtures_manifest();
-    let mut args = vec![
-        "test",
-        "--manifest-path",
-        manifest.to_str().unwrap(),
-        "-p",
-        package,
-        "--target",
-        target,
-    ];
-    args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", "--list"]);
-    gpurun_in_root(&args, &[])
+    let args = [&["--target", target][..], extra, &["--", "--list"]].concat();
+    gpurun_on_fixture("test", package, &args, &[])
 }
 
 /// Each `     Running WHAT (IMAGE)` line of stderr, split.
@@ -172,10 +178,9 @@ fn running_suites(stderr: &str) -> Vec<(String, PathBuf)> {
 
 #[test]
 fn nvptx_test_builds_and_lists_the_tests_and_example_images() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
+    };
     let output = list_targets_fixture("nvptx", &["-q"]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let suites = running_suites(&text(&output.stderr));
@@ -221,10 +226,9 @@ fn ptx_test_kernels(ptx: &Path) -> usize {
 
 #[test]
 fn nvptx_test_builds_the_lib_in_test_mode_when_it_has_no_harness() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
+    };
     // fixtures/unit-tests: `[lib] harness = false`, tests only in `#[cfg(test)] mod tests`.
     let output = list_fixture("unit-tests", "nvptx", &["-q"]);
     let stderr = text(&output.stderr);
@@ -258,10 +262,9 @@ fn nvptx_test_builds_the_lib_in_test_mode_when_it_has_no_harness() {
 
 #[test]
 fn amdgcn_test_notes_it_cannot_build_the_lib_in_test_mode() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
+    };
     let output = list_fixture("unit-tests", "amdgcn", &["--arch", "gfx90a", "-q"]);
     let stderr = text(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -283,10 +286,9 @@ fn amdgcn_test_notes_it_cannot_build_the_lib_in_test_mode() {
 
 #[test]
 fn amdgcn_test_says_why_it_skips_executable_targets() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
+    };
     let output = list_targets_fixture("amdgcn", &["--arch", "gfx90a", "-q"]);
     let stderr = text(&output.stderr);
     assert!(output.status.success(), "{stderr}");
@@ -384,10 +386,9 @@ fn amdgcn_builds_of_a_bare_kernel_and_of_hello() {
 
 #[test]
 fn amdgcn_arch_from_package_metadata() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
+    };
     // bare-kernel sets `amdgcn-arch = "gfx90a"` in [package.metadata.gpurun].
     let images = build_json("bare-kernel", "amdgcn", &[]);
     assert_eq!(images[0]["arch"], "gfx90a");
@@ -423,20 +424,7 @@ fn host_builds_are_cdylibs_exporting_the_entry_point() {
 #[test]
 fn human_output_names_each_image() {
     let _lock = lock_fixtures();
-    let manifest = fixtures_manifest();
-    let output = gpurun_in_root(
-        &[
-            "build",
-            "--manifest-path",
-            manifest.to_str().unwrap(),
-            "-p",
-            "bare-kernel",
-            "--target",
-            "host",
-            "-q",
-        ],
-        &[],
-    );
+    let output = gpurun_on_fixture("build", "bare-kernel", &["--target", "host", "-q"], &[]);
     assert!(output.status.success(), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
     // Built for the memory checks (the default), in the host triple's directory.
@@ -448,33 +436,30 @@ fn human_output_names_each_image() {
     );
 }
 
-/// A crate with no gpurun metadata and no dependency on the `gpurun` crate, in a scratch directory.
-fn plain_crate() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("plain-crate");
+/// A crate with manifest `manifest` and an empty lib, in scratch directory `dir_name`; the
+/// manifest's path.
+fn scratch_crate(dir_name: &str, manifest: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(dir_name);
     std::fs::create_dir_all(dir.join("src")).unwrap();
-    std::fs::write(
-        dir.join("Cargo.toml"),
-        "[package]\nname = \"plain\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
-    )
-    .unwrap();
+    std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
     std::fs::write(dir.join("src/lib.rs"), "").unwrap();
     dir.join("Cargo.toml")
 }
 
 #[test]
 fn refuses_a_crate_that_is_not_a_device_crate() {
-    let manifest = plain_crate();
-    let output = gpurun_in_root(
-        &["build", "--manifest-path", manifest.to_str().unwrap()],
-        &[],
+    // No gpurun metadata and no dependency on the `gpurun` crate.
+    let manifest = scratch_crate(
+        "plain-crate",
+        "[package]\nname = \"plain\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
     );
+    let output = gpurun_in_root(&manifest_args("build", &manifest, &[]), &[]);
     assert_one_line_error(&output, "`plain` is not a device crate");
 }
 
 #[test]
 fn refuses_unknown_targets_and_architectures() {
     let manifest = fixtures_manifest();
-    let manifest = manifest.to_str().unwrap();
     let cases: &[(&[&str], &str)] = &[
         (&["--target", "riscv64gc"], "unknown target `riscv64gc`"),
         (
@@ -499,29 +484,16 @@ fn refuses_unknown_targets_and_architectures() {
         ),
     ];
     for (args, expected) in cases {
-        let mut all = vec!["build", "--manifest-path", manifest];
-        all.extend_from_slice(args);
-        let output = gpurun_in_root(&all, &[]);
+        let output = gpurun_in_root(&manifest_args("build", &manifest, args), &[]);
         assert_one_line_error(&output, expected);
     }
     // A device crate that names no amdgcn architecture (fixtures may add one at any time).
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("device-without-arch");
-    std::fs::create_dir_all(dir.join("src")).unwrap();
-    std::fs::write(
-        dir.join("Cargo.toml"),
+    let no_arch_manifest = scratch_crate(
+        "device-without-arch",
         "[package]\nname = \"no-arch\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[package.metadata.gpurun]\n\n[workspace]\n",
-    )
-    .unwrap();
-    std::fs::write(dir.join("src/lib.rs"), "").unwrap();
-    let no_arch_manifest = dir.join("Cargo.toml");
+    );
     let output = gpurun_in_root(
-        &[
-            "build",
-            "--manifest-path",
-            no_arch_manifest.to_str().unwrap(),
-            "--target",
-            "amdgcn",
-        ],
+        &manifest_args("build", &no_arch_manifest, &["--target", "amdgcn"]),
         &[],
     );
     assert_one_line_error(
@@ -529,7 +501,10 @@ fn refuses_unknown_targets_and_architectures() {
         "no amdgcn architecture for `no-arch`: pass `--arch gfx90a`",
     );
 
-    let output = gpurun_in_root(&["build", "--manifest-path", "/no/such/Cargo.toml"], &[]);
+    let output = gpurun_in_root(
+        &manifest_args("build", Path::new("/no/such/Cargo.toml"), &[]),
+        &[],
+    );
     assert_one_line_error(&output, "does not exist");
 }
 
@@ -540,15 +515,10 @@ fn a_missing_llvm_tool_is_one_clear_error() {
     }
     let empty = Path::new(env!("CARGO_TARGET_TMPDIR")).join("empty-llvm-tools");
     std::fs::create_dir_all(&empty).unwrap();
-    let manifest = fixtures_manifest();
-    let output = gpurun_in_root(
-        &[
-            "build",
-            "--manifest-path",
-            manifest.to_str().unwrap(),
-            "-p",
-            "bare-kernel",
-        ],
+    let output = gpurun_on_fixture(
+        "build",
+        "bare-kernel",
+        &[],
         &[(toolchain::LLVM_TOOLS_DIR_ENV, &empty)],
     );
     assert_one_line_error(&output, "`llvm-link` not found in");
@@ -560,14 +530,10 @@ fn a_missing_llvm_tool_is_one_clear_error() {
     );
 
     // No such toolchain at all: one line that says how to install it.
-    let output = gpurun_in_root(
-        &[
-            "build",
-            "--manifest-path",
-            manifest.to_str().unwrap(),
-            "-p",
-            "bare-kernel",
-        ],
+    let output = gpurun_on_fixture(
+        "build",
+        "bare-kernel",
+        &[],
         &[
             (toolchain::TOOLCHAIN_ENV, Path::new("no-such-toolchain")),
             ("RUSTUP_AUTO_INSTALL", Path::new("0")),
@@ -627,16 +593,10 @@ fn a_failing_linker_tool_shows_its_output_and_fails() {
         .unwrap()
         .set_modified(newer_than_ptx)
         .unwrap();
-    let manifest = fixtures_manifest();
-    let output = gpurun_in_root(
-        &[
-            "build",
-            "--manifest-path",
-            manifest.to_str().unwrap(),
-            "-p",
-            "bare-kernel",
-            "-q",
-        ],
+    let output = gpurun_on_fixture(
+        "build",
+        "bare-kernel",
+        &["-q"],
         &[(toolchain::LLVM_TOOLS_DIR_ENV, &tools)],
     );
     let stderr = text(&output.stderr);
@@ -694,10 +654,9 @@ fn fake_ptxas(name: &str, body: &str) -> PathBuf {
 #[cfg(unix)]
 #[test]
 fn ptxas_errors_and_ptxas_crashes_fail_the_build() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
+    };
     let images = build_json("bare-kernel", "nvptx", &[]);
     let ptx = image_path(&images[0], "path");
     // Ages the cubin (if any) so the next build assembles the PTX again. (Moving the PTX into
@@ -714,28 +673,26 @@ fn ptxas_errors_and_ptxas_crashes_fail_the_build() {
                 .unwrap();
         }
     };
-    let manifest = fixtures_manifest();
-    let args = [
-        "build",
-        "--manifest-path",
-        manifest.to_str().unwrap(),
-        "-p",
-        "bare-kernel",
-        "--message-format",
-        "json",
-    ];
+    let build_with_ptxas = |ptxas: &Path| {
+        gpurun_on_fixture(
+            "build",
+            "bare-kernel",
+            &["--message-format", "json"],
+            &[(toolchain::PTXAS_ENV, ptxas)],
+        )
+    };
 
     make_ptx_newer_than_cubin();
     let rejecting = fake_ptxas(
         "rejecting-ptxas",
         "echo 'ptxas fatal   : simulated rejection of the PTX' >&2\nexit 255",
     );
-    let output = gpurun_in_root(&args, &[(toolchain::PTXAS_ENV, &rejecting)]);
+    let output = build_with_ptxas(&rejecting);
     assert_one_line_error(&output, "simulated rejection of the PTX");
 
     make_ptx_newer_than_cubin();
     let crashing = fake_ptxas("crashing-ptxas", "kill -SEGV $$");
-    let output = gpurun_in_root(&args, &[(toolchain::PTXAS_ENV, &crashing)]);
+    let output = build_with_ptxas(&crashing);
     // A crash fails the build: the driver's JIT would likely crash the same way at load time.
     assert_one_line_error(&output, "ptxas crashed");
     assert!(!ptx.with_extension("cubin").exists());
@@ -748,7 +705,7 @@ fn ptxas_errors_and_ptxas_crashes_fail_the_build() {
         "case \"$1\" in --*) exit 0 ;; esac\n\
          echo \"ptxas fatal   : Value '${1#-arch=}' is not defined for option 'gpu-name'\" >&2\nexit 255",
     );
-    let output = gpurun_in_root(&args, &[(toolchain::PTXAS_ENV, &lacking)]);
+    let output = build_with_ptxas(&lacking);
     assert!(
         output.status.success(),
         "{}",
@@ -773,10 +730,9 @@ fn ptxas_errors_and_ptxas_crashes_fail_the_build() {
 #[cfg(unix)]
 #[test]
 fn debug_cubins_are_compiled_fast_where_ptxas_can_and_release_ones_fully() {
-    let _lock = lock_fixtures();
-    if nightly().is_none() {
+    let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
-    }
+    };
     let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join("fake-ptxas-arguments.log");
     // Records its arguments and writes the cubin it is asked for; `--help` lists the fast
     // option only in the `new` variant, as ptxas 12.8 and later do.
@@ -793,7 +749,6 @@ fn debug_cubins_are_compiled_fast_where_ptxas_can_and_release_ones_fully() {
     };
     let new = recording("new-ptxas", "--Ofast-compile <0|min|mid|max>   (-Ofc)");
     let old = recording("old-ptxas", "--opt-level <N>   (-O)");
-    let manifest = fixtures_manifest();
     let mut written = Vec::new();
     for (ptxas, release, fast) in [
         (&new, false, true),
@@ -802,24 +757,16 @@ fn debug_cubins_are_compiled_fast_where_ptxas_can_and_release_ones_fully() {
     ] {
         // A fresh PTX build output, so that the cubin is assembled again.
         let _ = std::fs::remove_file(&log);
-        let images = build_json(
-            "bare-kernel",
-            "nvptx",
-            if release { &["--release"] } else { &[] },
-        );
+        let profile: &[&str] = if release { &["--release"] } else { &[] };
+        let images = build_json("bare-kernel", "nvptx", profile);
         let cubin = image_path(&images[0], "path").with_extension("cubin");
         let _ = std::fs::remove_file(&cubin);
-        let mut args = vec![
+        let output = gpurun_on_fixture(
             "build",
-            "--manifest-path",
-            manifest.to_str().unwrap(),
-            "-p",
             "bare-kernel",
-        ];
-        if release {
-            args.push("--release");
-        }
-        let output = gpurun_in_root(&args, &[(toolchain::PTXAS_ENV, ptxas)]);
+            profile,
+            &[(toolchain::PTXAS_ENV, ptxas)],
+        );
         assert!(
             output.status.success(),
             "{}",
@@ -889,22 +836,12 @@ fn missing_components_are_installed_with_rustup_saying_so() {
             .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
     )
     .unwrap();
-    let manifest = fixtures_manifest();
     let envs: [(&str, &Path); 2] = [
         ("PATH", Path::new(&path)),
         (toolchain::TOOLCHAIN_ENV, Path::new(&name)),
     ];
 
-    let output = gpurun_in_root(
-        &[
-            "build",
-            "--manifest-path",
-            manifest.to_str().unwrap(),
-            "-p",
-            "bare-kernel",
-        ],
-        &envs,
-    );
+    let output = gpurun_on_fixture("build", "bare-kernel", &[], &envs);
     let stderr = text(&output.stderr);
     assert!(
         stderr.contains(&format!(
