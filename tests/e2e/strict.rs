@@ -50,6 +50,28 @@ fn panicked_at(stdout: &str) -> &str {
         .unwrap_or("<no panic>")
 }
 
+/// Runs the ignored test `name` alone with `lane_size` (see `run_wrong`): its first panic must be
+/// at `line` (a `site`), and its stdout must contain each of `parts`.
+fn assert_fails_at(lane_size: &str, name: &str, line: &str, parts: &[&str]) {
+    let (stdout, output) = run_wrong(lane_size, name);
+    assert!(
+        panicked_at(&stdout).starts_with(line),
+        "{}",
+        describe(&output)
+    );
+    for part in parts {
+        assert_contains(&stdout, part, &output);
+    }
+}
+
+/// `assert_fails_at` with lanes of 32 and of 64, at the line marked `// site: MARK`.
+fn assert_fails_at_site(name: &str, mark: &str, parts: &[&str]) {
+    let line = site(mark);
+    for lane_size in ["32", "64"] {
+        assert_fails_at(lane_size, name, &line, parts);
+    }
+}
+
 #[test]
 fn fixed_kernels_pass_with_lane_sizes_1_32_and_64() {
     assert_passes_at_lane_sizes_1_32_and_64(
@@ -132,24 +154,17 @@ fn a_full_mask_over_a_partial_warp_fails_naming_the_missing_lanes() {
         ("32", "0xffffffff", 1, "lanes 16-31", "lanes 0-15"),
         ("64", "0xffffffffffffffff", 0, "lanes 48-63", "lanes 0-47"),
     ] {
-        let (stdout, output) = run_wrong(lane_size, "shuffle_over_a_partial_warp");
-        assert!(
-            panicked_at(&stdout).starts_with(&line),
-            "{}",
-            describe(&output)
-        );
-        assert_contains(
-            &stdout,
-            &format!("synccheck: warp::shuffle_down with mask {mask} at {line}"),
-            &output,
-        );
-        assert_contains(
-            &stdout,
-            &format!(
-                "names {missing}, which warp {warp} of block (0, 0, 0) does not have: the \
-                 block's 48 threads leave it {present} (use warp::present()"
-            ),
-            &output,
+        assert_fails_at(
+            lane_size,
+            "shuffle_over_a_partial_warp",
+            &line,
+            &[
+                &format!("synccheck: warp::shuffle_down with mask {mask} at {line}"),
+                &format!(
+                    "names {missing}, which warp {warp} of block (0, 0, 0) does not have: the \
+                     block's 48 threads leave it {present} (use warp::present()"
+                ),
+            ],
         );
     }
 }
@@ -157,56 +172,34 @@ fn a_full_mask_over_a_partial_warp_fails_naming_the_missing_lanes() {
 #[test]
 fn a_histogram_in_unwritten_shared_memory_fails_at_the_first_count() {
     host_images();
-    let line = site("histogram add");
-    for lane_size in ["32", "64"] {
-        let (stdout, output) = run_wrong(lane_size, "uninitialised_shared_histogram");
-        assert!(
-            panicked_at(&stdout).starts_with(&line),
-            "{}",
-            describe(&output)
-        );
-        assert_contains(
-            &stdout,
+    assert_fails_at_site(
+        "uninitialised_shared_histogram",
+        "histogram add",
+        &[
             "initcheck: uninitialised atomic read-modify-write of 4 bytes of shared memory at \
              offset ",
-            &output,
-        );
-        assert_contains(&stdout, "by block (0, 0, 0), thread (", &output);
-        assert_contains(
-            &stdout,
+            "by block (0, 0, 0), thread (",
             "(kernel `__gpurun_test_uninitialised_shared_histogram_",
-            &output,
-        );
-        assert_contains(
-            &stdout,
             "no thread of the block wrote them since the block began",
-            &output,
-        );
-    }
+        ],
+    );
 }
 
 #[test]
 fn a_write_past_the_launchs_shared_memory_fails_naming_the_offset() {
     host_images();
-    let line = site("shared oob write");
-    for lane_size in ["32", "64"] {
-        let (stdout, output) = run_wrong(lane_size, "out_of_bounds_shared_write");
-        assert!(
-            panicked_at(&stdout).starts_with(&line),
-            "{}",
-            describe(&output)
-        );
-        assert_contains(&stdout, "memcheck: invalid write of 4 bytes at 0x", &output);
-        assert_contains(&stdout, "by block (0, 0, 0), thread (63, 0, 0)", &output);
-        assert_contains(
-            &stdout,
+    assert_fails_at_site(
+        "out_of_bounds_shared_write",
+        "shared oob write",
+        &[
+            "memcheck: invalid write of 4 bytes at 0x",
+            "by block (0, 0, 0), thread (63, 0, 0)",
             "it reaches shared memory at offset 256, but the launch gives each block 256 bytes \
              of it",
-            &output,
-        );
-        // Only the last thread wrote out of bounds.
-        assert_contains(&stdout, "thread (63,0,0)) panicked", &output);
-    }
+            // Only the last thread wrote out of bounds.
+            "thread (63,0,0)) panicked",
+        ],
+    );
 }
 
 #[test]
