@@ -8,7 +8,7 @@
 
 use gpurun_e2e::{
     assert_contains, assert_passes_at_lane_sizes_1_32_and_64, describe, fixtures_dir, host_images,
-    load_on_host, run_fixture, summary, text,
+    load_on_host, run_failing_test_alone,
 };
 use gpurun_test::{DeviceCrate, LaunchShape};
 
@@ -26,25 +26,12 @@ fn device_tests_pass_with_lane_sizes_1_32_and_64() {
     );
 }
 
-/// Runs the ignored device test `name` alone with `lane_size`; it must fail.
+/// Runs the ignored device test `name` alone with `lane_size`; it must fail (see
+/// `run_failing_test_alone`).
 fn run_failing(lane_size: &str, name: &str) -> (String, std::process::Output) {
-    // A deadlock would end as a timeout, which fails the message checks below.
-    let output = run_fixture(
-        &["--lane-size", lane_size, "--timeout", "120"],
-        FIXTURE,
-        &["--ignored", "--exact", name],
-    )
-    .output()
-    .unwrap();
-    let stdout = text(&output.stdout);
-    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let (stdout, output) = run_failing_test_alone(FIXTURE, lane_size, name);
     // The failure points at the kernel's line, not into gpurun's emulation of the warp.
     assert_contains(&stdout, "panicked at device-ops/src/lib.rs:", &output);
-    assert!(
-        summary(&stdout).starts_with("test result: FAILED. 0 passed; 1 failed;"),
-        "{}",
-        describe(&output)
-    );
     (stdout, output)
 }
 

@@ -4,7 +4,7 @@
 
 use gpurun_e2e::{
     assert_contains, assert_passes_at_lane_sizes_1_32_and_64, describe, fixtures_dir, host_images,
-    load_on_host, run_fixture, summary, text,
+    load_on_host, run_failing_test_alone, run_fixture, text,
 };
 use gpurun_test::{Error, LaunchShape};
 
@@ -22,26 +22,6 @@ fn site(mark: &str) -> String {
     format!("{FIXTURE}/src/lib.rs:{}:", line + 1)
 }
 
-/// Runs the ignored test `name` alone with `lane_size`; it must fail. Returns its output (stdout).
-fn run_wrong(lane_size: &str, name: &str) -> (String, std::process::Output) {
-    // A hang would end as a timeout, whose message the callers' checks reject.
-    let output = run_fixture(
-        &["--lane-size", lane_size, "--timeout", "120"],
-        FIXTURE,
-        &["--ignored", "--exact", name],
-    )
-    .output()
-    .unwrap();
-    let stdout = text(&output.stdout);
-    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
-    assert!(
-        summary(&stdout).starts_with("test result: FAILED. 0 passed; 1 failed;"),
-        "{}",
-        describe(&output)
-    );
-    (stdout, output)
-}
-
 /// The location of the first panic report: `FILE:LINE:COL` after `panicked at`.
 fn panicked_at(stdout: &str) -> &str {
     stdout
@@ -50,10 +30,10 @@ fn panicked_at(stdout: &str) -> &str {
         .unwrap_or("<no panic>")
 }
 
-/// Runs the ignored test `name` alone with `lane_size` (see `run_wrong`): its first panic must be
-/// at `line` (a `site`), and its stdout must contain each of `parts`.
+/// Runs the ignored test `name` alone with `lane_size` (see `run_failing_test_alone`): its first
+/// panic must be at `line` (a `site`), and its stdout must contain each of `parts`.
 fn assert_fails_at(lane_size: &str, name: &str, line: &str, parts: &[&str]) {
-    let (stdout, output) = run_wrong(lane_size, name);
+    let (stdout, output) = run_failing_test_alone(FIXTURE, lane_size, name);
     assert!(
         panicked_at(&stdout).starts_with(line),
         "{}",
@@ -88,7 +68,7 @@ fn a_shuffle_from_two_call_sites_fails_naming_both_lines() {
         site("divergent_shuffle odd"),
     );
     for (lane_size, mask) in [("32", "0xffffffff"), ("64", "0xffffffffffffffff")] {
-        let (stdout, output) = run_wrong(lane_size, "divergent_shuffle");
+        let (stdout, output) = run_failing_test_alone(FIXTURE, lane_size, "divergent_shuffle");
         // Each lane fails at its own line, naming where the others wait.
         let at = panicked_at(&stdout);
         assert!(at.starts_with(&even) || at.starts_with(&odd), "{at}");
@@ -111,7 +91,7 @@ fn a_shuffle_from_two_call_sites_fails_naming_both_lines() {
 fn assert_divergent_barrier(name: &str, first: &str, second: &str) {
     let (first, second) = (site(first), site(second));
     for lane_size in ["32", "64"] {
-        let (stdout, output) = run_wrong(lane_size, name);
+        let (stdout, output) = run_failing_test_alone(FIXTURE, lane_size, name);
         let at = panicked_at(&stdout);
         assert!(at.starts_with(&first) || at.starts_with(&second), "{at}");
         assert_contains(

@@ -136,6 +136,27 @@ pub fn run_fixture(options: &[&str], fixture: &str, args: &[&str]) -> Command {
     gpurun(&all)
 }
 
+/// Runs the ignored test `name` of fixture `fixture`'s host image alone, with warps of
+/// `lane_size` lanes; it must fail. Its stdout, and its output for assertion messages.
+pub fn run_failing_test_alone(fixture: &str, lane_size: &str, name: &str) -> (String, Output) {
+    // A hang or deadlock would end as a timeout, whose message the callers' checks reject.
+    let output = run_fixture(
+        &["--lane-size", lane_size, "--timeout", "120"],
+        fixture,
+        &["--ignored", "--exact", name],
+    )
+    .output()
+    .expect("run cargo-gpurun");
+    let stdout = text(&output.stdout);
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    assert!(
+        summary(&stdout).starts_with("test result: FAILED. 0 passed; 1 failed;"),
+        "{}",
+        describe(&output)
+    );
+    (stdout, output)
+}
+
 /// `cargo gpurun build --target host --message-format json`, without `cargo`: stdout has one
 /// JSON line per image built (see [`json_lines`]).
 pub const HOST_BUILD_JSON: [&str; 6] = [
