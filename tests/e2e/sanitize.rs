@@ -98,6 +98,21 @@ fn run_tests(name: &str, tool: &str, planted: &str, args: &[&str]) -> (Output, P
     (output, log)
 }
 
+/// The sanitize fixture's tests, in the order they run.
+const TESTS: [&str; 3] = [
+    "a_writes_in_bounds",
+    "b_writes_past_its_allocation",
+    "c_passes_after",
+];
+
+/// Asserts the run's exit status and the verdict (`ok`, `FAILED`) of each of `TESTS`, in order.
+#[track_caller]
+fn assert_verdicts(output: &Output, status: i32, verdicts: [&str; 3]) {
+    assert_eq!(output.status.code(), Some(status), "{}", describe(output));
+    let results: Vec<(&str, &str)> = TESTS.into_iter().zip(verdicts).collect();
+    assert_test_lines(output, &results);
+}
+
 /// The process ids that launched each kernel, from the fake driver's call log.
 fn launches(log: &Path) -> Vec<(String, String)> {
     std::fs::read_to_string(log)
@@ -120,15 +135,7 @@ fn launches(log: &Path) -> Vec<(String, String)> {
 #[test]
 fn memcheck_findings_fail_only_the_test_whose_kernel_they_name() {
     let (output, log) = run_tests("memcheck", "memcheck", "b_writes_past", &[]);
-    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
-    assert_test_lines(
-        &output,
-        &[
-            ("a_writes_in_bounds", "ok"),
-            ("b_writes_past_its_allocation", "FAILED"),
-            ("c_passes_after", "ok"),
-        ],
-    );
+    assert_verdicts(&output, 101, ["ok", "FAILED", "ok"]);
     let stdout = text(&output.stdout);
     for part in [
         "note: compute-sanitizer memcheck found 1 error in this test's launch of \
@@ -153,26 +160,10 @@ fn memcheck_findings_fail_only_the_test_whose_kernel_they_name() {
 #[test]
 fn tests_without_findings_keep_their_verdicts() {
     let (output, _) = run_tests("clean", "memcheck", "", &[]);
-    assert_eq!(output.status.code(), Some(0), "{}", describe(&output));
-    assert_test_lines(
-        &output,
-        &[
-            ("a_writes_in_bounds", "ok"),
-            ("b_writes_past_its_allocation", "ok"),
-            ("c_passes_after", "ok"),
-        ],
-    );
+    assert_verdicts(&output, 0, ["ok", "ok", "ok"]);
     // Another tool, another record layout: a race fails the test that raced.
     let (output, _) = run_tests("racecheck", "racecheck", "c_passes_after", &[]);
-    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
-    assert_test_lines(
-        &output,
-        &[
-            ("a_writes_in_bounds", "ok"),
-            ("b_writes_past_its_allocation", "ok"),
-            ("c_passes_after", "FAILED"),
-        ],
-    );
+    assert_verdicts(&output, 101, ["ok", "ok", "FAILED"]);
     assert_contains(
         &text(&output.stdout),
         "compute-sanitizer racecheck found 1 error",
