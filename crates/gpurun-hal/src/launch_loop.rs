@@ -185,15 +185,9 @@ impl Deadlines {
 /// the kernel: the host emulation's device threads wake the server) so an idle long-running
 /// kernel costs little CPU. Never a yield: see `gpurun_rpc::sync::host_backoff` for how
 /// yielding waiters starve on a loaded machine.
-///
-/// It also spaces out the looks at the launch's state while spinning: on CUDA a look is a
-/// `cuStreamQuery` (microseconds, longer than a look at the RPC mailbox), and looking at every
-/// spin put one in front of the answer to nearly every request.
 #[derive(Debug)]
 struct Backoff {
     idle: u32,
-    /// Looks at the mailbox since the last look at the launch's state.
-    since_state: u32,
 }
 
 /// One step of [`Backoff`].
@@ -207,25 +201,9 @@ impl Backoff {
     const SPINS: u32 = 256;
     const FIRST: Duration = Duration::from_micros(10);
     const LONGEST: Duration = Duration::from_millis(1);
-    /// While spinning, the launch's state is read once every this many looks (a kernel's end
-    /// is then seen a few hundred nanoseconds later); once waiting, at every look.
-    const STATE_EVERY: u32 = 16;
 
     fn new() -> Backoff {
-        Backoff {
-            idle: 0,
-            since_state: Self::STATE_EVERY,
-        }
-    }
-
-    /// Whether this look reads the launch's state (the first look always does).
-    fn state_due(&mut self) -> bool {
-        if self.since_state >= Self::STATE_EVERY || self.idle > Self::SPINS {
-            self.since_state = 1;
-            return true;
-        }
-        self.since_state += 1;
-        false
+        Backoff { idle: 0 }
     }
 
     fn busy(&mut self) {
@@ -488,12 +466,7 @@ impl<'a> Loop<'a> {
         // Whether the sink has heard of the current quiet spell.
         let mut told_idle = false;
         loop {
-            // Unread, the state is what it was last read: a launch that had ended has returned.
-            let state = if backoff.state_due() {
-                self.launch.state()
-            } else {
-                LaunchState::Running
-            };
+            let state = self.launch.state();
             let handled = match self.serve(memory, sink, state == LaunchState::Running) {
                 Ok(handled) => handled,
                 Err(error) => return self.broken_conversation(error),
@@ -658,33 +631,6 @@ mod tests {
         assert_eq!(longest, Some(Pause::Wait(Duration::from_millis(1))));
         backoff.busy();
         assert_eq!(backoff.next(), Pause::Spin);
-    }
-
-    #[test]
-    fn the_state_is_read_once_in_a_while_when_spinning_and_at_every_wait() {
-        let mut backoff = Backoff::new();
-        let mut reads = Vec::new();
-        for look in 0..Backoff::SPINS {
-            if backoff.state_due() {
-                reads.push(look);
-            }
-            assert_eq!(backoff.next(), Pause::Spin);
-        }
-        let every = Backoff::STATE_EVERY;
-        assert_eq!(
-            reads,
-            (0..Backoff::SPINS)
-                .step_by(every as usize)
-                .collect::<Vec<_>>()
-        );
-        // Waiting: every look reads it.
-        for _ in 0..3 {
-            assert!(matches!(backoff.next(), Pause::Wait(_)));
-            assert!(backoff.state_due());
-        }
-        // Busy again: spaced out again, counting on from the last read.
-        backoff.busy();
-        assert!(!backoff.state_due());
     }
 
     #[test]
