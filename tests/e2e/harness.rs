@@ -507,9 +507,10 @@ fn lane_sizes_1_32_and_64_give_the_same_results() {
 }
 
 /// fixtures/shared-memory on the host emulation: threads of a block exchange values through
-/// their block's shared memory across barriers, every block has its own, atomics work on it,
-/// and a launch that gives too little (or an index past an array) fails the test with a
-/// message; the same with lanes of 1, 32 and 64.
+/// their block's shared memory across barriers, every block has its own, atomics work on it, a
+/// declared layout (`shared_layout!`) hands out distinct aligned arrays, and a launch that
+/// gives too little (or an index past an array) fails the test with a message; the same with
+/// lanes of 1, 32 and 64.
 #[test]
 fn shared_memory_kernels_pass_on_the_host_with_lane_sizes_1_32_and_64() {
     host_images();
@@ -539,9 +540,14 @@ fn shared_memory_kernels_pass_on_the_host_with_lane_sizes_1_32_and_64() {
                     "ok",
                 ),
                 ("an_index_past_the_array_panics - should panic", "ok"),
+                ("a_declared_layout_hands_out_distinct_aligned_arrays", "ok"),
+                (
+                    "a_layout_larger_than_the_launch_gave_panics - should panic",
+                    "ok",
+                ),
             ],
         );
-        assert_summary_starts(&output, "test result: ok. 7 passed; 0 failed;");
+        assert_summary_starts(&output, "test result: ok. 9 passed; 0 failed;");
     }
 }
 

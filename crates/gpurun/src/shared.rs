@@ -94,8 +94,92 @@ pub fn array<T: Plain>(len: usize) -> SharedArray<T> {
     SharedArray::at(0, len)
 }
 
-/// `len` values of `T` in this block's shared memory: an array of [`array`](array()) or
-/// [`SharedArray::then`]. A plain handle (`Copy`), holding no borrow: accesses through it are
+/// Declares a kernel's shared memory as named arrays: a struct of [`SharedArray`]s laid out one
+/// after another at their alignments (as [`SharedArray::then`] does), with `BYTES`, what a
+/// launch must give for it, as a constant for `shared = ...`, and `get()`, the arrays in this
+/// block's shared memory.
+///
+/// ```ignore
+/// gpurun::shared_layout! {
+///     /// One block's tiles of the matrix product.
+///     struct Tiles {
+///         a: [f32; 16 * 16],
+///         b: [f32; 16 * 16],
+///         row_done: [u32; 16],
+///     }
+/// }
+///
+/// #[gpurun::test(threads = (16, 16), shared = Tiles::BYTES)]
+/// fn tiled() {
+///     let tiles = Tiles::get();
+///     // tiles.a, tiles.b and tiles.row_done never overlap.
+/// }
+/// ```
+///
+/// Each declaration's arrays are distinct and aligned on every target. Two layouts both start
+/// at the block's first byte, as [`array`](array()) does: a kernel takes one layout, and a
+/// helper that needs scratch space takes a [`SharedArray`] from it (its field in the kernel's
+/// layout), so no two helpers can be handed the same bytes. `get()` panics, naming the bytes to
+/// ask for, when the launch gave fewer than `BYTES`.
+#[macro_export]
+macro_rules! shared_layout {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $($(#[$field_meta:meta])* $field_vis:vis $field:ident : [$ty:ty; $len:expr]),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug)]
+        $vis struct $name {
+            $($(#[$field_meta])* $field_vis $field: $crate::shared::SharedArray<$ty>,)+
+        }
+
+        impl $name {
+            /// Bytes of shared memory per block the layout takes: what a launch gives for it
+            /// (`shared = Self::BYTES`, `.shared_bytes(Self::BYTES)`).
+            #[allow(dead_code)]
+            $vis const BYTES: usize = {
+                let mut end = 0;
+                $(
+                    end = $crate::shared::__end_of_array(
+                        end,
+                        ::core::mem::size_of::<$ty>(),
+                        ::core::mem::align_of::<$ty>(),
+                        $len,
+                    );
+                )+
+                end
+            };
+
+            /// The layout's arrays in this block's shared memory.
+            ///
+            /// # Panics
+            /// When the launch gave fewer than `BYTES` bytes.
+            #[allow(dead_code)]
+            #[track_caller]
+            $vis fn get() -> $name {
+                let end = 0;
+                $(
+                    let $field = $crate::shared::SharedArray::<$ty>::__at(end, $len);
+                    let end = $field.end_offset();
+                )+
+                let _ = end;
+                $name { $($field,)+ }
+            }
+        }
+    };
+}
+
+/// Where an array of `len` values of `size` bytes at alignment `align` ends when it follows
+/// bytes `0..offset`: [`shared_layout!`]'s arithmetic, the same as [`SharedArray::then`]'s.
+#[doc(hidden)]
+pub const fn __end_of_array(offset: usize, size: usize, align: usize, len: usize) -> usize {
+    offset.next_multiple_of(align) + size * len
+}
+
+/// `len` values of `T` in this block's shared memory: an array of [`array`](array()),
+/// [`SharedArray::then`] or [`shared_layout!`]. A plain handle (`Copy`), holding no borrow: accesses through it are
 /// `unsafe` (see the [module](self) documentation).
 pub struct SharedArray<T> {
     start: *mut T,
@@ -175,6 +259,13 @@ impl<T: Plain> SharedArray<T> {
             base.cast::<u8>().wrapping_add(start_offset).cast()
         };
         SharedArray { start, len, end }
+    }
+
+    /// [`shared_layout!`]'s arrays: `len` values of `T` after the block's first `offset` bytes.
+    #[doc(hidden)]
+    #[track_caller]
+    pub fn __at(offset: usize, len: usize) -> SharedArray<T> {
+        SharedArray::at(offset, len)
     }
 
     /// `len` values of `U` right after this array (at `U`'s alignment): carve several arrays
