@@ -48,16 +48,32 @@ step_done stress
 # --nocapture: each model prints how many executions it explored.
 RUSTFLAGS="--cfg loom -D warnings" CARGO_TARGET_DIR=target/loom cargo test -p gpurun-rpc --test loom --release --locked -- --nocapture 2>&1 | tee -a "$log"
 step_done loom
+# The GPU check script's table and verdicts against a fake runner (no GPU needed), and the
+# GitHub action with its example workflow (actionlint, and the action's test step run for
+# real): in the background, beside the fuzzing. They spend about half their time waiting (rows
+# that hang on purpose, time limits), and the fuzzers run for a fixed time whatever CPU they
+# get, so together they take about as long as the fuzzing alone.
+checks_log=$(mktemp)
+trap 'rm -f "$log" "$checks_log"' EXIT
+(bash scripts/gpu-check.sh --self-test &&
+    bash scripts/gpu-check.sh --self-test --target amdgcn &&
+    bash scripts/check-action.sh) >"$checks_log" 2>&1 &
+checks=$!
 # Every cargo-fuzz target for 30 s, two at a time, from the corpus in the repository (a
 # regression check on the corpus and a short search; longer runs: `scripts/fuzz.sh SECONDS`).
-bash scripts/fuzz.sh 30
-step_done fuzz
-# The GPU check script's table and verdicts, against a fake runner (no GPU needed).
-bash scripts/gpu-check.sh --self-test
-bash scripts/gpu-check.sh --self-test --target amdgcn
-# The GitHub action and its example workflow: actionlint, and the action's test step run for real.
-bash scripts/check-action.sh
-step_done gpu-check+action
+fuzz_status=0
+bash scripts/fuzz.sh 30 || fuzz_status=$?
+checks_status=0
+wait "$checks" || checks_status=$?
+cat "$checks_log"
+if ((checks_status != 0)); then
+    echo "error: the GPU check's self-tests or the action's checks failed (exit $checks_status)" >&2
+    exit "$checks_status"
+fi
+if ((fuzz_status != 0)); then
+    exit "$fuzz_status"
+fi
+step_done fuzz+gpu-check+action
 # Every published crate from its packaged .crate alone, and its docs as docs.rs builds them
 # (README, "Install").
 bash scripts/package-check.sh
