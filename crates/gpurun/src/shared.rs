@@ -99,7 +99,7 @@ pub fn array<T: Plain>(len: usize) -> SharedArray<T> {
 /// launch must give for it, as a constant for `shared = ...`, and `get()`, the arrays in this
 /// block's shared memory.
 ///
-/// ```ignore
+/// ```
 /// gpurun::shared_layout! {
 ///     /// One block's tiles of the matrix product.
 ///     struct Tiles {
@@ -109,11 +109,10 @@ pub fn array<T: Plain>(len: usize) -> SharedArray<T> {
 ///     }
 /// }
 ///
-/// #[gpurun::test(threads = (16, 16), shared = Tiles::BYTES)]
-/// fn tiled() {
-///     let tiles = Tiles::get();
-///     // tiles.a, tiles.b and tiles.row_done never overlap.
-/// }
+/// // Two tiles of 1024 bytes and 16 words: what a launch gives, e.g. a device test's
+/// // `#[gpurun::test(threads = (16, 16), shared = Tiles::BYTES)]`, whose kernel then takes
+/// // the arrays with `let tiles = Tiles::get();` (tiles.a, tiles.b, tiles.row_done).
+/// assert_eq!(Tiles::BYTES, 2 * 1024 + 64);
 /// ```
 ///
 /// Each declaration's arrays are distinct and aligned on every target. Two layouts both start
