@@ -141,12 +141,15 @@ macro_rules! shared_layout {
             $vis const BYTES: usize = {
                 let mut end = 0;
                 $(
-                    end = $crate::shared::__end_of_array(
+                    end = match $crate::shared::__array_bounds(
                         end,
                         ::core::mem::size_of::<$ty>(),
                         ::core::mem::align_of::<$ty>(),
                         $len,
-                    );
+                    ).1 {
+                        Some(end) => end,
+                        None => panic!("the shared memory layout needs more than usize::MAX bytes"),
+                    };
                 )+
                 end
             };
@@ -170,16 +173,28 @@ macro_rules! shared_layout {
     };
 }
 
-/// Where an array of `len` values of `size` bytes at alignment `align` ends when it follows
-/// bytes `0..offset`: [`shared_layout!`]'s arithmetic, the same as [`SharedArray::then`]'s.
+/// Where an array of `len` values of `size` bytes at alignment `align` starts and ends, in bytes
+/// from the start of the block's shared memory, when it follows bytes `0..offset` (the end is
+/// `None` past `usize::MAX`): the one layout rule of [`SharedArray::then`], [`array`](array())
+/// and [`shared_layout!`] (whose `BYTES` it computes at compile time).
 #[doc(hidden)]
-pub const fn __end_of_array(offset: usize, size: usize, align: usize, len: usize) -> usize {
-    offset.next_multiple_of(align) + size * len
+pub const fn __array_bounds(
+    offset: usize,
+    size: usize,
+    align: usize,
+    len: usize,
+) -> (usize, Option<usize>) {
+    let start = offset.next_multiple_of(align);
+    let end = match len.checked_mul(size) {
+        Some(bytes) => start.checked_add(bytes),
+        None => None,
+    };
+    (start, end)
 }
 
 /// `len` values of `T` in this block's shared memory: an array of [`array`](array()),
-/// [`SharedArray::then`] or [`shared_layout!`]. A plain handle (`Copy`), holding no borrow: accesses through it are
-/// `unsafe` (see the [module](self) documentation).
+/// [`SharedArray::then`] or [`shared_layout!`]. A plain handle (`Copy`), holding no borrow:
+/// accesses through it are `unsafe` (see the [module](self) documentation).
 pub struct SharedArray<T> {
     start: *mut T,
     len: usize,
@@ -234,14 +249,10 @@ impl<T: Plain> SharedArray<T> {
     /// block's shared memory.
     #[track_caller]
     fn at(offset: usize, len: usize) -> SharedArray<T> {
-        let size = core::mem::size_of::<T>();
         let align = core::mem::align_of::<T>();
         let given = bytes();
-        let start_offset = offset.next_multiple_of(align);
-        let end = len
-            .checked_mul(size)
-            .and_then(|array| array.checked_add(start_offset))
-            .unwrap_or(usize::MAX);
+        let (start_offset, end) = __array_bounds(offset, core::mem::size_of::<T>(), align, len);
+        let end = end.unwrap_or(usize::MAX);
         if end > given {
             does_not_fit(end, given);
         }
