@@ -228,6 +228,11 @@ glibc_needed() {
     objdump -T "$@" 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -n1
 }
 
+# Whether version A (e.g. 2.34) is newer than version B.
+version_newer() {
+    [[ "$1" != "$2" && $(printf '%s\n%s\n' "$1" "$2" | sort -V | tail -n1) == "$1" ]]
+}
+
 # Fails, naming the file and the symbol version, when one of the ELF files FILES needs a glibc
 # newer than MAX (e.g. 2.28), or when objdump cannot tell.
 glibc_at_most() {
@@ -237,7 +242,7 @@ glibc_at_most() {
     for file in "$@"; do
         needed=$(glibc_needed "$file")
         [[ -n "$needed" ]] || { echo "gpu-check: $file names no glibc symbol version (not a dynamically linked ELF file?)" >&2; return 1; }
-        if [[ $(printf '%s\n%s\n' "$needed" "$max" | sort -V | tail -n1) != "$max" ]]; then
+        if version_newer "$needed" "$max"; then
             echo "gpu-check: $file needs glibc $needed, newer than the $max the bundle promises" >&2
             return 1
         fi
@@ -819,7 +824,7 @@ preflight() {
     have=$(ldd --version 2>/dev/null | head -n1 | grep -o '[0-9][0-9.]*$')
     needed=$(awk '$1 == "glibc" { print $2 }' "$dir/bundle-info" 2>/dev/null)
     echo "glibc ${have:-unknown}; the bundle needs ${needed:-unknown}"
-    if [[ -n "$have" && -n "$needed" ]] && [[ $(printf '%s\n%s\n' "$needed" "$have" | sort -V | head -n1) != "$needed" ]]; then
+    if [[ -n "$have" && -n "$needed" ]] && version_newer "$needed" "$have"; then
         echo "PROBLEM: this glibc is older than the bundle's binaries need"
         status=1
     fi
@@ -1333,10 +1338,12 @@ self_test_glibc_gate() {
     "$tmp/hello-old" >/dev/null || { fail "the program zig linked for glibc $BUNDLE_GLIBC does not run here"; return; }
     glibc_at_most "$BUNDLE_GLIBC" "$tmp/hello-old" 2>"$tmp/gate.err" ||
         { fail "the gate refused zig's glibc $BUNDLE_GLIBC program: $(cat "$tmp/gate.err")"; return; }
-    if [[ $(printf '%s\n%s\n' "$(glibc_needed "$tmp/hello-here")" "$BUNDLE_GLIBC" | sort -V | tail -n1) != "$BUNDLE_GLIBC" ]]; then
+    if version_newer "$(glibc_needed "$tmp/hello-here")" "$BUNDLE_GLIBC"; then
         ! glibc_at_most "$BUNDLE_GLIBC" "$tmp/hello-here" 2>"$tmp/gate.err" ||
             { fail "the gate let through a program that needs glibc $(glibc_needed "$tmp/hello-here")"; return; }
         grep -q "needs glibc" "$tmp/gate.err" || { fail "the gate's refusal does not say why: $(cat "$tmp/gate.err")"; return; }
+    else
+        echo "self-test: not checked: the gate's refusal (this machine's gcc links for glibc $BUNDLE_GLIBC or older)" >&2
     fi
     ! glibc_at_most "$BUNDLE_GLIBC" "$tmp/hello.c" 2>/dev/null || { fail "the gate let through a file that is not ELF"; return; }
 }
