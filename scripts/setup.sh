@@ -10,6 +10,7 @@
 #     hsa-sys layout test checks the bindings against them too
 #   - actionlint, shellcheck and PyYAML from PyPI: the GitHub action's checks (scripts/check-action.sh)
 #   - cargo-zigbuild and zig from PyPI: the GPU check's bundle, linked for glibc 2.28
+#   - cargo-llvm-cov from crates.io: a host crate's trials under `cargo llvm-cov`
 #   - cargo-nextest: tests/e2e/host_app.rs runs gpurun-test's trials under it (the machine image
 #     and CI have it preinstalled; building it from crates.io takes several minutes)
 #   - cargo-fuzz: scripts/fuzz.sh runs every fuzz target (built from crates.io, a few minutes)
@@ -62,6 +63,13 @@ fi
 if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     say "cargo install cargo-fuzz --locked (slow: it builds from source)"
     cargo install cargo-fuzz --version '^0.13' --locked
+fi
+
+# cargo-llvm-cov: a host crate's trials under `cargo llvm-cov` cover its kernels
+# (tests/e2e/coverage.rs, fixtures/host-coverage).
+if ! cargo llvm-cov --version >/dev/null 2>&1; then
+    say "cargo install cargo-llvm-cov --locked (about a minute: it builds from source)"
+    cargo install cargo-llvm-cov --version '^0.9' --locked
 fi
 
 ptxas13_dir="$HOME/.local/share/gpurun/cuda-nvcc-13"  # where tests/cli/ptxas.rs looks

@@ -1,9 +1,11 @@
-//! `cargo gpurun test --coverage` on the host emulation: which lines of `fixtures/coverage` the
-//! lcov report counts as run when one test runs at a time, at lane sizes 32 and 64, and the HTML
-//! report beside it.
+//! Coverage of device code on the host emulation: `cargo gpurun test --coverage` (which lines of
+//! `fixtures/coverage` the lcov report counts as run when one test runs at a time, at lane sizes
+//! 32 and 64, and the HTML report beside it), and a host crate's trials under `cargo llvm-cov`
+//! (`fixtures/host-coverage`).
 
-use gpurun_e2e::{describe, fixtures_dir, gpurun, text};
+use gpurun_e2e::{available, describe, fixtures_dir, gpurun, nightly, repo_root, text};
 use std::collections::HashMap;
+use std::process::Command;
 use std::sync::Mutex;
 
 /// The coverage runs share one report folder (the fixtures' target directory's).
@@ -11,24 +13,25 @@ static REPORT: Mutex<()> = Mutex::new(());
 
 const SOURCE: &str = "coverage/src/lib.rs";
 
-/// The line of `fixtures/coverage/src/lib.rs` that ends with the comment `// coverage: MARKER`.
-fn marker_line(marker: &str) -> u32 {
-    let source = std::fs::read_to_string(fixtures_dir().join(SOURCE)).expect("fixture source");
+/// The line of `source` (under fixtures/) that ends with the comment `// coverage: MARKER`.
+fn marker_line(source: &str, marker: &str) -> u32 {
+    let text = std::fs::read_to_string(fixtures_dir().join(source)).expect("fixture source");
     let wanted = format!("// coverage: {marker}");
-    let index = source
+    let index = text
         .lines()
         .position(|line| line.trim_end().ends_with(&wanted))
-        .unwrap_or_else(|| panic!("no `{wanted}` in {SOURCE}"));
+        .unwrap_or_else(|| panic!("no `{wanted}` in {source}"));
     u32::try_from(index + 1).expect("a line number")
 }
 
-/// The execution count of each instrumented line of the fixture's source, from an lcov file.
-fn line_counts(lcov: &str) -> HashMap<u32, u64> {
+/// The execution count of each instrumented line of `source` (under fixtures/), from an lcov
+/// file.
+fn line_counts(lcov: &str, source: &str) -> HashMap<u32, u64> {
     let mut counts = HashMap::new();
     let mut in_source = false;
     for line in lcov.lines() {
         if let Some(path) = line.strip_prefix("SF:") {
-            in_source = path.ends_with(SOURCE);
+            in_source = path.ends_with(source);
         } else if let (true, Some(entry)) = (in_source, line.strip_prefix("DA:")) {
             let mut fields = entry.split(',');
             if let (Some(Ok(line)), Some(Ok(count))) = (
@@ -70,7 +73,7 @@ fn covered(filter: &str, lane_size: &str) -> HashMap<u32, u64> {
     for file in lcov.lines().filter_map(|line| line.strip_prefix("SF:")) {
         assert!(file.contains("fixtures/coverage/"), "{file} in the report");
     }
-    line_counts(&lcov)
+    line_counts(&lcov, SOURCE)
 }
 
 #[test]
@@ -78,7 +81,7 @@ fn coverage_counts_the_lines_each_test_ran_at_both_lane_sizes() {
     let _report = REPORT
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
-    let line = |marker| marker_line(marker);
+    let line = |marker| marker_line(SOURCE, marker);
     for lane_size in ["32", "64"] {
         for (filter, ran, not_ran) in [
             ("halves_even_numbers", "even branch", "odd branch"),
@@ -132,6 +135,90 @@ fn coverage_refuses_a_gpu_target_and_the_sanitizer() {
             text(&output.stderr).contains(expected),
             "{}",
             describe(&output)
+        );
+    }
+}
+
+/// The kernels of `fixtures/host-coverage`, a member of the host crate's workspace.
+const HOST_KERNELS_SOURCE: &str = "host-coverage/kernels/src/lib.rs";
+
+/// `cargo llvm-cov` on `fixtures/host-coverage`, running the trial `filter` alone: the report's
+/// line counts for the kernels' source. `None` when cargo-llvm-cov or the nightly's llvm-tools
+/// are missing (said, and a failure under CI).
+fn llvm_cov_of_trials(filter: &str) -> Option<HashMap<u32, u64>> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let installed = Command::new(&cargo)
+        .args(["llvm-cov", "--version"])
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !available("cargo-llvm-cov", installed) {
+        return None;
+    }
+    // The kernels are instrumented by the nightly that builds them; its llvm-tools read their
+    // profiles (the same LLVM as the stable's, which has no llvm-tools here).
+    let toolchain = nightly()?;
+    let tool = |name| {
+        toolchain
+            .find_llvm_tool(name)
+            .expect("the nightly's llvm-tools")
+    };
+    let target_dir = repo_root().join("target/host-coverage");
+    let lcov = target_dir.join("lcov.info");
+    let output = Command::new(&cargo)
+        .args(["llvm-cov", "--manifest-path"])
+        .arg(fixtures_dir().join("host-coverage/Cargo.toml"))
+        // The report covers the kernels' crate, whose own (no_std) lib is no host test.
+        .args([
+            "--workspace",
+            "--exclude-from-test",
+            "host-coverage-kernels",
+        ])
+        .args(["--test", "gpu", "--lcov", "--output-path"])
+        .arg(&lcov)
+        .args(["--", filter])
+        .current_dir(repo_root())
+        .env("CARGO_LLVM_COV_TARGET_DIR", &target_dir)
+        .env("LLVM_COV", tool("llvm-cov"))
+        .env("LLVM_PROFDATA", tool("llvm-profdata"))
+        .env("GPURUN_BACKEND", "host")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("GPURUN_SANITIZE")
+        .output()
+        .expect("cargo llvm-cov runs");
+    assert!(output.status.success(), "{}", describe(&output));
+    assert!(
+        text(&output.stdout).contains(&format!("test {filter} ... ok")),
+        "{}",
+        describe(&output)
+    );
+    let report = std::fs::read_to_string(&lcov).expect("the lcov file");
+    Some(line_counts(&report, HOST_KERNELS_SOURCE))
+}
+
+/// A host crate's device tests as trials under `cargo llvm-cov`: the report counts the kernel
+/// lines the trial ran (in a worker process, from the host image gpurun-test built) and not the
+/// branch it did not take.
+#[test]
+fn a_host_crates_trials_under_cargo_llvm_cov_cover_its_kernels() {
+    let line = |marker| marker_line(HOST_KERNELS_SOURCE, marker);
+    for (filter, ran, not_ran) in [
+        ("halves_even_numbers", "even branch", "odd branch"),
+        ("grows_odd_numbers", "odd branch", "even branch"),
+    ] {
+        let Some(counts) = llvm_cov_of_trials(filter) else {
+            return;
+        };
+        assert!(
+            counts.get(&line(ran)).is_some_and(|&n| n > 0),
+            "{filter}: line {} ({ran}) not run: {counts:?}",
+            line(ran)
+        );
+        assert_eq!(
+            counts.get(&line(not_ran)),
+            Some(&0),
+            "{filter}: line {} ({not_ran}): {counts:?}",
+            line(not_ran)
         );
     }
 }

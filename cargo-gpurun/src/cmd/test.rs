@@ -63,15 +63,9 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
         bail!("--coverage measures the host emulation and --sanitize runs CUDA: use one of them");
     }
     let mut build_options = args.cargo.build_options();
-    // The checks' instrumentation calls hooks in the device runtime on every access, and
-    // coverage's counters are accesses in those hooks too: the two do not run together.
-    let emulation_checks = args.cargo.emulation_checks && !args.coverage;
-    if args.coverage && args.cargo.emulation_checks {
-        eprintln!(
-            "note: --coverage builds the host images without the emulation's memory checks \
-             (their instrumentation and coverage's counters do not run together)"
-        );
-    }
+    // The build leaves the checks out of images it instruments for coverage (and says so); a
+    // worker finds whether an image has them.
+    let emulation_checks = args.cargo.emulation_checks;
     build_options.emulation_checks = emulation_checks;
     let choice = backend_choice(&args.device)?;
     if let Some(tool) = args.device.sanitize {

@@ -74,6 +74,8 @@ pub struct CargoBuild<'a> {
     /// The triple cargo builds for: a GPU target's, or the host's for a host build we
     /// instrument (checks, coverage); `None`: cargo's default, the host.
     pub triple: Option<&'a str>,
+    /// cargo-llvm-cov around this process, when it runs it (not with our own `coverage`).
+    pub llvm_cov: Option<&'a crate::coverage::CargoLlvmCov>,
 }
 
 /// What makes a host image one the emulation checks the memory accesses of: ThreadSanitizer's
@@ -265,6 +267,9 @@ impl CargoBuild<'_> {
             command = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
             command.arg(self.subcommand());
         }
+        if let Some(llvm_cov) = self.llvm_cov {
+            llvm_cov.apply(&mut command, self.target);
+        }
         command
             .arg("--manifest-path")
             .arg(&self.workspace.manifest_path);
@@ -389,6 +394,9 @@ impl CargoBuild<'_> {
             flags.extend(self.arch.map(amdgcn::arch_rustflags).unwrap_or_default());
         }
         if let Some(mut all) = env_rustflag_list() {
+            if self.target.is_gpu() && self.llvm_cov.is_some() {
+                all = crate::coverage::without_instrumentation(all);
+            }
             all.extend(flags);
             command.env_remove("RUSTFLAGS");
             command.env("CARGO_ENCODED_RUSTFLAGS", all.join("\x1f"));

@@ -10,6 +10,7 @@
 //! GPU runs: the same lines, compiled for the host. The layout follows cargo-llvm-cov's
 //! (instrumented builds in a target directory of their own, an lcov file and an `html/` folder).
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -162,6 +163,103 @@ impl Profiles {
     }
 }
 
+/// What `cargo llvm-cov` set up around this process, as the environment it gives the cargo it
+/// runs (and so the test binaries that cargo starts) tells: a host crate's tests whose device
+/// crate `gpurun-test` builds. cargo-llvm-cov instruments the workspace's crates through a
+/// rustc wrapper (`--no-rustc-wrapper`: through `RUSTFLAGS`), which our nested cargo inherits;
+/// its report takes as objects the executables under its target directory's profile folder.
+/// So a device crate's host image is left instrumented and built under that folder, and a GPU
+/// build, which cannot be instrumented, is built without the wrapper and the flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CargoLlvmCov {
+    /// The target directory for host images: inside the folder the report searches.
+    host_target_dir: PathBuf,
+    /// The wrapper to run instead of cargo-llvm-cov's for GPU builds (`None`: none), when
+    /// cargo-llvm-cov runs its wrapper.
+    wrapper: Option<Option<OsString>>,
+}
+
+/// Set (to `1`) by cargo-llvm-cov for everything it runs.
+const CARGO_LLVM_COV_ENV: &str = "CARGO_LLVM_COV";
+/// Set by cargo-llvm-cov when rustc runs through its wrapper (itself).
+const LLVM_COV_WRAPPER_ENV: &str = "__CARGO_LLVM_COV_RUSTC_WRAPPER";
+/// The `RUSTC_WRAPPER` cargo-llvm-cov's wrapper runs in turn (the user's), when there is one.
+const LLVM_COV_PRE_EXISTING_ENV: &str = "__CARGO_LLVM_COV_RUSTC_WRAPPER_PRE_EXISTING";
+/// Our own folder inside the report's, for the host images' cargo target directory.
+const HOST_IMAGES_DIR: &str = "gpurun-host-images";
+
+impl CargoLlvmCov {
+    /// This process's, if cargo-llvm-cov runs it.
+    pub(crate) fn detect() -> Option<CargoLlvmCov> {
+        let exe = std::env::current_exe().ok()?;
+        CargoLlvmCov::from_env(|key| std::env::var_os(key), &exe)
+    }
+
+    /// From the environment `var` reads, for the test executable `exe`. cargo-llvm-cov puts
+    /// `LLVM_PROFILE_FILE` in its target directory, and a test executable lives in
+    /// `<target dir>/[<triple>/]<profile>/deps/`: the report searches `<target
+    /// dir>/[<triple>/]<profile>` for objects, recursively.
+    fn from_env(var: impl Fn(&str) -> Option<OsString>, exe: &Path) -> Option<CargoLlvmCov> {
+        if var(CARGO_LLVM_COV_ENV).is_none_or(|value| value != "1") {
+            return None;
+        }
+        let profile_file = PathBuf::from(var("LLVM_PROFILE_FILE")?);
+        let report_root = profile_file.parent()?;
+        let mut searched = exe.parent()?;
+        if searched
+            .file_name()
+            .is_some_and(|name| name == "deps" || name == "examples")
+        {
+            searched = searched.parent()?;
+        }
+        let searched = if searched.starts_with(report_root) && searched != report_root {
+            searched.to_path_buf()
+        } else {
+            report_root.join("debug")
+        };
+        let wrapper = var(LLVM_COV_WRAPPER_ENV).map(|_| var(LLVM_COV_PRE_EXISTING_ENV));
+        Some(CargoLlvmCov {
+            host_target_dir: searched.join(HOST_IMAGES_DIR),
+            wrapper,
+        })
+    }
+
+    /// Sets up the cargo `command` that builds for `target`.
+    pub(crate) fn apply(&self, command: &mut Command, target: crate::DeviceTarget) {
+        if !target.is_gpu() {
+            command.env("CARGO_TARGET_DIR", &self.host_target_dir);
+            return;
+        }
+        if let Some(pre_existing) = &self.wrapper {
+            command.env_remove(LLVM_COV_WRAPPER_ENV);
+            match pre_existing {
+                Some(wrapper) => command.env("RUSTC_WRAPPER", wrapper),
+                None => command.env_remove("RUSTC_WRAPPER"),
+            };
+        }
+    }
+}
+
+/// `flags` without cargo-llvm-cov's instrumentation (`-C instrument-coverage`, in one
+/// argument or two, `-Z` on old nightlies): for a GPU build, which has no profiler runtime.
+pub(crate) fn without_instrumentation(flags: Vec<String>) -> Vec<String> {
+    let mut kept: Vec<String> = Vec::with_capacity(flags.len());
+    for flag in flags {
+        let joined = matches!(
+            flag.as_str(),
+            "-Cinstrument-coverage" | "-Zinstrument-coverage"
+        );
+        let split = flag == "instrument-coverage"
+            && kept.last().is_some_and(|last| last == "-C" || last == "-Z");
+        if split {
+            kept.pop();
+        } else if !joined {
+            kept.push(flag);
+        }
+    }
+    kept
+}
+
 /// Runs a tool to completion: its stdout, or its stderr as the error.
 fn run(command: &mut Command) -> Result<Vec<u8>, CoverageError> {
     let tool = command.get_program().to_string_lossy().into_owned();
@@ -227,6 +325,7 @@ fn lcov_under(lcov: &str, roots: &[&Path]) -> KeptLcov {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
 
     const LCOV: &str =
         "SF:/ws/kernels/src/lib.rs\nFN:3,f\nDA:3,2\nDA:4,0\nDA:6,1\nLF:3\nLH:2\nend_of_record\n\
@@ -271,5 +370,116 @@ SF:/ws/kernels/src/more.rs\nDA:1,0\nend_of_record\n";
             Err(CoverageError::NoProfiles)
         ));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The environment cargo-llvm-cov 0.9 gives a test it runs, through its rustc wrapper
+    /// (`wrapper`) or not.
+    fn llvm_cov_env(wrapper: bool, pre_existing: Option<&str>) -> HashMap<&'static str, OsString> {
+        let mut env = HashMap::from([
+            ("CARGO_LLVM_COV", OsString::from("1")),
+            (
+                "LLVM_PROFILE_FILE",
+                OsString::from("/ws/target/llvm-cov-target/ws-%p-%m.profraw"),
+            ),
+        ]);
+        if wrapper {
+            env.insert(LLVM_COV_WRAPPER_ENV, "1".into());
+            env.insert("RUSTC_WRAPPER", "/bin/cargo-llvm-cov".into());
+        }
+        if let Some(wrapper) = pre_existing {
+            env.insert(LLVM_COV_PRE_EXISTING_ENV, wrapper.into());
+        }
+        env
+    }
+
+    fn detect(env: &HashMap<&'static str, OsString>, exe: &str) -> Option<CargoLlvmCov> {
+        CargoLlvmCov::from_env(|key| env.get(key).cloned(), Path::new(exe))
+    }
+
+    /// Host images go where cargo-llvm-cov's report looks for objects: under the profile folder
+    /// of the test executable (with `--target`, `<triple>/<profile>`), inside its target dir.
+    #[test]
+    fn host_images_build_under_the_folder_cargo_llvm_covs_report_searches() {
+        let env = llvm_cov_env(true, None);
+        for (exe, images) in [
+            (
+                "/ws/target/llvm-cov-target/debug/deps/gpu-0123abcd",
+                "/ws/target/llvm-cov-target/debug/gpurun-host-images",
+            ),
+            (
+                "/ws/target/llvm-cov-target/release/deps/gpu-0123abcd",
+                "/ws/target/llvm-cov-target/release/gpurun-host-images",
+            ),
+            (
+                "/ws/target/llvm-cov-target/x86_64-unknown-linux-gnu/debug/deps/gpu-1",
+                "/ws/target/llvm-cov-target/x86_64-unknown-linux-gnu/debug/gpurun-host-images",
+            ),
+            // An executable elsewhere (a program cargo-llvm-cov runs from PATH): the default.
+            (
+                "/usr/local/bin/cargo-gpurun",
+                "/ws/target/llvm-cov-target/debug/gpurun-host-images",
+            ),
+        ] {
+            let found = detect(&env, exe).expect("under cargo-llvm-cov");
+            assert_eq!(found.host_target_dir, Path::new(images), "{exe}");
+        }
+        assert_eq!(detect(&HashMap::new(), "/ws/target/debug/deps/gpu-1"), None);
+        let mut no_profile = env.clone();
+        no_profile.remove("LLVM_PROFILE_FILE");
+        assert_eq!(detect(&no_profile, "/ws/target/debug/deps/gpu-1"), None);
+    }
+
+    fn env_of(command: &Command, key: &str) -> Option<Option<OsString>> {
+        command
+            .get_envs()
+            .find(|(name, _)| *name == key)
+            .map(|(_, value)| value.map(OsString::from))
+    }
+
+    /// A GPU build runs without cargo-llvm-cov's wrapper (the user's wrapper, if any, instead);
+    /// a host build keeps it, in the report's folder.
+    #[test]
+    fn gpu_builds_drop_cargo_llvm_covs_wrapper_and_host_builds_keep_it() {
+        let exe = "/ws/target/llvm-cov-target/debug/deps/gpu-1";
+        for (pre_existing, wrapper) in [(None, None), (Some("sccache"), Some("sccache".into()))] {
+            let found = detect(&llvm_cov_env(true, pre_existing), exe).unwrap();
+            let mut gpu = Command::new("cargo");
+            found.apply(&mut gpu, crate::DeviceTarget::Nvptx);
+            assert_eq!(env_of(&gpu, "RUSTC_WRAPPER"), Some(wrapper));
+            assert_eq!(env_of(&gpu, LLVM_COV_WRAPPER_ENV), Some(None));
+            assert_eq!(env_of(&gpu, "CARGO_TARGET_DIR"), None);
+            let mut host = Command::new("cargo");
+            found.apply(&mut host, crate::DeviceTarget::Host);
+            assert_eq!(env_of(&host, "RUSTC_WRAPPER"), None);
+            assert_eq!(
+                env_of(&host, "CARGO_TARGET_DIR"),
+                Some(Some(found.host_target_dir.clone().into_os_string()))
+            );
+        }
+        // Without the wrapper (`--no-rustc-wrapper`) the environment's wrapper is left alone.
+        let found = detect(&llvm_cov_env(false, None), exe).unwrap();
+        let mut gpu = Command::new("cargo");
+        found.apply(&mut gpu, crate::DeviceTarget::Amdgcn);
+        assert_eq!(env_of(&gpu, "RUSTC_WRAPPER"), None);
+    }
+
+    #[test]
+    fn gpu_rustflags_lose_only_the_instrumentation() {
+        let flags = |list: &[&str]| list.iter().map(|flag| flag.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            without_instrumentation(flags(&[
+                "-C",
+                "instrument-coverage",
+                "--cfg=coverage",
+                "-Cinstrument-coverage",
+                "-C",
+                "opt-level=2",
+                "-Z",
+                "instrument-coverage",
+                "-Zinstrument-coverage",
+                "instrument-coverage",
+            ])),
+            flags(&["--cfg=coverage", "-C", "opt-level=2", "instrument-coverage"])
+        );
     }
 }

@@ -240,7 +240,25 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     // side, since together they are most of a no-op build's overhead over cargo's own. A
     // coverage build takes the nightly too: its llvm-tools must read the profiles it writes.
     let needs_toolchain = opts.coverage || targets.iter().any(|target| target.is_gpu());
-    let host_checks = opts.emulation_checks && targets.contains(&DeviceTarget::Host);
+    // Our own coverage run builds where it reports; otherwise cargo-llvm-cov's may be around us.
+    let llvm_cov = (!opts.coverage)
+        .then(coverage::CargoLlvmCov::detect)
+        .flatten();
+    let mut host_checks = opts.emulation_checks && targets.contains(&DeviceTarget::Host);
+    if host_checks && (opts.coverage || llvm_cov.is_some()) {
+        // The checks' instrumentation calls hooks in the device runtime on every access, and
+        // coverage's counters are accesses in those hooks too: the two do not run together.
+        host_checks = false;
+        let by = if opts.coverage {
+            "--coverage"
+        } else {
+            "cargo llvm-cov"
+        };
+        eprintln!(
+            "note: under {by} the host images are built without the emulation's memory checks \
+             (their instrumentation and coverage's counters do not run together)"
+        );
+    }
     let (workspace, toolchain) = std::thread::scope(|scope| {
         let probe = scope.spawn(|| {
             if needs_toolchain {
@@ -355,6 +373,7 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
                 selection: cargo::Selection::Default,
                 emulation_checks,
                 triple,
+                llvm_cov: llvm_cov.as_ref(),
             };
             let built = match mode {
                 Mode::Build if target == DeviceTarget::Host => build_group_for_host(&request)?,

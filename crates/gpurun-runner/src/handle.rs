@@ -47,6 +47,16 @@ pub struct WorkerSpec {
     pub sanitizer: Option<Sanitizer>,
 }
 
+impl WorkerSpec {
+    /// Whether the worker writes a coverage profile as it ends: `LLVM_PROFILE_FILE` is set for
+    /// it (`cargo gpurun test --coverage`) or inherited from this process (a host crate's tests
+    /// under `cargo llvm-cov`). See [`crate::worker::PROFILE_FILE_ENV`].
+    pub fn writes_profile(&self) -> bool {
+        let profile = crate::worker::PROFILE_FILE_ENV;
+        self.env.iter().any(|(key, _)| key == profile) || std::env::var_os(profile).is_some()
+    }
+}
+
 /// Whether a worker's end is explained by one of its slots: a launch that ended the process on
 /// purpose (an exit, an abort, a timeout: [`LaunchEnd::names_its_launch`]) or a kill by the
 /// parent. A fault or a crash is not: on a GPU every stream of a poisoned context reports the

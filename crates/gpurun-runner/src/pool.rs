@@ -143,12 +143,7 @@ impl Drop for WorkerExecutor {
         // asked to leave, not killed (see `worker::PROFILE_FILE_ENV`). Any other is killed
         // when its handle drops: it owes nothing, and may be stuck in a kernel.
         for workers in &self.devices {
-            let profiled = workers
-                .spec
-                .env
-                .iter()
-                .any(|(key, _)| key == crate::worker::PROFILE_FILE_ENV);
-            if !profiled {
+            if !workers.spec.writes_profile() {
                 continue;
             }
             if let Some(pooled) = lock(&workers.current).take() {

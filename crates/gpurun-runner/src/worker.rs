@@ -281,7 +281,8 @@ pub const SLOTS_ENV: &str = "GPURUN_WORKER_SLOTS";
 pub const SANITIZED_ENV: &str = "GPURUN_WORKER_SANITIZED";
 
 /// LLVM's variable naming where an instrumented library writes its coverage profile; set for
-/// workers of a coverage run (`cargo gpurun test --coverage`). The profile is written by the
+/// workers of a coverage run (`cargo gpurun test --coverage`), or inherited from a test process
+/// that `cargo llvm-cov` runs. The profile is written by the
 /// library's exit-time handler, so such a worker, too, ends as a program does whenever no launch
 /// is running.
 pub const PROFILE_FILE_ENV: &str = "LLVM_PROFILE_FILE";
