@@ -71,6 +71,11 @@ if ! cargo llvm-cov --version >/dev/null 2>&1; then
     say "cargo install cargo-llvm-cov --locked (about a minute: it builds from source)"
     cargo install cargo-llvm-cov --version '^0.9' --locked
 fi
+# It reads the profiles with the llvm-tools of the toolchain that runs it (the stable one here).
+if ! rustup component list --installed | grep -q '^llvm-tools'; then
+    say "rustup component add llvm-tools"
+    rustup component add llvm-tools
+fi
 
 ptxas13_dir="$HOME/.local/share/gpurun/cuda-nvcc-13"  # where tests/cli/ptxas.rs looks
 if [ -z "${GPURUN_PTXAS_13:-}" ] && ! [ -x "$ptxas13_dir/nvidia/cu13/bin/ptxas" ]; then

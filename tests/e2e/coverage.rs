@@ -3,7 +3,7 @@
 //! 32 and 64, and the HTML report beside it), and a host crate's trials under `cargo llvm-cov`
 //! (`fixtures/host-coverage`).
 
-use gpurun_e2e::{available, describe, fixtures_dir, gpurun, nightly, repo_root, text};
+use gpurun_e2e::{available, describe, fixtures_dir, gpurun, repo_root, text};
 use std::collections::HashMap;
 use std::process::Command;
 use std::sync::Mutex;
@@ -142,26 +142,31 @@ fn coverage_refuses_a_gpu_target_and_the_sanitizer() {
 /// The kernels of `fixtures/host-coverage`, a member of the host crate's workspace.
 const HOST_KERNELS_SOURCE: &str = "host-coverage/kernels/src/lib.rs";
 
-/// `cargo llvm-cov` on `fixtures/host-coverage`, running the trial `filter` alone: the report's
-/// line counts for the kernels' source. `None` when cargo-llvm-cov or the nightly's llvm-tools
-/// are missing (said, and a failure under CI).
-fn llvm_cov_of_trials(filter: &str) -> Option<HashMap<u32, u64>> {
+/// `cargo llvm-cov` on `fixtures/host-coverage`, running the tests of its test target `target`
+/// that match `filter`: the report's line counts for the kernels' source. `None` when
+/// cargo-llvm-cov is missing (said, and a failure under CI).
+fn llvm_cov_of(target: &str, filter: &str) -> Option<HashMap<u32, u64>> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let installed = Command::new(&cargo)
         .args(["llvm-cov", "--version"])
         .output()
         .is_ok_and(|output| output.status.success());
-    if !available("cargo-llvm-cov", installed) {
+    // It reads the profiles with the llvm-tools of the toolchain that runs it.
+    let sysroot = Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .map(|output| text(&output.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let llvm_tools = std::fs::read_dir(std::path::Path::new(&sysroot).join("lib/rustlib"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| entry.path().join("bin/llvm-profdata").is_file());
+    if !available("cargo-llvm-cov", installed)
+        || !available("the toolchain's llvm-tools component", llvm_tools)
+    {
         return None;
     }
-    // The kernels are instrumented by the nightly that builds them; its llvm-tools read their
-    // profiles (the same LLVM as the stable's, which has no llvm-tools here).
-    let toolchain = nightly()?;
-    let tool = |name| {
-        toolchain
-            .find_llvm_tool(name)
-            .expect("the nightly's llvm-tools")
-    };
     let target_dir = repo_root().join("target/host-coverage");
     let lcov = target_dir.join("lcov.info");
     let output = Command::new(&cargo)
@@ -173,13 +178,11 @@ fn llvm_cov_of_trials(filter: &str) -> Option<HashMap<u32, u64>> {
             "--exclude-from-test",
             "host-coverage-kernels",
         ])
-        .args(["--test", "gpu", "--lcov", "--output-path"])
+        .args(["--test", target, "--lcov", "--output-path"])
         .arg(&lcov)
         .args(["--", filter])
         .current_dir(repo_root())
         .env("CARGO_LLVM_COV_TARGET_DIR", &target_dir)
-        .env("LLVM_COV", tool("llvm-cov"))
-        .env("LLVM_PROFDATA", tool("llvm-profdata"))
         .env("GPURUN_BACKEND", "host")
         .env_remove("CARGO_TARGET_DIR")
         .env_remove("RUSTFLAGS")
@@ -188,7 +191,7 @@ fn llvm_cov_of_trials(filter: &str) -> Option<HashMap<u32, u64>> {
         .expect("cargo llvm-cov runs");
     assert!(output.status.success(), "{}", describe(&output));
     assert!(
-        text(&output.stdout).contains(&format!("test {filter} ... ok")),
+        text(&output.stdout).contains(&format!("{filter} ... ok")),
         "{}",
         describe(&output)
     );
@@ -196,17 +199,23 @@ fn llvm_cov_of_trials(filter: &str) -> Option<HashMap<u32, u64>> {
     Some(line_counts(&report, HOST_KERNELS_SOURCE))
 }
 
-/// A host crate's device tests as trials under `cargo llvm-cov`: the report counts the kernel
-/// lines the trial ran (in a worker process, from the host image gpurun-test built) and not the
-/// branch it did not take.
+/// A host crate's tests under `cargo llvm-cov`: the report counts the kernel lines a trial ran
+/// (in a worker process, from the host image gpurun-test built) and not the branch it did not
+/// take, and the lines of a kernel a host-driven launch ran (in the test process).
 #[test]
-fn a_host_crates_trials_under_cargo_llvm_cov_cover_its_kernels() {
+fn a_host_crates_trials_and_launches_under_cargo_llvm_cov_cover_its_kernels() {
     let line = |marker| marker_line(HOST_KERNELS_SOURCE, marker);
-    for (filter, ran, not_ran) in [
-        ("halves_even_numbers", "even branch", "odd branch"),
-        ("grows_odd_numbers", "odd branch", "even branch"),
+    for (target, filter, ran, not_ran) in [
+        ("gpu", "halves_even_numbers", "even branch", "odd branch"),
+        ("gpu", "grows_odd_numbers", "odd branch", "launched kernel"),
+        (
+            "launch",
+            "add_one_adds_one_to_each_value",
+            "launched kernel",
+            "even branch",
+        ),
     ] {
-        let Some(counts) = llvm_cov_of_trials(filter) else {
+        let Some(counts) = llvm_cov_of(target, filter) else {
             return;
         };
         assert!(

@@ -5,7 +5,7 @@ use crate::parse::{KernelParam, TestArgs, TestAttrs, Unit};
 use gpurun_abi::kernel::{Factor, ParamKind};
 use gpurun_abi::{desc, symbols};
 use proc_macro2::TokenStream as TokenStream2;
-use quote::{format_ident, quote};
+use quote::{format_ident, quote, ToTokens};
 use syn::ItemFn;
 
 /// The path of the `gpurun` crate, under whatever name the user's `Cargo.toml` gives it.
@@ -158,10 +158,35 @@ pub fn kernel(function: ItemFn, params: &[KernelParam], lengths: &[Vec<Factor>])
             }
         }
     });
+    // On the host the kernel's body stays a function of its own, with the user's spans: the
+    // host kernel wraps what it calls in a closure inside `__gpurun_kernel!`'s expansion, where
+    // coverage (`-Cinstrument-coverage`) would attribute the body to the macro, not its lines.
+    let body_name = format_ident!("__gpurun_kernel_body_{}", name, span = name.span());
+    let forwarded: Vec<_> = (0..inputs.len())
+        .map(|index| format_ident!("__gpurun_arg{}", index))
+        .collect();
+    let forwarded_types = inputs.iter().map(|input| match input {
+        syn::FnArg::Typed(typed) => typed.ty.to_token_stream(),
+        // Refused by the compiler in a free function.
+        syn::FnArg::Receiver(receiver) => receiver.ty.to_token_stream(),
+    });
     quote! {
+        #[cfg(any(target_arch = "nvptx64", target_arch = "amdgpu"))]
         #rt::__gpurun_kernel! {
             #(#attrs)*
             #unsafety fn #name(#inputs) #block
+        }
+        #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+        #(#attrs)*
+        #unsafety fn #body_name(#inputs) #block
+        #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
+        #rt::__gpurun_kernel! {
+            #(#attrs)*
+            #[allow(unused_unsafe)]
+            #unsafety fn #name(#(#forwarded: #forwarded_types),*) {
+                // SAFETY: the kernel's own contract, which its caller took on.
+                unsafe { #body_name(#(#forwarded),*) }
+            }
         }
         #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
         #[unsafe(no_mangle)]
