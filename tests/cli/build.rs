@@ -2,8 +2,9 @@
 //! sm_80 and sm_90), amdgcn gfx90a (code object checked with `object` and cross-checked with
 //! `llvm-readobj`), the host `.so`, and every bad input the build must refuse with one clear line.
 //!
-//! The fixture builds share `fixtures/target` (so `core`/`alloc` are built once per target) and
-//! are serialized with a lock. Tests that need the nightly toolchain or ptxas print why they do
+//! The fixtures' GPU builds share the end-to-end tests' GPU target directory (so `core`/`alloc`
+//! are built once per target in a run), their host builds `fixtures/target`, and they are
+//! serialized with a lock. Tests that need the nightly toolchain or ptxas print why they do
 //! not run when those are absent, and fail instead under `CI=true`.
 
 use std::path::{Path, PathBuf};
@@ -13,8 +14,8 @@ use std::sync::{Mutex, MutexGuard};
 use gpurun_build::toolchain::{self, Toolchain};
 use gpurun_build::validate;
 use gpurun_e2e::{
-    available, built_images, fixtures_manifest, gpurun_in_root, in_ci, lines, lines_starting,
-    nightly, repo_root, text, TARGETS_LIST,
+    available, built_images, fixtures_manifest, gpu_images_dir, gpurun_in_root, in_ci, lines,
+    lines_starting, nightly, repo_root, text, TARGETS_LIST,
 };
 use object::{Object, ObjectSymbol};
 
@@ -34,7 +35,10 @@ fn manifest_args<'a>(subcommand: &'a str, manifest: &'a Path, args: &[&'a str]) 
 }
 
 /// `cargo gpurun SUBCOMMAND --manifest-path fixtures/Cargo.toml -p PACKAGE ARGS` in the
-/// repository root with `envs`.
+/// repository root with `envs`. A build for a GPU (named, or by default) goes into the end-to-end
+/// tests' GPU target directory ([`gpu_images_dir`]) unless `envs` names one, so that each GPU
+/// target's `core` and `alloc` are built once in a run; a host build into `fixtures/target`,
+/// beside the end-to-end tests' host images.
 fn gpurun_on_fixture(
     subcommand: &str,
     package: &str,
@@ -42,8 +46,19 @@ fn gpurun_on_fixture(
     envs: &[(&str, &Path)],
 ) -> Output {
     let manifest = fixtures_manifest();
+    let targets: Vec<&str> = args
+        .windows(2)
+        .filter(|pair| pair[0] == "--target")
+        .map(|pair| pair[1])
+        .collect();
+    let for_gpu = targets.is_empty() || targets.iter().any(|target| *target != "host");
+    let gpu_images = gpu_images_dir();
+    let mut envs = envs.to_vec();
+    if for_gpu && !envs.iter().any(|(key, _)| *key == "CARGO_TARGET_DIR") {
+        envs.push(("CARGO_TARGET_DIR", &gpu_images));
+    }
     let args = [&["-p", package][..], args].concat();
-    gpurun_in_root(&manifest_args(subcommand, &manifest, &args), envs)
+    gpurun_in_root(&manifest_args(subcommand, &manifest, &args), &envs)
 }
 
 /// The fixtures' lock, if the nightly toolchain is ready; else `None`, after saying why the test
@@ -193,7 +208,7 @@ fn nvptx_test_builds_and_lists_the_tests_and_example_images() {
             "unittests examples/demo.rs"
         ]
     );
-    let debug = repo_root().join("fixtures/target/nvptx64-nvidia-cuda/debug");
+    let debug = gpu_images_dir().join("nvptx64-nvidia-cuda/debug");
     assert_eq!(suites[0].1, debug.join("targets.ptx"));
     assert!(
         suites[1].1.starts_with(debug.join("deps"))
@@ -238,7 +253,7 @@ fn nvptx_test_builds_the_lib_in_test_mode_when_it_has_no_harness() {
     let (what, ptx) = &suites[0];
     assert_eq!(what, "unittests src/lib.rs");
     // The test-mode build, an executable linked to PTX by our linker, not the plain cdylib.
-    let deps = repo_root().join("fixtures/target/nvptx64-nvidia-cuda/debug/deps");
+    let deps = gpu_images_dir().join("nvptx64-nvidia-cuda/debug/deps");
     assert!(
         ptx.starts_with(&deps)
             && ptx.extension().is_some_and(|extension| extension == "ptx")
@@ -581,7 +596,7 @@ fn a_failing_linker_tool_shows_its_output_and_fails() {
     let tools = tools_with_failing_llc(&toolchain);
     // Make cargo relink the fixture (a no-op build would not run the linker at all).
     let source = repo_root().join("fixtures/bare-kernel/src/lib.rs");
-    let ptx = repo_root().join("fixtures/target/nvptx64-nvidia-cuda/debug/bare_kernel.ptx");
+    let ptx = gpu_images_dir().join("nvptx64-nvidia-cuda/debug/bare_kernel.ptx");
     let newer_than_ptx = std::fs::metadata(&ptx)
         .and_then(|meta| meta.modified())
         .map_or(std::time::SystemTime::now(), |time| {

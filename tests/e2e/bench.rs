@@ -165,7 +165,8 @@ fn verdict<'s>(stdout: &'s str, name: &str) -> Option<&'s str> {
 
 /// A baseline saved with `spin` and `steady` as they are, then the same run with `spin` 32
 /// times slower (the `slow` feature): `spin` is flagged as regressed and `steady` is not, in
-/// each of ten rounds run beside CPU hogs. The noise threshold suits a loaded 2-core machine:
+/// each of four rounds run beside CPU hogs (each round is two runs: ten rounds held CI's two
+/// cores for half a minute). The noise threshold suits a loaded 2-core machine:
 /// there the host emulation's wall time follows the share of a core the benchmark gets, which
 /// moved an unchanged benchmark's median up to threefold between two runs a second apart
 /// (other tests start and stop beside it). So a change counts only when its whole 95% interval
@@ -193,7 +194,7 @@ fn a_slowed_benchmark_is_flagged_and_an_unchanged_one_is_not() {
     };
     let cores = std::thread::available_parallelism().map_or(2, usize::from);
     let _hogs = Hogs::start(2 * cores);
-    for round in 0..10 {
+    for round in 0..4 {
         // Saved right before each comparison, so both runs see the same load.
         run(&unchanged, &["--save-baseline", "main"]);
         let stdout = run(&slowed, &["--baseline", "main"]);

@@ -136,7 +136,7 @@ impl CargoBuild<'_> {
                 ),
             });
         }
-        let mut images = Vec::new();
+        let mut found = Vec::new();
         for artifact in &artifacts {
             let Some(package) = self.package_of(artifact) else {
                 continue;
@@ -145,10 +145,16 @@ impl CargoBuild<'_> {
                 continue;
             }
             for (path, kind) in self.images_of(artifact) {
-                images.push(self.finish_image(package, artifact, path, kind)?);
+                found.push((package, artifact, path, kind));
             }
         }
-        Ok(images)
+        // Finishing an image checks it and, for nvptx, runs ptxas on it: independent work per
+        // image, and ptxas uses one core (26 debug fixtures took 15 s one after another).
+        map_on_all_cores(&found, |(package, artifact, path, kind)| {
+            self.finish_image(package, artifact, path.clone(), *kind)
+        })
+        .into_iter()
+        .collect()
     }
 
     /// Whether an artifact of a selected package is an image this run was asked for, rather than
@@ -526,6 +532,43 @@ impl CargoBuild<'_> {
     }
 }
 
+/// `work` applied to every item on as many threads as there are cores (at most one per item),
+/// the results in the items' order.
+fn map_on_all_cores<T: Sync, R: Send>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, PoisonError};
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(items.len());
+    if threads <= 1 {
+        return items.iter().map(work).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<R>>> = items.iter().map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some(item) = items.get(index) else {
+                    break;
+                };
+                let result = work(item);
+                *results[index]
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(result);
+            });
+        }
+    });
+    results
+        .into_iter()
+        .map(|slot| {
+            slot.into_inner()
+                .unwrap_or_else(PoisonError::into_inner)
+                .expect("every item was worked on: a panic would have ended the scope")
+        })
+        .collect()
+}
+
 /// `CARGO_ENCODED_RUSTFLAGS` and `RUSTFLAGS`, when set to something.
 fn env_rustflags() -> (Option<String>, Option<String>) {
     let encoded = std::env::var("CARGO_ENCODED_RUSTFLAGS")
@@ -700,4 +743,35 @@ fn symlink(original: &Path, link: &Path) -> std::io::Result<()> {
 fn symlink(original: &Path, link: &Path) -> std::io::Result<()> {
     // No symlinks without privileges elsewhere: a copy has the same name and so the same effect.
     std::fs::copy(original, link).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every item is worked on once, on several threads where there are several cores, and the
+    /// results keep the items' order.
+    #[test]
+    fn work_on_all_cores_keeps_the_items_order() {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let items: Vec<u64> = (0..100).collect();
+        let threads = std::sync::Mutex::new(std::collections::HashSet::new());
+        let squares = map_on_all_cores(&items, |&n| {
+            threads.lock().unwrap().insert(std::thread::current().id());
+            // The first item waits (a while at most) for a second thread to take one.
+            let waited = std::time::Instant::now();
+            while n == 0
+                && cores > 1
+                && threads.lock().unwrap().len() < 2
+                && waited.elapsed() < std::time::Duration::from_secs(30)
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            n * n
+        });
+        assert_eq!(squares, items.iter().map(|n| n * n).collect::<Vec<_>>());
+        assert_eq!(threads.lock().unwrap().len() > 1, cores > 1);
+        assert!(map_on_all_cores(&[] as &[u64], |&n| n).is_empty());
+        assert_eq!(map_on_all_cores(&[7u64], |&n| n + 1), [8]);
+    }
 }
