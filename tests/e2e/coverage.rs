@@ -76,6 +76,28 @@ fn covered(filter: &str, lane_size: &str) -> HashMap<u32, u64> {
     line_counts(&lcov, SOURCE)
 }
 
+/// In the report's `counts` for `source`, the line marked `ran` ran and the one marked
+/// `not_ran` is instrumented and did not, in the coverage `run` (named in the failure).
+#[track_caller]
+fn assert_ran_and_not(
+    counts: &HashMap<u32, u64>,
+    source: &str,
+    run: &str,
+    ran: &str,
+    not_ran: &str,
+) {
+    let (ran_line, not_ran_line) = (marker_line(source, ran), marker_line(source, not_ran));
+    assert!(
+        counts.get(&ran_line).is_some_and(|&n| n > 0),
+        "{run}: line {ran_line} ({ran}) not run: {counts:?}"
+    );
+    assert_eq!(
+        counts.get(&not_ran_line),
+        Some(&0),
+        "{run}: line {not_ran_line} ({not_ran}): {counts:?}"
+    );
+}
+
 #[test]
 fn coverage_counts_the_lines_each_test_ran_at_both_lane_sizes() {
     let _report = REPORT
@@ -88,17 +110,8 @@ fn coverage_counts_the_lines_each_test_ran_at_both_lane_sizes() {
             ("grows_odd_numbers", "odd branch", "even branch"),
         ] {
             let counts = covered(filter, lane_size);
-            assert!(
-                counts.get(&line(ran)).is_some_and(|&n| n > 0),
-                "{filter} at {lane_size} lanes: line {} ({ran}) not run: {counts:?}",
-                line(ran)
-            );
-            assert_eq!(
-                counts.get(&line(not_ran)),
-                Some(&0),
-                "{filter} at {lane_size} lanes: line {} ({not_ran})",
-                line(not_ran)
-            );
+            let run = format!("{filter} at {lane_size} lanes");
+            assert_ran_and_not(&counts, SOURCE, &run, ran, not_ran);
         }
         let (ran, not_ran) = match lane_size {
             "64" => ("wide warps", "narrow warps"),
@@ -204,30 +217,19 @@ fn llvm_cov_of(target: &str, filter: &str) -> Option<HashMap<u32, u64>> {
 /// take, and the lines of a kernel a host-driven launch ran (in the test process).
 #[test]
 fn a_host_crates_trials_and_launches_under_cargo_llvm_cov_cover_its_kernels() {
-    let line = |marker| marker_line(HOST_KERNELS_SOURCE, marker);
     for (target, filter, ran, not_ran) in [
-        ("gpu", "halves_even_numbers", "even branch", "odd branch"),
-        ("gpu", "grows_odd_numbers", "odd branch", "launched kernel"),
+        ("gpu", "keeps_small_values", "kept", "clamped"),
+        ("gpu", "clamps_large_values", "clamped", "launched kernel"),
         (
             "launch",
             "add_one_adds_one_to_each_value",
             "launched kernel",
-            "even branch",
+            "kept",
         ),
     ] {
         let Some(counts) = llvm_cov_of(target, filter) else {
             return;
         };
-        assert!(
-            counts.get(&line(ran)).is_some_and(|&n| n > 0),
-            "{filter}: line {} ({ran}) not run: {counts:?}",
-            line(ran)
-        );
-        assert_eq!(
-            counts.get(&line(not_ran)),
-            Some(&0),
-            "{filter}: line {} ({not_ran}): {counts:?}",
-            line(not_ran)
-        );
+        assert_ran_and_not(&counts, HOST_KERNELS_SOURCE, filter, ran, not_ran);
     }
 }
