@@ -3,7 +3,8 @@
 //! warp barrier, and on top of them reductions ([`reduce_sum`], [`reduce_min`], [`reduce_max`],
 //! [`reduce_and`], [`reduce_or`], [`reduce_xor`]), prefix sums ([`inclusive_scan_sum`],
 //! [`exclusive_scan_sum`]), [`elect`] and the lane masks relative to the caller
-//! ([`lanemask_lt`] and friends).
+//! ([`lanemask_lt`] and friends), and [`Tile`]s: a warp cut into groups of `N` lanes, each with
+//! every one of those operations over its own lanes.
 //!
 //! A warp is [`lane_size()`](crate::lane_size) consecutive threads of a block (linear index,
 //! x fastest); [`lane_id()`](crate::lane_id) is a thread's place in it. When the block's size is
@@ -47,7 +48,10 @@
 //! on GPUs, a failed test on the host emulation).
 
 use crate::arch::imp;
+
+mod tile;
 use gpurun_abi::host::warp_op;
+pub use tile::Tile;
 
 /// Every lane of the warp (bits at and above `lane_size()` are ignored).
 pub const FULL: u64 = u64::MAX;
@@ -610,17 +614,31 @@ pub fn elect(mask: u64) -> bool {
 /// caller included: lanes that group themselves by a key, e.g. to let one lane per key update
 /// memory for its group.
 ///
-/// Every target runs the same loop of warp operations: take the lowest lane not yet grouped,
-/// [`shuffle`] its value to the mask, [`ballot`] who holds it; once per distinct value. Values
-/// compare by their bits (so a float NaN matches the same NaN bits, and `0.0` does not match
-/// `-0.0`). Lanes of the mask that do not take part are in no group; as for [`ballot`]. (sm_70's
-/// `match.any.sync` is not used yet: the loop has the same meaning on every target.)
+/// On nvptx it is one `match.any.sync` (sm_70+). Elsewhere it is a loop of warp operations:
+/// take the lowest lane not yet grouped, [`shuffle`] its value to the mask, [`ballot`] who holds
+/// it; once per distinct value. Values compare by their bits (so a float NaN matches the same
+/// NaN bits, and `0.0` does not match `-0.0`). Lanes of the mask that do not take part are in no
+/// group; as for [`ballot`].
 #[inline]
 #[cfg_attr(
     not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
     track_caller
 )]
 pub fn match_any<T: WarpValue>(mask: u64, value: T) -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let mask = mask_with_caller!(mask, "match_any");
+        imp::match_any(mask, value.to_bits(), T::WIDE) & mask
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    match_any_by_votes(mask, value)
+}
+
+/// [`match_any`] from shuffles and ballots, where there is no instruction for it.
+#[cfg(not(target_arch = "nvptx64"))]
+#[inline]
+#[cfg_attr(not(target_arch = "amdgpu"), track_caller)]
+fn match_any_by_votes<T: WarpValue>(mask: u64, value: T) -> u64 {
     let bits = value.to_bits();
     let mut ungrouped = ballot(mask, true);
     let mut mine = 0;

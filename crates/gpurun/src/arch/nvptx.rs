@@ -110,6 +110,10 @@ unsafe extern "unadjusted" {
     fn llvm_vote_all_sync(mask: i32, predicate: bool) -> bool;
     #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
     fn llvm_shfl_sync_idx(mask: i32, value: i32, source: i32, clamp: i32) -> i32;
+    #[link_name = "llvm.nvvm.match.any.sync.i32"]
+    fn llvm_match_any_sync_i32(mask: i32, value: i32) -> i32;
+    #[link_name = "llvm.nvvm.match.any.sync.i64"]
+    fn llvm_match_any_sync_i64(mask: i32, value: i64) -> i32;
 }
 
 // `redux.sync` (sm_80+): only in builds for sm_80 or later (`-Ctarget-cpu`), where
@@ -182,6 +186,22 @@ pub fn vote_any(mask: u64, predicate: bool) -> bool {
 pub fn vote_all(mask: u64, predicate: bool) -> bool {
     // SAFETY: a vote among the lanes of `mask`; no memory access.
     unsafe { llvm_vote_all_sync(mask as u32 as i32, predicate) }
+}
+
+/// The lanes of `mask` whose `value` has the caller's bits: one `match.any.sync` (sm_70+, as
+/// every architecture we build for), of 64 bits when `wide`.
+pub fn match_any(mask: u64, value: u64, wide: bool) -> u64 {
+    let mask = mask as u32 as i32;
+    // SAFETY: a comparison among the lanes of `mask` (the caller's contract: all of them make
+    // the call); no memory access.
+    let lanes = unsafe {
+        if wide {
+            llvm_match_any_sync_i64(mask, value as i64)
+        } else {
+            llvm_match_any_sync_i32(mask, value as u32 as i32)
+        }
+    };
+    u64::from(lanes as u32)
 }
 
 /// Lane `source`'s `value` (a lane of `mask`, below 32).
