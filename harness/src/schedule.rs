@@ -362,8 +362,14 @@ fn select_where_runnable(
 
 /// Calls the executor; a panic inside it fails this test only.
 fn run_one(executor: &dyn Executor, test: &TestDesc) -> TestRun {
+    run_guarded(|| executor.run(test))
+}
+
+/// `run`, with a panic inside it turned into a test that did not run (it fails that test
+/// only, not the harness).
+fn run_guarded(run: impl FnOnce() -> TestRun) -> TestRun {
     let started = Instant::now();
-    catch_unwind(AssertUnwindSafe(|| executor.run(test))).unwrap_or_else(|payload| {
+    catch_unwind(AssertUnwindSafe(run)).unwrap_or_else(|payload| {
         let message = payload
             .downcast_ref::<String>()
             .map(String::as_str)
@@ -385,26 +391,11 @@ fn run_bench(
     bench: &TestDesc,
     options: &BenchOptions,
 ) -> (TestRun, Option<Result<Measured, Unmeasured>>) {
-    let started = Instant::now();
     let mut measured = None;
-    let run = catch_unwind(AssertUnwindSafe(|| {
+    let run = run_guarded(|| {
         executor.bench(bench, &mut |launches| {
             measured = Some(measure(launches, options));
         })
-    }))
-    .unwrap_or_else(|payload| {
-        let message = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("non-string panic payload");
-        TestRun {
-            end: TestEnd::NotRun(format!("the executor panicked: {message}")),
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-            duration: started.elapsed(),
-            device_time: None,
-        }
     });
     (run, measured)
 }
