@@ -65,8 +65,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
     let mut build_options = args.cargo.build_options();
     // The build leaves the checks out of images it instruments for coverage (and says so); a
     // worker finds whether an image has them.
-    let emulation_checks = args.cargo.emulation_checks;
-    build_options.emulation_checks = emulation_checks;
+    let emulation_checks = build_options.emulation_checks;
     let choice = backend_choice(&args.device)?;
     if let Some(tool) = args.device.sanitize {
         // Before the build: a wrong target or a missing sanitizer is the first thing to fix.

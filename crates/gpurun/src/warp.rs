@@ -477,17 +477,20 @@ pub fn broadcast<T: WarpValue>(mask: u64, value: T, source: u32) -> T {
 
 /// The first lane of the caller's segment when the warp is cut into segments of `width` lanes
 /// (CUDA's `width` argument, cooperative groups' `tiled_partition`). `width` must be a power of
-/// two from 1 to `lane_size()`; anything else panics, on every target.
+/// two from 1 to `lane_size()`; anything else panics, on every target, naming `what` it is.
 #[inline]
 #[track_caller]
-fn segment_base(width: u32) -> u32 {
+fn segment_base(width: u32, what: &str) -> u32 {
     assert!(
         width.is_power_of_two() && width <= crate::lane_size(),
-        "a shuffle width must be a power of two from 1 to the lane size ({}), not {width}",
+        "{what} must be a power of two from 1 to the lane size ({}), not {width}",
         crate::lane_size()
     );
     crate::lane_id() & !(width - 1)
 }
+
+/// What a shuffle's `width` is, in [`segment_base`]'s panic.
+const SHUFFLE_WIDTH: &str = "a shuffle width";
 
 /// [`shuffle`] within segments of `width` lanes (`__shfl_sync(mask, value, source, width)`):
 /// `value` of lane `source % width` of the caller's segment. `width` is a power of two from 1 to
@@ -499,7 +502,7 @@ fn segment_base(width: u32) -> u32 {
     track_caller
 )]
 pub fn shuffle_within<T: WarpValue>(mask: u64, value: T, source: u32, width: u32) -> T {
-    let base = segment_base(width);
+    let base = segment_base(width, SHUFFLE_WIDTH);
     shuffle(mask, value, base + source % width)
 }
 
@@ -512,7 +515,7 @@ pub fn shuffle_within<T: WarpValue>(mask: u64, value: T, source: u32, width: u32
     track_caller
 )]
 pub fn shuffle_up_within<T: WarpValue>(mask: u64, value: T, delta: u32, width: u32) -> T {
-    let base = segment_base(width);
+    let base = segment_base(width, SHUFFLE_WIDTH);
     let lane = crate::lane_id();
     let source = match lane - base >= delta {
         true => lane - delta,
@@ -530,7 +533,7 @@ pub fn shuffle_up_within<T: WarpValue>(mask: u64, value: T, delta: u32, width: u
     track_caller
 )]
 pub fn shuffle_down_within<T: WarpValue>(mask: u64, value: T, delta: u32, width: u32) -> T {
-    let base = segment_base(width);
+    let base = segment_base(width, SHUFFLE_WIDTH);
     let lane = crate::lane_id();
     let source = match (lane - base).checked_add(delta) {
         Some(offset) if offset < width => base + offset,
@@ -549,7 +552,7 @@ pub fn shuffle_down_within<T: WarpValue>(mask: u64, value: T, delta: u32, width:
     track_caller
 )]
 pub fn shuffle_xor_within<T: WarpValue>(mask: u64, value: T, lane_mask: u32, width: u32) -> T {
-    let base = segment_base(width);
+    let base = segment_base(width, SHUFFLE_WIDTH);
     let lane = crate::lane_id();
     let partner = lane ^ lane_mask;
     let source = match partner & !(width - 1) == base {

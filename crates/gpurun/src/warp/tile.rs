@@ -75,19 +75,11 @@ impl<const N: u32> Tile<N> {
     #[inline]
     #[track_caller]
     pub fn current() -> Tile<N> {
-        let lane_size = crate::lane_size();
-        assert!(
-            N.is_power_of_two() && N <= lane_size,
-            "a tile has a power of two of lanes from 1 to the lane size ({lane_size}), not {N}"
-        );
-        let first = crate::lane_id() / N * N;
-        let lanes = match N {
-            64 => u64::MAX,
-            n => ((1u64 << n) - 1) << first,
-        };
+        // A tile is the caller's segment of `N` lanes, as for the shuffles' widths.
+        let first = super::segment_base(N, "a tile's lane count");
         Tile {
             first,
-            mask: lanes & super::present(),
+            mask: super::low_bits(N) << first & super::present(),
         }
     }
 
