@@ -40,7 +40,7 @@ use std::process::Command;
 
 use gpurun_build::toolchain::{self, Toolchain};
 use gpurun_build::validate::{self, ValidateError};
-use gpurun_e2e::{built_image_paths, fixtures_manifest, gpurun_in_root, nightly};
+use gpurun_e2e::{built_image_paths, fixtures_manifest, gpu_images_dir, gpurun_in_root, nightly};
 use object::read::elf::{ElfFile64, FileHeader, SectionHeader};
 use object::{Object, ObjectSymbol};
 
@@ -387,7 +387,8 @@ fn tests_carry_the_wavefront_a_panic_ends_only_on_amdgpu() {
             "--manifest-path",
             manifest.to_str().unwrap(),
         ],
-        &[],
+        // Where the other tests build the fixtures for nvptx, so its `core` is built once.
+        &[("CARGO_TARGET_DIR", &gpu_images_dir())],
     );
     let others = built_image_paths(&output);
     assert_eq!(others.len(), 2, "{others:?}");

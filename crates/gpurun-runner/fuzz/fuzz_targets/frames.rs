@@ -4,7 +4,13 @@
 //! same.
 #![no_main]
 
-use gpurun_runner::protocol::{read_command, read_event, write_command, write_event, MAX_SLOTS};
+// The runner's own protocol module, compiled here without the rest of the runner (see
+// Cargo.toml); the fuzz target uses only its framing.
+#[path = "../../src/protocol.rs"]
+#[allow(dead_code)]
+mod protocol;
+
+use protocol::{read_command, read_event, write_command, write_event, MAX_SLOTS};
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let mut input = data;
