@@ -407,9 +407,11 @@ impl Kernel {
         self.param_bytes = bytes;
     }
 
-    /// The parameters a `#[gpurun::kernel]` recorded in its descriptor (`__gpurun_kdesc_NAME`):
-    /// names, kinds, sizes and declared buffer lengths. `None` for other kernels (tests, entry
-    /// kernels, kernels of images built without the `gpurun` crate).
+    /// The kernel's parameters as far as the image says: what a `#[gpurun::kernel]` recorded in
+    /// its descriptor (`__gpurun_kdesc_NAME`: names, kinds, sizes and declared buffer lengths),
+    /// else in a PTX image the kinds and sizes its `.entry` declares (no names, no lengths, 0 as
+    /// a pointer's element size). `None` for other kernels of other images (tests, entry
+    /// kernels, kernels built without the `gpurun` crate).
     pub fn signature(&self) -> Option<&KernelSignature> {
         self.signature.as_ref()
     }
@@ -534,7 +536,7 @@ impl Image {
         } else if ptx::looks_like_ptx(&bytes) {
             // looks_like_ptx checked UTF-8 already; a failure here is still an error, not a panic.
             let text = std::str::from_utf8(&bytes).map_err(|_| ImageError::UnknownFormat)?;
-            let module = ptx::parse(text)?;
+            let mut module = ptx::parse(text)?;
             image.kernels = module
                 .kernels
                 .into_iter()
@@ -544,14 +546,17 @@ impl Image {
                         .iter()
                         .find(|(kernel, _)| *kernel == name)
                         .map(|(_, bound)| *bound);
-                    let params = module
-                        .param_bytes
+                    let declared = module
+                        .params
                         .iter()
-                        .find(|(kernel, _)| *kernel == name)
-                        .map(|(_, bytes)| *bytes);
+                        .position(|(kernel, _)| *kernel == name)
+                        .map(|at| module.params.swap_remove(at).1);
                     Kernel {
                         max_threads: bound,
-                        param_bytes: params,
+                        param_bytes: declared.as_ref().map(|declared| declared.bytes),
+                        signature: declared.map(|declared| KernelSignature {
+                            params: declared.params,
+                        }),
                         ..Kernel::new(name)
                     }
                 })

@@ -6,7 +6,7 @@
 //! [`ImageError::BadPtx`] with the line number, so a bad file is caught before the driver's
 //! JIT sees it.
 
-use crate::{Global, GlobalInit, ImageError};
+use crate::{Global, GlobalInit, ImageError, KernelParam, ParamKind};
 
 /// What the PTX module scope declares.
 #[derive(Debug, Default)]
@@ -17,8 +17,8 @@ pub(crate) struct PtxModule {
     pub kernels: Vec<String>,
     /// Each kernel's block-size bound: the product of its `.maxntid` (or `.reqntid`) dimensions.
     pub max_threads: Vec<(String, u32)>,
-    /// Each kernel's parameter bytes (see [`entry_param_bytes`]), where its list parses.
-    pub param_bytes: Vec<(String, u64)>,
+    /// Each kernel's declared parameters (see [`entry_params`]), where its list parses.
+    pub params: Vec<(String, EntryParams)>,
     pub globals: Vec<Global>,
 }
 
@@ -285,8 +285,8 @@ fn statement(module: &mut PtxModule, stmt: &str, line: usize) -> Result<(), Imag
         if let Some(bound) = block_bound(after) {
             module.max_threads.push((name.clone(), bound));
         }
-        if let Some(bytes) = entry_param_bytes(after) {
-            module.param_bytes.push((name.clone(), bytes));
+        if let Some(params) = entry_params(after) {
+            module.params.push((name.clone(), params));
         }
         if !module.kernels.contains(&name) {
             module.kernels.push(name);
@@ -306,27 +306,45 @@ fn statement(module: &mut PtxModule, stmt: &str, line: usize) -> Result<(), Imag
     Ok(())
 }
 
-/// The parameter bytes of a kernel header (everything after `.entry`): the end of its last
-/// `.param`, each placed at its alignment (`.align N`, else its type's size), with no padding
-/// after the last. `None` when a parameter does not parse (left to ptxas to reject).
-fn entry_param_bytes(header: &str) -> Option<u64> {
+/// What a kernel's `.param` list declares.
+#[derive(Debug, PartialEq)]
+pub(crate) struct EntryParams {
+    /// Where the last parameter ends, each placed at its alignment (`.align N`, else its type's
+    /// size), with no padding after the last.
+    pub bytes: u64,
+    /// Each parameter's kind and size, without a name (PTX's are `k_param_0`, ...); a pointer's
+    /// size is 0, as PTX does not say what it points at.
+    pub params: Vec<KernelParam>,
+}
+
+/// The parameters of a kernel header (everything after `.entry`); `None` when one does not
+/// parse (left to ptxas to reject).
+fn entry_params(header: &str) -> Option<EntryParams> {
+    let mut declared = EntryParams {
+        bytes: 0,
+        params: Vec::new(),
+    };
     // A kernel without parameters may have no list at all (`.entry k {`).
     let Some(open) = header.find('(') else {
-        return Some(0);
+        return Some(declared);
     };
     let list = header[open + 1..].split(')').next()?;
-    let mut end = 0u64;
     for param in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let words: Vec<&str> = param.split_whitespace().collect();
         if words.first() != Some(&".param") {
             return None;
         }
-        let type_at = words.iter().position(|word| scalar_size(word).is_some())?;
-        let element = scalar_size(words[type_at])?;
+        // Parameters may also be packed half pairs, which variables here never are.
+        let param_type = |word: &str| match word {
+            ".f16x2" | ".bf16x2" => Some(4),
+            _ => type_size(word).map(|(size, _)| size),
+        };
+        let type_at = words.iter().position(|word| param_type(word).is_some())?;
+        let element = param_type(words[type_at])?;
         let name = words.last()?;
         let count = match name.split_once('[') {
-            Some((_, rest)) => rest.strip_suffix(']')?.parse::<u64>().ok()?,
-            None => 1,
+            Some((_, rest)) => Some(rest.strip_suffix(']')?.parse::<u64>().ok()?),
+            None => None,
         };
         // `.param .align 8 .b8 x[12]` aligns the parameter; an `.align` after `.ptr` (`.param
         // .u64 .ptr .align 1 p`) is the pointee's and leaves the parameter at its type's size.
@@ -334,20 +352,27 @@ fn entry_param_bytes(header: &str) -> Option<u64> {
             Some(at) => words.get(at + 1)?.parse::<u64>().ok()?,
             None => element,
         };
-        end = end.checked_next_multiple_of(align.max(1))? + element.checked_mul(count)?;
+        let size = element.checked_mul(count.unwrap_or(1))?;
+        declared.bytes = declared.bytes.checked_next_multiple_of(align.max(1))? + size;
+        let kind = match (count, words[type_at]) {
+            (Some(_), _) => ParamKind::Other,
+            _ if words.contains(&".ptr") => ParamKind::Pointer,
+            (None, ".f32" | ".f64") => ParamKind::Float,
+            (None, ty) if ty.starts_with(".f") || ty.starts_with(".bf") => ParamKind::Other,
+            (None, _) => ParamKind::Integer,
+        };
+        declared.params.push(KernelParam {
+            name: String::new(),
+            kind,
+            size: if kind == ParamKind::Pointer {
+                0
+            } else {
+                u32::try_from(size).ok()?
+            },
+            len: Vec::new(),
+        });
     }
-    Some(end)
-}
-
-/// The size of a PTX scalar type (`.u32` -> 4); `None` for anything else.
-fn scalar_size(word: &str) -> Option<u64> {
-    match word {
-        ".b8" | ".u8" | ".s8" => Some(1),
-        ".b16" | ".u16" | ".s16" | ".f16" | ".bf16" => Some(2),
-        ".b32" | ".u32" | ".s32" | ".f32" | ".f16x2" | ".bf16x2" => Some(4),
-        ".b64" | ".u64" | ".s64" | ".f64" => Some(8),
-        _ => None,
-    }
+    Some(declared)
 }
 
 /// The block-size bound a kernel header (everything after `.entry`, up to its body) declares:
@@ -683,10 +708,61 @@ mod tests {
         assert_eq!(module.address_size, Some(64));
         assert_eq!(module.kernels, ["k1", "k2"]);
         assert_eq!(module.max_threads, [("k1".to_owned(), 64)]);
+        let bytes: Vec<(&str, u64)> = module
+            .params
+            .iter()
+            .map(|(name, declared)| (name.as_str(), declared.bytes))
+            .collect();
+        assert_eq!(bytes, [("k1", 8), ("k2", 0)]);
+    }
+
+    fn entry_param_bytes(header: &str) -> Option<u64> {
+        entry_params(header).map(|declared| declared.bytes)
+    }
+
+    #[test]
+    fn parameters_are_read_with_their_kinds_and_sizes() {
+        // What the nightly's nvptx backend writes for `saxpy(a: f32, x: *const f32, y: *mut f32,
+        // n: usize)`, and a few others.
+        let kinds = |header: &str| -> Vec<(ParamKind, u32)> {
+            entry_params(header)
+                .unwrap()
+                .params
+                .iter()
+                .map(|param| (param.kind, param.size))
+                .collect()
+        };
+        let saxpy = "saxpy(\n\t.param .f32 saxpy_param_0,\n\t.param .u64 .ptr .align 1 \
+                     saxpy_param_1,\n\t.param .u64 .ptr .align 1 saxpy_param_2,\n\t.param .u64 \
+                     saxpy_param_3\n)  // @saxpy\n";
         assert_eq!(
-            module.param_bytes,
-            [("k1".to_owned(), 8), ("k2".to_owned(), 0)]
+            kinds(saxpy),
+            [
+                (ParamKind::Float, 4),
+                (ParamKind::Pointer, 0),
+                (ParamKind::Pointer, 0),
+                (ParamKind::Integer, 8)
+            ]
         );
+        assert_eq!(kinds("__gpurun_test_x()\n"), []);
+        let odd =
+            "odd(.param .align 4 .b8 odd_param_0[12], .param .s32 odd_param_1, .param .f16 h, \
+                   .param .f64 d, .param .b16 b)";
+        assert_eq!(
+            kinds(odd),
+            [
+                (ParamKind::Other, 12),
+                (ParamKind::Integer, 4),
+                (ParamKind::Other, 2),
+                (ParamKind::Float, 8),
+                (ParamKind::Integer, 2)
+            ]
+        );
+        assert!(entry_params(saxpy)
+            .unwrap()
+            .params
+            .iter()
+            .all(|param| param.name.is_empty() && param.len.is_empty()));
     }
 
     #[test]

@@ -13,10 +13,10 @@ use std::time::Duration;
 use gpurun_hal::handlers::{HostFunctions, PanicReport, Sink};
 use gpurun_hal::kernel_args::KernelArg;
 use gpurun_hal::{select, BackendKind, Device, LaunchEnd, LaunchShape, LoadOptions, Module};
-use gpurun_image::{Image, ImageKind};
+use gpurun_image::{Image, KernelParam};
 
 use crate::launch_args::{Arg, DeviceCopy, KernelArgs};
-use crate::signature::{self, ParamSpec};
+use crate::signature;
 use crate::{BufferTooSmall, DevicePanic, Error};
 
 /// What a kernel printed during one launch.
@@ -123,7 +123,7 @@ pub struct Gpu {
     image: PathBuf,
     kernels: Vec<String>,
     /// Parameters of each kernel, where the image records them (kernel descriptors, PTX).
-    signatures: HashMap<String, Vec<ParamSpec>>,
+    signatures: HashMap<String, Vec<KernelParam>>,
     /// Kernels whose panics end a whole wavefront (AMDGPU), with its size.
     panic_wavefronts: HashMap<String, u32>,
     timeout: Duration,
@@ -188,16 +188,11 @@ impl Gpu {
             .iter()
             .map(|kernel| kernel.name.clone())
             .collect();
-        let mut signatures = match (image.kind(), std::str::from_utf8(image.bytes())) {
-            (ImageKind::Ptx, Ok(text)) => signature::ptx_signatures(text),
-            _ => HashMap::new(),
-        };
-        // A kernel descriptor says more than PTX (names, lengths): it wins.
-        for kernel in image.kernels() {
-            if let Some(recorded) = kernel.signature() {
-                signatures.insert(kernel.name.clone(), signature::from_descriptor(recorded));
-            }
-        }
+        let signatures = image
+            .kernels()
+            .iter()
+            .filter_map(|kernel| Some((kernel.name.clone(), kernel.signature()?.params.clone())))
+            .collect();
         let panic_wavefronts = image
             .kernels()
             .iter()
