@@ -49,14 +49,14 @@ pub fn json_line(image: &BuiltImage) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpurun_build::{DeviceTarget, TargetKind};
+    use gpurun_build::{Platform, TargetKind};
     use std::path::PathBuf;
 
     fn image(cubin: bool) -> BuiltImage {
         BuiltImage {
             package: "hello".to_owned(),
             name: "hello".to_owned(),
-            target: DeviceTarget::Nvptx,
+            target: Platform::Nvptx,
             arch: Some("sm_70".to_owned()),
             path: PathBuf::from("/repo/fixtures/target/nvptx64-nvidia-cuda/debug/hello.ptx"),
             cubin: cubin.then(|| {

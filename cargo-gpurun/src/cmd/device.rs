@@ -5,7 +5,7 @@
 use anyhow::bail;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
-use gpurun_hal::select::{self, BackendChoice};
+use gpurun_hal::select::BackendChoice;
 use gpurun_hal::BackendKind;
 use gpurun_image::{Image, ImageKind};
 use gpurun_runner::sanitizer::{self, SANITIZE_ENV};
@@ -97,7 +97,7 @@ pub fn seed(device: &DeviceArgs) -> u64 {
 
 /// Picks the backend for `image`, refusing combinations that cannot work.
 pub fn backend_for(choice: &BackendChoice, image: &Image) -> anyhow::Result<BackendKind> {
-    let natural = select::kind_for_image(image.kind());
+    let natural = BackendKind::for_platform(image.kind().platform());
     match choice {
         BackendChoice::Auto | BackendChoice::All => Ok(natural),
         BackendChoice::Only(kind) if *kind == natural => Ok(natural),

@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
-use gpurun_build::DeviceTarget;
 use gpurun_hal::{LaunchEnd, LaunchShape};
-use gpurun_image::{Image, ImageKind};
+use gpurun_image::Image;
 use gpurun_runner::sanitizer::{self, ERROR_EXIT_CODE, REPORT_WITHIN};
 use gpurun_runner::{Command, Event, RunError, WorkerHandle, WorkerOptions};
 
@@ -80,7 +79,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("failed to load image `{}`", args.image.display()))?;
     let kind = backend_for(&args.device.backend, &image)?;
     if args.device.require_gpu {
-        gpurun_runner::placement::require_gpu(&[target_of(image.kind())])?;
+        gpurun_runner::placement::require_gpu(&[image.kind().platform()])?;
     }
     let sanitizer = sanitizer(&args.device, kind)?;
     if args.device.lane_size == super::device::LaneSizes::All {
@@ -265,15 +264,6 @@ fn suite_name(image: &std::path::Path) -> String {
             name.to_owned()
         }
         _ => stem,
-    }
-}
-
-/// The build target an image of `kind` comes from.
-fn target_of(kind: ImageKind) -> DeviceTarget {
-    match kind {
-        ImageKind::Ptx | ImageKind::Cubin => DeviceTarget::Nvptx,
-        ImageKind::Amdgpu => DeviceTarget::Amdgcn,
-        ImageKind::Host => DeviceTarget::Host,
     }
 }
 

@@ -11,7 +11,7 @@ use anyhow::bail;
 use clap::Args;
 use gpurun_build::coverage::{self, Profiles};
 use gpurun_build::suite::{self, Suite, DEFAULT_TEST_TIMEOUT};
-use gpurun_build::{BuiltImage, DeviceTarget, TargetKind};
+use gpurun_build::{BuiltImage, Platform, TargetKind};
 use gpurun_hal::select::BackendChoice;
 use gpurun_hal::BackendKind;
 use gpurun_harness::time::TestKind;
@@ -70,7 +70,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
     if let Some(tool) = args.device.sanitize {
         // Before the build: a wrong target or a missing sanitizer is the first thing to fix.
         for name in &build_options.targets {
-            if DeviceTarget::parse(name)? != DeviceTarget::Nvptx {
+            if gpurun_build::arch::parse_target(name)? != Platform::Nvptx {
                 bail!(
                     "--sanitize runs compute-sanitizer, which checks CUDA kernels only: build \
                      for nvptx, not `{name}`"
@@ -84,7 +84,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
     // Each test then runs once per backend or lane size, under a label.
     let several = several_backends || all_lanes;
     if build_options.targets.is_empty() && args.coverage && !several_backends {
-        build_options.targets = vec![DeviceTarget::Host.short_name().to_owned()];
+        build_options.targets = vec![Platform::Host.short_name().to_owned()];
     } else if build_options.targets.is_empty() {
         let targets = placement::targets_for(&choice, args.device.require_gpu)?;
         build_options.targets = targets
@@ -97,7 +97,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
         let targets = build_options
             .targets
             .iter()
-            .map(|name| DeviceTarget::parse(name))
+            .map(|name| gpurun_build::arch::parse_target(name))
             .collect::<Result<Vec<_>, _>>()?;
         placement::require_gpu(&targets)?;
     }
@@ -112,7 +112,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
     let instrumented: Vec<BuiltImage> = match &coverage {
         Some(_) => images
             .iter()
-            .filter(|image| image.target == DeviceTarget::Host)
+            .filter(|image| image.target == Platform::Host)
             .cloned()
             .collect(),
         None => Vec::new(),
@@ -163,10 +163,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
             // A broken image fails its own suite; the others still run and report.
             let (image_tests, kind) = match &suite.image {
                 Ok(Some(image)) => (image.tests().to_vec(), backend_for(&choice, image)?),
-                Ok(None) => (
-                    Vec::new(),
-                    placement::backend_for_target(suite.built.target),
-                ),
+                Ok(None) => (Vec::new(), BackendKind::for_platform(suite.built.target)),
                 Err(error) => {
                     eprintln!("error: {error}");
                     broken = true;
@@ -289,7 +286,7 @@ fn build(options: &gpurun_build::BuildOptions, coverage: bool) -> anyhow::Result
         .targets
         .iter()
         .cloned()
-        .partition(|name| DeviceTarget::parse(name).is_ok_and(|target| !target.is_gpu()));
+        .partition(|name| Platform::parse(name).is_some_and(|target| !target.is_gpu()));
     if hosts.is_empty() {
         // Only GPU targets: nothing to measure, and the build says why.
         return Ok(gpurun_build::build_for_test(&gpurun_build::BuildOptions {

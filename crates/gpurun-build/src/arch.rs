@@ -1,22 +1,11 @@
 //! Device targets and GPU architectures: parsing what the user typed, checking it, and choosing
 //! the architecture for a package (`--arch`, then `[package.metadata.gpurun]`, then the default).
 
-use std::fmt;
 use std::process::Command;
 
-use super::BuildError;
+use gpurun_image::Platform;
 
-/// What a device crate is built for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DeviceTarget {
-    /// NVIDIA GPUs (`nvptx64-nvidia-cuda`): a PTX image, plus a cubin when ptxas is present.
-    Nvptx,
-    /// AMD GPUs (`amdgcn-amd-amdhsa`): an ELF code object.
-    Amdgcn,
-    /// The host CPU, for the emulation backend: a `cdylib` (`.so`).
-    Host,
-}
+use super::BuildError;
 
 /// The default nvptx architecture: the nightly's nvptx baseline.
 pub const DEFAULT_NVPTX_ARCH: &str = "sm_70";
@@ -87,101 +76,62 @@ const KNOWN_AMDGCN_ARCHES: &[&str] = &[
     "gfx12-generic",
 ];
 
-impl DeviceTarget {
-    /// Every target, in the order `--target` help lists them.
-    pub const ALL: [DeviceTarget; 3] = [Self::Nvptx, Self::Amdgcn, Self::Host];
+/// Parses a full triple or a short name (`nvptx`, `amdgcn`, `host`) as `--target` takes it.
+pub fn parse_target(name: &str) -> Result<Platform, BuildError> {
+    Platform::parse(name).ok_or_else(|| BuildError::UnknownTarget(name.to_owned()))
+}
 
-    /// Parses a full triple or a short name (`nvptx`, `amdgcn`, `host`).
-    pub fn parse(name: &str) -> Result<DeviceTarget, BuildError> {
-        match name {
-            "nvptx" | "nvptx64" | "nvptx64-nvidia-cuda" | "cuda" => Ok(Self::Nvptx),
-            "amdgcn" | "amdgpu" | "amdgcn-amd-amdhsa" | "hsa" => Ok(Self::Amdgcn),
-            "host" => Ok(Self::Host),
-            _ => Err(BuildError::UnknownTarget(name.to_owned())),
-        }
-    }
-
-    /// The short name used in messages and JSON.
-    pub fn short_name(self) -> &'static str {
-        match self {
-            Self::Nvptx => "nvptx",
-            Self::Amdgcn => "amdgcn",
-            Self::Host => "host",
-        }
-    }
-
-    /// The rustc target triple, `None` for the host (cargo's default target).
-    pub fn triple(self) -> Option<&'static str> {
-        match self {
-            Self::Nvptx => Some("nvptx64-nvidia-cuda"),
-            Self::Amdgcn => Some("amdgcn-amd-amdhsa"),
-            Self::Host => None,
-        }
-    }
-
-    /// Whether this is a GPU target (nightly, `-Zbuild-std`, an architecture).
-    pub fn is_gpu(self) -> bool {
-        self != Self::Host
-    }
-
-    /// The key of `[package.metadata.gpurun]` that holds this target's architecture.
-    pub fn metadata_arch_key(self) -> &'static str {
-        match self {
-            Self::Nvptx => "nvptx-arch",
-            Self::Amdgcn => "amdgcn-arch",
-            Self::Host => "host-arch",
-        }
-    }
-
-    /// Checks that `arch` names an architecture of this target.
-    pub fn check_arch(self, arch: &str) -> Result<(), BuildError> {
-        let (known, prefix) = match self {
-            Self::Nvptx => (KNOWN_NVPTX_ARCHES, "sm_"),
-            Self::Amdgcn => (KNOWN_AMDGCN_ARCHES, "gfx"),
-            Self::Host => {
-                return Err(BuildError::UnknownArch {
-                    arch: arch.to_owned(),
-                    target: self,
-                    hint: "the host target takes no --arch".to_owned(),
-                })
-            }
-        };
-        if known.contains(&arch) {
-            return Ok(());
-        }
-        let unknown = || BuildError::UnknownArch {
-            arch: arch.to_owned(),
-            target: self,
-            hint: format!(
-                "expected one of {}",
-                known
-                    .iter()
-                    .filter(|name| name.starts_with(prefix))
-                    .copied()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
-        if !arch.starts_with(prefix) {
-            return Err(unknown());
-        }
-        // A newer nightly may know architectures this list does not: ask it before refusing.
-        if rustc_target_cpus(self).is_some_and(|cpus| cpus.iter().any(|cpu| cpu == arch)) {
-            Ok(())
-        } else {
-            Err(unknown())
-        }
+/// The key of `[package.metadata.gpurun]` that holds `target`'s architecture.
+fn metadata_arch_key(target: Platform) -> &'static str {
+    match target {
+        Platform::Nvptx => "nvptx-arch",
+        Platform::Amdgcn => "amdgcn-arch",
+        Platform::Host => "host-arch",
     }
 }
 
-impl fmt::Display for DeviceTarget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.short_name())
+/// Checks that `arch` names an architecture of `target`.
+pub fn check_arch(target: Platform, arch: &str) -> Result<(), BuildError> {
+    let (known, prefix) = match target {
+        Platform::Nvptx => (KNOWN_NVPTX_ARCHES, "sm_"),
+        Platform::Amdgcn => (KNOWN_AMDGCN_ARCHES, "gfx"),
+        Platform::Host => {
+            return Err(BuildError::UnknownArch {
+                arch: arch.to_owned(),
+                target,
+                hint: "the host target takes no --arch".to_owned(),
+            })
+        }
+    };
+    if known.contains(&arch) {
+        return Ok(());
+    }
+    let unknown = || BuildError::UnknownArch {
+        arch: arch.to_owned(),
+        target,
+        hint: format!(
+            "expected one of {}",
+            known
+                .iter()
+                .filter(|name| name.starts_with(prefix))
+                .copied()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    if !arch.starts_with(prefix) {
+        return Err(unknown());
+    }
+    // A newer nightly may know architectures this list does not: ask it before refusing.
+    if rustc_target_cpus(target).is_some_and(|cpus| cpus.iter().any(|cpu| cpu == arch)) {
+        Ok(())
+    } else {
+        Err(unknown())
     }
 }
 
 /// The CPUs `rustc +<toolchain> --print target-cpus` lists for a GPU target.
-fn rustc_target_cpus(target: DeviceTarget) -> Option<Vec<String>> {
+fn rustc_target_cpus(target: Platform) -> Option<Vec<String>> {
     let triple = target.triple()?;
     let output = Command::new("rustc")
         .arg(format!("+{}", crate::toolchain::Toolchain::name_from_env()))
@@ -202,7 +152,7 @@ fn rustc_target_cpus(target: DeviceTarget) -> Option<Vec<String>> {
 }
 
 /// Checks that every `--arch` belongs to one of the requested targets (one `--arch` per family).
-pub fn check_cli_arches(targets: &[DeviceTarget], arches: &[String]) -> Result<(), BuildError> {
+pub fn check_cli_arches(targets: &[Platform], arches: &[String]) -> Result<(), BuildError> {
     for arch in arches {
         if targets
             .iter()
@@ -212,10 +162,10 @@ pub fn check_cli_arches(targets: &[DeviceTarget], arches: &[String]) -> Result<(
         }
         return match targets {
             // One target: say what is wrong with the value for that target.
-            [target] => target.check_arch(arch),
+            [target] => check_arch(*target, arch),
             _ => Err(BuildError::UnknownArch {
                 arch: arch.clone(),
-                target: targets.first().copied().unwrap_or(DeviceTarget::Nvptx),
+                target: targets.first().copied().unwrap_or(Platform::Nvptx),
                 hint: "it belongs to none of the requested targets".to_owned(),
             }),
         };
@@ -227,7 +177,7 @@ pub fn check_cli_arches(targets: &[DeviceTarget], arches: &[String]) -> Result<(
 }
 
 /// The `--arch` value for `target`'s family, if one was given.
-pub fn cli_arch_for(target: DeviceTarget, arches: &[String]) -> Result<Option<&str>, BuildError> {
+pub fn cli_arch_for(target: Platform, arches: &[String]) -> Result<Option<&str>, BuildError> {
     let mut matching = arches
         .iter()
         .filter(|arch| arch_family_matches(target, arch));
@@ -251,15 +201,12 @@ pub const ARCH_DETECT_ENV: &str = "GPURUN_ARCH_DETECT";
 /// The architecture `probe` finds for the first GPU of `target`'s kind on this machine (see
 /// [`crate::BuildOptions::gpu_arch`]), when there is one, this toolchain can build for it, and
 /// `GPURUN_ARCH_DETECT` is not `0`.
-pub fn detect_arch(
-    target: DeviceTarget,
-    probe: fn(DeviceTarget) -> Option<String>,
-) -> Option<String> {
+pub fn detect_arch(target: Platform, probe: fn(Platform) -> Option<String>) -> Option<String> {
     if std::env::var(ARCH_DETECT_ENV).is_ok_and(|value| value == "0") {
         return None;
     }
     let arch = probe(target)?;
-    match target.check_arch(&arch) {
+    match check_arch(target, &arch) {
         Ok(()) => Some(arch),
         Err(_) => {
             eprintln!(
@@ -275,23 +222,23 @@ pub fn detect_arch(
 /// this machine (`detect`, called only when needed), else the default (`sm_70` for nvptx; amdgcn
 /// has none and gets an error that says how to give one).
 pub fn resolve_arch(
-    target: DeviceTarget,
+    target: Platform,
     cli_arch: Option<&str>,
     package: &str,
     metadata: Option<&serde_json::Value>,
     detect: &mut dyn FnMut() -> Option<String>,
 ) -> Result<Option<String>, BuildError> {
-    if target == DeviceTarget::Host {
+    if target == Platform::Host {
         return Ok(None);
     }
     if let Some(arch) = cli_arch {
-        target.check_arch(arch)?;
+        check_arch(target, arch)?;
         return Ok(Some(arch.to_owned()));
     }
     if let Some(table) = metadata {
-        let specific = table.get(target.metadata_arch_key());
+        let specific = table.get(metadata_arch_key(target));
         let generic = table.get("arch");
-        for (key, value) in [(target.metadata_arch_key(), specific), ("arch", generic)] {
+        for (key, value) in [(metadata_arch_key(target), specific), ("arch", generic)] {
             let Some(value) = value else { continue };
             let Some(arch) = value.as_str() else {
                 return Err(BuildError::BadMetadata {
@@ -303,12 +250,10 @@ pub fn resolve_arch(
             if key == "arch" && !arch_family_matches(target, arch) {
                 continue;
             }
-            target
-                .check_arch(arch)
-                .map_err(|err| BuildError::BadMetadata {
-                    package: package.to_owned(),
-                    detail: err.to_string(),
-                })?;
+            check_arch(target, arch).map_err(|err| BuildError::BadMetadata {
+                package: package.to_owned(),
+                detail: err.to_string(),
+            })?;
             return Ok(Some(arch.to_owned()));
         }
     }
@@ -316,19 +261,19 @@ pub fn resolve_arch(
         return Ok(Some(arch));
     }
     match target {
-        DeviceTarget::Nvptx => Ok(Some(DEFAULT_NVPTX_ARCH.to_owned())),
-        DeviceTarget::Amdgcn => Err(BuildError::NoAmdgcnArch {
+        Platform::Nvptx => Ok(Some(DEFAULT_NVPTX_ARCH.to_owned())),
+        Platform::Amdgcn => Err(BuildError::NoAmdgcnArch {
             package: package.to_owned(),
         }),
-        DeviceTarget::Host => Ok(None),
+        Platform::Host => Ok(None),
     }
 }
 
-fn arch_family_matches(target: DeviceTarget, arch: &str) -> bool {
+fn arch_family_matches(target: Platform, arch: &str) -> bool {
     match target {
-        DeviceTarget::Nvptx => arch.starts_with("sm_"),
-        DeviceTarget::Amdgcn => arch.starts_with("gfx"),
-        DeviceTarget::Host => false,
+        Platform::Nvptx => arch.starts_with("sm_"),
+        Platform::Amdgcn => arch.starts_with("gfx"),
+        Platform::Host => false,
     }
 }
 
@@ -339,18 +284,16 @@ mod tests {
 
     #[test]
     fn parses_short_and_full_target_names() {
-        assert_eq!(DeviceTarget::parse("nvptx").unwrap(), DeviceTarget::Nvptx);
-        assert_eq!(
-            DeviceTarget::parse("nvptx64-nvidia-cuda").unwrap(),
-            DeviceTarget::Nvptx
-        );
-        assert_eq!(
-            DeviceTarget::parse("amdgcn-amd-amdhsa").unwrap(),
-            DeviceTarget::Amdgcn
-        );
-        assert_eq!(DeviceTarget::parse("host").unwrap(), DeviceTarget::Host);
+        for (name, platform) in [
+            ("nvptx", Platform::Nvptx),
+            ("nvptx64-nvidia-cuda", Platform::Nvptx),
+            ("amdgcn-amd-amdhsa", Platform::Amdgcn),
+            ("host", Platform::Host),
+        ] {
+            assert_eq!(parse_target(name).unwrap(), platform, "{name}");
+        }
         assert!(matches!(
-            DeviceTarget::parse("riscv64"),
+            parse_target("riscv64"),
             Err(BuildError::UnknownTarget(name)) if name == "riscv64"
         ));
     }
@@ -359,8 +302,8 @@ mod tests {
     fn arch_precedence_is_cli_then_metadata_then_device_then_default() {
         let mut none = || None;
         let metadata = json!({ "nvptx-arch": "sm_80", "arch": "gfx90a" });
-        let nvptx = DeviceTarget::Nvptx;
-        let amdgcn = DeviceTarget::Amdgcn;
+        let nvptx = Platform::Nvptx;
+        let amdgcn = Platform::Amdgcn;
         assert_eq!(
             resolve_arch(nvptx, Some("sm_90"), "p", Some(&metadata), &mut none).unwrap(),
             Some("sm_90".to_owned())
@@ -382,7 +325,7 @@ mod tests {
             Err(BuildError::NoAmdgcnArch { .. })
         ));
         assert_eq!(
-            resolve_arch(DeviceTarget::Host, None, "p", None, &mut none).unwrap(),
+            resolve_arch(Platform::Host, None, "p", None, &mut none).unwrap(),
             None
         );
         // A GPU found on the machine comes after the metadata and before the default; it is not
@@ -412,24 +355,24 @@ mod tests {
 
     #[test]
     fn each_arch_goes_to_its_family() {
-        let both = [DeviceTarget::Nvptx, DeviceTarget::Amdgcn];
+        let both = [Platform::Nvptx, Platform::Amdgcn];
         let arches = vec!["gfx90a".to_owned(), "sm_80".to_owned()];
         check_cli_arches(&both, &arches).unwrap();
         assert_eq!(
-            cli_arch_for(DeviceTarget::Nvptx, &arches).unwrap(),
+            cli_arch_for(Platform::Nvptx, &arches).unwrap(),
             Some("sm_80")
         );
         assert_eq!(
-            cli_arch_for(DeviceTarget::Amdgcn, &arches).unwrap(),
+            cli_arch_for(Platform::Amdgcn, &arches).unwrap(),
             Some("gfx90a")
         );
-        assert_eq!(cli_arch_for(DeviceTarget::Host, &arches).unwrap(), None);
+        assert_eq!(cli_arch_for(Platform::Host, &arches).unwrap(), None);
         let twice = vec!["sm_80".to_owned(), "sm_90".to_owned()];
-        assert!(check_cli_arches(&[DeviceTarget::Nvptx], &twice).is_err());
+        assert!(check_cli_arches(&[Platform::Nvptx], &twice).is_err());
         let stray = vec!["gfx90a".to_owned()];
-        assert!(check_cli_arches(&[DeviceTarget::Nvptx, DeviceTarget::Host], &stray).is_err());
+        assert!(check_cli_arches(&[Platform::Nvptx, Platform::Host], &stray).is_err());
         assert!(matches!(
-            check_cli_arches(&[DeviceTarget::Host], &["sm_70".to_owned()]),
+            check_cli_arches(&[Platform::Host], &["sm_70".to_owned()]),
             Err(BuildError::UnknownArch { hint, .. }) if hint.contains("host target takes no")
         ));
     }
@@ -437,10 +380,7 @@ mod tests {
     #[test]
     fn rejects_wrong_family_and_bad_metadata() {
         let mut none = || None;
-        for (target, arch) in [
-            (DeviceTarget::Nvptx, "gfx90a"),
-            (DeviceTarget::Amdgcn, "sm_70"),
-        ] {
+        for (target, arch) in [(Platform::Nvptx, "gfx90a"), (Platform::Amdgcn, "sm_70")] {
             assert!(matches!(
                 resolve_arch(target, Some(arch), "p", None, &mut none),
                 Err(BuildError::UnknownArch { .. })
@@ -449,7 +389,7 @@ mod tests {
         for metadata in [json!({ "nvptx-arch": 70 }), json!({ "nvptx-arch": "sm_7" })] {
             assert!(
                 matches!(
-                    resolve_arch(DeviceTarget::Nvptx, None, "p", Some(&metadata), &mut none),
+                    resolve_arch(Platform::Nvptx, None, "p", Some(&metadata), &mut none),
                     Err(BuildError::BadMetadata { .. })
                 ),
                 "{metadata}"

@@ -12,7 +12,7 @@ use cargo_metadata::{Artifact, Message};
 
 use super::crates::{DeviceCrate, Workspace};
 use super::targets::{is_lib_kind, Selected};
-use super::{amdgcn, validate, BuildError, BuildOptions, BuiltImage, DeviceTarget, TargetKind};
+use super::{amdgcn, validate, BuildError, BuildOptions, BuiltImage, Platform, TargetKind};
 use crate::toolchain::{self, Toolchain};
 
 /// File name of the link (inside `<target dir>/gpurun/`) that rustc runs as the nvptx linker. A
@@ -58,7 +58,7 @@ pub enum Selection<'a> {
 /// One cargo invocation.
 pub struct CargoBuild<'a> {
     pub opts: &'a BuildOptions,
-    pub target: DeviceTarget,
+    pub target: Platform,
     pub arch: Option<&'a str>,
     pub packages: &'a [&'a DeviceCrate],
     pub workspace: &'a Workspace,
@@ -225,7 +225,7 @@ impl CargoBuild<'_> {
 
     fn command(&self) -> Result<Command, BuildError> {
         let mut command;
-        if let (DeviceTarget::Host, Some(toolchain), Some(triple)) =
+        if let (Platform::Host, Some(toolchain), Some(triple)) =
             (self.target, self.toolchain, self.triple)
         {
             command = toolchain_cargo(toolchain);
@@ -257,7 +257,7 @@ impl CargoBuild<'_> {
                 .arg(self.subcommand())
                 .arg("-Zbuild-std=core,alloc")
                 .args(["--target", triple]);
-            if self.target == DeviceTarget::Amdgcn {
+            if self.target == Platform::Amdgcn {
                 // ROCr resolves undefined symbols of a code object only among agent symbols:
                 // `memcmp`/`strlen` must be defined in the image (compiler_builtins' `mem`).
                 command.arg(format!(
@@ -316,7 +316,7 @@ impl CargoBuild<'_> {
             command.arg("--quiet");
         }
         command.arg("--message-format=json-render-diagnostics");
-        if self.target == DeviceTarget::Amdgcn {
+        if self.target == Platform::Amdgcn {
             // The target requires LTO. Incremental compilation together with LTO makes this
             // nightly's rustc panic ("cannot find embedded bitcode"), so it is off here.
             let profile = self.profile();
@@ -331,7 +331,7 @@ impl CargoBuild<'_> {
             }
         }
         let lib_unit_tests = matches!(self.selection, Selection::LibUnitTests);
-        if self.target == DeviceTarget::Host || lib_unit_tests {
+        if self.target == Platform::Host || lib_unit_tests {
             // The host emulation ends a panicking device thread by unwinding to its kernel
             // wrapper; device crates often set `panic = "abort"` for the GPU, which would kill
             // the whole emulated device instead. On a GPU target, a lib's test-mode build with
@@ -345,7 +345,7 @@ impl CargoBuild<'_> {
         self.add_rustflags(&mut command)?;
         let shared_object = match self.selection {
             Selection::SharedObject(_) => true,
-            Selection::LibUnitTests => self.target == DeviceTarget::Host,
+            Selection::LibUnitTests => self.target == Platform::Host,
             Selection::Default | Selection::Only { .. } => false,
         };
         if shared_object {
@@ -384,14 +384,14 @@ impl CargoBuild<'_> {
         if let Some(arch) = self.arch {
             flags.push(format!("-Ctarget-cpu={arch}"));
         }
-        if self.target == DeviceTarget::Nvptx {
+        if self.target == Platform::Nvptx {
             let linker = install_linker_link(
                 &self.workspace.target_dir,
                 self.opts.nvptx_linker.as_deref(),
             )?;
             flags.push(format!("-Clinker={}", linker.display()));
         }
-        if self.target == DeviceTarget::Amdgcn {
+        if self.target == Platform::Amdgcn {
             flags.extend(
                 validate::AMDGCN_RUSTFLAGS
                     .iter()
@@ -452,14 +452,14 @@ impl CargoBuild<'_> {
                 .any(|path| path.extension() == Some(extension))
         };
         let wanted_extension = match self.target {
-            DeviceTarget::Nvptx => Some("ptx"),
-            DeviceTarget::Amdgcn => Some("elf"),
+            Platform::Nvptx => Some("ptx"),
+            Platform::Amdgcn => Some("elf"),
             // A cdylib (lib, or example declared so); else an executable, which is a shared
             // object when built as [`Selection::SharedObject`].
-            DeviceTarget::Host if has_extension(std::env::consts::DLL_EXTENSION) => {
+            Platform::Host if has_extension(std::env::consts::DLL_EXTENSION) => {
                 Some(std::env::consts::DLL_EXTENSION)
             }
-            DeviceTarget::Host => None,
+            Platform::Host => None,
         };
         match wanted_extension {
             Some(extension) => artifact
@@ -489,7 +489,7 @@ impl CargoBuild<'_> {
         };
         let mut cubin = None;
         let kernels = match self.target {
-            DeviceTarget::Nvptx => {
+            Platform::Nvptx => {
                 let text = read(&path)?;
                 let summary = validate::check_ptx(&text).map_err(invalid)?;
                 if let Some(arch) = self.arch {
@@ -497,7 +497,7 @@ impl CargoBuild<'_> {
                 }
                 summary.entries
             }
-            DeviceTarget::Amdgcn => {
+            Platform::Amdgcn => {
                 let bytes = std::fs::read(&path).map_err(|source| BuildError::Io {
                     context: format!("cannot read {}", path.display()),
                     source,
@@ -506,7 +506,7 @@ impl CargoBuild<'_> {
                     .map_err(invalid)?
                     .kernels
             }
-            DeviceTarget::Host => Vec::new(),
+            Platform::Host => Vec::new(),
         };
         let package_root = package
             .manifest_path

@@ -225,7 +225,7 @@ impl CargoLlvmCov {
     }
 
     /// Sets up the cargo `command` that builds for `target`.
-    pub(crate) fn apply(&self, command: &mut Command, target: crate::DeviceTarget) {
+    pub(crate) fn apply(&self, command: &mut Command, target: crate::Platform) {
         if !target.is_gpu() {
             command.env("CARGO_TARGET_DIR", &self.host_target_dir);
             return;
@@ -444,12 +444,12 @@ SF:/ws/kernels/src/more.rs\nDA:1,0\nend_of_record\n";
         for (pre_existing, wrapper) in [(None, None), (Some("sccache"), Some("sccache".into()))] {
             let found = detect(&llvm_cov_env(true, pre_existing), exe).unwrap();
             let mut gpu = Command::new("cargo");
-            found.apply(&mut gpu, crate::DeviceTarget::Nvptx);
+            found.apply(&mut gpu, crate::Platform::Nvptx);
             assert_eq!(env_of(&gpu, "RUSTC_WRAPPER"), Some(wrapper));
             assert_eq!(env_of(&gpu, LLVM_COV_WRAPPER_ENV), Some(None));
             assert_eq!(env_of(&gpu, "CARGO_TARGET_DIR"), None);
             let mut host = Command::new("cargo");
-            found.apply(&mut host, crate::DeviceTarget::Host);
+            found.apply(&mut host, crate::Platform::Host);
             assert_eq!(env_of(&host, "RUSTC_WRAPPER"), None);
             assert_eq!(
                 env_of(&host, "CARGO_TARGET_DIR"),
@@ -459,7 +459,7 @@ SF:/ws/kernels/src/more.rs\nDA:1,0\nend_of_record\n";
         // Without the wrapper (`--no-rustc-wrapper`) the environment's wrapper is left alone.
         let found = detect(&llvm_cov_env(false, None), exe).unwrap();
         let mut gpu = Command::new("cargo");
-        found.apply(&mut gpu, crate::DeviceTarget::Amdgcn);
+        found.apply(&mut gpu, crate::Platform::Amdgcn);
         assert_eq!(env_of(&gpu, "RUSTC_WRAPPER"), None);
     }
 

@@ -31,8 +31,8 @@ pub mod validate;
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-pub use arch::DeviceTarget;
 pub use cargo::NVPTX_LINKER_NAME;
+pub use gpurun_image::Platform;
 
 /// Where this crate's sources are: a library caller builds the `gpurun-nvptx-link` executable
 /// from them (with escargot), wherever the crate came from (a checkout, cargo's registry), into
@@ -87,7 +87,7 @@ pub struct BuildOptions {
     /// with none given (`--arch`, `[package.metadata.gpurun]`): the runner's
     /// `placement::gpu_arch`, which the build cannot call itself (it knows targets, not
     /// devices). `None`: the default architecture.
-    pub gpu_arch: Option<fn(DeviceTarget) -> Option<String>>,
+    pub gpu_arch: Option<fn(Platform) -> Option<String>>,
 }
 
 /// What kind of cargo target an image came from. Ordered as `cargo test` runs them.
@@ -111,8 +111,9 @@ pub struct BuiltImage {
     pub package: String,
     /// The cargo target name (the library or binary name).
     pub name: String,
-    /// What it was built for.
-    pub target: DeviceTarget,
+    /// What it was built for (its short name in the JSON output).
+    #[serde(serialize_with = "serialize_platform")]
+    pub target: Platform,
     /// The GPU architecture (`sm_70`, `gfx90a`); `None` for the host.
     pub arch: Option<String>,
     /// The image: `.ptx` (nvptx), `.elf` code object (amdgcn), `.so` (host).
@@ -135,6 +136,13 @@ pub struct BuiltImage {
     pub gpurun_metadata: Option<serde_json::Value>,
 }
 
+fn serialize_platform<S: serde::Serializer>(
+    platform: &Platform,
+    out: S,
+) -> Result<S::Ok, S::Error> {
+    out.serialize_str(platform.short_name())
+}
+
 /// Why a build failed. Each message is one line.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -145,7 +153,7 @@ pub enum BuildError {
     #[error("unknown {target} architecture `{arch}`: {hint}")]
     UnknownArch {
         arch: String,
-        target: DeviceTarget,
+        target: Platform,
         hint: String,
     },
     /// amdgcn has no default architecture.
@@ -189,7 +197,7 @@ pub enum BuildError {
     Manifest { package: String, detail: String },
     /// `coverage` with a GPU target: coverage is measured on the host emulation only.
     #[error("coverage is measured on the host emulation only, not on {0}: build for the host (`--target host`), or leave out --target")]
-    CoverageOnGpu(DeviceTarget),
+    CoverageOnGpu(Platform),
     /// Files under the target directory could not be read or written.
     #[error("{context}: {source}")]
     Io {
@@ -244,7 +252,7 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     let llvm_cov = (!opts.coverage)
         .then(coverage::CargoLlvmCov::detect)
         .flatten();
-    let mut host_checks = opts.emulation_checks && targets.contains(&DeviceTarget::Host);
+    let mut host_checks = opts.emulation_checks && targets.contains(&Platform::Host);
     if host_checks && (opts.coverage || llvm_cov.is_some()) {
         // The checks' instrumentation calls hooks in the device runtime on every access, and
         // coverage's counters are accesses in those hooks too: the two do not run together.
@@ -301,7 +309,7 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
             selections.insert(package.name.clone(), selection);
         }
     }
-    if mode == Mode::Build && targets.contains(&DeviceTarget::Host) {
+    if mode == Mode::Build && targets.contains(&Platform::Host) {
         let profile = if opts.release { "release" } else { "dev" };
         if let Some(panic) = workspace
             .profile_panic(profile)
@@ -317,11 +325,11 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
     }
     let mut images = Vec::new();
     for target in targets {
-        let emulation_checks = target == DeviceTarget::Host && host_checks && toolchain.is_some();
+        let emulation_checks = target == Platform::Host && host_checks && toolchain.is_some();
         // A host build we instrument (the emulation's checks, coverage) names the host's
         // triple, so that our rustflags stay off build scripts and proc macros (which rustc
         // loads uninstrumented); otherwise cargo builds for its default, the host.
-        let instrumented_host = target == DeviceTarget::Host && (emulation_checks || opts.coverage);
+        let instrumented_host = target == Platform::Host && (emulation_checks || opts.coverage);
         let triple = match (target.triple(), &toolchain) {
             (Some(triple), _) => Some(triple),
             (None, Some(toolchain)) if instrumented_host => Some(toolchain.host.as_str()),
@@ -376,7 +384,7 @@ fn build_with(opts: &BuildOptions, mode: Mode) -> Result<Vec<BuiltImage>, BuildE
                 llvm_cov: llvm_cov.as_ref(),
             };
             let built = match mode {
-                Mode::Build if target == DeviceTarget::Host => build_group_for_host(&request)?,
+                Mode::Build if target == Platform::Host => build_group_for_host(&request)?,
                 Mode::Build => request.run()?,
                 Mode::Test => build_group_for_test(&request, &selections)?,
             };
@@ -583,13 +591,13 @@ fn build_group_for_host(group: &cargo::CargoBuild<'_>) -> Result<Vec<BuiltImage>
 }
 
 /// The `--target` values, parsed; nvptx when none is given.
-fn requested_targets(opts: &BuildOptions) -> Result<Vec<DeviceTarget>, BuildError> {
+fn requested_targets(opts: &BuildOptions) -> Result<Vec<Platform>, BuildError> {
     if opts.targets.is_empty() {
-        return Ok(vec![DeviceTarget::Nvptx]);
+        return Ok(vec![Platform::Nvptx]);
     }
     let mut targets = Vec::new();
     for name in &opts.targets {
-        let target = DeviceTarget::parse(name)?;
+        let target = arch::parse_target(name)?;
         if !targets.contains(&target) {
             targets.push(target);
         }

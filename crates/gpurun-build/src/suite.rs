@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use gpurun_image::{Image, ImageError};
 
-use crate::{BuiltImage, DeviceTarget, TargetKind};
+use crate::{BuiltImage, Platform, TargetKind};
 
 /// Every symbol the device runtime and `#[gpurun::test]` put in an image starts with this.
 const RUNTIME_SYMBOL_PREFIX: &[u8] = gpurun_abi::symbols::RUNTIME_PREFIX.as_bytes();
@@ -82,13 +82,13 @@ pub fn test_suites(mut images: Vec<BuiltImage>) -> Vec<Suite> {
 }
 
 fn sort_in_cargo_test_order(images: &mut [BuiltImage]) {
-    let mut targets: Vec<DeviceTarget> = Vec::new();
+    let mut targets: Vec<Platform> = Vec::new();
     for image in images.iter() {
         if !targets.contains(&image.target) {
             targets.push(image.target);
         }
     }
-    let target_rank = |target: DeviceTarget| targets.iter().position(|t| *t == target);
+    let target_rank = |target: Platform| targets.iter().position(|t| *t == target);
     images.sort_by(|a, b| {
         (target_rank(a.target), &a.package, a.kind, &a.name).cmp(&(
             target_rank(b.target),

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 
 use cargo_metadata::{CrateType, TargetKind as CargoKind};
 
-use super::{DeviceTarget, TargetKind};
+use super::{Platform, TargetKind};
 
 /// A cargo target of a device crate, as far as choosing what to test is concerned.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,12 +206,12 @@ pub fn select_for_test(
 
 impl TestSelection {
     /// How `target` builds this selection of package `package`.
-    pub fn plan_for(&self, target: DeviceTarget, package: &str) -> TargetPlan {
+    pub fn plan_for(&self, target: Platform, package: &str) -> TargetPlan {
         let mut plan = TargetPlan {
             lib: self.lib,
             ..TargetPlan::default()
         };
-        if target == DeviceTarget::Amdgcn && self.lib == LibSuite::UnitTests {
+        if target == Platform::Amdgcn && self.lib == LibSuite::UnitTests {
             plan.lib = LibSuite::Plain;
             plan.left_out.push(format!(
                 "note: the cfg(test) unit tests of the lib of `{package}` are not built for \
@@ -221,13 +221,13 @@ impl TestSelection {
         }
         for selected in &self.targets {
             match target {
-                DeviceTarget::Nvptx => plan.together.push(selected.clone()),
-                DeviceTarget::Host if selected.executable => plan.one_by_one.push(selected.clone()),
-                DeviceTarget::Host => plan.together.push(selected.clone()),
-                DeviceTarget::Amdgcn if !selected.executable => {
+                Platform::Nvptx => plan.together.push(selected.clone()),
+                Platform::Host if selected.executable => plan.one_by_one.push(selected.clone()),
+                Platform::Host => plan.together.push(selected.clone()),
+                Platform::Amdgcn if !selected.executable => {
                     plan.together.push(selected.clone());
                 }
-                DeviceTarget::Amdgcn => {
+                Platform::Amdgcn => {
                     let hint = if selected.kind == TargetKind::Example {
                         " (give the example crate-type = [\"cdylib\"] to test it there)"
                     } else {
@@ -555,12 +555,12 @@ mod tests {
             ],
             left_out: Vec::new(),
         };
-        let nvptx = selection.plan_for(DeviceTarget::Nvptx, "pkg");
+        let nvptx = selection.plan_for(Platform::Nvptx, "pkg");
         assert_eq!(nvptx.lib, LibSuite::Plain);
         assert_eq!(nvptx.together, selection.targets);
         assert!(nvptx.one_by_one.is_empty() && nvptx.left_out.is_empty());
 
-        let host = selection.plan_for(DeviceTarget::Host, "pkg");
+        let host = selection.plan_for(Platform::Host, "pkg");
         assert_eq!(
             host.together,
             [selected(TargetKind::Example, "cdylib_demo", false)]
@@ -568,7 +568,7 @@ mod tests {
         assert_eq!(host.one_by_one, selection.targets[..2]);
         assert!(host.left_out.is_empty());
 
-        let amdgcn = selection.plan_for(DeviceTarget::Amdgcn, "pkg");
+        let amdgcn = selection.plan_for(Platform::Amdgcn, "pkg");
         assert_eq!(amdgcn.lib, LibSuite::Plain);
         assert_eq!(amdgcn.together, host.together);
         assert!(amdgcn.one_by_one.is_empty());
@@ -661,12 +661,12 @@ mod tests {
             targets: Vec::new(),
             left_out: Vec::new(),
         };
-        for target in [DeviceTarget::Nvptx, DeviceTarget::Host] {
+        for target in [Platform::Nvptx, Platform::Host] {
             let plan = selection.plan_for(target, "pkg");
             assert_eq!(plan.lib, LibSuite::UnitTests, "{target}");
             assert!(plan.left_out.is_empty(), "{target}: {:?}", plan.left_out);
         }
-        let amdgcn = selection.plan_for(DeviceTarget::Amdgcn, "pkg");
+        let amdgcn = selection.plan_for(Platform::Amdgcn, "pkg");
         assert_eq!(amdgcn.lib, LibSuite::Plain);
         assert_eq!(
             amdgcn.left_out,

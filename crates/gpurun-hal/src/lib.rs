@@ -31,7 +31,7 @@ pub mod select;
 pub use error::BackendError;
 pub use gpurun_abi::{LaunchEnd, LaunchShape};
 
-use gpurun_image::Image;
+use gpurun_image::{Image, Platform};
 use std::time::Duration;
 
 /// Which implementation runs the image.
@@ -66,6 +66,25 @@ impl BackendKind {
     /// Whether it runs device code on a GPU (not the host emulation or a script).
     pub fn is_gpu(self) -> bool {
         matches!(self, BackendKind::Cuda | BackendKind::Hsa)
+    }
+
+    /// The backend that runs device code of `platform` (its images, its build target).
+    pub fn for_platform(platform: Platform) -> BackendKind {
+        match platform {
+            Platform::Nvptx => BackendKind::Cuda,
+            Platform::Amdgcn => BackendKind::Hsa,
+            Platform::Host => BackendKind::Host,
+        }
+    }
+
+    /// The platform whose device code this backend runs (the scripted backend plays host
+    /// images).
+    pub fn platform(self) -> Platform {
+        match self {
+            BackendKind::Cuda => Platform::Nvptx,
+            BackendKind::Hsa => Platform::Amdgcn,
+            BackendKind::Host | BackendKind::Scripted => Platform::Host,
+        }
     }
 
     /// What measures a launch's device time on this backend ([`Module::last_device_time`]),

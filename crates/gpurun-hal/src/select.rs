@@ -2,7 +2,6 @@
 //! image's kind.
 
 use crate::{Backend, BackendKind};
-use gpurun_image::ImageKind;
 
 /// What the user asked for on the command line.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -45,15 +44,6 @@ impl std::str::FromStr for BackendChoice {
             }
             name => kind(name).map(BackendChoice::Only),
         }
-    }
-}
-
-/// The backend that can run an image of this kind.
-pub fn kind_for_image(image: ImageKind) -> BackendKind {
-    match image {
-        ImageKind::Ptx | ImageKind::Cubin => BackendKind::Cuda,
-        ImageKind::Amdgpu => BackendKind::Hsa,
-        ImageKind::Host => BackendKind::Host,
     }
 }
 

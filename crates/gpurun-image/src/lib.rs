@@ -10,7 +10,8 @@
 //!
 //! Owns: reading every image format (PTX text, cubin ELF, AMDGPU code objects with their
 //! MessagePack note, host `.so`) into facts: kinds, kernels and their bounds, globals, tests,
-//! cubin architecture, what ROCr cannot load. Must not: open a device, decide build policy (the
+//! cubin architecture, what ROCr cannot load; the [`Platform`] words every crate uses for where
+//! device code runs. Must not: open a device, decide build policy (the
 //! build's checks apply their rules to these facts), or spell the device ABI itself (that is
 //! `gpurun-abi`'s).
 //!
@@ -36,6 +37,7 @@ mod elf;
 mod error;
 mod kdesc;
 mod msgpack;
+mod platform;
 mod ptx;
 
 use std::path::{Path, PathBuf};
@@ -47,6 +49,7 @@ pub use kdesc::{
     decode_kernel_descriptor, encode_kernel_descriptor, Factor, KernelParam, KernelSignature,
     ParamKind,
 };
+pub use platform::Platform;
 
 use gpurun_abi::desc::{
     is_supported_version, HEADER_LEN as DESCRIPTOR_HEADER_LEN, OLDEST_TEST_ABI_VERSION,

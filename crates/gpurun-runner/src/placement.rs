@@ -4,18 +4,9 @@
 //! and the architecture of the GPU present, which the build asks through
 //! `BuildOptions::gpu_arch`. The build itself knows targets, not devices.
 
-use gpurun_build::DeviceTarget;
 use gpurun_hal::select::{self, BackendChoice};
 use gpurun_hal::BackendKind;
-
-/// The backend that runs images built for `target`.
-pub fn backend_for_target(target: DeviceTarget) -> BackendKind {
-    match target {
-        DeviceTarget::Nvptx => BackendKind::Cuda,
-        DeviceTarget::Amdgcn => BackendKind::Hsa,
-        DeviceTarget::Host => BackendKind::Host,
-    }
-}
+use gpurun_image::Platform;
 
 /// The environment variable that makes a missing GPU an error (`--require-gpu`); its values
 /// are read by [`parse_require_gpu`], by the CLI and by `gpurun-test` alike.
@@ -47,11 +38,8 @@ pub fn gpu_required_by_env() -> Result<bool, String> {
 #[error("a GPU is required (--require-gpu or {REQUIRE_GPU_ENV}=1), but {0}")]
 pub struct NoGpu(String);
 
-/// The GPU backends in the order `auto` tries them, with the build target of each.
-const GPU_TARGETS: [(BackendKind, DeviceTarget); 2] = [
-    (BackendKind::Cuda, DeviceTarget::Nvptx),
-    (BackendKind::Hsa, DeviceTarget::Amdgcn),
-];
+/// The GPU backends in the order `auto` tries them.
+const GPU_BACKENDS: [BackendKind; 2] = [BackendKind::Cuda, BackendKind::Hsa];
 
 /// Why `kind` has no device, or `None` when it has one.
 fn missing_devices(kind: BackendKind) -> Option<String> {
@@ -62,35 +50,26 @@ fn missing_devices(kind: BackendKind) -> Option<String> {
     }
 }
 
-/// The target images for `kind` are built for.
-pub fn target_for_backend(kind: BackendKind) -> DeviceTarget {
-    match kind {
-        BackendKind::Cuda => DeviceTarget::Nvptx,
-        BackendKind::Hsa => DeviceTarget::Amdgcn,
-        BackendKind::Host | BackendKind::Scripted => DeviceTarget::Host,
-    }
-}
-
 /// The targets to build for when none is given, one per backend the tests run on: the GPU
 /// that is present, else (unless a GPU is `required`) the host emulation, said in one line on
 /// stderr; an explicit backend choice names its targets (`all`: the host emulation and every
 /// GPU backend with a device, or with `required` the GPU backends only). With `required`, only
 /// GPU backends with a device will do.
-pub fn targets_for(choice: &BackendChoice, required: bool) -> Result<Vec<DeviceTarget>, NoGpu> {
+pub fn targets_for(choice: &BackendChoice, required: bool) -> Result<Vec<Platform>, NoGpu> {
     let gpus_present = || {
         let mut present = Vec::new();
         let mut reasons = Vec::new();
-        for (kind, target) in GPU_TARGETS {
+        for kind in GPU_BACKENDS {
             match missing_devices(kind) {
-                None => present.push(target),
+                None => present.push(kind.platform()),
                 Some(reason) => reasons.push(reason),
             }
         }
         (present, reasons.join("; "))
     };
     let targets = match choice {
-        BackendChoice::Only(kind) => vec![target_for_backend(*kind)],
-        BackendChoice::Each(kinds) => kinds.iter().map(|kind| target_for_backend(*kind)).collect(),
+        BackendChoice::Only(kind) => vec![kind.platform()],
+        BackendChoice::Each(kinds) => kinds.iter().map(|kind| kind.platform()).collect(),
         BackendChoice::Auto => {
             let (present, reasons) = gpus_present();
             if let Some(&first) = present.first() {
@@ -102,7 +81,7 @@ pub fn targets_for(choice: &BackendChoice, required: bool) -> Result<Vec<DeviceT
             eprintln!(
                 "note: no GPU found ({reasons}); running tests on the host emulation backend"
             );
-            return Ok(vec![DeviceTarget::Host]);
+            return Ok(vec![Platform::Host]);
         }
         BackendChoice::All => {
             let (present, reasons) = gpus_present();
@@ -112,7 +91,7 @@ pub fn targets_for(choice: &BackendChoice, required: bool) -> Result<Vec<DeviceT
                 }
                 return Ok(present);
             }
-            std::iter::once(DeviceTarget::Host).chain(present).collect()
+            std::iter::once(Platform::Host).chain(present).collect()
         }
     };
     if required {
@@ -122,14 +101,15 @@ pub fn targets_for(choice: &BackendChoice, required: bool) -> Result<Vec<DeviceT
 }
 
 /// Checks that every one of `targets` runs on a GPU that is present (`--require-gpu`).
-pub fn require_gpu(targets: &[DeviceTarget]) -> Result<(), NoGpu> {
+pub fn require_gpu(targets: &[Platform]) -> Result<(), NoGpu> {
     for &target in targets {
-        let Some((kind, _)) = GPU_TARGETS.iter().find(|(_, gpu)| *gpu == target) else {
+        let kind = BackendKind::for_platform(target);
+        if !kind.is_gpu() {
             return Err(NoGpu(format!(
                 "the {target} target runs on the host emulation backend, not a GPU"
             )));
-        };
-        if let Some(reason) = missing_devices(*kind) {
+        }
+        if let Some(reason) = missing_devices(kind) {
             return Err(NoGpu(format!("{target} needs a {kind} device ({reason})")));
         }
     }
@@ -138,8 +118,8 @@ pub fn require_gpu(targets: &[DeviceTarget]) -> Result<(), NoGpu> {
 
 /// The architecture of the first GPU of `target`'s kind on this machine (CUDA device 0 for
 /// nvptx, HSA agent 0 for amdgcn), when there is one: what `BuildOptions::gpu_arch` asks.
-pub fn gpu_arch(target: DeviceTarget) -> Option<String> {
-    let kind = backend_for_target(target);
+pub fn gpu_arch(target: Platform) -> Option<String> {
+    let kind = BackendKind::for_platform(target);
     if !kind.is_gpu() {
         return None;
     }

@@ -182,7 +182,7 @@ impl Gpu {
             path: path.to_path_buf(),
             message: error.to_string(),
         })?;
-        let kind = backend.unwrap_or_else(|| select::kind_for_image(image.kind()));
+        let kind = backend.unwrap_or_else(|| BackendKind::for_platform(image.kind().platform()));
         let kernels = image
             .kernels()
             .iter()

@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use gpurun_build::{BuildOptions, DeviceTarget, TargetKind};
+use gpurun_build::{BuildOptions, Platform, TargetKind};
 use gpurun_hal::select::BackendChoice;
 use gpurun_runner::sanitizer;
 
@@ -235,7 +235,7 @@ pub struct BuiltImage {
     /// The image file (`.ptx`, `.elf` code object or host `.so`).
     pub path: PathBuf,
     /// What it was built for.
-    pub target: DeviceTarget,
+    pub target: Platform,
 }
 
 /// How long a kernel or device test may run unless [`DeviceCrate::timeout`] says otherwise: as
@@ -394,7 +394,8 @@ impl DeviceCrate {
         let required = gpurun_runner::placement::gpu_required_by_env()?;
         let targets = match &self.target {
             Some(target) => {
-                let parsed = DeviceTarget::parse(target).map_err(|error| error.to_string())?;
+                let parsed =
+                    gpurun_build::arch::parse_target(target).map_err(|error| error.to_string())?;
                 if required {
                     gpurun_runner::placement::require_gpu(&[parsed])
                         .map_err(|error| error.to_string())?;
@@ -434,7 +435,7 @@ impl DeviceCrate {
                 gpu_arch: Some(gpurun_runner::placement::gpu_arch),
                 ..BuildOptions::default()
             };
-            if target == DeviceTarget::Nvptx {
+            if target == Platform::Nvptx {
                 let target_dir =
                     gpurun_build::target_dir(&options).map_err(|error| error.to_string())?;
                 options.nvptx_linker = Some(nvptx_linker(&target_dir)?);
@@ -580,7 +581,7 @@ mod tests {
         let image = |metadata: Option<serde_json::Value>| gpurun_build::BuiltImage {
             package: "timed".to_owned(),
             name: "timed".to_owned(),
-            target: DeviceTarget::Host,
+            target: Platform::Host,
             arch: None,
             path: PathBuf::from("libtimed.so"),
             cubin: None,

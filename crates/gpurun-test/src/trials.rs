@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use gpurun_hal::{select, BackendKind};
+use gpurun_hal::BackendKind;
 use gpurun_harness::bench::{measure, BenchOptions, Unmeasured};
 use gpurun_harness::outcome::{judge, panic_text, Verdict};
 use gpurun_harness::schedule::NEEDS_A_GPU;
@@ -99,7 +99,7 @@ impl DeviceCrate {
             };
             let tests = image.tests().to_vec();
             if !tests.is_empty() {
-                let backend = select::kind_for_image(image.kind());
+                let backend = BackendKind::for_platform(image.kind().platform());
                 with_tests.push((suite, backend, tests));
             }
         }
