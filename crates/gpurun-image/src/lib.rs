@@ -752,15 +752,6 @@ impl Image {
         self.path.as_deref()
     }
 
-    /// The same image as found at `path`, a byte-for-byte copy of the file it was read from
-    /// (a loader that maps files by name loads the copy), without parsing it again.
-    pub fn copied_to(&self, path: &Path) -> Image {
-        Image {
-            path: Some(path.to_owned()),
-            ..self.clone()
-        }
-    }
-
     /// The image's bytes, to hand to the runtime's module loader.
     pub fn bytes(&self) -> &[u8] {
         &self.bytes

@@ -2,7 +2,7 @@
 //!
 //! Each slot is a thread with its own opened device and its own copy of the module: on CUDA its
 //! own stream and RPC buffer in the shared primary context, on HSA its own queue, on the host
-//! its own `dlopen`ed copy of the library. Tests in different slots run at the same time and
+//! its own `dlopen`ed copy of the library (see the host backend). Tests in different slots run at the same time and
 //! their output never mixes, because every frame names its slot.
 
 use crate::protocol::{self, Command, Event, FrameBuffer, Slot, MAX_SLOTS};
@@ -12,7 +12,7 @@ use gpurun_hal::{
 };
 use gpurun_image::Image;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -467,18 +467,9 @@ impl SlotSetup {
             Err(error) => return fail(error.to_string()),
         };
         let device_name = device.info().name.clone();
-        let copy = match self.private_copy() {
-            Ok(copy) => copy,
-            Err(error) => return fail(error),
-        };
-        let copied_image = copy.as_deref().map(|copy| self.image.copied_to(copy));
         let loaded = device
-            .load(copied_image.as_ref().unwrap_or(&self.image), &self.options)
+            .load(&self.image, &self.options)
             .map_err(|error| error.to_string());
-        if let Some(copy) = &copy {
-            // The loader has mapped it; the name is no longer needed.
-            let _ = std::fs::remove_file(copy);
-        }
         let mut module = match loaded {
             Ok(module) => module,
             Err(error) => {
@@ -527,33 +518,6 @@ impl SlotSetup {
             LAUNCHES.fetch_sub(1, Ordering::SeqCst);
             pipe.send(slot, &event);
         }
-    }
-
-    /// The host loader shares one instance of a library between all `dlopen`s of the same file,
-    /// so every slot after the first loads its own copy (and with it its own globals, RPC client
-    /// included). GPU backends load a fresh module from the same bytes.
-    fn private_copy(&self) -> Result<Option<PathBuf>, String> {
-        if self.backend != BackendKind::Host || self.slot == 0 {
-            return Ok(None);
-        }
-        let name = self.image_path().file_name().map_or_else(
-            || "image".into(),
-            |name| name.to_string_lossy().into_owned(),
-        );
-        let copy = std::env::temp_dir().join(format!(
-            "gpurun-{}-slot{}-{name}",
-            std::process::id(),
-            self.slot
-        ));
-        std::fs::copy(self.image_path(), &copy).map_err(|error| {
-            format!(
-                "failed to copy `{}` to `{}` for slot {}: {error}",
-                self.image_path().display(),
-                copy.display(),
-                self.slot
-            )
-        })?;
-        Ok(Some(copy))
     }
 }
 

@@ -2,12 +2,11 @@
 //! memory (or, by choice, mapped host memory), and launches whose panics come back as errors.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use gpurun_hal::handlers::{HostFunctions, PanicReport, Sink};
@@ -91,11 +90,6 @@ impl Sink for Collect<'_> {
     }
 }
 
-/// Host images loaded straight from their file right now. The dynamic loader shares one
-/// instance of a library among all loads of one file, and with it the RPC client global, so a
-/// second live load of the same file loads a private copy instead (as the worker's slots do).
-static LOADED_HOST_FILES: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
-
 /// Tells buffers of different loaded images apart.
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -128,8 +122,6 @@ pub struct Gpu {
     panic_wavefronts: HashMap<String, u32>,
     timeout: Duration,
     backend: BackendKind,
-    /// The host image's file this `Gpu` holds in [`LOADED_HOST_FILES`].
-    holds_file: Option<PathBuf>,
     /// The host functions its kernels may call ([`Gpu::host_function`]), shared with the
     /// module's RPC server.
     host_functions: HostFunctions,
@@ -142,9 +134,6 @@ impl Drop for Gpu {
         unsafe {
             ManuallyDrop::drop(&mut self.module);
             drop(Box::from_raw(self.device));
-        }
-        if let Some(file) = &self.holds_file {
-            release_file(file);
         }
     }
 }
@@ -202,13 +191,7 @@ impl Gpu {
                     .map(|lanes| (kernel.name.clone(), lanes))
             })
             .collect();
-        // Opened before a host image claims its file, so a failure leaves nothing to undo.
         let device = select::backend(kind).open(0)?;
-        let (image, holds_file, copy) = if kind == BackendKind::Host {
-            host_image(path, image)?
-        } else {
-            (image, None, None)
-        };
         let host_functions = HostFunctions::default();
         let options = LoadOptions {
             emulated_lane_size: lane_size,
@@ -218,19 +201,11 @@ impl Gpu {
         let device: *mut dyn Device = Box::into_raw(device);
         // SAFETY: `device` is a valid, uniquely owned allocation until `Gpu::drop` frees it,
         // after dropping the module, so extending the module's borrow of it is sound.
-        let loaded = unsafe { &mut *device }.load(&image, &options);
-        if let Some(copy) = &copy {
-            // The loader has mapped it; the name is no longer needed.
-            let _ = std::fs::remove_file(copy);
-        }
-        let module = match loaded {
+        let module = match unsafe { &mut *device }.load(&image, &options) {
             Ok(module) => module,
             Err(error) => {
                 // SAFETY: nothing borrows the device any more; it came from `Box::into_raw`.
                 drop(unsafe { Box::from_raw(device) });
-                if let Some(file) = &holds_file {
-                    release_file(file);
-                }
                 return Err(error.into());
             }
         };
@@ -244,7 +219,6 @@ impl Gpu {
             panic_wavefronts,
             timeout,
             backend: kind,
-            holds_file,
             host_functions,
         })
     }
@@ -437,56 +411,6 @@ fn buffer_bytes<T>(len: usize) -> Result<usize, Error> {
     len.checked_mul(element_size)
         .filter(|&bytes| bytes <= isize::MAX as usize)
         .ok_or(Error::TooLarge { len, element_size })
-}
-
-fn release_file(file: &Path) {
-    let mut loaded = LOADED_HOST_FILES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    if let Some(loaded) = loaded.as_mut() {
-        loaded.remove(file);
-    }
-}
-
-/// The host image to load: the file itself when no other live `Gpu` loaded it, else a private
-/// copy. Returns the image, the file now held (if any) and the copy to delete after loading.
-#[allow(clippy::type_complexity)]
-fn host_image(
-    path: &Path,
-    image: Image,
-) -> Result<(Image, Option<PathBuf>, Option<PathBuf>), Error> {
-    let file = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    {
-        let mut loaded = LOADED_HOST_FILES
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if loaded.get_or_insert_with(HashSet::new).insert(file.clone()) {
-            return Ok((image, Some(file), None));
-        }
-    }
-    static COPIES: AtomicU64 = AtomicU64::new(0);
-    let name = file.file_name().map_or_else(
-        || "image.so".into(),
-        |name| name.to_string_lossy().into_owned(),
-    );
-    let copy = std::env::temp_dir().join(format!(
-        "gpurun-test-{}-{}-{name}",
-        std::process::id(),
-        COPIES.fetch_add(1, Ordering::Relaxed)
-    ));
-    let image_error = |message: String| Error::Image {
-        path: path.to_path_buf(),
-        message,
-    };
-    std::fs::copy(&file, &copy)
-        .map_err(|error| image_error(format!("cannot copy it to {}: {error}", copy.display())))?;
-    match Image::read(&copy) {
-        Ok(image) => Ok((image, None, Some(copy))),
-        Err(error) => {
-            let _ = std::fs::remove_file(&copy);
-            Err(image_error(error.to_string()))
-        }
-    }
 }
 
 /// Where a [`Buffer`] lives.

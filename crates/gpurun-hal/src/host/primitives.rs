@@ -15,6 +15,9 @@ use gpurun_abi::symbols;
 use gpurun_image::{Image, ImageKind};
 use gpurun_rpc::host_waits::ServerWaker;
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 /// Stack of each emulated thread unless the user asks for another size.
 const DEFAULT_STACK: usize = 1 << 20;
@@ -42,6 +45,70 @@ pub(crate) struct HostPrimitives {
     enter: EnterThread,
     globals: HashMap<String, u64>,
     library: libloading::Library,
+    /// Released after the library is unloaded.
+    _file_claim: FileClaim,
+}
+
+/// Host image files that a live module of this process loaded straight from the file. The
+/// dynamic loader shares one instance of a library among all loads of one file, and with it the
+/// image's globals (the RPC client among them), so a second live load of a file loads a private
+/// copy instead: each module has its own, as on a GPU.
+static LOADED_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A module's hold on its file in [`LOADED_FILES`], if it loaded the file itself.
+struct FileClaim(Option<PathBuf>);
+
+impl Drop for FileClaim {
+    fn drop(&mut self) {
+        if let Some(file) = self.0.take() {
+            let mut loaded = LOADED_FILES.lock().unwrap_or_else(PoisonError::into_inner);
+            loaded.retain(|held| *held != file);
+        }
+    }
+}
+
+/// Loads the library at `path` (absolute), or a private copy of it when a live module of this
+/// process holds the file.
+fn open_library(path: &Path) -> Result<(libloading::Library, FileClaim), BackendError> {
+    let open = |file: &Path| {
+        // SAFETY: loading runs the image's initialisers; the image is a device crate built for
+        // the host by cargo-gpurun (checked by `gpurun-image`).
+        unsafe { libloading::Library::new(file) }.map_err(|error| {
+            BackendError::Incompatible(format!("failed to load `{}`: {error}", path.display()))
+        })
+    };
+    let claimed = {
+        let mut loaded = LOADED_FILES.lock().unwrap_or_else(PoisonError::into_inner);
+        let free = !loaded.iter().any(|held| held == path);
+        if free {
+            loaded.push(path.to_path_buf());
+        }
+        free
+    };
+    if claimed {
+        // The claim is released on the way out if loading fails.
+        let claim = FileClaim(Some(path.to_path_buf()));
+        return Ok((open(path)?, claim));
+    }
+    static COPIES: AtomicU64 = AtomicU64::new(0);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let copy = std::env::temp_dir().join(format!(
+        "gpurun-{}-{}-{name}",
+        std::process::id(),
+        COPIES.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::copy(path, &copy).map_err(|source| BackendError::Io {
+        context: format!(
+            "failed to copy `{}` to `{}` for a second load",
+            path.display(),
+            copy.display()
+        ),
+        source,
+    })?;
+    let library = open(&copy);
+    // Mapped, or not loadable: the name is no longer needed either way.
+    let _ = std::fs::remove_file(&copy);
+    Ok((library?, FileClaim(None)))
 }
 
 impl HostPrimitives {
@@ -68,11 +135,7 @@ impl HostPrimitives {
             context: format!("failed to resolve `{}`", path.display()),
             source,
         })?;
-        // SAFETY: loading runs the image's initialisers; the image is a device crate built for
-        // the host by cargo-gpurun (checked by `gpurun-image`), run in a worker process.
-        let library = unsafe { libloading::Library::new(&path) }.map_err(|error| {
-            BackendError::Incompatible(format!("failed to load `{}`: {error}", path.display()))
-        })?;
+        let (library, file_claim) = open_library(&path)?;
         let mut name = symbols::HOST_ENTER_THREAD.as_bytes().to_vec();
         name.push(0);
         // SAFETY: the symbol has this signature in every image made with the gpurun crate
@@ -100,6 +163,7 @@ impl HostPrimitives {
                 .map(|global| (global.name.clone(), global.size))
                 .collect(),
             library,
+            _file_claim: file_claim,
         })
     }
 
