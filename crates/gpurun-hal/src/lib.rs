@@ -227,7 +227,7 @@ pub trait Device {
         &mut self,
         image: &Image,
         options: &LoadOptions,
-    ) -> Result<Box<dyn Module + '_>, BackendError>;
+    ) -> Result<Box<dyn Module>, BackendError>;
 }
 
 /// A loaded image on one device.

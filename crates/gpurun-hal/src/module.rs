@@ -127,18 +127,18 @@ pub trait Primitives {
 
 /// What an opened device of a backend supplies: loading an image's primitives.
 pub trait LoadPrimitives {
-    type Primitives<'a>: Primitives + 'a
-    where
-        Self: 'a;
+    /// What a loaded image holds; it shares what it needs of the device (an `Rc`), so a module
+    /// borrows nothing from the device that loaded it.
+    type Primitives: Primitives + 'static;
 
-    fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self>;
+    fn primitives(&mut self, image: &Image, opts: &LoadOptions) -> Loaded<Self>;
 }
 
 /// What [`Primitives::start`] returns.
 pub type Started = Result<Box<dyn Launch>, BackendError>;
 
 /// What [`LoadPrimitives::primitives`] returns.
-pub type Loaded<'a, L> = Result<<L as LoadPrimitives>::Primitives<'a>, BackendError>;
+pub type Loaded<L> = Result<<L as LoadPrimitives>::Primitives, BackendError>;
 
 /// The one [`Device`] of every backend: its description and its loader.
 pub struct OpenedDevice<L> {
@@ -165,7 +165,7 @@ impl<L: LoadPrimitives> Device for OpenedDevice<L> {
         &mut self,
         image: &Image,
         options: &LoadOptions,
-    ) -> Result<Box<dyn Module + '_>, BackendError> {
+    ) -> Result<Box<dyn Module>, BackendError> {
         let primitives = self.loader.primitives(image, options)?;
         Ok(Box::new(LoadedModule::new(primitives, image, options)?))
     }

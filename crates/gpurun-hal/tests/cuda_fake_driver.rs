@@ -118,7 +118,7 @@ fn the_image() -> Image {
 }
 
 /// `image` loaded with the default options, and a 4-byte output buffer on the device.
-fn load_with_output<'d>(device: &'d mut dyn Device, image: &Image) -> (Box<dyn Module + 'd>, u64) {
+fn load_with_output(device: &mut dyn Device, image: &Image) -> (Box<dyn Module>, u64) {
     let mut module = device.load(image, &LoadOptions::default()).unwrap();
     let out = module.alloc_device(4).unwrap();
     (module, out)
@@ -173,6 +173,19 @@ fn fake_driver_child() {
         println!("scenario done");
         return;
     }
+    if scenario == "device_dropped_first" {
+        // A module outlives the device that loaded it (as gpurun-test's `Gpu` keeps only the
+        // module): it shares the device, whose context stays until the module is gone.
+        let mut device = CudaBackend.open(0).expect("the fake driver opens");
+        let (mut module, out) = load_with_output(device.as_mut(), &image);
+        drop(device);
+        let mut sink = Collect::default();
+        let end = launch_store(module.as_mut(), SHAPE, out, &mut sink).unwrap();
+        assert_eq!(end, LaunchEnd::Completed);
+        drop(module);
+        println!("scenario done");
+        return;
+    }
     if scenario == "fault_ends_the_process" {
         fault_ends_the_process(&image);
         println!("scenario done");
@@ -181,7 +194,7 @@ fn fake_driver_child() {
     if scenario == "memory_pools" {
         // The RPC heap, which only a running kernel's `malloc` reaches: through the
         // primitives of a module, as the launch loop calls them.
-        let mut device = CudaDevice::open(0).expect("the fake driver opens");
+        let mut device = std::rc::Rc::new(CudaDevice::open(0).expect("the fake driver opens"));
         let mut primitives = device.primitives(&image, &LoadOptions::default()).unwrap();
         let out = primitives.alloc_device(4).unwrap();
         let launch = primitives.start("gpurun_store", SHAPE, &store_args(out));
@@ -619,6 +632,24 @@ fn a_context_made_again_gets_its_stack_again() {
     );
     assert_eq!((reads.len(), sets.len()), (2, 2), "{calls:#?}");
     assert!(retains[1] < reads[1] && reads[1] < sets[1], "{calls:#?}");
+}
+
+/// A module dropped after the device that loaded it frees everything it made (device memory,
+/// pinned host blocks, streams, the module) before the primary context is released.
+#[test]
+fn a_module_keeps_its_device_until_it_is_dropped() {
+    let calls = run("device_dropped_first", &[]);
+    let releases = positions(&calls, "cuDevicePrimaryCtxRelease", "");
+    assert_eq!(releases.len(), 1, "{calls:#?}");
+    let mut freed = positions(&calls, "cuMemFreeHost", "");
+    freed.extend(positions(&calls, "cuMemFree", "address"));
+    freed.extend(positions(&calls, "cuModuleUnload", ""));
+    freed.extend(positions(&calls, "cuStreamDestroy", ""));
+    assert!(freed.len() >= 4, "{calls:#?}");
+    assert!(
+        freed.iter().all(|&at| at < releases[0]),
+        "freed after the context was released: {calls:#?}"
+    );
 }
 
 /// The automatic stack stays within an eighth of the device's memory: on a 4 GiB device that

@@ -4,14 +4,13 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use gpurun_hal::handlers::{HostFunctions, PanicReport, Sink};
 use gpurun_hal::kernel_args::KernelArg;
-use gpurun_hal::{select, BackendKind, Device, LaunchEnd, LaunchShape, LoadOptions, Module};
+use gpurun_hal::{select, BackendKind, LaunchEnd, LaunchShape, LoadOptions, Module};
 use gpurun_image::{Image, KernelParam};
 
 use crate::launch_args::{Arg, DeviceCopy, KernelArgs};
@@ -110,9 +109,8 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// Buffers live in device memory, copied to and from explicitly ([`Gpu::buffer`]), or, by
 /// choice, in host memory mapped for the device ([`Gpu::mapped_buffer`]); see [`Memory`].
 pub struct Gpu {
-    // Dropped before `device`, which it borrows (see `Drop`).
-    module: ManuallyDrop<RefCell<Box<dyn Module>>>,
-    device: *mut dyn Device,
+    /// The loaded image; it keeps what it needs of the device that loaded it.
+    module: RefCell<Box<dyn Module>>,
     id: u64,
     image: PathBuf,
     kernels: Vec<String>,
@@ -125,17 +123,6 @@ pub struct Gpu {
     /// The host functions its kernels may call ([`Gpu::host_function`]), shared with the
     /// module's RPC server.
     host_functions: HostFunctions,
-}
-
-impl Drop for Gpu {
-    fn drop(&mut self) {
-        // SAFETY: the module is dropped exactly once, here, and before the device it borrows;
-        // `device` came from `Box::into_raw` in `Gpu::open` and is freed only here.
-        unsafe {
-            ManuallyDrop::drop(&mut self.module);
-            drop(Box::from_raw(self.device));
-        }
-    }
 }
 
 impl std::fmt::Debug for Gpu {
@@ -191,27 +178,16 @@ impl Gpu {
                     .map(|lanes| (kernel.name.clone(), lanes))
             })
             .collect();
-        let device = select::backend(kind).open(0)?;
+        let mut device = select::backend(kind).open(0)?;
         let host_functions = HostFunctions::default();
         let options = LoadOptions {
             emulated_lane_size: lane_size,
             host_functions: host_functions.clone(),
             ..LoadOptions::default()
         };
-        let device: *mut dyn Device = Box::into_raw(device);
-        // SAFETY: `device` is a valid, uniquely owned allocation until `Gpu::drop` frees it,
-        // after dropping the module, so extending the module's borrow of it is sound.
-        let module = match unsafe { &mut *device }.load(&image, &options) {
-            Ok(module) => module,
-            Err(error) => {
-                // SAFETY: nothing borrows the device any more; it came from `Box::into_raw`.
-                drop(unsafe { Box::from_raw(device) });
-                return Err(error.into());
-            }
-        };
+        let module = device.load(&image, &options)?;
         Ok(Gpu {
-            module: ManuallyDrop::new(RefCell::new(module)),
-            device,
+            module: RefCell::new(module),
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             image: path.to_path_buf(),
             kernels,

@@ -53,6 +53,7 @@ pub use primitives::{CudaPrimitives, ImageFacts};
 use crate::module::{LoadPrimitives, Loaded, OpenedDevice};
 use crate::{Backend, BackendError, BackendKind, Device, DeviceInfo, LoadOptions};
 use gpurun_image::Image;
+use std::rc::Rc;
 
 pub const KIND: BackendKind = BackendKind::Cuda;
 
@@ -71,14 +72,14 @@ impl Backend for CudaBackend {
 
     fn open(&self, ordinal: usize) -> Result<Box<dyn Device>, BackendError> {
         let device = CudaDevice::open(ordinal)?;
-        Ok(OpenedDevice::boxed(device.info.clone(), device))
+        Ok(OpenedDevice::boxed(device.info.clone(), Rc::new(device)))
     }
 }
 
-impl LoadPrimitives for CudaDevice {
-    type Primitives<'a> = CudaPrimitives<'a>;
+impl LoadPrimitives for Rc<CudaDevice> {
+    type Primitives = CudaPrimitives;
 
-    fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
+    fn primitives(&mut self, image: &Image, opts: &LoadOptions) -> Loaded<Self> {
         primitives::load(self, &image_facts(image)?, opts.stack_size)
     }
 }

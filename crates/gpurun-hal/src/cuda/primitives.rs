@@ -18,6 +18,7 @@ use cudarc::driver::sys::{CUfunction, CUmodule, CUresult, CUstream};
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::path::Path;
+use std::rc::Rc;
 
 /// NVIDIA warps are 32 lanes: the RPC packet of a port has 32 buffers.
 pub const LANE_SIZE: u32 = 32;
@@ -43,8 +44,7 @@ pub struct ImageFacts<'a> {
 }
 
 /// An image loaded into a device's primary context.
-pub struct CudaPrimitives<'d> {
-    pub(crate) device: &'d CudaDevice,
+pub struct CudaPrimitives {
     pub(crate) module: CUmodule,
     /// Runs the kernels; non-blocking so it never waits on the legacy default stream.
     pub(crate) stream: CUstream,
@@ -68,6 +68,9 @@ pub struct CudaPrimitives<'d> {
     /// Device memory as large as the L2 cache, written over to flush it (`--flush-l2`), made
     /// at the first flush: its address and size (also in `buffers`, which frees it).
     pub(crate) l2_flush: Option<(u64, usize)>,
+    /// Last: the blocks above are freed (by their own drops, after `Drop`) while the device,
+    /// which may be this module's alone, still holds its context.
+    pub(crate) device: Rc<CudaDevice>,
 }
 
 /// Loads an image: cubin when one for this GPU exists next to the PTX, else the PTX through the
@@ -75,17 +78,17 @@ pub struct CudaPrimitives<'d> {
 /// [`CudaDevice::ensure_stack`]): `stack_size` (`--stack-size`) where given, else
 /// [`automatic_stack_size`] for its kernels' largest static frame, which only the loaded module
 /// can tell. Set before anything of the module is launched.
-pub(crate) fn load<'d>(
-    device: &'d CudaDevice,
+pub(crate) fn load(
+    device: &Rc<CudaDevice>,
     facts: &ImageFacts<'_>,
     stack_size: Option<usize>,
-) -> Result<CudaPrimitives<'d>, BackendError> {
+) -> Result<CudaPrimitives, BackendError> {
     refuse_after_fault()?;
     device.make_current()?;
     let module = load_module(device, facts)?;
     // From here on, dropping `loaded` on an error releases everything made so far.
     let mut loaded = CudaPrimitives {
-        device,
+        device: Rc::clone(device),
         module,
         stream: std::ptr::null_mut(),
         memory_stream: std::ptr::null_mut(),
@@ -219,7 +222,7 @@ fn c_name(name: &str) -> Result<CString, BackendError> {
         .map_err(|_| BackendError::InvalidArgument(format!("symbol name `{name}` contains NUL")))
 }
 
-impl CudaPrimitives<'_> {
+impl CudaPrimitives {
     /// Address and size of a global, or `MissingSymbol`.
     pub(crate) fn global(&self, name: &str) -> Result<(u64, usize), BackendError> {
         let c = c_name(name)?;
@@ -423,7 +426,7 @@ impl CudaPrimitives<'_> {
     }
 }
 
-impl Drop for CudaPrimitives<'_> {
+impl Drop for CudaPrimitives {
     fn drop(&mut self) {
         // Errors cannot be reported from here.
         let _ = self.device.make_current();
@@ -456,7 +459,7 @@ impl Drop for CudaPrimitives<'_> {
     }
 }
 
-impl Primitives for CudaPrimitives<'_> {
+impl Primitives for CudaPrimitives {
     fn rpc_lane_size(&self) -> u32 {
         LANE_SIZE
     }

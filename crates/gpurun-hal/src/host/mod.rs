@@ -128,9 +128,9 @@ impl Backend for HostBackend {
 struct HostLoader;
 
 impl LoadPrimitives for HostLoader {
-    type Primitives<'a> = primitives::HostPrimitives;
+    type Primitives = primitives::HostPrimitives;
 
-    fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
+    fn primitives(&mut self, image: &Image, opts: &LoadOptions) -> Loaded<Self> {
         primitives::HostPrimitives::load(image, opts)
     }
 }

@@ -173,7 +173,7 @@ impl Launch for HsaLaunch {
     }
 }
 
-impl HsaPrimitives<'_> {
+impl HsaPrimitives {
     /// Waits for a free slot, reserves it, writes the packet body, then publishes the header
     /// with a release store and rings the doorbell. The module is the queue's only producer and
     /// has no other launch in flight, so the slot is free at once; should it not become free

@@ -64,6 +64,7 @@ use device::Opened;
 use gpurun_image::{Image, ImageKind};
 use runtime::{LibrarySource, Runtime};
 use std::ffi::OsString;
+use std::rc::Rc;
 
 /// Which backend this is.
 pub const KIND: BackendKind = BackendKind::Hsa;
@@ -124,20 +125,22 @@ impl Backend for HsaBackend {
         let opened = device::open(self.runtime()?, ordinal)?;
         Ok(OpenedDevice::boxed(
             opened.info.clone(),
-            HsaDevice { opened },
+            HsaDevice {
+                opened: Rc::new(opened),
+            },
         ))
     }
 }
 
 /// One opened AMD GPU.
 pub struct HsaDevice {
-    opened: Opened,
+    opened: Rc<Opened>,
 }
 
 impl LoadPrimitives for HsaDevice {
-    type Primitives<'a> = HsaPrimitives<'a>;
+    type Primitives = HsaPrimitives;
 
-    fn primitives<'a>(&'a mut self, image: &Image, opts: &LoadOptions) -> Loaded<'a, Self> {
+    fn primitives(&mut self, image: &Image, opts: &LoadOptions) -> Loaded<Self> {
         check_image_kind(image)?;
         let lane_size = rpc_lane_size(image, self.opened.gpu.wavefront_size);
         primitives::load(

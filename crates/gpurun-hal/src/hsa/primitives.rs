@@ -19,6 +19,7 @@ use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
 use hsa_sys::*;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
+use std::rc::Rc;
 use std::sync::{Arc, Mutex};
 
 /// An executable, destroyed on drop.
@@ -179,8 +180,7 @@ impl DeviceMemory for DeviceHeap {
 }
 
 /// An image loaded on one GPU.
-pub struct HsaPrimitives<'d> {
-    pub(crate) device: &'d Opened,
+pub struct HsaPrimitives {
     /// Everything a running kernel may touch; leaked instead of freed once a launch faulted or
     /// timed out (see `Drop`).
     pub(crate) res: Resources,
@@ -190,6 +190,8 @@ pub struct HsaPrimitives<'d> {
     /// `LoadOptions::stack_size`: the stack a dynamic-stack kernel gets beyond its static frames
     /// (at least 16 KiB, `launch_private_size`).
     pub(crate) stack_size: Option<usize>,
+    /// The GPU the module is loaded on (its runtime outlives `res` through `res`'s own share).
+    pub(crate) device: Rc<Opened>,
 }
 
 /// The objects of a module, dropped in field order: the queue before what its kernels use.
@@ -219,12 +221,12 @@ pub(crate) struct ImageFacts {
 
 /// Loads `code_object` on the device: read, create, load, freeze and validate the executable;
 /// then the queue.
-pub(crate) fn load<'d>(
-    device: &'d Opened,
+pub(crate) fn load(
+    device: &Rc<Opened>,
     code_object: &[u8],
     facts: ImageFacts,
     options: &LoadOptions,
-) -> Result<HsaPrimitives<'d>, BackendError> {
+) -> Result<HsaPrimitives, BackendError> {
     let lib = Arc::clone(device.runtime.lib_arc());
     let executable = load_executable(&lib, device, code_object)?;
     let queue = Queue::create(&lib, device.gpu.agent).map_err(runtime)?;
@@ -235,7 +237,7 @@ pub(crate) fn load<'d>(
         blocks: HashMap::new(),
     };
     Ok(HsaPrimitives {
-        device,
+        device: Rc::clone(device),
         res: Resources {
             queue,
             doorbell: None,
@@ -294,7 +296,7 @@ fn load_with_reader(
     Ok(executable)
 }
 
-impl<'d> HsaPrimitives<'d> {
+impl HsaPrimitives {
     fn lib(&self) -> &Arc<HsaLib> {
         self.device.runtime.lib_arc()
     }
@@ -508,7 +510,7 @@ impl<'d> HsaPrimitives<'d> {
     }
 }
 
-impl Primitives for HsaPrimitives<'_> {
+impl Primitives for HsaPrimitives {
     fn rpc_lane_size(&self) -> u32 {
         self.facts.lane_size
     }

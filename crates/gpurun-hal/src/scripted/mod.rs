@@ -180,9 +180,9 @@ struct ScriptedLoader {
 }
 
 impl LoadPrimitives for ScriptedLoader {
-    type Primitives<'a> = primitives::ScriptedPrimitives;
+    type Primitives = primitives::ScriptedPrimitives;
 
-    fn primitives<'a>(&'a mut self, image: &Image, _: &LoadOptions) -> Loaded<'a, Self> {
+    fn primitives(&mut self, image: &Image, _: &LoadOptions) -> Loaded<Self> {
         Ok(primitives::ScriptedPrimitives::new(
             Arc::clone(&self.script),
             image,
