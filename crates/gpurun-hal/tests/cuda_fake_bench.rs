@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{fake_cuda_in, first, hex, positions, read_cuda_log, with_fake_cuda, Call};
+use common::{fake_cuda_in, first, hex, positions, read_cuda_log, run_child, with_fake_cuda, Call};
 use gpurun_hal::cuda::CudaBackend;
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::kernel_args::KernelArg;
@@ -63,21 +63,9 @@ fn bench_calls() -> &'static [Call] {
         let dir = fake_driver_dir();
         let log = dir.join(format!("bench-{}.log", std::process::id()));
         let _ = std::fs::remove_file(&log);
-        let output = with_fake_cuda(
-            &mut Command::new(std::env::current_exe().unwrap()),
-            dir,
-            &log,
-        )
-        .args(["--exact", "bench_child", "--ignored", "--nocapture"])
-        .env(RUNNING_QUERIES_ENV, "2")
-        .output()
-        .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success() && stdout.contains("scenario done"),
-            "{stdout}\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        with_fake_cuda(&mut command, dir, &log).env(RUNNING_QUERIES_ENV, "2");
+        run_child(&mut command, "bench_child", "launches");
         read_cuda_log(&log)
     })
 }

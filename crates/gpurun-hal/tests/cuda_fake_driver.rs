@@ -13,8 +13,8 @@
 mod common;
 
 use common::{
-    fake_cuda_in, first, launches_are_timed, positions, read_cuda_log, run_log, with_fake_cuda,
-    Call,
+    fake_cuda_in, first, launches_are_timed, positions, read_cuda_log, run_child, run_log,
+    with_fake_cuda, Call,
 };
 use gpurun_hal::cuda::{CudaBackend, CudaDevice, STACK_BEYOND_FRAMES, STUB_DRIVER};
 use gpurun_hal::handlers::Collect;
@@ -100,16 +100,9 @@ fn run(scenario: &str, settings: &[(&str, &str)]) -> Vec<Call> {
     let _ = std::fs::remove_file(&log);
     let mut command = Command::new(std::env::current_exe().unwrap());
     with_fake_cuda(&mut command, dir, &log)
-        .args(["--exact", "fake_driver_child", "--ignored", "--nocapture"])
         .env(SCENARIO_ENV, scenario)
         .envs(settings.iter().copied());
-    let output = command.output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("scenario done"),
-        "{scenario}: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    run_child(&mut command, "fake_driver_child", scenario);
     read_cuda_log(&log)
 }
 

@@ -13,7 +13,9 @@
 
 mod common;
 
-use common::{fake_driver_library, first, hex, positions, read_calls, run_log, Call, LOG_ENV};
+use common::{
+    fake_driver_library, first, hex, positions, read_calls, run_child, run_log, Call, LOG_ENV,
+};
 use gpurun_hal::handlers::Collect;
 use gpurun_hal::hsa::HsaBackend;
 use gpurun_hal::kernel_args::KernelArg;
@@ -132,8 +134,8 @@ fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, Str
     std::fs::create_dir_all(&dir).unwrap();
     let log = run_log(&dir, scenario);
     let _ = std::fs::remove_file(&log);
-    let output = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "fake_runtime_child", "--ignored", "--nocapture"])
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
         .env("GPURUN_HSA_LIB", fake_driver_library())
         .env(LOG_ENV, &log)
         .env(SCENARIO_ENV, scenario)
@@ -148,15 +150,8 @@ fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, Str
         .env_remove(DISPATCH_TICKS_ENV)
         .env_remove(LONG_KERNEL_ENV)
         .env_remove(CPUS_ENV)
-        .envs(settings.iter().copied())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("scenario done"),
-        "{scenario}: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        .envs(settings.iter().copied());
+    let stdout = run_child(&mut command, "fake_runtime_child", scenario);
     let calls = read_calls(&log);
     assert!(
         calls
@@ -164,7 +159,7 @@ fn run_with_output(scenario: &str, settings: &[(&str, &str)]) -> (Vec<Call>, Str
             .is_some_and(|call| call.function == "hsa_init"),
         "{scenario}: the runtime was not used or hsa_init was not first: {calls:#?}"
     );
-    (calls, stdout.into_owned())
+    (calls, stdout)
 }
 
 fn last(calls: &[Call], function: &str, details: &str) -> usize {

@@ -11,7 +11,7 @@
 #[path = "../../gpurun-hal/tests/common/mod.rs"]
 mod common;
 
-use common::{fake_cuda_in, first, positions, read_calls, with_fake_cuda};
+use common::{fake_cuda_in, first, positions, read_calls, run_child, with_fake_cuda};
 use gpurun_test::{BackendKind, Error, Gpu, LaunchEnd, LaunchShape};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -104,22 +104,11 @@ fn after_a_fault_every_gpu_names_it() {
             .join(format!("gpurun-test-fake-cuda-{}", std::process::id())),
     );
     let log = dir.join("calls.log");
-    let output = with_fake_cuda(
-        &mut Command::new(std::env::current_exe().unwrap()),
-        &dir,
-        &log,
-    )
-    .args(["--exact", "fake_driver_child", "--ignored", "--nocapture"])
-    .env(KERNEL_FAULT_ENV, "CUDA_ERROR_ILLEGAL_ADDRESS")
-    .env(DIR_ENV, &dir)
-    .output()
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success() && stdout.contains("scenario done"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    with_fake_cuda(&mut command, &dir, &log)
+        .env(KERNEL_FAULT_ENV, "CUDA_ERROR_ILLEGAL_ADDRESS")
+        .env(DIR_ENV, &dir);
+    run_child(&mut command, "fake_driver_child", "a fault");
     let calls = read_calls(&log);
     let launches = positions(&calls, "cuLaunchKernel", "");
     assert_eq!(launches.len(), 1, "{calls:#?}");

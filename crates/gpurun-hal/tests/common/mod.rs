@@ -68,6 +68,23 @@ pub fn fake_cuda_in(dir: PathBuf) -> PathBuf {
     dir
 }
 
+/// Runs test `child` of this test binary again in `command` (a child process of the test
+/// binary, its environment set: the fake driver, the scenario), alone and with its output;
+/// panics, naming `what`, unless it ends well after printing `scenario done`. Its stdout.
+pub fn run_child(command: &mut Command, child: &str, what: &str) -> String {
+    let output = command
+        .args(["--exact", child, "--ignored", "--nocapture"])
+        .output()
+        .expect("the test binary runs again");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success() && stdout.contains("scenario done"),
+        "{what}: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
 /// `command` set up to load the fake CUDA driver from `dir` (made by [`fake_cuda_in`]) and log
 /// its calls to `log`, with none of the CUDA variables the tests are about inherited.
 pub fn with_fake_cuda<'c>(command: &'c mut Command, dir: &Path, log: &Path) -> &'c mut Command {
