@@ -1278,28 +1278,50 @@ pub unsafe extern "C" fn cuMemFreeAsync(address: CUdeviceptr, stream: CUstream) 
     )
 }
 
-/// A host-to-device copy on `stream` (0: the legacy stream), in flight until that stream is
-/// synchronized.
+/// Which way a copy goes.
+#[derive(Clone, Copy)]
+enum Way {
+    ToDevice,
+    FromDevice,
+}
+
+/// A copy between `host` and the device memory at `device`, on `stream` (`None`: the legacy
+/// stream; a stream named must exist). A host-to-device copy is in flight until its stream is
+/// synchronized; a device-to-host one is done at once (every launch has ended or been
+/// synchronized in the fake when the backend reads).
 ///
 /// # Safety
-/// `host` must hold `bytes` bytes, per the API.
-unsafe fn copy_to_device(
+/// `host` must hold, or have room for, `bytes` bytes, per the API.
+unsafe fn copy(
     function: &str,
+    way: Way,
     device: CUdeviceptr,
-    host: *const c_void,
+    host: *mut c_void,
     bytes: usize,
-    stream: usize,
+    stream: Option<CUstream>,
 ) -> CUresult {
+    let stream = match stream.map(handle_of) {
+        Some(stream) if !state().streams.contains_key(&stream) => {
+            return call(function, format!("stream={stream:#x}"), || {
+                CUresult::CUDA_ERROR_INVALID_HANDLE
+            });
+        }
+        stream => stream.unwrap_or(0),
+    };
     let place = state().locate(device, bytes);
     let on = if stream == 0 {
         String::new()
     } else {
         format!(" stream={stream:#x}")
     };
+    let side = match way {
+        Way::ToDevice => "to",
+        Way::FromDevice => "from",
+    };
     call(
         function,
         format!(
-            "to={} bytes={bytes}{on}",
+            "{side}={} bytes={bytes}{on}",
             place.as_deref().unwrap_or("invalid")
         ),
         || {
@@ -1309,13 +1331,22 @@ unsafe fn copy_to_device(
             if host.is_null() {
                 return CUresult::CUDA_ERROR_INVALID_VALUE;
             }
-            // SAFETY: the destination lies in one of our blocks (checked); the source holds
-            // `bytes` bytes per the caller.
-            unsafe { std::ptr::copy(host.cast::<u8>(), device as *mut u8, bytes) };
-            state().pending_copies.push(PendingCopy {
-                stream,
-                place: place.clone(),
-            });
+            match way {
+                Way::ToDevice => {
+                    // SAFETY: the destination lies in one of our blocks (checked); the source
+                    // holds `bytes` bytes per the caller.
+                    unsafe { std::ptr::copy(host.cast::<u8>(), device as *mut u8, bytes) };
+                    state().pending_copies.push(PendingCopy {
+                        stream,
+                        place: place.clone(),
+                    });
+                }
+                // SAFETY: the source lies in one of our blocks (checked); the destination has
+                // room for `bytes` bytes per the caller.
+                Way::FromDevice => unsafe {
+                    std::ptr::copy(device as *const u8, host.cast::<u8>(), bytes)
+                },
+            }
             CUresult::CUDA_SUCCESS
         },
     )
@@ -1356,50 +1387,23 @@ pub unsafe extern "C" fn cuMemsetD8Async(
     )
 }
 
-/// A device-to-host copy (`stream` only names it in the log: every launch has ended or been
-/// synchronized in the fake when the backend reads).
-///
-/// # Safety
-/// `host` must have room for `bytes` bytes, per the API.
-unsafe fn copy_from_device(
-    function: &str,
-    host: *mut c_void,
-    device: CUdeviceptr,
-    bytes: usize,
-    stream: usize,
-) -> CUresult {
-    let place = state().locate(device, bytes);
-    let on = if stream == 0 {
-        String::new()
-    } else {
-        format!(" stream={stream:#x}")
-    };
-    call(
-        function,
-        format!(
-            "from={} bytes={bytes}{on}",
-            place.as_deref().unwrap_or("invalid")
-        ),
-        || {
-            if place.is_none() || host.is_null() {
-                return CUresult::CUDA_ERROR_INVALID_VALUE;
-            }
-            // SAFETY: the source lies in one of our blocks (checked); the destination holds
-            // `bytes` bytes per the caller.
-            unsafe { std::ptr::copy(device as *const u8, host.cast::<u8>(), bytes) };
-            CUresult::CUDA_SUCCESS
-        },
-    )
-}
-
 #[no_mangle]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2(
     device: CUdeviceptr,
     host: *const c_void,
     bytes: usize,
 ) -> CUresult {
-    // SAFETY: the source per the API.
-    unsafe { copy_to_device("cuMemcpyHtoD", device, host, bytes, 0) }
+    // SAFETY: the source per the API; it is only read.
+    unsafe {
+        copy(
+            "cuMemcpyHtoD",
+            Way::ToDevice,
+            device,
+            host.cast_mut(),
+            bytes,
+            None,
+        )
+    }
 }
 
 #[no_mangle]
@@ -1409,14 +1413,18 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
     bytes: usize,
     stream: CUstream,
 ) -> CUresult {
-    let stream = handle_of(stream);
-    if !state().streams.contains_key(&stream) {
-        return call("cuMemcpyHtoDAsync", format!("stream={stream:#x}"), || {
-            CUresult::CUDA_ERROR_INVALID_HANDLE
-        });
+    let host = host.cast_mut();
+    // SAFETY: the source per the API; it is only read.
+    unsafe {
+        copy(
+            "cuMemcpyHtoDAsync",
+            Way::ToDevice,
+            device,
+            host,
+            bytes,
+            Some(stream),
+        )
     }
-    // SAFETY: the source per the API.
-    unsafe { copy_to_device("cuMemcpyHtoDAsync", device, host, bytes, stream) }
 }
 
 #[no_mangle]
@@ -1426,7 +1434,7 @@ pub unsafe extern "C" fn cuMemcpyDtoH_v2(
     bytes: usize,
 ) -> CUresult {
     // SAFETY: the destination per the API.
-    unsafe { copy_from_device("cuMemcpyDtoH", host, device, bytes, 0) }
+    unsafe { copy("cuMemcpyDtoH", Way::FromDevice, device, host, bytes, None) }
 }
 
 #[no_mangle]
@@ -1436,14 +1444,17 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
     bytes: usize,
     stream: CUstream,
 ) -> CUresult {
-    let stream = handle_of(stream);
-    if !state().streams.contains_key(&stream) {
-        return call("cuMemcpyDtoHAsync", format!("stream={stream:#x}"), || {
-            CUresult::CUDA_ERROR_INVALID_HANDLE
-        });
-    }
     // SAFETY: the destination per the API.
-    unsafe { copy_from_device("cuMemcpyDtoHAsync", host, device, bytes, stream) }
+    unsafe {
+        copy(
+            "cuMemcpyDtoHAsync",
+            Way::FromDevice,
+            device,
+            host,
+            bytes,
+            Some(stream),
+        )
+    }
 }
 
 #[cfg(test)]
