@@ -436,27 +436,11 @@ fn warp_reductions_and_scans_match_the_cpu_over_partial_warps_and_scattered_mask
     }
 }
 
+include!("../../fixtures/device-ops/src/math_list.rs");
+
 /// What `math_of` in the fixture computes, with the `libm` crate on the CPU.
 fn math_reference(x: f32) -> [f32; 16] {
-    let wide = f64::from(x);
-    [
-        libm::sinf(x),
-        libm::cosf(x),
-        libm::tanf(x),
-        libm::expf(x),
-        libm::logf(x),
-        libm::powf(x, 1.7),
-        libm::atan2f(x, 0.75),
-        libm::tanhf(x),
-        libm::cbrtf(x),
-        libm::erff(x),
-        libm::sqrtf(x),
-        libm::fmaf(x, 1.5, -0.25),
-        libm::floorf(x * 3.3),
-        libm::sin(wide) as f32,
-        libm::exp(wide * 0.5) as f32,
-        libm::sqrt(wide) as f32,
-    ]
+    math_list!(libm, x)
 }
 
 #[test]

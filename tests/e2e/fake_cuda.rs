@@ -12,7 +12,7 @@ use gpurun_abi::{Bench, TestDesc, Throughput};
 use gpurun_e2e::fake_driver::{
     fake_cuda_in, first, launches_are_timed, positions, read_cuda_log, with_fake_cuda, Call,
 };
-use gpurun_e2e::gpurun;
+use gpurun_e2e::{fresh_dir, gpurun};
 use gpurun_hal::cuda::STACK_BEYOND_FRAMES;
 
 /// How many times the fake driver's `cuStreamQuery` says a kernel still runs.
@@ -29,11 +29,10 @@ fn fake_cuda_dir() -> &'static Path {
 
 /// A folder for one case's files, fresh.
 fn case_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fake-cuda-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    fresh_dir(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("fake-cuda-{name}"),
+    )
 }
 
 /// An image with LLVM libc's `_start(int, char **, char **, int *)` and nothing else.

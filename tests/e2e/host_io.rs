@@ -2,16 +2,12 @@
 //! system}`), on the host emulation backend: `cargo gpurun run` forwards its stdin, files are
 //! opened by the host server, and `system()` runs only with `--allow-system`.
 
-use gpurun_e2e::{assert_contains, describe, run_fixture, text};
+use gpurun_e2e::{assert_contains, describe, fresh_dir, run_fixture, text};
 use std::io::Write;
 use std::process::Stdio;
 
 fn scratch(name: &str) -> std::path::PathBuf {
-    let dir =
-        std::env::temp_dir().join(format!("gpurun-e2e-host-io-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    fresh_dir(&std::env::temp_dir(), &format!("gpurun-e2e-host-io-{name}"))
 }
 
 /// `cargo gpurun run OPTIONS host-io ARGS` with no stdin.

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use gpurun_e2e::fake_driver::{fake_cuda_in, LOG_ENV};
 use gpurun_e2e::{
-    assert_contains, assert_test_lines, describe, gpu_images_dir, gpurun, host_image, json_lines,
-    repo_root, text, HOST_BUILD_JSON,
+    assert_contains, assert_test_lines, describe, fresh_dir, gpu_images_dir, gpurun, host_image,
+    json_lines, repo_root, text, HOST_BUILD_JSON,
 };
 
 use crate::lifetime::{ended, send, Run};
@@ -58,11 +58,10 @@ fn sanitize_ptx() -> &'static Path {
 
 /// A folder for one case's files, fresh.
 fn case_dir(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("sanitize-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    fresh_dir(
+        Path::new(env!("CARGO_TARGET_TMPDIR")),
+        &format!("sanitize-{name}"),
+    )
 }
 
 /// `cargo gpurun ARGS` on the fake CUDA driver (calls logged to `log`) with the stand-in

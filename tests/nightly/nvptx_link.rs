@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use gpurun_build::toolchain;
-use gpurun_e2e::{nightly, nvptx_linker};
+use gpurun_e2e::{fresh_dir, nightly, nvptx_linker};
 
 const MODULE: &str = r#"
 target triple = "nvptx64-nvidia-cuda"
@@ -44,10 +44,7 @@ fn tools() -> Option<PathBuf> {
 }
 
 fn scratch(name: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    fresh_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), name)
 }
 
 fn link(args: &[&Path]) -> Output {

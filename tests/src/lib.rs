@@ -29,6 +29,15 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".."))
 }
 
+/// A fresh, empty directory in `parent` named `name` and this process's id (test processes
+/// running side by side keep apart); whatever was there before is removed.
+pub fn fresh_dir(parent: &Path, name: &str) -> PathBuf {
+    let dir = parent.join(format!("{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
 /// The fixtures workspace.
 pub fn fixtures_dir() -> PathBuf {
     repo_root().join("fixtures")

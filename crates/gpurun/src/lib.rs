@@ -21,10 +21,8 @@
 //! client sequences) or spell the ABI's names and formats itself (they come from `gpurun-abi`).
 #![cfg_attr(any(target_arch = "nvptx64", target_arch = "amdgpu"), no_std)]
 #![cfg_attr(
-    target_arch = "nvptx64",
+    any(target_arch = "nvptx64", target_arch = "amdgpu"),
     feature(
-        asm_experimental_arch,
-        stdarch_nvptx,
         allow_internal_unstable,
         core_intrinsics,
         gpu_intrinsics,
@@ -34,19 +32,8 @@
         core_float_math
     )
 )]
-#![cfg_attr(
-    target_arch = "amdgpu",
-    feature(
-        stdarch_amdgpu,
-        allow_internal_unstable,
-        core_intrinsics,
-        gpu_intrinsics,
-        gpu_launch_sized_workgroup_mem,
-        link_llvm_intrinsics,
-        abi_unadjusted,
-        core_float_math
-    )
-)]
+#![cfg_attr(target_arch = "nvptx64", feature(asm_experimental_arch, stdarch_nvptx))]
+#![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
 // A host image built for the emulation's memory checks (`-Zsanitizer=thread`, nightly)
 // implements the instrumentation's hooks with intrinsics, uninstrumented (`arch/checks.rs`).
 #![cfg_attr(gpurun_emulation_checks, feature(sanitize, core_intrinsics))]
