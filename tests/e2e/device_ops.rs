@@ -222,21 +222,8 @@ fn warp_sums_and_compaction_follow_the_lane_size() {
     }
 }
 
-/// The fixture's masks of `warp_reductions` (`SCATTERED`, `EVEN`, `mask_of`), for the CPU.
-const SCATTERED: u64 = 0x9f00_3c21_8421_0a53;
-const EVEN: u64 = 0x5555_5555_5555_5555;
-const MASK_KINDS: usize = 4;
-
-fn mask_of(kind: usize, lane: usize, present: u64) -> u64 {
-    let half = if lane.is_multiple_of(2) { EVEN } else { !EVEN };
-    let mask = match kind {
-        0 => u64::MAX,
-        1 => SCATTERED,
-        2 => half,
-        _ => !(present & present.wrapping_neg()),
-    };
-    mask & present
-}
+// The fixture's masks of `warp_reductions` (`SCATTERED`, `EVEN`, `MASK_KINDS`, `mask_of`).
+include!("../../fixtures/device-ops/src/masks.rs");
 
 /// The documented order of `warp::reduce_sum` (and min, max) over `values` (the mask's lanes in
 /// lane order): a pairwise tree, `((v0 + v1) + (v2 + v3)) + ...`, a value without a partner
@@ -304,9 +291,9 @@ fn warp_reductions_reference(
             } else {
                 (1u64 << present_lanes) - 1
             };
-            let kind = (block * warps_per_block + warp) % MASK_KINDS;
+            let kind = (block * warps_per_block + warp) % MASK_KINDS as usize;
             for lane in 0..present_lanes {
-                let mask = mask_of(kind, lane, present);
+                let mask = mask_of(kind as u32, lane as u32, present);
                 if mask >> lane & 1 == 0 {
                     ints.extend([u32::MAX; 9]);
                     floats.extend([f32::NEG_INFINITY; 4]);
