@@ -54,7 +54,7 @@
 // The exported functions are the CUDA driver API: its documentation is their contract.
 #![allow(clippy::missing_safety_doc, non_snake_case)]
 
-use crate::record::{hex, record};
+use crate::record::{hex, record, setting_u64};
 use cudarc::driver::sys::{
     CUcontext, CUdevice, CUdevice_attribute, CUdeviceptr, CUevent, CUevent_flags, CUfunction,
     CUfunction_attribute, CUjit_option, CUlimit, CUmodule, CUresult, CUstream, CUstream_flags,
@@ -124,23 +124,12 @@ fn status_named(name: &str) -> CUresult {
 
 /// The failure [`FAIL_ENV`] chooses for `function`, if any.
 fn chosen_failure(function: &str) -> Option<CUresult> {
-    let setting = std::env::var(FAIL_ENV).ok()?;
-    setting.split(',').find_map(|entry| {
-        let (name, status) = entry.trim().split_once('=')?;
-        (name == function).then(|| status_named(status))
-    })
-}
-
-fn number_setting(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(default)
+    crate::record::chosen_failure(FAIL_ENV, function, status_named)
 }
 
 /// Each kernel's static shared memory ([`STATIC_SHARED_ENV`]).
 fn static_shared() -> i32 {
-    i32::try_from(number_setting(STATIC_SHARED_ENV, 0)).unwrap_or(0)
+    i32::try_from(setting_u64(STATIC_SHARED_ENV, 0)).unwrap_or(0)
 }
 
 /// The static frame [`LOCAL_BYTES_ENV`] gives `kernel`.
@@ -512,7 +501,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
                 A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN => SHARED_PER_BLOCK_OPTIN,
                 A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE => L2_CACHE_BYTES,
                 A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED => {
-                    i32::from(number_setting(MEMORY_POOLS_ENV, 0) != 0)
+                    i32::from(setting_u64(MEMORY_POOLS_ENV, 0) != 0)
                 }
                 _ => 0,
             };
@@ -525,7 +514,7 @@ pub unsafe extern "C" fn cuDeviceGetAttribute(
 #[no_mangle]
 pub unsafe extern "C" fn cuDeviceTotalMem_v2(bytes: *mut usize, device: CUdevice) -> CUresult {
     call("cuDeviceTotalMem", format!("device={device}"), || {
-        let bytes_total = number_setting(MEMORY_MIB_ENV, 80 << 10) << 20;
+        let bytes_total = setting_u64(MEMORY_MIB_ENV, 80 << 10) << 20;
         // SAFETY: an out-pointer per the API.
         unsafe { put(bytes, usize::try_from(bytes_total).unwrap_or(usize::MAX)) }
     })
@@ -1009,7 +998,7 @@ pub unsafe extern "C" fn cuFuncGetAttribute(
         |handle| {
             let answer = match which {
                 A::CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK => {
-                    i32::try_from(number_setting(MAX_THREADS_ENV, 1024)).unwrap_or(1024)
+                    i32::try_from(setting_u64(MAX_THREADS_ENV, 1024)).unwrap_or(1024)
                 }
                 A::CU_FUNC_ATTRIBUTE_NUM_REGS => 64,
                 A::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES => {
@@ -1161,7 +1150,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
         if let Some(fault) = stream.fault {
             return fault;
         }
-        stream.running = number_setting(RUNNING_QUERIES_ENV, 0);
+        stream.running = setting_u64(RUNNING_QUERIES_ENV, 0);
         stream.fault = std::env::var(KERNEL_FAULT_ENV)
             .ok()
             .map(|name| status_named(&name));

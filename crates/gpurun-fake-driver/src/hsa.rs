@@ -68,7 +68,7 @@
 // The exported functions are the HSA runtime API: its documentation is their contract.
 #![allow(clippy::missing_safety_doc)]
 
-use crate::record::{hex, record};
+use crate::record::{hex, record, setting_u64};
 use hsa_sys::*;
 use object::{Object, ObjectSegment, ObjectSymbol};
 use std::alloc::Layout;
@@ -154,25 +154,13 @@ fn status_text(status: hsa_status_t) -> String {
 
 /// The failure [`FAIL_ENV`] chooses for `function`, if any.
 fn chosen_failure(function: &str) -> Option<hsa_status_t> {
-    let setting = std::env::var(FAIL_ENV).ok()?;
-    setting.split(',').find_map(|entry| {
-        let (name, status) = entry.trim().split_once('=')?;
-        (name == function).then(|| status_named(status))
-    })
+    crate::record::chosen_failure(FAIL_ENV, function, status_named)
 }
 
 /// The address [`FAULT_ENV`] asks a memory fault for, if any.
 fn fault_address() -> Option<u64> {
     let value = std::env::var(FAULT_ENV).ok()?;
     u64::from_str_radix(value.trim().trim_start_matches("0x"), 16).ok()
-}
-
-/// The `u64` in environment variable `name`, else `default`.
-fn setting_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|value| value.trim().parse().ok())
-        .unwrap_or(default)
 }
 
 fn running_polls() -> u64 {

@@ -1,5 +1,5 @@
-//! The call log: one line per call, appended with a single write so lines from several
-//! processes (a parent and its workers) do not interleave.
+//! The call log (one line per call, appended with a single write so lines from several
+//! processes, a parent and its workers, do not interleave), and the settings tests choose.
 
 use std::io::Write;
 
@@ -17,6 +17,28 @@ pub(crate) fn record(line: &str) {
     {
         let _ = file.write_all(text.as_bytes());
     }
+}
+
+/// The status a test's failure setting (`FUNCTION=STATUS,...` in environment variable `env`)
+/// chooses for `function`, read by `status_named`; `None` where it names none.
+pub(crate) fn chosen_failure<T>(
+    env: &str,
+    function: &str,
+    status_named: impl Fn(&str) -> T,
+) -> Option<T> {
+    let setting = std::env::var(env).ok()?;
+    setting.split(',').find_map(|entry| {
+        let (name, status) = entry.trim().split_once('=')?;
+        (name == function).then(|| status_named(status))
+    })
+}
+
+/// The `u64` in environment variable `name`, else `default`.
+pub(crate) fn setting_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(default)
 }
 
 /// `bytes` as lowercase hex, for logged parameter buffers.
