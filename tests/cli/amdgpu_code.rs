@@ -59,7 +59,12 @@ fn build(fixtures: &[&str], arch: &str, release: bool) -> Vec<PathBuf> {
     }
     args.extend(["--target", "amdgcn", "--arch", arch]);
     args.extend(["--manifest-path", manifest.to_str().unwrap()]);
-    built_image_paths(&gpurun_in_root(&args, &[]))
+    // The GPU images' target directory, where the other tests' amdgcn debug builds (for
+    // gfx1100 too) reuse these.
+    built_image_paths(&gpurun_in_root(
+        &args,
+        &[("CARGO_TARGET_DIR", &gpu_images_dir())],
+    ))
 }
 
 /// The gfx90a (wave64) release builds, made once.

@@ -1,9 +1,10 @@
 //! `cargo gpurun build` run for real on the fixtures: nvptx (PTX + cubin, assembled for sm_70,
-//! sm_80 and sm_90), amdgcn gfx90a (code object checked with `object` and cross-checked with
+//! sm_80 and sm_90), amdgcn gfx1100 (code object checked with `object` and cross-checked with
 //! `llvm-readobj`), the host `.so`, and every bad input the build must refuse with one clear line.
 //!
 //! The fixtures' GPU builds share the end-to-end tests' GPU target directory (so `core`/`alloc`
-//! are built once per target in a run), their host builds `fixtures/target`, and they are
+//! are built once per target in a run; every debug build for amdgcn is for gfx1100, as
+//! tests/cli/amdgpu_code.rs's and tests/e2e/images.rs's are), their host builds `fixtures/target`, and they are
 //! serialized with a lock. Tests that need the nightly toolchain or ptxas print why they do
 //! not run when those are absent, and fail instead under `CI=true`.
 
@@ -280,7 +281,7 @@ fn amdgcn_test_notes_it_cannot_build_the_lib_in_test_mode() {
     let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
     };
-    let output = list_fixture("unit-tests", "amdgcn", &["--arch", "gfx90a", "-q"]);
+    let output = list_fixture("unit-tests", "amdgcn", &["--arch", "gfx1100", "-q"]);
     let stderr = text(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert_eq!(
@@ -304,7 +305,7 @@ fn amdgcn_test_says_why_it_skips_executable_targets() {
     let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
     };
-    let output = list_targets_fixture("amdgcn", &["--arch", "gfx90a", "-q"]);
+    let output = list_targets_fixture("amdgcn", &["--arch", "gfx1100", "-q"]);
     let stderr = text(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     assert_eq!(
@@ -340,7 +341,7 @@ fn amdgcn_builds_of_a_bare_kernel_and_of_hello() {
     let images = build_json(
         "bare-kernel",
         "amdgcn",
-        &["-p", "hello", "--target", "host", "--arch", "gfx90a"],
+        &["-p", "hello", "--target", "host", "--arch", "gfx1100"],
     );
     let amdgcn: Vec<&serde_json::Value> = images
         .iter()
@@ -351,7 +352,7 @@ fn amdgcn_builds_of_a_bare_kernel_and_of_hello() {
     let readobj = toolchain::find_llvm_tool_in(&toolchain.rustlib_bin_dir(), "llvm-readobj")
         .expect("llvm-readobj is part of llvm-tools");
     for image in amdgcn {
-        assert_eq!(image["arch"], "gfx90a");
+        assert_eq!(image["arch"], "gfx1100");
         let kernels: Vec<String> = image["kernels"]
             .as_array()
             .unwrap()
@@ -374,7 +375,10 @@ fn amdgcn_builds_of_a_bare_kernel_and_of_hello() {
         let bytes = std::fs::read(&path).unwrap();
         let summary = validate::check_amdgpu_code_object(&bytes).unwrap();
         assert_eq!(&summary.kernels, expected);
-        assert_eq!(summary.target.as_deref(), Some("amdgcn-amd-amdhsa--gfx90a"));
+        assert_eq!(
+            summary.target.as_deref(),
+            Some("amdgcn-amd-amdhsa--gfx1100")
+        );
 
         // Cross-check with LLVM's own reader.
         let output = Command::new(&readobj)
@@ -386,7 +390,7 @@ fn amdgcn_builds_of_a_bare_kernel_and_of_hello() {
         let listing = text(&output.stdout);
         assert!(listing.contains("EM_AMDGPU"), "{listing}");
         assert!(listing.contains("NT_AMDGPU_METADATA"), "{listing}");
-        assert!(listing.contains("amdgcn-amd-amdhsa--gfx90a"), "{listing}");
+        assert!(listing.contains("amdgcn-amd-amdhsa--gfx1100"), "{listing}");
         for kernel in expected {
             assert!(listing.contains(&format!("Name: {kernel}.kd")), "{listing}");
             let in_metadata = listing.lines().any(|line| {
@@ -404,9 +408,9 @@ fn amdgcn_arch_from_package_metadata() {
     let Some(_lock) = lock_fixtures_with_nightly() else {
         return;
     };
-    // bare-kernel sets `amdgcn-arch = "gfx90a"` in [package.metadata.gpurun].
+    // bare-kernel sets `amdgcn-arch = "gfx1100"` in [package.metadata.gpurun].
     let images = build_json("bare-kernel", "amdgcn", &[]);
-    assert_eq!(images[0]["arch"], "gfx90a");
+    assert_eq!(images[0]["arch"], "gfx1100");
 }
 
 #[test]

@@ -1,7 +1,7 @@
-//! Every fixture builds for nvptx, amdgcn (gfx90a) and the host, and the test list read from
-//! each test image (benchmarks included) equals the one written in its source (program fixtures
-//! have none). Also: the PTX of the panic path has no `trap` (a trap would poison the CUDA
-//! context instead of ending one thread).
+//! Every fixture builds for nvptx, amdgcn (gfx1100, as every amdgcn debug build of the tests)
+//! and the host, and the test list read from each test image (benchmarks included) equals the
+//! one written in its source (program fixtures have none). Also: the PTX of the panic path has
+//! no `trap` (a trap would poison the CUDA context instead of ending one thread).
 
 use gpurun_e2e::{describe, fixtures_dir, gpu_images_dir, gpurun, host_images, text};
 use std::collections::BTreeSet;
@@ -224,6 +224,8 @@ fn amdgcn_images_list_their_tests() {
     if !gpu_toolchain_present() {
         return;
     }
-    let dir = build_gpu("amdgcn", &["--arch", "gfx90a"]);
+    // gfx1100, whose debug builds tests/cli/amdgpu_code.rs and tests/cli/build.rs also make in
+    // this target directory: one amdgcn `core` for all of them.
+    let dir = build_gpu("amdgcn", &["--arch", "gfx1100"]);
     check_lists(false, |fixture| dir.join(format!("{fixture}.elf")));
 }
