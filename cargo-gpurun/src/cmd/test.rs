@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 use gpurun_build::coverage::{self, Profiles};
-use gpurun_build::suite::{self, Suite, DEFAULT_TEST_TIMEOUT};
+use gpurun_build::suite::{self, Suite};
 use gpurun_build::{BuiltImage, Platform, TargetKind};
 use gpurun_hal::select::BackendChoice;
 use gpurun_hal::BackendKind;
@@ -18,10 +18,10 @@ use gpurun_harness::time::TestKind;
 use gpurun_harness::variants::VariantExecutor;
 use gpurun_harness::{Executor, HarnessArgs};
 use gpurun_runner::placement;
-use gpurun_runner::{WorkerExecutor, WorkerOptions};
+use gpurun_runner::{SuiteWorkers, WorkerExecutor, WorkerOptions};
 
 use super::device::{backend_choice, backend_for, options, sanitizer, DeviceArgs, LaneSizes};
-use super::worker::worker_spec;
+use super::worker::{worker_exe, WORKER_PREFIX};
 use crate::cli::CargoArgs;
 use crate::exit_code;
 
@@ -170,10 +170,7 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
                     continue;
                 }
             };
-            let timeout = harness_args
-                .test_timeout
-                .or(suite::test_timeout(&suite.built)?)
-                .unwrap_or(DEFAULT_TEST_TIMEOUT);
+            let timeout = suite::time_limit(&suite.built, harness_args.test_timeout)?;
             // The host emulation runs at each lane size asked for; a GPU has its own.
             let lane_sizes = match kind {
                 BackendKind::Host => args.device.lane_size.each(),
@@ -368,29 +365,18 @@ pub fn test_executor(
     (timeout, emulation_checks, lane_size): (Duration, bool, u32),
     env: Vec<(String, String)>,
 ) -> anyhow::Result<WorkerExecutor> {
-    let sanitizer = sanitizer(device, kind)?;
-    let ordinals = gpurun_runner::test_devices(device.device, kind)?;
-    let base = WorkerOptions {
-        lane_size,
-        ..options(device, kind, emulation_checks)
+    let workers = SuiteWorkers {
+        exe: worker_exe()?,
+        prefix: WORKER_PREFIX,
+        options: WorkerOptions {
+            lane_size,
+            ..options(device, kind, emulation_checks)
+        },
+        device: device.device,
+        sanitizer: sanitizer(device, kind)?,
+        env,
     };
-    let specs = ordinals
-        .into_iter()
-        .map(|ordinal| {
-            let options = WorkerOptions {
-                device: ordinal,
-                ..base.clone()
-            };
-            let mut spec = worker_spec(&options, image, sanitizer.clone())?;
-            spec.env.extend(env.iter().cloned());
-            Ok(spec)
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
     // A bad RUST_TEST_THREADS is reported by the harness itself.
     let concurrency = gpurun_harness::test_threads(harness_args).unwrap_or(1);
-    let executor = WorkerExecutor::new(specs, concurrency, Some(timeout));
-    Ok(match (kind, base.emulation_seed) {
-        (BackendKind::Host, Some(seed)) => executor.with_note(gpurun_hal::host::seed_note(seed)),
-        _ => executor,
-    })
+    Ok(workers.executor(image, concurrency, timeout)?)
 }

@@ -2,7 +2,7 @@
 //! command line belongs to the runner, which writes and reads it.
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -15,6 +15,15 @@ pub struct WorkerArgs {
     pub args: Vec<OsString>,
 }
 
+/// The arguments before a worker's own: the hidden subcommand.
+pub const WORKER_PREFIX: &[&str] = &["gpurun", "__worker"];
+
+/// The executable workers run: this very one.
+pub fn worker_exe() -> anyhow::Result<PathBuf> {
+    std::env::current_exe()
+        .map_err(|e| anyhow::anyhow!("cannot find the cargo-gpurun executable: {e}"))
+}
+
 /// The spec that starts a worker for `image`: this very executable, hidden subcommand, under
 /// `sanitizer` when given.
 pub fn worker_spec(
@@ -22,11 +31,9 @@ pub fn worker_spec(
     image: &Path,
     sanitizer: Option<Sanitizer>,
 ) -> anyhow::Result<WorkerSpec> {
-    let exe = std::env::current_exe()
-        .map_err(|e| anyhow::anyhow!("cannot find the cargo-gpurun executable: {e}"))?;
     Ok(WorkerSpec {
         sanitizer,
-        ..options.spec(exe, &["gpurun", "__worker"], image)
+        ..options.spec(worker_exe()?, WORKER_PREFIX, image)
     })
 }
 

@@ -113,18 +113,26 @@ fn mentions_runtime_symbols(path: &Path) -> std::io::Result<bool> {
 /// big grid under emulation is slow, but a hang must still end.
 pub const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// `test-timeout` from the image's package's `[package.metadata.gpurun]`, if set: `cargo
-/// gpurun test` and `gpurun-test`'s trials and launches honour it.
-pub fn test_timeout(image: &BuiltImage) -> Result<Option<Duration>, crate::BuildError> {
+/// The time limit of each test (or launch) of `image`: `given` (the command line's, or
+/// `gpurun-test`'s own) if any, else `test-timeout` from the image's package's
+/// `[package.metadata.gpurun]`, else [`DEFAULT_TEST_TIMEOUT`]: `cargo gpurun test` and
+/// `gpurun-test`'s trials and launches alike.
+pub fn time_limit(
+    image: &BuiltImage,
+    given: Option<Duration>,
+) -> Result<Duration, crate::BuildError> {
+    if let Some(limit) = given {
+        return Ok(limit);
+    }
     let Some(value) = image
         .gpurun_metadata
         .as_ref()
         .and_then(|table| table.get("test-timeout"))
     else {
-        return Ok(None);
+        return Ok(DEFAULT_TEST_TIMEOUT);
     };
     match value.as_f64() {
-        Some(secs) if secs.is_finite() && secs > 0.0 => Ok(Some(Duration::from_secs_f64(secs))),
+        Some(secs) if secs.is_finite() && secs > 0.0 => Ok(Duration::from_secs_f64(secs)),
         _ => Err(crate::BuildError::BadMetadata {
             package: image.package.clone(),
             detail: format!("`test-timeout` must be a positive number of seconds, not {value}"),

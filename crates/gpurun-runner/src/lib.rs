@@ -26,6 +26,6 @@ pub mod worker;
 
 pub use handle::{describe_exit, RunError, StartError, WorkerHandle, WorkerSpec};
 pub use options::WorkerOptions;
-pub use pool::{test_devices, WorkerExecutor};
+pub use pool::{test_devices, SuiteWorkers, WorkerExecutor};
 pub use protocol::{Command, Event, Slot};
 pub use sanitizer::{Sanitizer, SanitizerError, SanitizerTool};

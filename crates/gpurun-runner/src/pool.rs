@@ -21,10 +21,12 @@
 use crate::handle::{breakage_of, Breakage, RunError, WorkerEnd, WorkerHandle, WorkerSpec};
 use crate::protocol::{BenchLaunch, Command, Event};
 use crate::sanitizer::{self, Sanitizer, ERROR_EXIT_CODE, REPORT_WITHIN};
+use crate::WorkerOptions;
 use gpurun_abi::LaunchEnd;
 use gpurun_hal::{select, BackendError, BackendKind};
 use gpurun_harness::bench::{BenchLaunches, LaunchFailed};
 use gpurun_harness::{Executor, PanicReport, TestDesc, TestEnd, TestRun};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -42,6 +44,57 @@ pub fn test_devices(device: Option<usize>, kind: BackendKind) -> Result<Vec<usiz
             _ => vec![0],
         },
     })
+}
+
+/// The workers a suite's tests run in, as every front-end asks for them (`cargo gpurun test`
+/// and `run`'s test mode, `gpurun-test`'s trials): started as `exe` with `prefix` before the
+/// worker's own arguments, on `device` or else every device the backend sees ([`test_devices`]),
+/// each with `options` (its device set), `env` added and under `sanitizer`, if any.
+#[derive(Clone, Debug)]
+pub struct SuiteWorkers<'a> {
+    pub exe: PathBuf,
+    pub prefix: &'a [&'a str],
+    pub options: WorkerOptions,
+    pub device: Option<usize>,
+    pub sanitizer: Option<Sanitizer>,
+    pub env: Vec<(String, String)>,
+}
+
+impl SuiteWorkers<'_> {
+    /// One worker spec per device the tests of `image` run on.
+    pub fn specs(&self, image: &Path) -> Result<Vec<WorkerSpec>, BackendError> {
+        Ok(test_devices(self.device, self.options.backend)?
+            .into_iter()
+            .map(|device| {
+                let options = WorkerOptions {
+                    device,
+                    ..self.options.clone()
+                };
+                let mut spec = options.spec(self.exe.clone(), self.prefix, image);
+                spec.sanitizer = self.sanitizer.clone();
+                spec.env.extend(self.env.iter().cloned());
+                spec
+            })
+            .collect())
+    }
+
+    /// The executor of `image`'s tests: [`SuiteWorkers::specs`] with `concurrency` slots in all
+    /// and `time_limit` per test. On the host emulation a failure's output names the seed, so
+    /// that the run can be repeated.
+    pub fn executor(
+        &self,
+        image: &Path,
+        concurrency: usize,
+        time_limit: Duration,
+    ) -> Result<WorkerExecutor, BackendError> {
+        let executor = WorkerExecutor::new(self.specs(image)?, concurrency, Some(time_limit));
+        Ok(match (self.options.backend, self.options.emulation_seed) {
+            (BackendKind::Host, Some(seed)) => {
+                executor.with_note(gpurun_hal::host::seed_note(seed))
+            }
+            _ => executor,
+        })
+    }
 }
 
 /// How long a worker may take to open the device and load the image (in every slot).

@@ -315,19 +315,13 @@ impl DeviceCrate {
     /// The timeout for the tests or kernels of `image`: ours if set, else its package's
     /// `test-timeout` (as `cargo gpurun test` reads it), else [`DEFAULT_TIMEOUT`].
     fn timeout_for(&self, image: Option<&gpurun_build::BuiltImage>) -> Result<Duration, Error> {
-        if let Some(timeout) = self.timeout {
-            return Ok(timeout);
-        }
         let Some(image) = image else {
-            return Ok(DEFAULT_TIMEOUT);
+            return Ok(self.timeout.unwrap_or(DEFAULT_TIMEOUT));
         };
-        match gpurun_build::suite::test_timeout(image) {
-            Ok(timeout) => Ok(timeout.unwrap_or(DEFAULT_TIMEOUT)),
-            Err(error) => Err(Error::Build {
-                path: self.dir.clone(),
-                message: format!("{error:#}"),
-            }),
-        }
+        gpurun_build::suite::time_limit(image, self.timeout).map_err(|error| Error::Build {
+            path: self.dir.clone(),
+            message: format!("{error:#}"),
+        })
     }
 
     /// Builds the crate's library image, once per process for each directory, target and

@@ -14,7 +14,7 @@ use gpurun_harness::schedule::NEEDS_A_GPU;
 use gpurun_harness::variants::variant_name;
 use gpurun_harness::TestRun;
 use gpurun_harness::{Executor, TestDesc};
-use gpurun_runner::{sanitizer, Sanitizer, WorkerExecutor, WorkerOptions, WorkerSpec};
+use gpurun_runner::{sanitizer, Sanitizer, SuiteWorkers, WorkerOptions};
 use libtest_mimic::{Arguments, Completion, Failed, Measurement, Trial};
 
 use crate::{DeviceCrate, Error};
@@ -115,22 +115,18 @@ impl DeviceCrate {
             .filter(|(_, backend, _)| Some(*backend) == first_backend)
             .count()
             > 1;
+        let seed = emulation_seed()?;
         let mut trials = Vec::new();
         for (suite, backend, tests) in with_tests {
             let built = &suite.built;
-            let mut specs = worker_specs(backend, self.lane_size, &exe, &built.path)?;
-            if let Some(sanitizer) = &sanitizer {
+            if sanitizer.is_some() {
                 Sanitizer::check_backend(backend)?;
-                for spec in &mut specs {
-                    spec.sanitizer = Some(sanitizer.clone());
-                }
             }
             // Workers start on the first test run, so listing starts none.
-            let mut executor =
-                WorkerExecutor::new(specs, concurrency, Some(self.timeout_for(Some(built))?));
-            if backend == BackendKind::Host {
-                executor = executor.with_note(gpurun_hal::host::seed_note(emulation_seed()?));
-            }
+            let executor = self
+                .workers(&exe, backend, seed, sanitizer.clone())
+                .executor(&built.path, concurrency, self.timeout_for(Some(built))?)
+                .map_err(|error| Error::Devices(format!("{error:#}")))?;
             let executor = Arc::new(executor);
             let kind = if name_suites {
                 suite.name.clone()
@@ -170,26 +166,37 @@ impl DeviceCrate {
     }
 }
 
-/// One worker spec per device the tests run on (`cargo gpurun test`'s choice): this executable,
-/// started with [`WORKER_FLAG`], emulating warps of `lane_size` on the host.
-fn worker_specs(
-    backend: BackendKind,
-    lane_size: u32,
-    exe: &Path,
-    image: &Path,
-) -> Result<Vec<WorkerSpec>, Error> {
-    let devices = gpurun_runner::test_devices(None, backend)
-        .map_err(|error| Error::Devices(format!("{error:#}")))?;
-    Ok(devices
-        .into_iter()
-        .map(|device| {
-            WorkerOptions {
-                device,
-                ..worker_options(backend, lane_size)
-            }
-            .spec(exe.to_path_buf(), &[WORKER_FLAG], image)
-        })
-        .collect())
+impl DeviceCrate {
+    /// The workers of a suite on `backend`, on every device it sees (`cargo gpurun test`'s
+    /// choice): this executable, started with [`WORKER_FLAG`], emulating warps of the crate's
+    /// lane size on the host with `seed`.
+    fn workers<'a>(
+        &self,
+        exe: &Path,
+        backend: BackendKind,
+        seed: u64,
+        sanitizer: Option<Sanitizer>,
+    ) -> SuiteWorkers<'a> {
+        SuiteWorkers {
+            exe: exe.to_path_buf(),
+            prefix: &[WORKER_FLAG],
+            options: WorkerOptions {
+                backend,
+                device: 0,
+                lane_size: self.lane_size,
+                // An image built without the checks (`GPURUN_EMULATION_CHECKS=off`) has none
+                // to run.
+                emulation_checks: true,
+                emulation_seed: Some(seed),
+                stack_size: None,
+                allow_system: false,
+                stdin: None,
+            },
+            device: None,
+            sanitizer,
+            env: Vec::new(),
+        }
+    }
 }
 
 /// The host emulation's seed of this test process: `GPURUN_EMULATION_SEED`, else one drawn
@@ -201,20 +208,6 @@ fn emulation_seed() -> Result<u64, Error> {
             Error::Devices(format!("{}: {error}", gpurun_hal::host::EMULATION_SEED_ENV))
         }),
         Err(_) => Ok(*FRESH.get_or_init(gpurun_hal::host::fresh_seed)),
-    }
-}
-
-fn worker_options(backend: BackendKind, lane_size: u32) -> WorkerOptions {
-    WorkerOptions {
-        backend,
-        device: 0,
-        lane_size,
-        // An image built without the checks (`GPURUN_EMULATION_CHECKS=off`) has none to run.
-        emulation_checks: true,
-        emulation_seed: emulation_seed().ok(),
-        stack_size: None,
-        allow_system: false,
-        stdin: None,
     }
 }
 
@@ -353,7 +346,7 @@ mod tests {
         let env = gpurun_hal::host::HOST_DEVICES_ENV;
         let exe = Path::new("/test/exe");
         let image = Path::new("/kernels.so");
-        let device_args = |specs: &[WorkerSpec]| -> Vec<String> {
+        let device_args = |specs: &[gpurun_runner::WorkerSpec]| -> Vec<String> {
             specs
                 .iter()
                 .map(|spec| {
@@ -363,13 +356,19 @@ mod tests {
                 })
                 .collect()
         };
+        let specs = |lane_size| {
+            DeviceCrate::new("kernels")
+                .lane_size(lane_size)
+                .workers(exe, BackendKind::Host, 7, None)
+                .specs(image)
+        };
         std::env::set_var(env, "3");
-        let three = worker_specs(BackendKind::Host, 64, exe, image);
+        let three = specs(64);
         std::env::set_var(env, "0");
-        let invalid = worker_specs(BackendKind::Host, 32, exe, image);
+        let invalid = specs(32);
         std::env::remove_var(env);
-        let one = worker_specs(BackendKind::Host, 1, exe, image);
-        let lane_sizes = |specs: &[WorkerSpec]| -> Vec<String> {
+        let one = specs(1);
+        let lane_sizes = |specs: &[gpurun_runner::WorkerSpec]| -> Vec<String> {
             specs
                 .iter()
                 .map(|spec| {
