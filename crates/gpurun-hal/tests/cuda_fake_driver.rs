@@ -48,26 +48,9 @@ const LARGEST_FRAME: usize = 200;
 
 /// A kernel with a pointer and a 32-bit argument, one with `(ptr, u64, u32)` (the signature of
 /// `fixtures/host-app`'s `fill`), and a global.
-const TEST_PTX: &str = "\
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .global .align 8 .u64 gpurun_counter;
-
-.visible .entry gpurun_store(
-    .param .u64 gpurun_store_param_0,
-    .param .u32 gpurun_store_param_1
-)
-{
-    .reg .b32 %r<2>;
-    .reg .b64 %rd<2>;
-    ld.param.u64 %rd1, [gpurun_store_param_0];
-    ld.param.u32 %r1, [gpurun_store_param_1];
-    st.u32 [%rd1], %r1;
-    ret;
-}
-
+const TEST_PTX: &str = concat!(
+    include_str!("data/store.ptx"),
+    "
 .visible .entry gpurun_fill(
     .param .u64 gpurun_fill_param_0,
     .param .u64 gpurun_fill_param_1,
@@ -76,7 +59,8 @@ const TEST_PTX: &str = "\
 {
     ret;
 }
-";
+"
+);
 
 /// [`TEST_PTX`] with LLVM libc's clock frequency global, which the loader fills in.
 fn clock_ptx() -> String {

@@ -121,26 +121,9 @@ mod tests {
     /// Hand-written PTX for the hardware tests: a store through a pointer argument, a global
     /// with an initial value, an illegal address and an endless loop. `ptx_for_hardware_tests_
     /// assembles` checks it with ptxas on every machine.
-    const TEST_PTX: &str = "\
-.version 7.0
-.target sm_70
-.address_size 64
-
-.visible .global .align 8 .u64 gpurun_counter = 5;
-
-.visible .entry gpurun_store(
-    .param .u64 gpurun_store_param_0,
-    .param .u32 gpurun_store_param_1
-)
-{
-    .reg .b32 %r<2>;
-    .reg .b64 %rd<2>;
-    ld.param.u64 %rd1, [gpurun_store_param_0];
-    ld.param.u32 %r1, [gpurun_store_param_1];
-    st.u32 [%rd1], %r1;
-    ret;
-}
-
+    const TEST_PTX: &str = concat!(
+        include_str!("../../tests/data/store.ptx"),
+        "
 .visible .entry gpurun_fault()
 {
     .reg .b64 %rd<2>;
@@ -154,7 +137,8 @@ mod tests {
 $L_spin:
     bra.uni $L_spin;
 }
-";
+"
+    );
 
     /// The first GPU, or `None` (with the reason printed) where there is none. CI machines
     /// have no NVIDIA GPU by design, so this is not a failure there.
