@@ -182,6 +182,31 @@ fn a_write_past_the_launchs_shared_memory_fails_naming_the_offset() {
     );
 }
 
+/// A second live load of an image in one process is of a private copy (the dynamic loader would
+/// share the first one's globals), as in a worker's other slots; its reports still name the
+/// kernel's lines, read from the file it copies.
+#[test]
+fn a_second_load_of_an_image_names_the_lines_too() {
+    host_images();
+    let first = load_on_host(FIXTURE, 32);
+    let second = load_on_host(FIXTURE, 32);
+    let n = 64usize;
+    let mut out = second.buffer::<u32>(n).unwrap();
+    let error = second
+        .launch(
+            "shift_right",
+            LaunchShape::blocks(2).threads(32),
+            (&mut out, n),
+        )
+        .expect_err("a write past the buffer passed");
+    let Error::Panicked(panic) = &error else {
+        panic!("not a device panic: {error}");
+    };
+    let at = format!("{}:{}:", panic.report.file, panic.report.line);
+    assert_eq!(at, site("buffer oob write"), "{error}");
+    drop(first);
+}
+
 #[test]
 fn a_kernel_writing_past_its_buffer_fails_the_launch_naming_the_line() {
     host_images();

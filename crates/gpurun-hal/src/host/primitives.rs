@@ -55,6 +55,19 @@ pub(crate) struct HostPrimitives {
 /// copy instead: each module has its own, as on a GPU.
 static LOADED_FILES: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
 
+/// Each private copy loaded in this process, with the file it copies (the copy's name is removed
+/// once the library is mapped; what reads the image's line tables reads the original).
+static COPIES: Mutex<Vec<(PathBuf, PathBuf)>> = Mutex::new(Vec::new());
+
+/// The file `path` is a private copy of, else `path` itself.
+pub(crate) fn original_of(path: PathBuf) -> PathBuf {
+    let copies = COPIES.lock().unwrap_or_else(PoisonError::into_inner);
+    match copies.iter().find(|(copy, _)| *copy == path) {
+        Some((_, original)) => original.clone(),
+        None => path,
+    }
+}
+
 /// A module's hold on its file in [`LOADED_FILES`], if it loaded the file itself.
 struct FileClaim(Option<PathBuf>);
 
@@ -90,12 +103,12 @@ fn open_library(path: &Path) -> Result<(libloading::Library, FileClaim), Backend
         let claim = FileClaim(Some(path.to_path_buf()));
         return Ok((open(path)?, claim));
     }
-    static COPIES: AtomicU64 = AtomicU64::new(0);
+    static NEXT_COPY: AtomicU64 = AtomicU64::new(0);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
     let copy = std::env::temp_dir().join(format!(
         "gpurun-{}-{}-{name}",
         std::process::id(),
-        COPIES.fetch_add(1, Ordering::Relaxed)
+        NEXT_COPY.fetch_add(1, Ordering::Relaxed)
     ));
     std::fs::copy(path, &copy).map_err(|source| BackendError::Io {
         context: format!(
@@ -108,6 +121,10 @@ fn open_library(path: &Path) -> Result<(libloading::Library, FileClaim), Backend
     let library = open(&copy);
     // Mapped, or not loadable: the name is no longer needed either way.
     let _ = std::fs::remove_file(&copy);
+    if library.is_ok() {
+        let mut copies = COPIES.lock().unwrap_or_else(PoisonError::into_inner);
+        copies.push((copy, path.to_path_buf()));
+    }
     Ok((library?, FileClaim(None)))
 }
 

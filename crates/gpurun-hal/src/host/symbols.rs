@@ -87,6 +87,8 @@ fn image_of(pc: usize) -> Option<(PathBuf, u64)> {
     let path = PathBuf::from(
         <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(name.to_bytes()),
     );
+    // A private copy's name is gone once it is loaded; the file it copies has the same bytes.
+    let path = super::primitives::original_of(path);
     Some((path, (pc - info.dli_fbase as usize) as u64))
 }
 
