@@ -330,18 +330,17 @@ impl CargoBuild<'_> {
                 command.args(["--config", &setting]);
             }
         }
-        let lib_unit_tests = matches!(self.selection, Selection::LibUnitTests);
-        if self.target == Platform::Host || lib_unit_tests {
-            // The host emulation ends a panicking device thread by unwinding to its kernel
-            // wrapper; device crates often set `panic = "abort"` for the GPU, which would kill
-            // the whole emulated device instead. On a GPU target, a lib's test-mode build with
-            // `panic = "abort"` in the profile makes -Zbuild-std build `core` twice and fail
-            // with "duplicate lang item" (rust-lang/cargo#7359); with `unwind` cargo passes no
-            // `-C panic`, so every crate gets the target's own strategy, abort on GPUs. Test
-            // mode units are built with `unwind` anyway.
-            let profile = self.profile();
-            command.args(["--config", &format!("profile.{profile}.panic=\"unwind\"")]);
-        }
+        // The profile's panic strategy is always `unwind`. The host emulation ends a panicking
+        // device thread by unwinding to its kernel wrapper; device crates often set
+        // `panic = "abort"` for the GPU, which would kill the whole emulated device instead. On
+        // a GPU target `unwind` makes cargo pass no `-C panic`, so every crate gets the target's
+        // own strategy, abort: the same code as with `abort`, but the plain and the test-mode
+        // builds (whose units cargo builds with `unwind` anyway) then share `core` and every
+        // dependency instead of building them twice, and a lib's test-mode build with `abort`
+        // in the profile would make -Zbuild-std build `core` twice and fail with "duplicate
+        // lang item" (rust-lang/cargo#7359).
+        let profile = self.profile();
+        command.args(["--config", &format!("profile.{profile}.panic=\"unwind\"")]);
         self.add_rustflags(&mut command)?;
         let shared_object = match self.selection {
             Selection::SharedObject(_) => true,
