@@ -24,6 +24,8 @@
 //!   relaxed, with no cache write-back or invalidate around it; a float add to shared memory is
 //!   `ds_add_f32`, and the default forms on device memory are compare-and-swap loops, which stay
 //!   atomic on host memory mapped for the GPU;
+//! - the barrier votes (`gpurun::barrier_count` and its kind) are three barriers around LDS
+//!   atomics on the runtime's two counters (gfx90a, release);
 //! - the real kernels (fixtures/real-kernels) declare dynamic LDS in their metadata (a
 //!   `hidden_dynamic_lds_size` argument, so the dispatch's group segment size comes from the
 //!   launch) and shuffle with `ds_bpermute`, on both.
@@ -774,4 +776,31 @@ fn gfx942_atomics_are_relaxed_and_native_only_where_safe() {
             "a default form used {native}, which is not atomic on host memory"
         );
     }
+}
+
+/// The barrier votes on gfx90a (release build of device-ops): each is three workgroup barriers
+/// around LDS atomics on the runtime's two counters (`ds_add_u32`, at offsets 0 and 4 of the
+/// LDS tail the HSA backend adds; docs/abi.md), never a flat or global atomic. The fixture's
+/// test kernel votes eight times.
+#[test]
+fn barrier_votes_are_three_barriers_around_lds_counters() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    let code = disassemble(&toolchain, image("device_ops"), "gfx90a");
+    let votes = kernel(
+        &code,
+        "__gpurun_test_barrier_votes_answer_for_the_whole_block",
+    );
+    let only = [(String::new(), votes.to_vec())];
+    assert_eq!(count_instructions(&only, "s_barrier"), 8 * 3, "{votes:#?}");
+    assert!(count_instructions(&only, "ds_add_u32") >= 2, "{votes:#?}");
+    assert!(
+        votes
+            .iter()
+            .any(|line| line.starts_with("ds_add_u32") && line.contains("offset:4")),
+        "{votes:#?}"
+    );
+    assert_eq!(count_instructions(&only, "flat_atomic"), 0, "{votes:#?}");
+    assert_eq!(count_instructions(&only, "global_atomic"), 0, "{votes:#?}");
 }

@@ -295,7 +295,7 @@ fn assert_full_mask_use(ptx: &Path, text: &str, opcodes: &[&str]) {
 /// architecture): `shfl.sync`, `vote.sync` and `bar.warp.sync` with the member mask, the full
 /// warp as the immediate `-1` (independent thread scheduling, sm_70+, needs the mask right);
 /// its reductions shuffles in the default sm_70 build, which has no `redux.sync`; `match_any`
-/// one `match.any.sync` (32- and 64-bit);
+/// one `match.any.sync` (32- and 64-bit); the barrier votes `bar.red`;
 /// `gpurun::atomic`'s float add and wrapping increment and decrement as `atom` instructions;
 /// the scoped fences, the clock and sleep as `fence.acq_rel.cta`/`.gpu`, `%clock64` and
 /// `nanosleep.u32`; and `gpurun::math` calls no external function (PTX with one would not
@@ -332,6 +332,10 @@ fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
             // `warp::match_any` of 32- and 64-bit values (sm_70+).
             "match.any.sync.b32",
             "match.any.sync.b64",
+            // `barrier_count`, `barrier_and`, `barrier_or`.
+            "bar.red.popc.u32",
+            "bar.red.and.pred",
+            "bar.red.or.pred",
         ],
     );
     assert!(

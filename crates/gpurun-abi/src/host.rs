@@ -375,6 +375,10 @@ pub mod warp_op {
     pub const ACTIVE_MASK: u32 = 10;
     /// The block barrier (only through `sync_at`): not a warp operation, but the same request.
     pub const BARRIER: u32 = 11;
+    /// The block barrier with a vote (only through `sync_at`): `value` is this thread's
+    /// predicate (0 or 1); the emulator answers, in `values[0]`, how many threads of the block
+    /// voted 1 and, in `values[1]`, how many reached the barrier (those that had not returned).
+    pub const BARRIER_VOTE: u32 = 12;
 
     /// The operation `op` of a broadcast from `lane`.
     pub const fn broadcast(lane: u32) -> u32 {
@@ -400,6 +404,7 @@ pub mod warp_op {
             BROADCAST => "warp::broadcast",
             ACTIVE_MASK => "warp::active_mask",
             BARRIER => "gpurun::barrier",
+            BARRIER_VOTE => "gpurun::barrier_count",
             _ => "an unknown warp operation",
         }
     }

@@ -13,6 +13,13 @@ pub mod dispatch_packet {
     /// `grid_size_x` (u32, in work-items, not workgroups); y and z follow at +4 and +8.
     pub const GRID_SIZE_X: usize = 12;
     /// `group_segment_size` (u32): the LDS a workgroup has, the kernel's static part and the
-    /// launch's dynamic shared memory after it (`gpurun::shared::bytes`).
+    /// launch's dynamic shared memory after it (`gpurun::shared::bytes`), then
+    /// [`super::AMDGPU_RUNTIME_LDS`].
     pub const GROUP_SEGMENT_SIZE: usize = 28;
 }
+
+/// Bytes of LDS the HSA backend adds to every AMD launch after the launch's shared memory, for
+/// the device runtime's own use (the counters of `gpurun::barrier_count` and its kind, which
+/// need memory every wavefront of the workgroup reaches); `gpurun::shared::bytes` leaves them
+/// out. Room for two 4-byte counters wherever the launch's bytes end.
+pub const AMDGPU_RUNTIME_LDS: u32 = 12;

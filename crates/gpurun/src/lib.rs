@@ -64,8 +64,8 @@ pub mod shared;
 pub mod warp;
 
 pub use arch::{
-    barrier, block_dim, block_idx, clock64, fence_block, fence_device, fence_system, grid_dim,
-    lane_id, lane_size, nanosleep, thread_idx,
+    barrier, barrier_and, barrier_count, barrier_or, block_dim, block_idx, clock64, fence_block,
+    fence_device, fence_system, grid_dim, lane_id, lane_size, nanosleep, thread_idx,
 };
 pub use env::{args, Args};
 pub use gpurun_macros::{bench, kernel, main, test};

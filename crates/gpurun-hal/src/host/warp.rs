@@ -144,6 +144,11 @@ struct BlockState {
     block_idx: [u32; 3],
     /// Threads that called the barrier in its current generation.
     arrived: usize,
+    /// Of those, the ones that voted true (`gpurun::barrier_count` and its kind).
+    votes: usize,
+    /// The votes and the arrivals of the generation released last, which its threads read as
+    /// they leave (the next one cannot be released before they all arrive there).
+    last_vote: (usize, usize),
     /// Threads that returned from the kernel in this round (before the first: all of them).
     returned: usize,
     /// How often the barrier has let its threads go.
@@ -180,6 +185,8 @@ impl BlockSync {
                 begun: 0,
                 block_idx: [0; 3],
                 arrived: 0,
+                votes: 0,
+                last_vote: (0, 0),
                 returned: threads,
                 generation: 0,
                 waiting_at: vec![None; threads],
@@ -226,6 +233,8 @@ impl BlockSync {
 
     /// Starts the barrier's next generation, letting every waiting thread go.
     fn release(&self, state: &mut BlockState) {
+        state.last_vote = (state.votes, state.arrived);
+        state.votes = 0;
         state.arrived = 0;
         state.waiting_at.fill(None);
         state.generation += 1;
@@ -298,6 +307,7 @@ impl<'a> LaneSeat<'a> {
                 state.begun = round + 1;
                 state.returned = 0;
                 state.broken = None;
+                state.votes = 0;
                 for warp in &block.warps {
                     warp.lock().start_round();
                 }
@@ -336,9 +346,14 @@ impl<'a> LaneSeat<'a> {
     }
 
     /// The block barrier (`__syncthreads`) called from `site`, telling the warp that this lane
-    /// waits there. Fails, with the message every thread at the barrier gets, once threads of
-    /// the block wait at barriers of different call sites.
-    pub fn wait_at_barrier(&self, site: Site) -> Result<(), Arc<str>> {
+    /// waits there, with this thread's `vote` if it is one (`__syncthreads_count`). Fails, with
+    /// the message every thread at the barrier gets, once threads of the block wait at barriers
+    /// of different call sites; else how many threads voted true and how many arrived.
+    pub fn wait_at_barrier(
+        &self,
+        site: Site,
+        vote: Option<bool>,
+    ) -> Result<(usize, usize), Arc<str>> {
         let warp = self.warp();
         {
             let mut state = warp.lock();
@@ -367,18 +382,19 @@ impl<'a> LaneSeat<'a> {
         } else {
             state.waiting_at[self.thread] = Some(site);
             state.arrived += 1;
+            state.votes += usize::from(vote == Some(true));
             block.release_if_complete(&mut state);
             while state.generation == generation {
                 state = block.wait(state);
             }
             match &state.broken {
                 Some((broke, message)) if *broke == generation => Err(Arc::clone(message)),
-                _ => Ok(()),
+                _ => Ok(state.last_vote),
             }
         };
         drop(state);
         warp.lock().lanes[self.lane].phase = Phase::Running;
-        if let (Ok(()), Some(checks)) = (&outcome, self.checks) {
+        if let (Ok(_), Some(checks)) = (&outcome, self.checks) {
             checks.passed_barrier();
         }
         outcome
@@ -465,11 +481,17 @@ impl<'a> LaneSeat<'a> {
 
     /// A version 3 image's request from `site`: the block barrier or a warp operation.
     fn sync_at(&self, request: &mut WarpExchange, site: Site) {
-        if warp_op::kind(request.op) != warp_op::BARRIER {
-            return self.exchange(request, site);
-        }
-        match self.wait_at_barrier(site) {
-            Ok(()) => request.status = WarpExchange::DONE,
+        let vote = match warp_op::kind(request.op) {
+            warp_op::BARRIER => None,
+            warp_op::BARRIER_VOTE => Some(request.value != 0),
+            _ => return self.exchange(request, site),
+        };
+        match self.wait_at_barrier(site, vote) {
+            Ok((voted, arrived)) => {
+                request.status = WarpExchange::DONE;
+                request.values[0] = voted as u64;
+                request.values[1] = arrived as u64;
+            }
             Err(message) => {
                 request.status = WarpExchange::FAILED;
                 request.set_message(&message);
@@ -488,7 +510,7 @@ pub(crate) unsafe extern "C" fn wait_at_barrier(context: *const std::ffi::c_void
     // lives on the thread's stack while it runs the kernel.
     let seat = unsafe { &*context.cast::<LaneSeat<'_>>() };
     // Every such thread waits at the unknown site: they never diverge here.
-    let _ = seat.wait_at_barrier(Site::UNKNOWN);
+    let _ = seat.wait_at_barrier(Site::UNKNOWN, None);
 }
 
 /// The C entry of a version 2 image's warp exchange (`HostThreadInfo::warp_exchange`).
@@ -927,7 +949,7 @@ mod tests {
 
     /// The block barrier from line `line` of `k.rs`.
     fn barrier_at(seat: &LaneSeat<'_>, line: u32) -> Result<(), Arc<str>> {
-        seat.wait_at_barrier(site(line))
+        seat.wait_at_barrier(site(line), None).map(|_| ())
     }
 
     #[test]
@@ -1233,6 +1255,36 @@ mod tests {
             Ok::<(), Arc<str>>(())
         });
         assert!(results.iter().all(Result::is_ok), "{results:?}");
+    }
+
+    /// A vote at the barrier counts the threads that reached it, each vote of the next
+    /// generation starting from nothing, and every thread gets the same answer.
+    #[test]
+    fn votes_at_the_barrier_count_the_threads_that_reach_it() {
+        let results = run_block(64, 32, |seat| {
+            if seat.thread % 4 == 0 {
+                return Ok(Vec::new()); // returned early: neither votes nor counts
+            }
+            let mut answers = Vec::new();
+            for round in 0..3 {
+                let vote = seat.thread % 2 == round % 2;
+                answers.push(seat.wait_at_barrier(site(7), Some(vote))?);
+            }
+            answers.push(seat.wait_at_barrier(site(8), None)?);
+            Ok::<_, Arc<str>>(answers)
+        });
+        // The 16 multiples of 4 return; of the 48 left, 16 are even and 32 odd.
+        for (thread, result) in results.into_iter().enumerate() {
+            let answers = result.unwrap();
+            if thread % 4 == 0 {
+                continue;
+            }
+            assert_eq!(
+                answers,
+                [(16, 48), (32, 48), (16, 48), (0, 48)],
+                "thread {thread}"
+            );
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! No runtime calls here, so every byte is unit-tested.
 
 use crate::{BackendError, LaunchShape};
+use gpurun_abi::shape::AMDGPU_RUNTIME_LDS;
 use gpurun_image::{HiddenArgument, HiddenArgumentKind};
 use hsa_sys::*;
 
@@ -166,10 +167,10 @@ pub fn dispatch_packet(
     let [bx, by, bz] = shape.blocks;
     // The group segment a workgroup gets: the kernel's static LDS, then the launch's dynamic
     // shared memory, which LLVM places right after it (at the static size, which the kernel
-    // descriptor reports already aligned for it).
+    // descriptor reports already aligned for it), then the device runtime's own bytes.
     let group_segment_size = kernel
         .group_segment_size
-        .checked_add(shape.shared_bytes)
+        .checked_add(dynamic_lds_size(shape))
         .ok_or_else(|| {
             BackendError::InvalidArgument(format!(
                 "{} bytes of shared memory do not fit an AQL packet",
@@ -297,6 +298,12 @@ impl HiddenLayout {
 }
 
 /// The value a hidden argument of `kind` holds in a launch of `shape` on the queue at
+/// The LDS a launch adds to the kernel's static LDS: its shared memory, then the device
+/// runtime's [`AMDGPU_RUNTIME_LDS`] (saturating: a size that large fails the packet's check).
+fn dynamic_lds_size(shape: &LaunchShape) -> u32 {
+    shape.shared_bytes.saturating_add(AMDGPU_RUNTIME_LDS)
+}
+
 /// `queue_address`: block counts, workgroup sizes, the grid's dimensions and the dynamic shared
 /// memory (HIP's `hidden_dynamic_lds_size`); 0 for remainders
 /// (every workgroup is whole) and global offsets (grids start at 0), and for what this loader
@@ -307,7 +314,7 @@ fn hidden_value(kind: &HiddenArgumentKind, shape: &LaunchShape, queue_address: u
         HiddenArgumentKind::GroupSize(axis) => u64::from(shape.threads[usize::from(*axis % 3)]),
         HiddenArgumentKind::GridDims => u64::from(shape.dimensions()),
         HiddenArgumentKind::QueuePtr => queue_address,
-        HiddenArgumentKind::DynamicLdsSize => u64::from(shape.shared_bytes),
+        HiddenArgumentKind::DynamicLdsSize => u64::from(dynamic_lds_size(shape)),
         HiddenArgumentKind::Remainder(_)
         | HiddenArgumentKind::GlobalOffset(_)
         | HiddenArgumentKind::Other(_) => 0,
@@ -435,7 +442,7 @@ mod tests {
         assert_eq!(u32_at(&bytes, 16), 6);
         assert_eq!(u32_at(&bytes, 20), 1);
         assert_eq!(u32_at(&bytes, 24), 64);
-        assert_eq!(u32_at(&bytes, 28), 512);
+        assert_eq!(u32_at(&bytes, 28), 512 + 12, "the static LDS and the runtime's");
         assert_eq!(u64_at(&bytes, 32), 0x7f00_0000_1000);
         assert_eq!(u64_at(&bytes, 40), 0x7f00_0000_2000);
         assert_eq!(u64_at(&bytes, 48), 0);
@@ -457,10 +464,11 @@ mod tests {
         let signal = hsa_signal_t { handle: 1 };
         let with_shared = shape([64, 1, 1], [2, 1, 1]).shared_bytes(4096);
         let packet = dispatch_packet(&with_shared, &kernel, 0, 0, signal).unwrap();
-        assert_eq!(packet.group_segment_size, 512 + 4096);
-        assert_eq!(u32_at(&packet_bytes(&packet), 28), 4608);
+        // The device runtime's bytes last (`gpurun_abi::shape::AMDGPU_RUNTIME_LDS`).
+        assert_eq!(packet.group_segment_size, 512 + 4096 + 12);
+        assert_eq!(u32_at(&packet_bytes(&packet), 28), 4620);
         let without = dispatch_packet(&shape([64, 1, 1], [2, 1, 1]), &kernel, 0, 0, signal);
-        assert_eq!(without.unwrap().group_segment_size, 512);
+        assert_eq!(without.unwrap().group_segment_size, 512 + 12);
         let overflow = shape([64, 1, 1], [2, 1, 1]).shared_bytes(u32::MAX);
         let error = dispatch_packet(&overflow, &kernel, 0, 0, signal).unwrap_err();
         assert!(error.to_string().contains("do not fit"), "{error}");
@@ -475,7 +483,7 @@ mod tests {
         }]);
         let launch = shape([64, 1, 1], [1, 1, 1]).shared_bytes(3000);
         let block = kernarg_block(&[0; 8], &launch, 264, &listed, 0).unwrap();
-        assert_eq!(u32_at(&block, 128), 3000);
+        assert_eq!(u32_at(&block, 128), 3000 + 12);
     }
 
     #[test]

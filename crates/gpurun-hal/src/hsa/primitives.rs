@@ -16,6 +16,7 @@ use crate::handlers::DeviceMemory;
 use crate::kernel_args::{pack_c_struct, KernelArg};
 use crate::module::{Primitives, Started};
 use crate::{BackendError, LaunchShape, LoadOptions, ResourceUsage, SharedAlloc};
+use gpurun_abi::shape::AMDGPU_RUNTIME_LDS;
 use hsa_sys::*;
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -611,7 +612,12 @@ impl Primitives for HsaPrimitives {
     fn max_shared_bytes(&mut self, kernel: &str) -> Option<u64> {
         let group = self.device.pools.group_segment_bytes?;
         let facts = self.kernel(kernel).ok()?;
-        Some(group.saturating_sub(u64::from(facts.group_segment_size)))
+        // Less the device runtime's own bytes, which every launch adds.
+        Some(
+            group
+                .saturating_sub(u64::from(facts.group_segment_size))
+                .saturating_sub(u64::from(AMDGPU_RUNTIME_LDS)),
+        )
     }
 
     fn read_device(&mut self, address: u64, out: &mut [u8]) -> Result<(), BackendError> {

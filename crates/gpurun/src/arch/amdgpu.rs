@@ -4,6 +4,7 @@
 use core::arch::amdgpu;
 use core::sync::atomic::Ordering;
 use gpurun_abi::shape::dispatch_packet::{GRID_SIZE_X, GROUP_SEGMENT_SIZE, WORKGROUP_SIZE_X};
+use gpurun_abi::shape::AMDGPU_RUNTIME_LDS;
 
 pub(crate) type Lanes = gpurun_rpc::lanes::Warp;
 
@@ -128,12 +129,13 @@ pub fn shared_base<T>() -> *mut T {
     core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<T>()
 }
 
-/// Bytes of dynamic shared memory the launch gave each workgroup: the dispatch packet's group
-/// segment (the kernel's static LDS and the launch's bytes after it) less where the dynamic part
-/// starts. A flat address of LDS is the aperture base in its high 32 bits and the LDS offset in
-/// its low 32 bits, so that offset is the pointer's low half.
+/// Bytes of LDS from the start of the dynamic part (the launch's shared memory) to the end of
+/// the workgroup's: the dispatch packet's group segment (the kernel's static LDS, the launch's
+/// bytes, then the runtime's [`AMDGPU_RUNTIME_LDS`]) less where the dynamic part starts. A flat
+/// address of LDS is the aperture base in its high 32 bits and the LDS offset in its low 32
+/// bits, so that offset is the pointer's low half.
 #[inline(always)]
-pub fn shared_bytes() -> usize {
+fn dynamic_lds_bytes() -> u32 {
     // SAFETY: as in `workgroup_size`; an aligned u32 field of the packet.
     let total = unsafe {
         dispatch_packet()
@@ -142,7 +144,69 @@ pub fn shared_bytes() -> usize {
             .read()
     };
     let start = shared_base::<u8>() as usize as u32;
-    total.saturating_sub(start) as usize
+    total.saturating_sub(start)
+}
+
+/// Bytes of dynamic shared memory the launch gave each workgroup: the dynamic LDS less the
+/// runtime's tail.
+#[inline(always)]
+pub fn shared_bytes() -> usize {
+    dynamic_lds_bytes().saturating_sub(AMDGPU_RUNTIME_LDS) as usize
+}
+
+/// The block barrier with a vote: how many threads arrived with a true `predicate`, and how many
+/// arrived. Two counters in the runtime's LDS tail (the first 4-aligned bytes after the launch's
+/// shared memory): every thread zeroes them, a barrier, each wavefront's first active lane adds
+/// its lanes' votes and its lane count, a barrier, every thread reads them, and a last barrier
+/// keeps the next vote's zeroing after every read. Lanes that returned are out of EXEC, so they
+/// neither vote nor count, as on NVIDIA.
+fn barrier_vote(predicate: bool) -> (u32, u32) {
+    let dynamic = dynamic_lds_bytes();
+    if dynamic < AMDGPU_RUNTIME_LDS {
+        panic!(
+            "gpurun::barrier_count and its kind need the {AMDGPU_RUNTIME_LDS} bytes of LDS that \
+             cargo-gpurun's HSA backend adds to every launch; this launch has none"
+        );
+    }
+    // The first 4-aligned LDS offset after the launch's bytes, from the dynamic part's start.
+    let start = shared_base::<u8>() as usize as u32;
+    let tail = ((start + dynamic - AMDGPU_RUNTIME_LDS).next_multiple_of(4) - start) as usize;
+    // SAFETY: `tail` and the word after it lie in this workgroup's LDS, inside the runtime's
+    // tail (its 12 bytes leave two aligned words after any end of the launch's bytes), which no
+    // other code touches; the words are only reached atomically.
+    let (votes, lanes) = unsafe {
+        let base = shared_base::<u8>().add(tail).cast::<u32>();
+        (
+            core::sync::atomic::AtomicU32::from_ptr(base),
+            core::sync::atomic::AtomicU32::from_ptr(base.add(1)),
+        )
+    };
+    votes.store(0, Ordering::Relaxed);
+    lanes.store(0, Ordering::Relaxed);
+    barrier();
+    let active = active_mask();
+    let voted = amdgpu::ballot(predicate) & active;
+    if lane_id() == active.trailing_zeros() {
+        votes.fetch_add(voted.count_ones(), Ordering::Relaxed);
+        lanes.fetch_add(active.count_ones(), Ordering::Relaxed);
+    }
+    barrier();
+    let counts = (votes.load(Ordering::Relaxed), lanes.load(Ordering::Relaxed));
+    barrier();
+    counts
+}
+
+pub fn barrier_count(predicate: bool) -> u32 {
+    barrier_vote(predicate).0
+}
+
+pub fn barrier_and(predicate: bool) -> bool {
+    let (voted, arrived) = barrier_vote(predicate);
+    voted == arrived
+}
+
+pub fn barrier_or(predicate: bool) -> bool {
+    barrier_vote(predicate).0 > 0
 }
 
 /// Ends this wavefront's thread with `s_endpgm`, so the queue stays usable.

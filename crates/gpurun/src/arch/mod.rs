@@ -75,6 +75,42 @@ pub fn barrier() {
     imp::barrier()
 }
 
+/// [`barrier`] that also counts the threads of the block for which `predicate` is true
+/// (`__syncthreads_count`): every thread that reaches it gets the same count. Threads that
+/// returned from the kernel take no part. The rules of [`barrier`] apply: every thread of the
+/// block reaches the same call. NVIDIA: `bar.red.popc`; AMD: counters in LDS the HSA backend
+/// adds to every launch, between three barriers; the host emulation counts at its barrier.
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn barrier_count(predicate: bool) -> u32 {
+    imp::barrier_count(predicate)
+}
+
+/// [`barrier`] that also says whether `predicate` is true for every thread of the block that
+/// reaches it (`__syncthreads_and`); see [`barrier_count`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn barrier_and(predicate: bool) -> bool {
+    imp::barrier_and(predicate)
+}
+
+/// [`barrier`] that also says whether `predicate` is true for any thread of the block
+/// (`__syncthreads_or`); see [`barrier_count`].
+#[inline]
+#[cfg_attr(
+    not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
+    track_caller
+)]
+pub fn barrier_or(predicate: bool) -> bool {
+    imp::barrier_or(predicate)
+}
+
 /// Linear index of this thread in its block (x fastest).
 pub fn thread_index_in_block() -> u32 {
     let [x, y, z] = thread_idx();

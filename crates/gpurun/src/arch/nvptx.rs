@@ -114,6 +114,29 @@ unsafe extern "unadjusted" {
     fn llvm_match_any_sync_i32(mask: i32, value: i32) -> i32;
     #[link_name = "llvm.nvvm.match.any.sync.i64"]
     fn llvm_match_any_sync_i64(mask: i32, value: i64) -> i32;
+    // `bar.red.{popc,and,or}` on barrier 0: the block barrier with a reduction.
+    #[link_name = "llvm.nvvm.barrier0.popc"]
+    fn llvm_barrier0_popc(predicate: i32) -> i32;
+    #[link_name = "llvm.nvvm.barrier0.and"]
+    fn llvm_barrier0_and(predicate: i32) -> i32;
+    #[link_name = "llvm.nvvm.barrier0.or"]
+    fn llvm_barrier0_or(predicate: i32) -> i32;
+}
+
+pub fn barrier_count(predicate: bool) -> u32 {
+    // SAFETY: bar.red.popc on barrier 0; every thread of the block must reach it, as
+    // documented on `barrier_count`.
+    unsafe { llvm_barrier0_popc(i32::from(predicate)) as u32 }
+}
+
+pub fn barrier_and(predicate: bool) -> bool {
+    // SAFETY: as in `barrier_count`, bar.red.and.
+    unsafe { llvm_barrier0_and(i32::from(predicate)) != 0 }
+}
+
+pub fn barrier_or(predicate: bool) -> bool {
+    // SAFETY: as in `barrier_count`, bar.red.or.
+    unsafe { llvm_barrier0_or(i32::from(predicate)) != 0 }
 }
 
 // `redux.sync` (sm_80+): only in builds for sm_80 or later (`-Ctarget-cpu`), where
