@@ -442,7 +442,11 @@ mod tests {
         assert_eq!(u32_at(&bytes, 16), 6);
         assert_eq!(u32_at(&bytes, 20), 1);
         assert_eq!(u32_at(&bytes, 24), 64);
-        assert_eq!(u32_at(&bytes, 28), 512 + 12, "the static LDS and the runtime's");
+        assert_eq!(
+            u32_at(&bytes, 28),
+            512 + 12,
+            "the static LDS and the runtime's"
+        );
         assert_eq!(u64_at(&bytes, 32), 0x7f00_0000_1000);
         assert_eq!(u64_at(&bytes, 40), 0x7f00_0000_2000);
         assert_eq!(u64_at(&bytes, 48), 0);
