@@ -12,8 +12,8 @@
 //! Must not: touch a driver itself (the worker side reaches devices only through
 //! `gpurun-hal`'s traits, in the worker process), parse command lines other than the worker's,
 //! or build images (it names the platforms to build for, no more). The parent side runs in the
-//! `cargo gpurun` process, which never opens a device: a fault that poisons a context (CUDA) or aborts a process (ROCr) only
-//! costs a worker.
+//! `cargo gpurun` process, which never opens a device: a fault that poisons a context (CUDA) or
+//! aborts a process (ROCr) only costs a worker.
 
 pub mod handle;
 mod options;

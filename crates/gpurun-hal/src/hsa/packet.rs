@@ -297,13 +297,13 @@ impl HiddenLayout {
     }
 }
 
-/// The value a hidden argument of `kind` holds in a launch of `shape` on the queue at
 /// The LDS a launch adds to the kernel's static LDS: its shared memory, then the device
 /// runtime's [`AMDGPU_RUNTIME_LDS`] (saturating: a size that large fails the packet's check).
 fn dynamic_lds_size(shape: &LaunchShape) -> u32 {
     shape.shared_bytes.saturating_add(AMDGPU_RUNTIME_LDS)
 }
 
+/// The value a hidden argument of `kind` holds in a launch of `shape` on the queue at
 /// `queue_address`: block counts, workgroup sizes, the grid's dimensions and the dynamic shared
 /// memory (HIP's `hidden_dynamic_lds_size`); 0 for remainders
 /// (every workgroup is whole) and global offsets (grids start at 0), and for what this loader
