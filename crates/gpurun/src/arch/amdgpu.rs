@@ -160,7 +160,7 @@ pub fn shared_bytes() -> usize {
 /// its lanes' votes and its lane count, a barrier, every thread reads them, and a last barrier
 /// keeps the next vote's zeroing after every read. Lanes that returned are out of EXEC, so they
 /// neither vote nor count, as on NVIDIA.
-fn barrier_vote(predicate: bool) -> (u32, u32) {
+pub fn barrier_vote(predicate: bool) -> (u32, u32) {
     let dynamic = dynamic_lds_bytes();
     if dynamic < AMDGPU_RUNTIME_LDS {
         panic!(
@@ -194,19 +194,6 @@ fn barrier_vote(predicate: bool) -> (u32, u32) {
     let counts = (votes.load(Ordering::Relaxed), lanes.load(Ordering::Relaxed));
     barrier();
     counts
-}
-
-pub fn barrier_count(predicate: bool) -> u32 {
-    barrier_vote(predicate).0
-}
-
-pub fn barrier_and(predicate: bool) -> bool {
-    let (voted, arrived) = barrier_vote(predicate);
-    voted == arrived
-}
-
-pub fn barrier_or(predicate: bool) -> bool {
-    barrier_vote(predicate).0 > 0
 }
 
 /// Ends this wavefront's thread with `s_endpgm`, so the queue stays usable.

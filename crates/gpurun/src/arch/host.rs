@@ -102,7 +102,7 @@ pub fn barrier() {
 /// `predicate`, and how many arrived (those that had not returned), from the emulator's
 /// barrier.
 #[track_caller]
-fn barrier_vote(predicate: bool) -> (u32, u32) {
+pub fn barrier_vote(predicate: bool) -> (u32, u32) {
     let info = current();
     if info.sync_at.is_none() {
         panic!("barrier votes need a newer host emulation than the one running this image");
@@ -116,22 +116,6 @@ fn barrier_vote(predicate: bool) -> (u32, u32) {
     }
     // At most the block's threads (1024): the narrowing keeps every count.
     (request.values[0] as u32, request.values[1] as u32)
-}
-
-#[track_caller]
-pub fn barrier_count(predicate: bool) -> u32 {
-    barrier_vote(predicate).0
-}
-
-#[track_caller]
-pub fn barrier_and(predicate: bool) -> bool {
-    let (voted, arrived) = barrier_vote(predicate);
-    voted == arrived
-}
-
-#[track_caller]
-pub fn barrier_or(predicate: bool) -> bool {
-    barrier_vote(predicate).0 > 0
 }
 
 /// `request` handed to the emulator's `sync_at` (which must be set) from the caller's call

@@ -18,6 +18,31 @@ pub(crate) mod imp;
 pub(crate) mod imp;
 
 pub(crate) use imp::{end_thread, Lanes};
+
+/// The barrier votes where one vote answers how many threads voted true and how many arrived
+/// (the host emulation's barrier, AMD's counters in LDS); NVIDIA has `bar.red` for each.
+#[cfg(not(target_arch = "nvptx64"))]
+mod votes {
+    use super::imp::barrier_vote;
+
+    #[cfg_attr(not(target_arch = "amdgpu"), track_caller)]
+    pub fn barrier_count(predicate: bool) -> u32 {
+        barrier_vote(predicate).0
+    }
+
+    #[cfg_attr(not(target_arch = "amdgpu"), track_caller)]
+    pub fn barrier_and(predicate: bool) -> bool {
+        let (voted, arrived) = barrier_vote(predicate);
+        voted == arrived
+    }
+
+    #[cfg_attr(not(target_arch = "amdgpu"), track_caller)]
+    pub fn barrier_or(predicate: bool) -> bool {
+        barrier_vote(predicate).0 > 0
+    }
+}
+#[cfg(target_arch = "nvptx64")]
+use imp as votes;
 #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
 pub use imp::{HostThreadInfo, HOST_ABI_VERSION};
 
@@ -86,7 +111,7 @@ pub fn barrier() {
     track_caller
 )]
 pub fn barrier_count(predicate: bool) -> u32 {
-    imp::barrier_count(predicate)
+    votes::barrier_count(predicate)
 }
 
 /// [`barrier`] that also says whether `predicate` is true for every thread of the block that
@@ -97,7 +122,7 @@ pub fn barrier_count(predicate: bool) -> u32 {
     track_caller
 )]
 pub fn barrier_and(predicate: bool) -> bool {
-    imp::barrier_and(predicate)
+    votes::barrier_and(predicate)
 }
 
 /// [`barrier`] that also says whether `predicate` is true for any thread of the block
@@ -108,7 +133,7 @@ pub fn barrier_and(predicate: bool) -> bool {
     track_caller
 )]
 pub fn barrier_or(predicate: bool) -> bool {
-    imp::barrier_or(predicate)
+    votes::barrier_or(predicate)
 }
 
 /// Linear index of this thread in its block (x fastest).
