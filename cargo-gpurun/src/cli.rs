@@ -108,7 +108,7 @@ pub struct CargoArgs {
     /// The host emulation's memory checks (out-of-bounds accesses, reads of unwritten shared
     /// memory): `on` builds the host images for them (nightly) and runs them; `off` builds plain
     /// images. Barriers, warp operations and poisoned shared memory are checked either way.
-    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, env = gpurun_build::suite::EMULATION_CHECKS_ENV, value_parser = gpurun_build::suite::parse_emulation_checks)]
+    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, env = gpurun_build::emulation::EMULATION_CHECKS_ENV, value_parser = gpurun_build::emulation::parse_emulation_checks)]
     pub emulation_checks: bool,
 }
 

@@ -313,11 +313,6 @@ pub struct HarnessArgs {
     #[arg(skip)]
     pub suite_name: Option<String>,
 
-    /// Add this run's `<testsuite>` to the JUnit report already at `--junit PATH` (written by an
-    /// earlier suite of the same `cargo gpurun test`) instead of replacing it. Set by the caller.
-    #[arg(skip)]
-    pub junit_append: bool,
-
     /// Print GitHub Actions `::error` annotations for failures (set from `GITHUB_ACTIONS=true`).
     #[arg(skip)]
     pub github_actions: bool,

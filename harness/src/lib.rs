@@ -40,5 +40,5 @@ pub use outcome::{
 };
 pub use report::junit::JunitError;
 pub use schedule::{
-    run, run_to_exit_code, run_with_output, test_threads, Conclusion, HarnessError,
+    run_to_exit_code, run_with_output, test_threads, Conclusion, HarnessError, Session,
 };

@@ -18,7 +18,7 @@ use crate::filter::select;
 use crate::outcome::{judge, panic_text, Executor, TestDesc, TestEnd, TestRun, Verdict};
 use crate::report::console::{log_line, Console, ConsoleOptions};
 use crate::report::github::{annotation, step_summary, BenchRow};
-use crate::report::junit::{JunitError, JunitReport};
+use crate::report::junit::{JunitError, JunitReport, JunitRun};
 use crate::report::{failure_summary, Finished, Reported};
 use crate::time::{Grade, Threshold};
 use crate::variants::Differences;
@@ -97,38 +97,20 @@ impl HarnessError {
 }
 
 /// Lists or runs `tests` as libtest would with `args`, printing to stdout (and device stderr,
-/// with `--nocapture`, to stderr).
-pub fn run(
-    args: &HarnessArgs,
-    tests: Vec<TestDesc>,
-    executor: Arc<dyn Executor>,
-) -> Result<Conclusion, HarnessError> {
-    let mut stdout = io::stdout();
-    let mut stderr = io::stderr();
-    let color = match args.color.unwrap_or(ColorChoice::Auto) {
-        ColorChoice::Always => true,
-        ColorChoice::Never => false,
-        ColorChoice::Auto => stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-    };
-    run_with_output(args, tests, executor, color, &mut stdout, &mut stderr)
-}
-
-/// Like [`run`], and prints any error to stderr: returns the process exit code.
+/// with `--nocapture`, to stderr), any error to stderr: a [`Session`] of one suite. Returns the
+/// process exit code.
 pub fn run_to_exit_code(
     args: &HarnessArgs,
     tests: Vec<TestDesc>,
     executor: Arc<dyn Executor>,
 ) -> i32 {
-    match run(args, tests, executor) {
-        Ok(conclusion) => conclusion.exit_code(),
-        Err(error) => {
-            eprintln!("error: {error}");
-            error.exit_code()
-        }
-    }
+    let mut session = Session::new(args);
+    let code = session.run_to_exit_code(args, tests, executor);
+    code.max(session.finish_to_exit_code())
 }
 
-/// [`run`] with explicit output streams and colour decision (for tests and embedding).
+/// [`run_to_exit_code`] with explicit output streams and colour decision, and the run's
+/// conclusion or error (for tests and embedding).
 pub fn run_with_output(
     args: &HarnessArgs,
     tests: Vec<TestDesc>,
@@ -137,184 +119,259 @@ pub fn run_with_output(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<Conclusion, HarnessError> {
-    // libtest pads a measured benchmark's name to the longest benchmark name, filtered or not.
-    let bench_name_width = args.bench.then(|| {
-        tests
-            .iter()
-            .filter(|test| test.bench.is_some())
-            .map(|test| test.name.len())
-            .max()
-            .unwrap_or(0)
-    });
-    let mut selection = select_where_runnable(args, tests, executor.as_ref());
-    if args.bench && !args.test {
-        // libtest's `--bench` without `--test`: the tests are reported as ignored.
-        for test in selection.tests.iter_mut().filter(|t| t.bench.is_none()) {
-            test.ignored = true;
+    let mut session = Session::new(args);
+    let conclusion = session.run_with_output(args, tests, executor, color, out, err)?;
+    session.finish()?;
+    Ok(conclusion)
+}
+
+/// One run of several suites, as `cargo test` runs its test binaries one after another: each
+/// suite is reported as it runs (its `running N tests` and summary), and what covers the whole
+/// run, the `--junit` report with a `<testsuite>` per suite, is written once, by
+/// [`Session::finish`].
+pub struct Session {
+    junit: Option<JunitRun>,
+}
+
+impl Session {
+    /// A run whose whole-run reports go where `args` says (`--junit`).
+    pub fn new(args: &HarnessArgs) -> Session {
+        Session {
+            junit: args.junit.clone().map(JunitRun::new),
         }
     }
-    let format = args.effective_format();
-    let mut logfile = match &args.logfile {
-        Some(path) => Some(LogFile::create(path.clone())?),
-        None => None,
-    };
-    // Listing needs no thread count, so a bad RUST_TEST_THREADS only matters for a run.
-    let threads = if args.list { 1 } else { test_threads(args)? };
-    // --ensure-time implies --report-time, as in libtest.
-    let report_time = args.report_time || args.ensure_time;
-    let threshold = report_time.then(|| args.time_thresholds.of(args.test_kind));
-    let mut console = Console::new(
-        out,
-        ConsoleOptions {
-            format,
-            color,
-            multithreaded: threads > 1,
-            report_time,
-            show_output: args.show_output,
-            bench_name_width,
-        },
-    );
 
-    if args.list {
-        console
-            .list(&selection.tests)
-            .map_err(HarnessError::Output)?;
-        if let Some(log) = &mut logfile {
-            for test in &selection.tests {
-                log.write(&format!("test {}\n", test.name))?;
+    /// Runs one suite, printing to stdout and stderr, any error to stderr (see
+    /// [`run_to_exit_code`]); `args.suite_name` names it. Returns its exit code.
+    pub fn run_to_exit_code(
+        &mut self,
+        args: &HarnessArgs,
+        tests: Vec<TestDesc>,
+        executor: Arc<dyn Executor>,
+    ) -> i32 {
+        let mut stdout = io::stdout();
+        let mut stderr = io::stderr();
+        let color = match args.color.unwrap_or(ColorChoice::Auto) {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => stdout.is_terminal() && std::env::var_os("NO_COLOR").is_none(),
+        };
+        match self.run_with_output(args, tests, executor, color, &mut stdout, &mut stderr) {
+            Ok(conclusion) => conclusion.exit_code(),
+            Err(error) => print_error(error),
+        }
+    }
+
+    /// Writes the whole run's reports.
+    pub fn finish(self) -> Result<(), HarnessError> {
+        if let Some(junit) = self.junit {
+            junit.write()?;
+        }
+        Ok(())
+    }
+
+    /// [`Session::finish`], printing any error to stderr: 0, or the error's exit code.
+    pub fn finish_to_exit_code(self) -> i32 {
+        match self.finish() {
+            Ok(()) => ExitCode::OK,
+            Err(error) => print_error(error),
+        }
+    }
+
+    /// [`Session::run_to_exit_code`] with explicit output streams and colour decision, and the
+    /// suite's conclusion or error.
+    pub fn run_with_output(
+        &mut self,
+        args: &HarnessArgs,
+        tests: Vec<TestDesc>,
+        executor: Arc<dyn Executor>,
+        color: bool,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> Result<Conclusion, HarnessError> {
+        // libtest pads a measured benchmark's name to the longest benchmark name, filtered or not.
+        let bench_name_width = args.bench.then(|| {
+            tests
+                .iter()
+                .filter(|test| test.bench.is_some())
+                .map(|test| test.name.len())
+                .max()
+                .unwrap_or(0)
+        });
+        let mut selection = select_where_runnable(args, tests, executor.as_ref());
+        if args.bench && !args.test {
+            // libtest's `--bench` without `--test`: the tests are reported as ignored.
+            for test in selection.tests.iter_mut().filter(|t| t.bench.is_none()) {
+                test.ignored = true;
             }
         }
-        return Ok(Conclusion::default());
-    }
+        let format = args.effective_format();
+        let mut logfile = match &args.logfile {
+            Some(path) => Some(LogFile::create(path.clone())?),
+            None => None,
+        };
+        // Listing needs no thread count, so a bad RUST_TEST_THREADS only matters for a run.
+        let threads = if args.list { 1 } else { test_threads(args)? };
+        // --ensure-time implies --report-time, as in libtest.
+        let report_time = args.report_time || args.ensure_time;
+        let threshold = report_time.then(|| args.time_thresholds.of(args.test_kind));
+        let mut console = Console::new(
+            out,
+            ConsoleOptions {
+                format,
+                color,
+                multithreaded: threads > 1,
+                report_time,
+                show_output: args.show_output,
+                bench_name_width,
+            },
+        );
 
-    // The baseline to compare with is read before anything runs: a missing one is the first
-    // thing to fix.
-    let baseline = match (&args.baseline, args.bench) {
-        (Some(name), true) => Some((name.as_str(), Baseline::require(&args.baselines(), name)?)),
-        _ => None,
-    };
-    let suite = args.suite_name.as_deref().unwrap_or("gpurun");
-    let started = Instant::now();
-    console
-        .run_start(selection.tests.len(), selection.filtered_out)
-        .map_err(HarnessError::Output)?;
-    let mut sinks = Sinks {
-        console,
-        err,
-        logfile,
-        junit: args
-            .junit
-            .as_ref()
-            .map(|_| JunitReport::new(args.suite_name.as_deref().unwrap_or("gpurun"))),
-        annotations: Vec::new(),
-        failure_reasons: Vec::new(),
-        bench_rows: Vec::new(),
-        nocapture: args.nocapture,
-        github: args.github_actions,
-        threshold,
-        ensure_time: args.ensure_time,
-        differences: Differences::default(),
-    };
-    // With --bench, the benchmarks are measured after the tests, one at a time, as in libtest;
-    // without it they run among the tests, once each.
-    let (tests, benches): (Vec<TestDesc>, Vec<TestDesc>) = match args.bench {
-        true => selection
-            .tests
-            .iter()
-            .cloned()
-            .partition(|test| test.bench.is_none()),
-        false => (selection.tests.clone(), Vec::new()),
-    };
-    run_tests(
-        &tests,
-        executor.as_ref(),
-        threads,
-        SLOW_TEST_WARNING,
-        &mut sinks,
-    )?;
-    let options = args.bench_options();
-    let thresholds = args.change_thresholds();
-    let mut to_save = Vec::new();
-    for bench in &benches {
+        if args.list {
+            console
+                .list(&selection.tests)
+                .map_err(HarnessError::Output)?;
+            if let Some(log) = &mut logfile {
+                for test in &selection.tests {
+                    log.write(&format!("test {}\n", test.name))?;
+                }
+            }
+            return Ok(Conclusion::default());
+        }
+
+        // The baseline to compare with is read before anything runs: a missing one is the first
+        // thing to fix.
+        let baseline = match (&args.baseline, args.bench) {
+            (Some(name), true) => {
+                Some((name.as_str(), Baseline::require(&args.baselines(), name)?))
+            }
+            _ => None,
+        };
+        let suite = args.suite_name.as_deref().unwrap_or("gpurun");
+        let started = Instant::now();
+        console
+            .run_start(selection.tests.len(), selection.filtered_out)
+            .map_err(HarnessError::Output)?;
+        let mut sinks = Sinks {
+            console,
+            err,
+            logfile,
+            junit: self.junit.as_ref().map(|_| JunitReport::new(suite)),
+            annotations: Vec::new(),
+            failure_reasons: Vec::new(),
+            bench_rows: Vec::new(),
+            nocapture: args.nocapture,
+            github: args.github_actions,
+            threshold,
+            ensure_time: args.ensure_time,
+            differences: Differences::default(),
+        };
+        // With --bench, the benchmarks are measured after the tests, one at a time, as in libtest;
+        // without it they run among the tests, once each.
+        let (tests, benches): (Vec<TestDesc>, Vec<TestDesc>) = match args.bench {
+            true => selection
+                .tests
+                .iter()
+                .cloned()
+                .partition(|test| test.bench.is_none()),
+            false => (selection.tests.clone(), Vec::new()),
+        };
+        run_tests(
+            &tests,
+            executor.as_ref(),
+            threads,
+            SLOW_TEST_WARNING,
+            &mut sinks,
+        )?;
+        let options = args.bench_options();
+        let thresholds = args.change_thresholds();
+        let mut to_save = Vec::new();
+        for bench in &benches {
+            sinks
+                .console
+                .test_start(bench)
+                .map_err(HarnessError::Output)?;
+            if bench.ignored {
+                sinks.report(bench, None)?;
+                continue;
+            }
+            let (run, measured) = run_bench(executor.as_ref(), bench, &options);
+            if let Some(Ok(measured)) = &measured {
+                to_save.push((bench.name.clone(), Saved::from(measured)));
+            }
+            let comparison = |measured: &Measured| {
+                let (name, baseline) = baseline.as_ref()?;
+                let saved = baseline.get(suite, &bench.name)?;
+                Some(compare(name, &saved.samples, &measured.samples, thresholds))
+            };
+            sinks.report_bench(bench, run, measured, comparison)?;
+        }
+        if let (Some(name), true) = (&args.save_baseline, args.bench) {
+            Baseline::save(&args.baselines(), name, suite, &to_save)?;
+        }
+        let elapsed = started.elapsed();
         sinks
             .console
-            .test_start(bench)
+            .run_finish(elapsed)
             .map_err(HarnessError::Output)?;
-        if bench.ignored {
-            sinks.report(bench, None)?;
-            continue;
+        if let Some(line) = sinks.differences.summary() {
+            // After the summary line; in json mode stdout stays one JSON event per line.
+            let result = if format == Format::Json {
+                sinks.err.write_all(line.as_bytes())
+            } else {
+                sinks.console.write_raw(line.as_bytes())
+            };
+            result.map_err(HarnessError::Output)?;
         }
-        let (run, measured) = run_bench(executor.as_ref(), bench, &options);
-        if let Some(Ok(measured)) = &measured {
-            to_save.push((bench.name.clone(), Saved::from(measured)));
-        }
-        let comparison = |measured: &Measured| {
-            let (name, baseline) = baseline.as_ref()?;
-            let saved = baseline.get(suite, &bench.name)?;
-            Some(compare(name, &saved.samples, &measured.samples, thresholds))
-        };
-        sinks.report_bench(bench, run, measured, comparison)?;
-    }
-    if let (Some(name), true) = (&args.save_baseline, args.bench) {
-        Baseline::save(&args.baselines(), name, suite, &to_save)?;
-    }
-    let elapsed = started.elapsed();
-    sinks
-        .console
-        .run_finish(elapsed)
-        .map_err(HarnessError::Output)?;
-    if let Some(line) = sinks.differences.summary() {
-        // After the summary line; in json mode stdout stays one JSON event per line.
-        let result = if format == Format::Json {
-            sinks.err.write_all(line.as_bytes())
-        } else {
-            sinks.console.write_raw(line.as_bytes())
-        };
-        result.map_err(HarnessError::Output)?;
-    }
 
-    let counts = sinks.console.counts;
-    if let (Some(junit), Some(path)) = (sinks.junit.take(), &args.junit) {
-        junit.write(path, elapsed, args.junit_append)?;
+        let counts = sinks.console.counts;
+        if let (Some(suite), Some(junit)) = (sinks.junit.take(), &mut self.junit) {
+            junit.add(suite.finish(elapsed));
+        }
+        if !sinks.annotations.is_empty() {
+            // Workflow commands must start a line; after the summary nothing else is printed. In
+            // json mode stdout must stay parseable, and the runner reads commands on stderr too.
+            let text = sinks.annotations.concat();
+            let result = if format == Format::Json {
+                sinks.err.write_all(text.as_bytes())
+            } else {
+                sinks.console_write(text.as_bytes())
+            };
+            result.map_err(HarnessError::Output)?;
+        }
+        if let Some(path) = &args.github_step_summary {
+            let text = step_summary(
+                suite,
+                &counts,
+                elapsed,
+                &sinks.failure_reasons,
+                &sinks.bench_rows,
+            );
+            // Appended: every test binary of a CI step adds its own section.
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .and_then(|mut file| file.write_all(text.as_bytes()))
+                .map_err(|source| HarnessError::StepSummary {
+                    path: path.clone(),
+                    source,
+                })?;
+        }
+        Ok(Conclusion {
+            num_passed: counts.passed as u64,
+            num_failed: counts.failed as u64,
+            num_ignored: counts.ignored as u64,
+            num_measured: counts.measured as u64,
+            num_filtered_out: counts.filtered_out as u64,
+        })
     }
-    if !sinks.annotations.is_empty() {
-        // Workflow commands must start a line; after the summary nothing else is printed. In
-        // json mode stdout must stay parseable, and the runner reads commands on stderr too.
-        let text = sinks.annotations.concat();
-        let result = if format == Format::Json {
-            sinks.err.write_all(text.as_bytes())
-        } else {
-            sinks.console_write(text.as_bytes())
-        };
-        result.map_err(HarnessError::Output)?;
-    }
-    if let Some(path) = &args.github_step_summary {
-        let suite = args.suite_name.as_deref().unwrap_or("gpurun");
-        let text = step_summary(
-            suite,
-            &counts,
-            elapsed,
-            &sinks.failure_reasons,
-            &sinks.bench_rows,
-        );
-        // Appended: every test binary of a CI step adds its own section.
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .and_then(|mut file| file.write_all(text.as_bytes()))
-            .map_err(|source| HarnessError::StepSummary {
-                path: path.clone(),
-                source,
-            })?;
-    }
-    Ok(Conclusion {
-        num_passed: counts.passed as u64,
-        num_failed: counts.failed as u64,
-        num_ignored: counts.ignored as u64,
-        num_measured: counts.measured as u64,
-        num_filtered_out: counts.filtered_out as u64,
-    })
+}
+
+/// Prints `error` on stderr and returns its exit code.
+fn print_error(error: HarnessError) -> i32 {
+    eprintln!("error: {error}");
+    error.exit_code()
 }
 
 /// How many tests run at once: `--test-threads`, else `RUST_TEST_THREADS`, else one per CPU,

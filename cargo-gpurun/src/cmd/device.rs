@@ -2,12 +2,12 @@
 //! `--lane-size`/`--stack-size`/`--sanitize` options, the backend an image needs, and the
 //! worker options they make.
 
-use anyhow::bail;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use gpurun_hal::select::BackendChoice;
 use gpurun_hal::BackendKind;
-use gpurun_image::{Image, ImageKind};
+use gpurun_image::Image;
+use gpurun_runner::placement;
 use gpurun_runner::sanitizer::{self, SANITIZE_ENV};
 use gpurun_runner::{Sanitizer, SanitizerTool, WorkerOptions};
 
@@ -77,40 +77,12 @@ fn parse_lane_size(text: &str) -> Result<LaneSizes, String> {
     }
 }
 
-/// The image's kind in words, for error messages.
-fn describe(kind: ImageKind) -> &'static str {
-    match kind {
-        ImageKind::Ptx => "an NVIDIA PTX image",
-        ImageKind::Cubin => "an NVIDIA cubin",
-        ImageKind::Amdgpu => "an AMDGPU code object",
-        ImageKind::Host => "a host emulation image",
-    }
-}
-
 /// The host emulation's seed of this run: `--emulation-seed`, else one drawn once per process.
 pub fn seed(device: &DeviceArgs) -> u64 {
     static FRESH: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     device
         .emulation_seed
         .unwrap_or_else(|| *FRESH.get_or_init(gpurun_hal::host::fresh_seed))
-}
-
-/// Picks the backend for `image`, refusing combinations that cannot work.
-pub fn backend_for(choice: &BackendChoice, image: &Image) -> anyhow::Result<BackendKind> {
-    let natural = BackendKind::for_platform(image.kind().platform());
-    match choice {
-        BackendChoice::Auto | BackendChoice::All => Ok(natural),
-        BackendChoice::Only(kind) if *kind == natural => Ok(natural),
-        BackendChoice::Each(kinds) if kinds.contains(&natural) => Ok(natural),
-        BackendChoice::Each(_) => bail!(
-            "none of the backends named can run {}; it needs the {natural} backend",
-            describe(image.kind())
-        ),
-        BackendChoice::Only(kind) => bail!(
-            "the {kind} backend cannot run {}; it needs the {natural} backend",
-            describe(image.kind())
-        ),
-    }
 }
 
 /// Adds what to do about a missing GPU to a worker start failure.
@@ -123,7 +95,7 @@ pub fn start_failure(kind: BackendKind, image: &Image, error: String) -> anyhow:
             "\n  {} needs a machine with that GPU; to run it without one, run `cargo gpurun \
              build --target host` in its crate and `cargo gpurun run` the host image it prints \
              for this lib or bin (the host emulation)",
-            describe(image.kind())
+            placement::image_in_words(image.kind())
         ),
     };
     anyhow::anyhow!("{error}{hint}")
@@ -147,12 +119,13 @@ pub fn sanitizer(device: &DeviceArgs, kind: BackendKind) -> anyhow::Result<Optio
     Ok(Some(Sanitizer::find(tool)?))
 }
 
-/// The worker options `device` asks for on `kind`, with the host emulation's memory checks on
-/// or off (they only apply to an image built for them) and its seed: the one given, else a fresh
-/// one for this run (`gpurun_hal::host::seed_note`).
-pub fn options(device: &DeviceArgs, kind: BackendKind, emulation_checks: bool) -> WorkerOptions {
+/// The worker options `device` asks for, with the host emulation's memory checks on or off
+/// (they only apply to an image built for them) and its seed: the one given, else a fresh one
+/// for this run (`gpurun_hal::host::seed_note`). The backend is the host emulation's until the
+/// caller sets it.
+pub fn options(device: &DeviceArgs, emulation_checks: bool) -> WorkerOptions {
     WorkerOptions {
-        backend: kind,
+        backend: BackendKind::Host,
         device: device.device.unwrap_or(0),
         lane_size: device.lane_size.first(),
         emulation_checks,

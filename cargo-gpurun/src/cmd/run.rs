@@ -7,20 +7,20 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::Args;
 use gpurun_hal::{LaunchEnd, LaunchShape};
+use gpurun_harness::{HarnessArgs, Session};
 use gpurun_image::Image;
+use gpurun_runner::placement;
 use gpurun_runner::sanitizer::{self, ERROR_EXIT_CODE, REPORT_WITHIN};
-use gpurun_runner::{Command, Event, RunError, WorkerHandle, WorkerOptions};
+use gpurun_runner::suite::DEFAULT_TEST_TIMEOUT;
+use gpurun_runner::{Command, Event, PlanOptions, RunError, WorkerHandle, WorkerOptions};
 
-use gpurun_build::suite::DEFAULT_TEST_TIMEOUT;
-
-use super::device::{backend_for, options, sanitizer, start_failure, DeviceArgs};
-use super::test::test_executor;
+use super::device::{options, sanitizer, start_failure, DeviceArgs};
+use super::test::plan_options;
 use super::worker::worker_spec;
 use crate::exit_code;
 
@@ -62,7 +62,7 @@ pub struct RunArgs {
     pub device: DeviceArgs,
     /// The host emulation's memory checks of an image built for them (`cargo gpurun build
     /// --target host` builds them in by default): `on` or `off`.
-    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, env = gpurun_build::suite::EMULATION_CHECKS_ENV, value_parser = gpurun_build::suite::parse_emulation_checks)]
+    #[arg(long, value_name = "on|off", default_value = "on", action = clap::ArgAction::Set, env = gpurun_build::emulation::EMULATION_CHECKS_ENV, value_parser = gpurun_build::emulation::parse_emulation_checks)]
     pub emulation_checks: bool,
     /// Stop the program after SECS seconds (exit status 124).
     #[arg(long, value_name = "SECS")]
@@ -77,7 +77,7 @@ pub struct RunArgs {
 pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     let image = Image::read(&args.image)
         .with_context(|| format!("failed to load image `{}`", args.image.display()))?;
-    let kind = backend_for(&args.device.backend, &image)?;
+    let kind = placement::backend_for(&args.device.backend, image.kind())?;
     if args.device.require_gpu {
         gpurun_runner::placement::require_gpu(&[image.kind().platform()])?;
     }
@@ -85,10 +85,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<ExitCode> {
     if args.device.lane_size == super::device::LaneSizes::All {
         bail!("`--lane-size all` runs each test at each lane size in `cargo gpurun test`; `run` takes one");
     }
-    let options = options(&args.device, kind, args.emulation_checks);
     if args.kernels.is_empty() && image.kernel("_start").is_none() && !image.tests().is_empty() {
-        return run_test_image(args, &image, &options);
+        return run_test_image(args, &image);
     }
+    let options = WorkerOptions {
+        backend: kind,
+        ..options(&args.device, args.emulation_checks)
+    };
     if args.kernels.is_empty() {
         image
             .require_entry("_start")
@@ -204,43 +207,41 @@ fn report_sanitizer(worker: &WorkerHandle, sanitizer: &gpurun_runner::Sanitizer)
 }
 
 /// Runs a test image under libtest's command line (`target.runner` for test targets).
-fn run_test_image(
-    args: &RunArgs,
-    image: &Image,
-    options: &WorkerOptions,
-) -> anyhow::Result<ExitCode> {
+fn run_test_image(args: &RunArgs, image: &Image) -> anyhow::Result<ExitCode> {
     let mut argv: Vec<OsString> = vec![args.image.clone().into_os_string()];
     argv.extend(args.args.iter().cloned());
-    let mut harness_args = match gpurun_harness::HarnessArgs::parse_args(argv) {
+    let harness_args = match gpurun_harness::HarnessArgs::parse_args(argv) {
         Ok(parsed) => parsed,
         Err(error) => error.exit(),
     };
-    harness_args.suite_name = Some(suite_name(&args.image));
-    let timeout = harness_args
-        .test_timeout
-        .or(args
-            .timeout
-            .filter(|t| t.is_finite() && *t > 0.0)
-            .map(Duration::from_secs_f64))
-        .unwrap_or(DEFAULT_TEST_TIMEOUT);
-    if args.flush_l2 && !options.backend.flushes_l2() {
-        eprintln!(
-            "note: --flush-l2 has no effect on the {} backend: it has no device cache to flush",
-            options.backend
-        );
+    let time_limit = args
+        .timeout
+        .filter(|secs| secs.is_finite() && *secs > 0.0)
+        .map_or(DEFAULT_TEST_TIMEOUT, Duration::from_secs_f64);
+    let plan = PlanOptions {
+        flush_l2: args.flush_l2,
+        ..plan_options(&args.device, &harness_args, args.emulation_checks)?
     }
-    let executor = test_executor(
-        &args.device,
-        options.backend,
-        &args.image,
-        &harness_args,
-        (timeout, args.emulation_checks, options.lane_size),
-        Vec::new(),
-    )?
-    .flush_l2(args.flush_l2);
-    let tests = image.tests().to_vec();
-    let code = gpurun_harness::run_to_exit_code(&harness_args, tests, Arc::new(executor));
-    Ok(exit_code::code(code))
+    .plan_image(
+        suite_name(&args.image),
+        args.image.clone(),
+        image,
+        time_limit,
+    )?;
+    for note in &plan.notes {
+        eprintln!("note: {note}");
+    }
+    let mut session = Session::new(&harness_args);
+    let mut worst = exit_code::SUCCESS;
+    for suite in plan.suites {
+        let harness_args = HarnessArgs {
+            suite_name: Some(suite.name),
+            ..harness_args.clone()
+        };
+        worst = worst.max(session.run_to_exit_code(&harness_args, suite.tests, suite.executor));
+    }
+    worst = worst.max(session.finish_to_exit_code());
+    Ok(exit_code::code(worst))
 }
 
 /// The suite a test image is (its JUnit `<testsuite>`, the key of its benchmarks in a

@@ -4,23 +4,18 @@
 use std::ffi::OsString;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
 use gpurun_build::coverage::{self, Profiles};
-use gpurun_build::suite::{self, Suite};
 use gpurun_build::{BuiltImage, Platform, TargetKind};
 use gpurun_hal::select::BackendChoice;
-use gpurun_hal::BackendKind;
-use gpurun_harness::time::TestKind;
-use gpurun_harness::variants::VariantExecutor;
-use gpurun_harness::{Executor, HarnessArgs};
+use gpurun_harness::{HarnessArgs, Session};
 use gpurun_runner::placement;
-use gpurun_runner::{SuiteWorkers, WorkerExecutor, WorkerOptions};
+use gpurun_runner::suite::test_suites;
+use gpurun_runner::{PlanOptions, Sanitizer};
 
-use super::device::{backend_choice, backend_for, options, sanitizer, DeviceArgs, LaneSizes};
+use super::device::{backend_choice, options, DeviceArgs};
 use super::worker::{worker_exe, WORKER_PREFIX};
 use crate::cli::CargoArgs;
 use crate::exit_code;
@@ -66,9 +61,14 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
     // The build leaves the checks out of images it instruments for coverage (and says so); a
     // worker finds whether an image has them.
     let emulation_checks = build_options.emulation_checks;
-    let choice = backend_choice(&args.device)?;
-    if let Some(tool) = args.device.sanitize {
-        // Before the build: a wrong target or a missing sanitizer is the first thing to fix.
+    let mut argv: Vec<OsString> = vec!["cargo-gpurun-test".into()];
+    argv.extend(args.harness_args.iter().cloned());
+    let mut harness_args = match HarnessArgs::parse_args(argv) {
+        Ok(parsed) => parsed,
+        Err(error) => error.exit(),
+    };
+    if args.device.sanitize.is_some() {
+        // Before the build: a wrong target is the first thing to fix.
         for name in &build_options.targets {
             if gpurun_build::arch::parse_target(name)? != Platform::Nvptx {
                 bail!(
@@ -77,12 +77,11 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
                 );
             }
         }
-        gpurun_runner::Sanitizer::find(tool)?;
     }
+    // So is a missing compute-sanitizer, which this finds.
+    let plan_options = plan_options(&args.device, &harness_args, emulation_checks)?;
+    let choice = plan_options.choice.clone();
     let several_backends = matches!(choice, BackendChoice::Each(_) | BackendChoice::All);
-    let all_lanes = args.device.lane_size == LaneSizes::All;
-    // Each test then runs once per backend or lane size, under a label.
-    let several = several_backends || all_lanes;
     if build_options.targets.is_empty() && args.coverage && !several_backends {
         build_options.targets = vec![Platform::Host.short_name().to_owned()];
     } else if build_options.targets.is_empty() {
@@ -117,124 +116,53 @@ pub fn run_suites(args: &TestArgs, bench: Option<BenchRun>) -> anyhow::Result<Ex
             .collect(),
         None => Vec::new(),
     };
-    let mut argv: Vec<OsString> = vec!["cargo-gpurun-test".into()];
-    argv.extend(args.harness_args.iter().cloned());
-    let mut harness_args = match HarnessArgs::parse_args(argv) {
-        Ok(parsed) => parsed,
-        Err(error) => error.exit(),
-    };
     if bench.is_some() {
         // Beside the build's other outputs, as `target/criterion` is beside cargo's.
         harness_args.baseline_dir =
             Some(gpurun_build::target_dir(&build_options)?.join("gpurun-bench"));
     }
-    let mut noted_flush = false;
+    // Only host workers load instrumented images.
+    let host_env = match &coverage {
+        Some(profiles) => vec![(
+            gpurun_runner::worker::PROFILE_FILE_ENV.to_owned(),
+            profiles.pattern().display().to_string(),
+        )],
+        None => Vec::new(),
+    };
+    let plan = PlanOptions {
+        lane_sizes: args.device.lane_size.each(),
+        host_env,
+        flush_l2: bench.is_some_and(|bench| bench.flush_l2),
+        ..plan_options
+    }
+    .plan(test_suites(images))?;
+    for note in &plan.notes {
+        eprintln!("note: {note}");
+    }
     let cwd = std::env::current_dir().unwrap_or_default();
     let mut worst = exit_code::SUCCESS;
-    let suites = suite::test_suites(images);
-    // One harness run per suite; with several backends, one per suite of all of them, each
-    // test once per backend (`[host] adds`, `[cuda] adds`).
-    let groups: Vec<Vec<Suite>> = if several_backends {
-        group_across_targets(suites)
-    } else {
-        suites.into_iter().map(|suite| vec![suite]).collect()
-    };
-    for group in groups {
-        let Some(first) = group.first() else {
-            continue;
-        };
-        let built = &first.built;
-        let header = group
+    let mut session = Session::new(&harness_args);
+    for suite in plan.suites {
+        let header = suite
+            .images
             .iter()
-            .map(|suite| suite_header(&suite.built, &cwd))
+            .map(|built| suite_header(built, &cwd))
             .collect::<Vec<_>>();
         eprintln!("{:>12} {}", "Running", merge_headers(&header));
-        harness_args.suite_name = Some(first.name.clone());
-        // libtest times a tests/ target's tests as integration tests.
-        harness_args.test_kind = match built.kind {
-            TargetKind::Test => TestKind::Integration,
-            TargetKind::Lib | TargetKind::Bin | TargetKind::Example => TestKind::Unit,
-        };
-        let mut tests = Vec::new();
-        let mut variants = VariantExecutor::new();
-        let mut single = None;
-        let mut broken = false;
-        for suite in &group {
-            // A broken image fails its own suite; the others still run and report.
-            let (image_tests, kind) = match &suite.image {
-                Ok(Some(image)) => (image.tests().to_vec(), backend_for(&choice, image)?),
-                Ok(None) => (Vec::new(), BackendKind::for_platform(suite.built.target)),
-                Err(error) => {
-                    eprintln!("error: {error}");
-                    broken = true;
-                    continue;
-                }
-            };
-            let timeout = suite::time_limit(&suite.built, harness_args.test_timeout)?;
-            // The host emulation runs at each lane size asked for; a GPU has its own.
-            let lane_sizes = match kind {
-                BackendKind::Host => args.device.lane_size.each(),
-                _ => vec![args.device.lane_size.first()],
-            };
-            // Only host workers load instrumented images.
-            let env = match (&coverage, kind) {
-                (Some(profiles), BackendKind::Host) => vec![(
-                    gpurun_runner::worker::PROFILE_FILE_ENV.to_owned(),
-                    profiles.pattern().display().to_string(),
-                )],
-                _ => Vec::new(),
-            };
-            let flush_l2 = bench.is_some_and(|bench| bench.flush_l2);
-            if flush_l2 && !kind.flushes_l2() && !noted_flush {
-                noted_flush = true;
-                eprintln!(
-                    "note: --flush-l2 has no effect on the {kind} backend: it has no device \
-                     cache to flush, so every launch runs as the last one left the caches"
-                );
-            }
-            for lane_size in lane_sizes {
-                let executor = Arc::new(
-                    test_executor(
-                        &args.device,
-                        kind,
-                        &suite.built.path,
-                        &harness_args,
-                        (timeout, emulation_checks, lane_size),
-                        env.clone(),
-                    )?
-                    .flush_l2(flush_l2),
-                );
-                if !several {
-                    tests = image_tests.clone();
-                    single = Some(executor);
-                    continue;
-                }
-                // `[lanes=64] adds`, with several backends `[host lanes=64] adds`, `[cuda] adds`.
-                let label = match (all_lanes && kind == BackendKind::Host, several_backends) {
-                    (true, true) => format!("{} lanes={lane_size}", kind.name()),
-                    (true, false) => format!("lanes={lane_size}"),
-                    (false, _) => kind.name().to_string(),
-                };
-                tests.extend(variants.add(&label, &image_tests, executor));
-            }
-        }
-        if broken {
+        for error in &suite.broken {
+            eprintln!("error: {error}");
             worst = worst.max(exit_code::ERROR);
-            if !several || tests.is_empty() {
-                continue;
-            }
         }
-        let executor: Arc<dyn Executor> = match single {
-            Some(executor) => executor,
-            None => Arc::new(variants),
-        };
-        let code = gpurun_harness::run_to_exit_code(&harness_args, tests, executor);
-        // One `--junit` file for the whole run: later suites add theirs to it.
-        harness_args.junit_append = true;
-        if code != exit_code::SUCCESS {
-            worst = worst.max(code);
+        // A suite of one broken image has nothing to run.
+        if !suite.broken.is_empty() && suite.tests.is_empty() {
+            continue;
         }
+        harness_args.suite_name = Some(suite.name);
+        harness_args.test_kind = suite.test_kind;
+        let code = session.run_to_exit_code(&harness_args, suite.tests, suite.executor);
+        worst = worst.max(code);
     }
+    worst = worst.max(session.finish_to_exit_code());
     if let Some(profiles) = coverage {
         let target_dir = gpurun_build::target_dir(&build_options)?;
         let out = coverage::root(&target_dir);
@@ -306,26 +234,6 @@ fn build(options: &gpurun_build::BuildOptions, coverage: bool) -> anyhow::Result
     Ok(images)
 }
 
-/// The suites of several targets grouped by what they test (package, kind of target, name),
-/// each group in target order, the groups in the order of their first suite.
-fn group_across_targets(suites: Vec<Suite>) -> Vec<Vec<Suite>> {
-    let mut groups: Vec<Vec<Suite>> = Vec::new();
-    for suite in suites {
-        let same = |other: &Suite| {
-            (&other.built.package, other.built.kind, &other.built.name)
-                == (&suite.built.package, suite.built.kind, &suite.built.name)
-        };
-        match groups
-            .iter_mut()
-            .find(|group| group.first().is_some_and(same))
-        {
-            Some(group) => group.push(suite),
-            None => groups.push(vec![suite]),
-        }
-    }
-    groups
-}
-
 /// cargo's `Running` header for one or several images of the same source: `unittests
 /// src/lib.rs (target/debug/libfoo.so, target/nvptx64-nvidia-cuda/debug/foo.ptx)`.
 fn merge_headers(headers: &[String]) -> String {
@@ -354,29 +262,25 @@ fn suite_header(built: &BuiltImage, cwd: &Path) -> String {
     format!("{prefix}{} ({})", built.source.display(), path.display())
 }
 
-/// The executor that runs an image's tests: one worker per device in use
-/// ([`gpurun_runner::test_devices`]), sized so that the harness's test threads all have a slot;
-/// under `--sanitize`, compute-sanitizer runs each test in a worker of its own.
-pub fn test_executor(
+/// The plan's options `device` and the harness's arguments ask for, with one backend and lane
+/// size; the caller sets those it has more of.
+pub fn plan_options(
     device: &DeviceArgs,
-    kind: BackendKind,
-    image: &Path,
     harness_args: &HarnessArgs,
-    (timeout, emulation_checks, lane_size): (Duration, bool, u32),
-    env: Vec<(String, String)>,
-) -> anyhow::Result<WorkerExecutor> {
-    let workers = SuiteWorkers {
+    emulation_checks: bool,
+) -> anyhow::Result<PlanOptions> {
+    Ok(PlanOptions {
         exe: worker_exe()?,
-        prefix: WORKER_PREFIX,
-        options: WorkerOptions {
-            lane_size,
-            ..options(device, kind, emulation_checks)
-        },
+        prefix: WORKER_PREFIX.iter().map(|arg| arg.to_string()).collect(),
+        options: options(device, emulation_checks),
         device: device.device,
-        sanitizer: sanitizer(device, kind)?,
-        env,
-    };
-    // A bad RUST_TEST_THREADS is reported by the harness itself.
-    let concurrency = gpurun_harness::test_threads(harness_args).unwrap_or(1);
-    Ok(workers.executor(image, concurrency, timeout)?)
+        choice: backend_choice(device)?,
+        lane_sizes: vec![device.lane_size.first()],
+        sanitizer: device.sanitize.map(Sanitizer::find).transpose()?,
+        host_env: Vec::new(),
+        // A bad RUST_TEST_THREADS is reported by the harness itself.
+        concurrency: gpurun_harness::test_threads(harness_args).unwrap_or(1),
+        time_limit: harness_args.test_timeout,
+        flush_l2: false,
+    })
 }

@@ -1,7 +1,7 @@
 //! The build pipeline of cargo-gpurun as a library: find the device crates of a workspace
 //! (`cargo metadata`, selected as cargo selects packages), build each for its GPU target on the
 //! nightly toolchain with `-Zbuild-std=core,alloc` (or for the host), check every image offline
-//! ([`validate`]), and turn what was built into test suites ([`suite`]).
+//! ([`validate`]).
 //!
 //! The entry points are [`build`] (lib and bins, what `cargo gpurun build` prints) and
 //! [`build_for_test`] (also the tests/ and example targets, see [`targets`], what `cargo gpurun
@@ -10,8 +10,8 @@
 //! program that calls [`nvptx_link::main`] when started under that name.
 //!
 //! Owns: the build pipeline (cargo, the nvptx linker, ptxas, the image checks), the toolchain
-//! checks ([`toolchain`]), suite discovery and the test-timeout rule ([`suite`]). Must not:
-//! parse command lines (callers fill a plain [`BuildOptions`]), run tests, or know devices:
+//! checks ([`toolchain`]), whether host images carry the emulation's checks ([`emulation`]).
+//! Must not: parse command lines (callers fill a plain [`BuildOptions`]), run tests, or know devices:
 //! which GPUs are present and which target to build when none is given are the runner's
 //! (`gpurun_runner::placement`); the GPU's architecture comes in through
 //! [`BuildOptions::gpu_arch`].
@@ -21,9 +21,9 @@ pub mod arch;
 mod cargo;
 pub mod coverage;
 mod crates;
+pub mod emulation;
 pub mod nvptx_link;
 mod rustflags;
-pub mod suite;
 pub mod targets;
 pub mod toolchain;
 pub mod validate;

@@ -6,7 +6,7 @@
 
 use gpurun_hal::select::{self, BackendChoice};
 use gpurun_hal::BackendKind;
-use gpurun_image::Platform;
+use gpurun_image::{ImageKind, Platform};
 
 /// The environment variable that makes a missing GPU an error (`--require-gpu`); its values
 /// are read by [`parse_require_gpu`], by the CLI and by `gpurun-test` alike.
@@ -114,6 +114,48 @@ pub fn require_gpu(targets: &[Platform]) -> Result<(), NoGpu> {
         }
     }
     Ok(())
+}
+
+/// An image that none of the backends asked for can run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WrongBackend {
+    #[error("none of the backends named can run {}; it needs the {needs} backend", image_in_words(*.image))]
+    NoneOf {
+        image: ImageKind,
+        needs: BackendKind,
+    },
+    #[error("the {asked} backend cannot run {}; it needs the {needs} backend", image_in_words(*.image))]
+    Only {
+        asked: BackendKind,
+        image: ImageKind,
+        needs: BackendKind,
+    },
+}
+
+/// The backend of `choice` that runs an image of `kind`.
+pub fn backend_for(choice: &BackendChoice, kind: ImageKind) -> Result<BackendKind, WrongBackend> {
+    let needs = BackendKind::for_platform(kind.platform());
+    match choice {
+        BackendChoice::Auto | BackendChoice::All => Ok(needs),
+        BackendChoice::Only(asked) if *asked == needs => Ok(needs),
+        BackendChoice::Each(kinds) if kinds.contains(&needs) => Ok(needs),
+        BackendChoice::Each(_) => Err(WrongBackend::NoneOf { image: kind, needs }),
+        BackendChoice::Only(asked) => Err(WrongBackend::Only {
+            asked: *asked,
+            image: kind,
+            needs,
+        }),
+    }
+}
+
+/// An image's kind in words, for messages: "an NVIDIA PTX image".
+pub fn image_in_words(kind: ImageKind) -> &'static str {
+    match kind {
+        ImageKind::Ptx => "an NVIDIA PTX image",
+        ImageKind::Cubin => "an NVIDIA cubin",
+        ImageKind::Amdgpu => "an AMDGPU code object",
+        ImageKind::Host => "a host emulation image",
+    }
 }
 
 /// The architecture of the first GPU of `target`'s kind on this machine (CUDA device 0 for

@@ -51,7 +51,7 @@ pub fn test_devices(device: Option<usize>, kind: BackendKind) -> Result<Vec<usiz
 /// worker's own arguments, on `device` or else every device the backend sees ([`test_devices`]),
 /// each with `options` (its device set), `env` added and under `sanitizer`, if any.
 #[derive(Clone, Debug)]
-pub struct SuiteWorkers<'a> {
+pub(crate) struct SuiteWorkers<'a> {
     pub exe: PathBuf,
     pub prefix: &'a [&'a str],
     pub options: WorkerOptions,

@@ -240,7 +240,7 @@ pub struct BuiltImage {
 
 /// How long a kernel or device test may run unless [`DeviceCrate::timeout`] says otherwise: as
 /// `cargo gpurun test`.
-pub const DEFAULT_TIMEOUT: Duration = gpurun_build::suite::DEFAULT_TEST_TIMEOUT;
+pub const DEFAULT_TIMEOUT: Duration = gpurun_runner::suite::DEFAULT_TEST_TIMEOUT;
 
 /// The host emulation's warp size unless [`DeviceCrate::lane_size`] says otherwise: as `cargo
 /// gpurun test`.
@@ -318,7 +318,7 @@ impl DeviceCrate {
         let Some(image) = image else {
             return Ok(self.timeout.unwrap_or(DEFAULT_TIMEOUT));
         };
-        gpurun_build::suite::time_limit(image, self.timeout).map_err(|error| Error::Build {
+        gpurun_runner::suite::time_limit(image, self.timeout).map_err(|error| Error::Build {
             path: self.dir.clone(),
             message: format!("{error:#}"),
         })
@@ -354,12 +354,12 @@ impl DeviceCrate {
         let dir = std::path::absolute(&self.dir).unwrap_or_else(|_| self.dir.clone());
         let checks = match self.emulation_checks {
             Some(on) => on,
-            None => {
-                gpurun_build::suite::emulation_checks_by_env().map_err(|message| Error::Build {
+            None => gpurun_build::emulation::emulation_checks_by_env().map_err(|message| {
+                Error::Build {
                     path: dir.clone(),
                     message,
-                })?
-            }
+                }
+            })?,
         };
         let key = (
             dir.clone(),
@@ -383,8 +383,6 @@ impl DeviceCrate {
         mode: BuildMode,
         emulation_checks: bool,
     ) -> Result<Vec<gpurun_build::BuiltImage>, String> {
-        // The same choice as `cargo gpurun test`, including `GPURUN_BACKEND` (one backend,
-        // several, or `all`) and `GPURUN_REQUIRE_GPU`.
         let required = gpurun_runner::placement::gpu_required_by_env()?;
         let targets = match &self.target {
             Some(target) => {
@@ -396,20 +394,8 @@ impl DeviceCrate {
                 }
                 vec![parsed]
             }
-            None => {
-                let mut choice = match std::env::var("GPURUN_BACKEND") {
-                    Ok(name) => name.parse::<BackendChoice>()?,
-                    Err(_) => BackendChoice::Auto,
-                };
-                // Trials under GPURUN_SANITIZE run on CUDA, as `cargo gpurun test --sanitize`.
-                if mode == BuildMode::Test && sanitizer::requested_by_env().ok().flatten().is_some()
-                {
-                    choice =
-                        sanitizer::backend_choice(&choice).map_err(|error| error.to_string())?;
-                }
-                gpurun_runner::placement::targets_for(&choice, required)
-                    .map_err(|error| error.to_string())?
-            }
+            None => gpurun_runner::placement::targets_for(&self.backend_choice(mode)?, required)
+                .map_err(|error| error.to_string())?,
         };
         if mode == BuildMode::Lib && targets.len() > 1 {
             return Err(
@@ -441,6 +427,25 @@ impl DeviceCrate {
             images.extend(built.map_err(|error| error.to_string())?);
         }
         Ok(images)
+    }
+
+    /// The backends to build for and run on, as `cargo gpurun test` chooses them: the one of
+    /// [`DeviceCrate::target`], else `GPURUN_BACKEND` (one backend, several, or `all`; unset:
+    /// the GPU present), on CUDA for trials under `GPURUN_SANITIZE`.
+    fn backend_choice(&self, mode: BuildMode) -> Result<BackendChoice, String> {
+        if let Some(target) = &self.target {
+            let platform =
+                gpurun_build::arch::parse_target(target).map_err(|error| error.to_string())?;
+            return Ok(BackendChoice::Only(BackendKind::for_platform(platform)));
+        }
+        let choice = match std::env::var("GPURUN_BACKEND") {
+            Ok(name) => name.parse::<BackendChoice>()?,
+            Err(_) => BackendChoice::Auto,
+        };
+        if mode == BuildMode::Test && sanitizer::requested_by_env().ok().flatten().is_some() {
+            return sanitizer::backend_choice(&choice).map_err(|error| error.to_string());
+        }
+        Ok(choice)
     }
 
     /// Builds the crate (cached) and loads its image on the device in this process: device 0

@@ -3,7 +3,6 @@
 //! would run, spread over every device present.
 
 use std::ffi::OsString;
-use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -11,10 +10,10 @@ use gpurun_hal::BackendKind;
 use gpurun_harness::bench::{measure, BenchOptions, Unmeasured};
 use gpurun_harness::outcome::{judge, panic_text, Verdict};
 use gpurun_harness::schedule::NEEDS_A_GPU;
-use gpurun_harness::variants::variant_name;
 use gpurun_harness::TestRun;
 use gpurun_harness::{Executor, TestDesc};
-use gpurun_runner::{sanitizer, Sanitizer, SuiteWorkers, WorkerOptions};
+use gpurun_runner::suite::test_suites;
+use gpurun_runner::{sanitizer, PlanOptions, PlannedSuite, Sanitizer, WorkerOptions};
 use libtest_mimic::{Arguments, Completion, Failed, Measurement, Trial};
 
 use crate::{DeviceCrate, Error};
@@ -75,72 +74,38 @@ impl DeviceCrate {
         let sanitizer = sanitizer::requested_by_env()?
             .map(Sanitizer::find)
             .transpose()?;
-        let suites = gpurun_build::suite::test_suites(self.build_for_test()?);
-        let exe = std::env::current_exe().map_err(|error| Error::Image {
-            path: self.dir.clone(),
-            message: format!("cannot find this test executable to start workers: {error}"),
-        })?;
-        let concurrency = arguments.test_threads.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-        });
-        let nocapture = arguments.nocapture;
-        let mut with_tests = Vec::new();
-        for suite in suites {
-            let image = match &suite.image {
-                Ok(Some(image)) => image,
-                // A crate without the device runtime: no tests.
-                Ok(None) => continue,
-                Err(error) => {
-                    return Err(Error::Image {
-                        path: suite.built.path.clone(),
-                        message: format!("{error:#}"),
-                    })
-                }
-            };
-            let tests = image.tests().to_vec();
-            if !tests.is_empty() {
-                let backend = BackendKind::for_platform(image.kind().platform());
-                with_tests.push((suite, backend, tests));
-            }
+        let images = self.build_for_test()?;
+        let plan = self
+            .plan_options(arguments, sanitizer)?
+            .plan(test_suites(images))
+            .map_err(|error| Error::Devices(format!("{error:#}")))?;
+        if let Some(error) = plan.suites.iter().flat_map(|suite| &suite.broken).next() {
+            return Err(Error::Image {
+                path: error.path.clone(),
+                message: format!("{:#}", error.source),
+            });
         }
-        // With several backends (`GPURUN_BACKEND=host,cuda`) each test is a trial per backend,
-        // `[host] adds` and `[cuda] adds`, as `cargo gpurun test` names them.
-        let first_backend = with_tests.first().map(|(_, backend, _)| *backend);
-        let several_backends = with_tests
-            .iter()
-            .any(|(_, backend, _)| Some(*backend) != first_backend);
-        // Suites are named when one backend has more than one of them.
-        let name_suites = with_tests
-            .iter()
-            .filter(|(_, backend, _)| Some(*backend) == first_backend)
-            .count()
-            > 1;
-        let seed = emulation_seed()?;
+        // Suites are named when more than one has tests.
+        let with_tests: Vec<PlannedSuite> = plan
+            .suites
+            .into_iter()
+            .filter(|suite| !suite.tests.is_empty())
+            .collect();
+        let name_suites = with_tests.len() > 1;
+        let nocapture = arguments.nocapture;
         let mut trials = Vec::new();
-        for (suite, backend, tests) in with_tests {
-            let built = &suite.built;
-            if sanitizer.is_some() {
-                Sanitizer::check_backend(backend)?;
-            }
-            // Workers start on the first test run, so listing starts none.
-            let executor = self
-                .workers(&exe, backend, seed, sanitizer.clone())
-                .executor(&built.path, concurrency, self.timeout_for(Some(built))?)
-                .map_err(|error| Error::Devices(format!("{error:#}")))?;
-            let executor = Arc::new(executor);
+        for suite in with_tests {
             let kind = if name_suites {
                 suite.name.clone()
             } else {
                 String::new()
             };
-            trials.extend(tests.into_iter().map(|test| {
+            let executor = suite.executor;
+            trials.extend(suite.tests.into_iter().map(|test| {
                 let ignored = test.ignored;
+                let name = test.name.clone();
                 let executor = Arc::clone(&executor);
-                let name = match several_backends {
-                    true => variant_name(backend.name(), &test.name),
-                    false => test.name.clone(),
-                };
-                if test.gpu_only && !backend.is_gpu() {
+                if test.gpu_only && !executor.runs_on_gpu(&test) {
                     // Ignored, and not run even under --include-ignored, as `cargo gpurun test`.
                     return Trial::ignorable_test(name, || {
                         Ok(Completion::ignored_with(NEEDS_A_GPU))
@@ -167,35 +132,47 @@ impl DeviceCrate {
 }
 
 impl DeviceCrate {
-    /// The workers of a suite on `backend`, on every device it sees (`cargo gpurun test`'s
-    /// choice): this executable, started with [`WORKER_FLAG`], emulating warps of the crate's
-    /// lane size on the host with `seed`.
-    fn workers<'a>(
+    /// The plan's options for this crate's trials: every device its backend sees (`cargo gpurun
+    /// test`'s choice), this executable started with [`WORKER_FLAG`] as the workers, warps of
+    /// the crate's lane size on the host emulation, with one seed per process.
+    fn plan_options(
         &self,
-        exe: &Path,
-        backend: BackendKind,
-        seed: u64,
+        arguments: &Arguments,
         sanitizer: Option<Sanitizer>,
-    ) -> SuiteWorkers<'a> {
-        SuiteWorkers {
-            exe: exe.to_path_buf(),
-            prefix: &[WORKER_FLAG],
+    ) -> Result<PlanOptions, Error> {
+        let exe = std::env::current_exe().map_err(|error| Error::Image {
+            path: self.dir.clone(),
+            message: format!("cannot find this test executable to start workers: {error}"),
+        })?;
+        let concurrency = arguments.test_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        });
+        Ok(PlanOptions {
+            exe,
+            prefix: vec![WORKER_FLAG.to_owned()],
             options: WorkerOptions {
-                backend,
+                backend: BackendKind::Host,
                 device: 0,
                 lane_size: self.lane_size,
                 // An image built without the checks (`GPURUN_EMULATION_CHECKS=off`) has none
                 // to run.
                 emulation_checks: true,
-                emulation_seed: Some(seed),
+                emulation_seed: Some(emulation_seed()?),
                 stack_size: None,
                 allow_system: false,
                 stdin: None,
             },
             device: None,
+            choice: self
+                .backend_choice(crate::BuildMode::Test)
+                .map_err(Error::Devices)?,
+            lane_sizes: vec![self.lane_size],
             sanitizer,
-            env: Vec::new(),
-        }
+            host_env: Vec::new(),
+            concurrency,
+            time_limit: self.timeout,
+            flush_l2: false,
+        })
     }
 }
 
@@ -276,6 +253,7 @@ fn trial_result(test: &TestDesc, run: TestRun, nocapture: bool) -> Result<(), Fa
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpurun_hal::select::BackendChoice;
     use gpurun_harness::testing::{panic_report, panicked_end, CLEAN};
     use gpurun_harness::{LaunchEnd, ShouldPanic, TestEnd, TestRun};
     use std::time::Duration;
@@ -340,55 +318,16 @@ mod tests {
     }
 
     #[test]
-    fn trials_get_a_worker_on_every_device_present_with_the_lane_size() {
-        // The only test of this binary that lists host devices, so setting the variable races
-        // with nothing.
-        let env = gpurun_hal::host::HOST_DEVICES_ENV;
-        let exe = Path::new("/test/exe");
-        let image = Path::new("/kernels.so");
-        let device_args = |specs: &[gpurun_runner::WorkerSpec]| -> Vec<String> {
-            specs
-                .iter()
-                .map(|spec| {
-                    let at = spec.args.iter().position(|arg| arg == "--device").unwrap();
-                    assert_eq!(spec.args[0], WORKER_FLAG);
-                    spec.args[at + 1].clone()
-                })
-                .collect()
-        };
-        let specs = |lane_size| {
-            DeviceCrate::new("kernels")
-                .lane_size(lane_size)
-                .workers(exe, BackendKind::Host, 7, None)
-                .specs(image)
-        };
-        std::env::set_var(env, "3");
-        let three = specs(64);
-        std::env::set_var(env, "0");
-        let invalid = specs(32);
-        std::env::remove_var(env);
-        let one = specs(1);
-        let lane_sizes = |specs: &[gpurun_runner::WorkerSpec]| -> Vec<String> {
-            specs
-                .iter()
-                .map(|spec| {
-                    let at = spec
-                        .args
-                        .iter()
-                        .position(|arg| arg == "--lane-size")
-                        .unwrap();
-                    spec.args[at + 1].clone()
-                })
-                .collect()
-        };
-        let (three, one) = (three.unwrap(), one.unwrap());
-        assert_eq!(device_args(&three), ["0", "1", "2"]);
-        assert_eq!(device_args(&one), ["0"]);
-        // `DeviceCrate::lane_size` reaches every worker.
-        assert_eq!(lane_sizes(&three), ["64", "64", "64"]);
-        assert_eq!(lane_sizes(&one), ["1"]);
-        let error = invalid.unwrap_err().to_string();
-        assert!(error.contains("GPURUN_HOST_DEVICES must be"), "{error}");
+    fn trials_run_at_the_crate_lane_size_on_the_backend_it_is_built_for() {
+        let plan = DeviceCrate::new("kernels")
+            .lane_size(64)
+            .target("host")
+            .plan_options(&Arguments::default(), None)
+            .unwrap();
+        assert_eq!(plan.lane_sizes, [64]);
+        assert_eq!(plan.options.lane_size, 64);
+        assert_eq!(plan.prefix, [WORKER_FLAG]);
+        assert_eq!(plan.choice, BackendChoice::Only(BackendKind::Host));
     }
 
     #[test]

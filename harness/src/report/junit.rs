@@ -1,7 +1,7 @@
-//! JUnit XML (through `quick-junit`): one `<testsuite>` per run, one `<testcase>` per reported
+//! JUnit XML (through `quick-junit`): one `<testsuite>` per suite of a run, one `<testcase>` per reported
 //! test, failures with their message, the device's stdout/stderr kept as system-out/err.
 
-use std::path::Path;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use quick_junit::{NonSuccessKind, Report, TestCase as JunitCase, TestCaseStatus, TestSuite};
@@ -99,38 +99,39 @@ impl JunitReport {
         self.suite.add_test_case(case);
     }
 
-    /// Writes the XML to `path`; with `append`, adds this suite to the report already there.
-    pub(crate) fn write(
-        mut self,
-        path: &Path,
-        elapsed: Duration,
-        append: bool,
-    ) -> Result<(), JunitError> {
+    /// This suite's `<testsuite>`, `elapsed` long.
+    pub(crate) fn finish(mut self, elapsed: Duration) -> TestSuite {
         self.suite.set_time(elapsed);
-        let mut report = match append {
-            true => Self::read(path)?,
-            false => Report::new("gpurun"),
-        };
-        let total = report.time.unwrap_or_default() + elapsed;
-        report.set_time(total);
-        report.add_test_suite(self.suite);
-        let xml = report.to_string().map_err(JunitError::Serialize)?;
-        std::fs::write(path, xml).map_err(|source| JunitError::Write {
-            path: path.to_owned(),
-            source,
-        })
+        self.suite
     }
 }
 
-impl JunitReport {
-    fn read(path: &Path) -> Result<Report, JunitError> {
-        let file = std::fs::File::open(path).map_err(|source| JunitError::Read {
-            path: path.to_owned(),
+/// The JUnit report of a whole run: one `<testsuite>` per suite, written once at the end.
+pub(crate) struct JunitRun {
+    path: PathBuf,
+    report: Report,
+}
+
+impl JunitRun {
+    pub(crate) fn new(path: PathBuf) -> Self {
+        Self {
+            path,
+            report: Report::new("gpurun"),
+        }
+    }
+
+    pub(crate) fn add(&mut self, suite: TestSuite) {
+        let total = self.report.time.unwrap_or_default() + suite.time.unwrap_or_default();
+        self.report.set_time(total);
+        self.report.add_test_suite(suite);
+    }
+
+    /// Writes the XML to its path.
+    pub(crate) fn write(self) -> Result<(), JunitError> {
+        let xml = self.report.to_string().map_err(JunitError::Serialize)?;
+        std::fs::write(&self.path, xml).map_err(|source| JunitError::Write {
+            path: self.path,
             source,
-        })?;
-        Report::deserialize(std::io::BufReader::new(file)).map_err(|source| JunitError::Parse {
-            path: path.to_owned(),
-            message: source.to_string(),
         })
     }
 }
@@ -173,23 +174,6 @@ pub enum JunitError {
     /// quick-junit could not serialize the report.
     #[error("failed to serialize the JUnit report: {0}")]
     Serialize(#[source] quick_junit::SerializeError),
-    /// The report of earlier suites, to be added to, could not be read.
-    #[error("failed to read the JUnit report `{}` to add to it: {source}", path.display())]
-    Read {
-        /// Where it was.
-        path: std::path::PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The report of earlier suites is not JUnit XML that quick-junit reads back.
-    #[error("the JUnit report `{}` to add to is not valid: {message}", path.display())]
-    Parse {
-        /// Where it was.
-        path: std::path::PathBuf,
-        /// What the parser said.
-        message: String,
-    },
     /// The file could not be written.
     #[error("failed to write the JUnit report to `{}`: {source}", path.display())]
     Write {

@@ -1,15 +1,15 @@
-//! What a build means for running tests, shared by `cargo gpurun test` and by `gpurun-test`'s
-//! trials: which built targets are test suites and their names, loading a suite's image
-//! (telling a plain kernel crate, a suite of no tests, from a broken image of a crate with
-//! tests), the test-timeout rule and the emulation checks' setting. Which backend runs a target
-//! and which GPUs are present is the runner's (`gpurun_runner::placement`).
+//! What a build means for running tests, for every front-end through the [plan](crate::plan):
+//! which built targets are test suites and their names, loading a suite's image (telling a
+//! plain kernel crate, a suite of no tests, from a broken image of a crate with tests), and the
+//! test-timeout rule.
 
 use std::path::Path;
 use std::time::Duration;
 
 use gpurun_image::{Image, ImageError};
 
-use crate::{BuiltImage, Platform, TargetKind};
+use gpurun_build::{BuiltImage, TargetKind};
+use gpurun_image::Platform;
 
 /// Every symbol the device runtime and `#[gpurun::test]` put in an image starts with this.
 const RUNTIME_SYMBOL_PREFIX: &[u8] = gpurun_abi::symbols::RUNTIME_PREFIX.as_bytes();
@@ -117,10 +117,7 @@ pub const DEFAULT_TEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// `gpurun-test`'s own) if any, else `test-timeout` from the image's package's
 /// `[package.metadata.gpurun]`, else [`DEFAULT_TEST_TIMEOUT`]: `cargo gpurun test` and
 /// `gpurun-test`'s trials and launches alike.
-pub fn time_limit(
-    image: &BuiltImage,
-    given: Option<Duration>,
-) -> Result<Duration, crate::BuildError> {
+pub fn time_limit(image: &BuiltImage, given: Option<Duration>) -> Result<Duration, BadTimeLimit> {
     if let Some(limit) = given {
         return Ok(limit);
     }
@@ -133,36 +130,19 @@ pub fn time_limit(
     };
     match value.as_f64() {
         Some(secs) if secs.is_finite() && secs > 0.0 => Ok(Duration::from_secs_f64(secs)),
-        _ => Err(crate::BuildError::BadMetadata {
+        _ => Err(BadTimeLimit {
             package: image.package.clone(),
-            detail: format!("`test-timeout` must be a positive number of seconds, not {value}"),
+            value: value.to_string(),
         }),
     }
 }
 
-/// Environment variable that turns the host emulation's memory checks off (`off`) or on (`on`,
-/// the default), as `--emulation-checks` does; `gpurun-test` reads it too.
-pub const EMULATION_CHECKS_ENV: &str = "GPURUN_EMULATION_CHECKS";
-
-/// `on` or `off` (also `true`/`false`, `1`/`0`, `yes`/`no`): a value of
-/// `--emulation-checks` or [`EMULATION_CHECKS_ENV`].
-pub fn parse_emulation_checks(text: &str) -> Result<bool, String> {
-    match text.trim().to_ascii_lowercase().as_str() {
-        "on" | "true" | "1" | "yes" => Ok(true),
-        "off" | "false" | "0" | "no" => Ok(false),
-        _ => Err(format!(
-            "the host emulation's memory checks are `on` or `off`, not `{text}`"
-        )),
-    }
-}
-
-/// Whether [`EMULATION_CHECKS_ENV`] leaves the memory checks on (unset: on).
-pub fn emulation_checks_by_env() -> Result<bool, String> {
-    match std::env::var(EMULATION_CHECKS_ENV) {
-        Ok(value) => parse_emulation_checks(&value)
-            .map_err(|error| format!("{EMULATION_CHECKS_ENV}: {error}")),
-        Err(_) => Ok(true),
-    }
+/// A package's `test-timeout` that is not a time limit.
+#[derive(Debug, thiserror::Error)]
+#[error("bad [package.metadata.gpurun] in `{package}`: `test-timeout` must be a positive number of seconds, not {value}")]
+pub struct BadTimeLimit {
+    pub package: String,
+    pub value: String,
 }
 
 #[cfg(test)]
