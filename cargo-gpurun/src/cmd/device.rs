@@ -38,8 +38,8 @@ pub struct DeviceArgs {
     #[arg(long, env = gpurun_runner::placement::REQUIRE_GPU_ENV, value_parser = gpurun_runner::placement::parse_require_gpu)]
     pub require_gpu: bool,
     /// Run the CUDA workers under NVIDIA's compute-sanitizer with this tool (found on PATH, in
-    /// CUDA_HOME, or at $GPURUN_COMPUTE_SANITIZER): its findings fail the test whose kernel
-    /// they name. Each test then runs in a worker of its own, with 10 times its time limit.
+    /// CUDA_HOME, or at $GPURUN_COMPUTE_SANITIZER). Each test then runs in a worker of its own,
+    /// with 10 times its time limit, and the device code findings of its report fail it.
     #[arg(long, value_name = "TOOL", env = SANITIZE_ENV, value_parser = PossibleValuesParser::new(SanitizerTool::NAMES).try_map(|name| name.parse::<SanitizerTool>()))]
     pub sanitize: Option<SanitizerTool>,
 }

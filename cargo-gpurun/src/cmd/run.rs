@@ -197,7 +197,7 @@ fn report_sanitizer(worker: &WorkerHandle, sanitizer: &gpurun_runner::Sanitizer)
     let ended = worker.close(REPORT_WITHIN);
     let report = ended.sanitizer_report.unwrap_or_default();
     let records = sanitizer::parse_report(&report);
-    let found = records.iter().any(sanitizer::Record::on_device)
+    let found = records.iter().any(|record| record.on_device)
         || ended.status.and_then(|status| status.code()) == Some(ERROR_EXIT_CODE);
     if found {
         eprintln!("{}", report.trim_end());

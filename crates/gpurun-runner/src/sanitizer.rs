@@ -6,17 +6,14 @@
 //! its own (`--log-file`, one per worker, in a temporary folder the worker's handle owns). Each
 //! sanitized test runs in a worker of its own that ends after the test: the report is complete
 //! once the sanitizer has exited, whether it wrote each record as the launch ended or only at
-//! exit (see [`crate::pool`]). A record that names a test's kernel (where it happened, or a
-//! frame of its device backtrace) belongs to that test; one that names no test kernel at all
-//! (a fault in a function the kernel called, without a backtrace) belongs to the one test the
-//! worker ran. Records about the host side (a failed CUDA API call, a leak) name no launch:
-//! they are shown beside the test's output, and fail nothing.
+//! exit (see [`crate::pool`]). So every record about device code belongs to the one test the
+//! worker ran, whichever function it names. Records about the host side (a failed CUDA API
+//! call, a leak) name no launch: they are shown beside the test's output, and fail nothing.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use gpurun_abi::symbols::TEST_KERNEL_PREFIX;
 use gpurun_hal::select::BackendChoice;
 use gpurun_hal::BackendKind;
 
@@ -250,33 +247,12 @@ fn find_program(
 pub struct Record {
     /// The record's lines as the tool wrote them, prefix included.
     pub lines: Vec<String>,
-    /// The device functions the record names, where it happened first, then its device
-    /// backtrace: empty for a record about the host.
-    pub functions: Vec<String>,
-    /// Whether the record is about device code: it names a device function, or a device
-    /// thread or block (a layout whose location this parser does not read still counts).
+    /// Whether the record is about device code: it names a device thread or block, a device
+    /// frame, or the accesses of a race.
     pub on_device: bool,
 }
 
 impl Record {
-    /// Whether the record is about device code.
-    pub fn on_device(&self) -> bool {
-        self.on_device
-    }
-
-    /// Whether the record names `kernel` (where it happened, or in its device backtrace).
-    pub fn names(&self, kernel: &str) -> bool {
-        self.functions.iter().any(|function| function == kernel)
-    }
-
-    /// The test kernels the record names.
-    fn test_kernels(&self) -> impl Iterator<Item = &str> {
-        self.functions
-            .iter()
-            .map(String::as_str)
-            .filter(|function| function.starts_with(TEST_KERNEL_PREFIX))
-    }
-
     /// The tool's banner and its summary lines: no news beside the records they count.
     fn is_summary(&self) -> bool {
         let first = self
@@ -312,15 +288,9 @@ pub fn parse_report(log: &str) -> Vec<Record> {
     let mut lines: Vec<String> = Vec::new();
     let mut finish = |lines: &mut Vec<String>| {
         if !lines.is_empty() {
-            let functions = functions_named(lines);
-            let on_device = !functions.is_empty()
-                || lines
-                    .iter()
-                    .any(|line| line.contains("thread (") || line.contains("block ("));
             records.push(Record {
+                on_device: about_device(lines),
                 lines: std::mem::take(lines),
-                functions,
-                on_device,
             });
         }
     };
@@ -347,99 +317,19 @@ pub fn parse_report(log: &str) -> Vec<Record> {
     records
 }
 
-/// The device functions `lines` name: in the location of the access (`at FUNCTION+0xOFFSET in
-/// FILE:LINE`, or the older `at 0xOFFSET in FILE:LINE:FUNCTION`), in a racing access or thread
-/// (`Write Thread (0,0,0) at FUNCTION+0x..`, also wrapped onto the next line), and in
-/// `Device Frame:` lines. Host frames are not device functions.
-fn functions_named(lines: &[String]) -> Vec<String> {
-    let mut functions = Vec::new();
-    let mut location_follows = false;
-    for line in lines {
-        let text = text_of(line).trim();
-        let found = if let Some(frame) = text.split_once("Device Frame:").map(|(_, rest)| rest) {
-            function_in_location(frame.trim())
-        } else if text.contains("Host Frame:") {
-            None
-        } else if location_follows {
-            function_in_location(text)
-        } else {
-            text.rfind(" at ")
-                .map(|at| &text[at + 4..])
-                .or_else(|| text.strip_prefix("at "))
-                .and_then(function_in_location)
-        };
-        location_follows = text.ends_with(" at");
-        if let Some(function) = found.filter(|function| !functions.contains(function)) {
-            functions.push(function);
-        }
-    }
-    functions
-}
-
-/// The function a location names: `FUNCTION+0xOFFSET [in FILE:LINE]` (also `FUNCTION():0x..`),
-/// `0xOFFSET in [FILE:LINE:]FUNCTION`, or a frame's `[FILE:LINE:]FUNCTION (FUNCTION : 0x..)`.
-/// `None` for anything else (an address, a time of capture).
-fn function_in_location(location: &str) -> Option<String> {
-    let location = location.trim();
-    for marker in ["+0x", ":0x"] {
-        if let Some(at) = location.find(marker) {
-            if !location.starts_with("0x") {
-                return normalized(&location[..at]);
-            }
-        }
-    }
-    if let Some(rest) = location.strip_prefix("0x") {
-        let rest = rest.trim_start_matches(|c: char| c.is_ascii_hexdigit());
-        let named = rest.strip_prefix(" in ")?;
-        return normalized(after_file_and_line(named));
-    }
-    if location.contains(" : 0x") || after_file_and_line(location) != location {
-        return normalized(after_file_and_line(location));
-    }
-    None
-}
-
-/// `FUNCTION` of `FILE:LINE:FUNCTION`; the text itself when it has no `:LINE:`.
-fn after_file_and_line(text: &str) -> &str {
-    let bytes = text.as_bytes();
-    for (at, _) in text.match_indices(':') {
-        let digits = bytes[at + 1..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        if digits > 0 && bytes.get(at + 1 + digits) == Some(&b':') {
-            return &text[at + 2 + digits..];
-        }
-    }
-    text
-}
-
-/// A function's bare name: without its parameter lists, a `[N hazards]` count, and a return
-/// type (`void f(int *)` is `f`).
-fn normalized(function: &str) -> Option<String> {
-    let mut name = function.trim();
-    if let Some(at) = name.find(" [") {
-        name = name[..at].trim_end();
-    }
-    while name.ends_with(')') {
-        let mut depth = 0;
-        let open = name.char_indices().rev().find_map(|(at, c)| {
-            match c {
-                ')' => depth += 1,
-                '(' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return Some(at);
-                    }
-                }
-                _ => {}
-            }
-            None
-        })?;
-        name = name[..open].trim_end();
-    }
-    let name = name.rsplit(' ').next().unwrap_or(name).trim();
-    (!name.is_empty()).then(|| name.to_owned())
+/// Whether a record's lines are about device code: a device thread or block (every memcheck,
+/// initcheck and synccheck error, a racecheck hazard), a device frame, or a race's accesses
+/// (racecheck's analysis). Host frames do not count.
+fn about_device(lines: &[String]) -> bool {
+    lines
+        .iter()
+        .map(|line| text_of(line).to_ascii_lowercase())
+        .filter(|text| !text.contains("host frame:"))
+        .any(|text| {
+            ["thread (", "block (", "device frame:", " access at"]
+                .iter()
+                .any(|mark| text.contains(mark))
+        })
 }
 
 /// What a sanitized worker's report says about the one test it ran.
@@ -447,22 +337,18 @@ fn normalized(function: &str) -> Option<String> {
 pub struct Attribution {
     /// The device records that belong to the test: each fails it.
     pub findings: Vec<Record>,
-    /// Everything else worth showing (host-side records, and device records of other test
-    /// kernels): they fail nothing.
+    /// Everything else worth showing (host-side records): they fail nothing.
     pub notes: Vec<Record>,
 }
 
-/// Sorts `records` for the test whose kernel is `kernel`, the only test its worker ran: a device
-/// record belongs to it when it names `kernel`, or names no test kernel at all.
-pub fn attribute(records: Vec<Record>, kernel: &str) -> Attribution {
+/// Sorts `records` for the only test their worker ran: each record about device code is its.
+pub fn attribute(records: Vec<Record>) -> Attribution {
     let mut attribution = Attribution::default();
     for record in records {
         if record.is_summary() {
             continue;
         }
-        let ours =
-            record.on_device() && (record.names(kernel) || record.test_kernels().next().is_none());
-        if ours {
+        if record.on_device {
             attribution.findings.push(record);
         } else {
             attribution.notes.push(record);
@@ -495,9 +381,8 @@ impl Attribution {
         if self.notes.is_empty() {
             return None;
         }
-        let mut text = String::from(
-            "note: compute-sanitizer also reported (naming no launch of this test; not counted):\n",
-        );
+        let mut text =
+            String::from("note: compute-sanitizer also reported (about the host, not counted):\n");
         for record in &self.notes {
             text.push_str(&record.text());
             text.push('\n');
@@ -554,23 +439,22 @@ mod tests {
     }
 
     #[test]
-    fn a_memcheck_write_is_one_record_naming_its_kernel() {
+    fn a_memcheck_write_is_one_device_record_and_an_api_error_a_host_one() {
         let records = parse_report(&memcheck_report());
         assert_eq!(records.len(), 4, "{records:#?}");
         assert!(records[0].is_summary());
         let write = &records[1];
         assert!(write.lines[0].ends_with("Invalid __global__ write of size 4 bytes"));
         assert_eq!(write.lines.len(), 6);
-        assert_eq!(write.functions, [KERNEL]);
-        assert!(write.names(KERNEL) && !write.names("__gpurun_test_other"));
+        assert!(write.on_device);
         let api = &records[2];
-        assert!(!api.on_device(), "{api:?}");
+        assert!(!api.on_device, "{api:?}");
         assert!(records[3].is_summary());
     }
 
     #[test]
-    fn findings_fail_the_test_that_launched_them_and_host_records_are_notes() {
-        let attribution = attribute(parse_report(&memcheck_report()), KERNEL);
+    fn findings_fail_the_test_and_host_records_are_notes() {
+        let attribution = attribute(parse_report(&memcheck_report()));
         assert_eq!(attribution.findings.len(), 1);
         assert_eq!(attribution.notes.len(), 1);
         let failure = attribution
@@ -589,76 +473,36 @@ mod tests {
             .notes_text()
             .unwrap()
             .contains("Program hit CUDA_ERROR_LAUNCH_FAILED"));
-        // Another test's kernel: the record is a note there, never a finding.
-        let elsewhere = attribute(parse_report(&memcheck_report()), "__gpurun_test_other");
-        assert!(elsewhere.findings.is_empty());
-        assert_eq!(elsewhere.notes.len(), 2);
-        assert_eq!(elsewhere.failure(SanitizerTool::Memcheck, "x"), None);
     }
 
     #[test]
-    fn a_fault_in_a_called_function_belongs_to_the_kernel_in_its_backtrace_or_to_the_only_launch() {
-        let with_frames = format!(
-            "========= Invalid __global__ write of size 4 bytes
-=========     at core::ptr::write_volatile<u32>(u32*, u32)+0x30 in ptr/mod.rs:1800
-=========     by thread (0,0,0) in block (0,0,0)
-=========     Address 0x7f3a20000010 is out of bounds
-=========     Device Frame: core::ptr::write_volatile<u32>(u32*, u32)+0x30 in ptr/mod.rs:1800
-=========     Device Frame: {KERNEL}+0x90 in lib.rs:21
-========="
-        );
-        let records = parse_report(&with_frames);
-        assert_eq!(
-            records[0].functions,
-            ["core::ptr::write_volatile<u32>", KERNEL]
-        );
-        assert_eq!(attribute(records.clone(), KERNEL).findings.len(), 1);
-        assert!(attribute(records, "__gpurun_test_b").findings.is_empty());
-        // No backtrace: the one test the worker ran made it.
-        let bare = "========= Invalid __local__ read of size 8 bytes
-=========     at helper+0x30
-=========     by thread (0,0,0) in block (0,0,0)
-=========     Address 0xfffcd0 is out of bounds";
-        let records = parse_report(bare);
-        assert_eq!(records[0].functions, ["helper"]);
-        assert_eq!(attribute(records, KERNEL).findings.len(), 1);
-    }
-
-    #[test]
-    fn older_location_layouts_name_their_function() {
-        for (line, function) in [
-            ("=========     at 0x00000230 in kernels.cu:57:saxpy(int, float, float const*, float*)", "saxpy"),
-            ("=========     at 0x30 in unaligned_kernel(void)", "unaligned_kernel"),
-            ("=========     at unaligned_kernel():0x160 in memcheck_demo.cu:6", "unaligned_kernel"),
-            ("=========     at void block_reverse<(bool)0>(float *)+0x150 in r.cu:27", "block_reverse<(bool)0>"),
-            ("=========     Device Frame:/src/v.cu:66:vector_add(int const *, int*) (vector_add(int const *, int*) : 0xe20)", "vector_add"),
+    fn device_records_are_found_by_thread_block_frame_or_access_in_any_layout() {
+        for device in [
+            // A fault in a called function, without a backtrace.
+            "Invalid __local__ read of size 8 bytes\n=========     at helper+0x30\n=========     by thread (0,0,0) in block (0,0,0)",
+            // An older layout, and one this parser has never seen.
+            "Invalid __global__ read of size 4\n=========     at 0x00000230 in kernels.cu:57:saxpy(int, float*)\n=========     by thread (1,0,0) in block (0,0,0)",
+            "Some future error in a kernel\n=========     somewhere new\n=========     Device Frame: k+0x10",
+            // racecheck's analysis names only the accesses.
+            "Error: Race reported between Write access at k+0xf0 in lib.rs:40\n=========     and Read access at k+0x280 in lib.rs:46 [4 hazards]",
         ] {
-            let report = format!("========= Invalid __global__ read of size 4\n{line}\n=========");
-            assert_eq!(parse_report(&report)[0].functions, [function], "{line}");
+            let records = parse_report(&format!("========= {device}\n========="));
+            assert_eq!(records.len(), 1, "{records:#?}");
+            assert!(records[0].on_device, "{device}");
+            assert_eq!(attribute(records).findings.len(), 1);
         }
-        // Addresses and times of capture are not functions.
-        let report = "========= Invalid __global__ read of size 4 bytes
-=========     Access at 0x7f241b0001e0 is out of bounds
-=========     and is 33 bytes after the nearest allocation at 0x7f241b000000 of size 448 bytes
-=========     Saved host backtrace up to driver entry point at kernel launch time
-=========         Host Frame: main in demo.cu:25 [0x8a81] in demo";
-        assert!(parse_report(report)[0].functions.is_empty());
+        for host in [
+            "Program hit cudaErrorInvalidValue (error 1) due to \"invalid argument\" on CUDA API call to cudaMemcpy.\n=========     Saved host backtrace up to driver entry point at error\n=========         Host Frame: main in demo.cu:25 [0x8a81] in demo",
+            "Leaked 16 bytes at 0x7f3a20000000\n=========     Saved host backtrace up to driver entry point at cudaMalloc time\n=========         Host Frame: cudaMalloc [0x3c6e] in libcudart",
+        ] {
+            let records = parse_report(&format!("========= {host}\n========="));
+            assert!(!records[0].on_device, "{host}");
+            assert_eq!(attribute(records).notes.len(), 1);
+        }
     }
 
     #[test]
-    fn a_device_record_in_an_unknown_layout_still_fails_the_only_launch() {
-        // No location this parser reads, but a device thread: about device code all the same.
-        let report = "========= Some future error in a kernel
-=========     somewhere new
-=========     by thread (1,0,0) in block (0,0,0)
-=========";
-        let records = parse_report(report);
-        assert!(records[0].functions.is_empty() && records[0].on_device());
-        assert_eq!(attribute(records, KERNEL).findings.len(), 1);
-    }
-
-    #[test]
-    fn racecheck_analysis_and_hazard_records() {
+    fn racecheck_records_keep_their_lines_together() {
         let analysis = format!(
             "========= Error: Race reported between Write access at {KERNEL}+0xf0 in lib.rs:40
 =========     and Read access at {KERNEL}+0x280 in lib.rs:46 [4 hazards]
@@ -668,8 +512,7 @@ mod tests {
         let records = parse_report(&analysis);
         assert_eq!(records.len(), 2);
         assert_eq!(records[0].lines.len(), 2);
-        assert_eq!(records[0].functions, [KERNEL]);
-        let attribution = attribute(records, KERNEL);
+        let attribution = attribute(records);
         assert_eq!(
             (attribution.findings.len(), attribution.notes.len()),
             (1, 0)
@@ -683,7 +526,9 @@ mod tests {
 =========     [1024 hazards]
 ========="
         );
-        assert_eq!(parse_report(&wrapped)[0].functions, [KERNEL]);
+        let records = parse_report(&wrapped);
+        assert_eq!(records.len(), 1);
+        assert!(records[0].on_device);
         // A hazard record, the second access unindented as in the documentation.
         let hazard = format!(
             "========= ERROR: Potential WAW hazard detected at __shared__ 0x0 in block (0,0,0) :
@@ -694,7 +539,7 @@ mod tests {
         let records = parse_report(&hazard);
         assert_eq!(records.len(), 1, "{records:#?}");
         assert_eq!(records[0].lines.len(), 4);
-        assert_eq!(records[0].functions, [KERNEL]);
+        assert!(records[0].on_device);
     }
 
     #[test]
@@ -711,7 +556,7 @@ mod tests {
 =========
 ========= ERROR SUMMARY: 2 errors"
         );
-        let attribution = attribute(parse_report(&report), KERNEL);
+        let attribution = attribute(parse_report(&report));
         assert_eq!(attribution.findings.len(), 2);
         let failure = attribution
             .failure(SanitizerTool::Synccheck, KERNEL)
@@ -726,7 +571,7 @@ mod tests {
         let clean = "========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n";
         assert!(!has_records(clean));
         assert!(has_records(&memcheck_report()));
-        let attribution = attribute(parse_report(clean), KERNEL);
+        let attribution = attribute(parse_report(clean));
         assert_eq!(attribution, Attribution::default());
         assert_eq!(attribution.notes_text(), None);
         assert!(parse_report("").is_empty());
