@@ -2,7 +2,6 @@
 //! "cargo"`, one `gpurun` variant). Add a subcommand by adding a [`Command`] variant and a file
 //! under `cmd/`, then one arm in [`crate::cmd::dispatch`].
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -43,9 +42,6 @@ pub enum Command {
     /// A worker process that owns one device (internal).
     #[command(name = "__worker", hide = true)]
     Worker(crate::cmd::worker::WorkerArgs),
-    /// The nvptx linker rustc calls (internal; normally reached through the linker link).
-    #[command(name = "__nvptx-link", hide = true)]
-    NvptxLink(NvptxLinkArgs),
 }
 
 /// `cargo gpurun build`.
@@ -156,13 +152,6 @@ pub struct DoctorArgs {
     pub fix: bool,
 }
 
-/// `cargo gpurun __nvptx-link`: rustc's linker arguments, passed through untouched.
-#[derive(Debug, Args)]
-pub struct NvptxLinkArgs {
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
-    pub args: Vec<OsString>,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,26 +207,5 @@ mod tests {
         assert!(!checks("off").unwrap());
         assert!(checks("on").unwrap());
         assert!(checks("sometimes").is_err());
-    }
-
-    #[test]
-    fn linker_subcommand_takes_rustc_arguments_verbatim() {
-        let Cargo::Gpurun(app) = Cargo::try_parse_from([
-            "cargo",
-            "gpurun",
-            "__nvptx-link",
-            "--export-symbol",
-            "_start",
-            "a.o",
-            "-o",
-            "x.ptx",
-            "-O3",
-        ])
-        .unwrap();
-        let Command::NvptxLink(args) = app.command else {
-            panic!("not the linker");
-        };
-        assert_eq!(args.args.len(), 6);
-        assert_eq!(args.args[0], "--export-symbol");
     }
 }

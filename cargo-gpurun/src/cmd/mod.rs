@@ -23,6 +23,5 @@ pub fn dispatch(app: App) -> anyhow::Result<ExitCode> {
         Command::Info(args) => info::run(&args),
         Command::Worker(args) => worker::run(&args),
         Command::Doctor(args) => doctor::run(&args),
-        Command::NvptxLink(args) => Ok(gpurun_build::nvptx_link::main(&args.args)),
     }
 }

@@ -179,13 +179,9 @@ fn expand_response_files(args: &[OsString]) -> Result<Vec<OsString>, LinkError> 
     Ok(expanded)
 }
 
-/// Where the tools are: `GPURUN_LLVM_TOOLS_DIR` (cargo gpurun build always sets it), else the
-/// llvm-tools of the rustc that runs us (its sysroot shows in the `-L
-/// <sysroot>/lib/rustlib/nvptx64-nvidia-cuda/lib/self-contained` it passes), else those of the
-/// nightly toolchain.
 /// Where `llvm-link`, `opt` and `llc` come from, the same for every way in (`cargo gpurun
-/// build`, `gpurun-nvptx-link` as the configured linker, `cargo gpurun __nvptx-link`): the
-/// user's `GPURUN_LLVM_TOOLS_DIR`; else, unless the user named a toolchain (`GPURUN_TOOLCHAIN`),
+/// build`'s linker link, `gpurun-nvptx-link` as the configured linker): the user's
+/// `GPURUN_LLVM_TOOLS_DIR`; else, unless the user named a toolchain (`GPURUN_TOOLCHAIN`),
 /// those of the rustc that runs us, found from the sysroot in its `-L` arguments (bitcode of a
 /// newer LLVM does not load in an older `llvm-link`, and a crate pinned to a dated nightly would
 /// otherwise get another toolchain's tools); else the probed nightly's.
