@@ -34,8 +34,9 @@ pub use gpurun_abi::{LaunchEnd, LaunchShape};
 use gpurun_image::{Image, Platform};
 use std::time::Duration;
 
-/// Which implementation runs the image.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Which implementation runs the image; in serde by its [name](BackendKind::name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum BackendKind {
     /// NVIDIA GPUs through the CUDA driver API.
     Cuda,

@@ -1,13 +1,18 @@
 //! A worker's command line, both ends: the parent builds it ([`WorkerOptions::spec`]) and the
-//! worker reads it ([`WorkerOptions::parse`]), so the two cannot disagree.
+//! worker reads it ([`WorkerOptions::parse`]): `--options JSON -- IMAGE`, the JSON serde's of
+//! one struct, so the two cannot disagree.
 
 use crate::handle::WorkerSpec;
 use gpurun_hal::{BackendKind, LoadOptions};
+use serde::{Deserialize, Serialize};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
+/// The worker argument whose value holds the options.
+const OPTIONS_ARG: &str = "--options";
+
 /// Which device a worker opens and how it loads the image.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerOptions {
     pub backend: BackendKind,
     pub device: usize,
@@ -28,33 +33,9 @@ pub struct WorkerOptions {
 impl WorkerOptions {
     /// The arguments that say these options, before the image.
     pub fn to_args(&self) -> Vec<String> {
-        let mut args = vec![
-            "--backend".to_string(),
-            self.backend.name().into(),
-            "--device".into(),
-            self.device.to_string(),
-            "--lane-size".into(),
-            self.lane_size.to_string(),
-        ];
-        if !self.emulation_checks {
-            args.push("--no-emulation-checks".into());
-        }
-        if let Some(seed) = self.emulation_seed {
-            args.push("--emulation-seed".into());
-            args.push(seed.to_string());
-        }
-        if let Some(stack) = self.stack_size {
-            args.push("--stack-size".into());
-            args.push(stack.to_string());
-        }
-        if self.allow_system {
-            args.push("--allow-system".into());
-        }
-        if let Some(stdin) = &self.stdin {
-            args.push("--stdin".into());
-            args.push(stdin.display().to_string());
-        }
-        args
+        // Serializing plain fields (numbers, strings, a path as text) cannot fail.
+        let json = serde_json::to_string(self).unwrap_or_default();
+        vec![OPTIONS_ARG.to_owned(), json]
     }
 
     /// How to start a worker for `image`: `exe`, then `prefix` (e.g. the hidden subcommand that
@@ -76,63 +57,24 @@ impl WorkerOptions {
 
     /// Reads what [`WorkerOptions::to_args`] wrote, then `--` and the image.
     pub fn parse(args: &[OsString]) -> Result<(WorkerOptions, PathBuf), String> {
-        let mut options = WorkerOptions {
-            backend: BackendKind::Host,
-            device: 0,
-            lane_size: LoadOptions::default().emulated_lane_size,
-            emulation_checks: true,
-            emulation_seed: None,
-            stack_size: None,
-            allow_system: false,
-            stdin: None,
+        let [flag, json, dashes, image] = args else {
+            return Err(format!(
+                "a worker takes `{OPTIONS_ARG} JSON -- IMAGE`, not {} arguments",
+                args.len()
+            ));
         };
-        let mut image = None;
-        let mut rest = args.iter();
-        while let Some(arg) = rest.next() {
-            let arg = arg.to_string_lossy();
-            if arg == "--" {
-                image = rest.next().map(PathBuf::from);
-                break;
-            }
-            if arg == "--allow-system" {
-                options.allow_system = true;
-                continue;
-            }
-            if arg == "--no-emulation-checks" {
-                options.emulation_checks = false;
-                continue;
-            }
-            let value = rest
-                .next()
-                .map(|value| value.to_string_lossy().into_owned())
-                .ok_or_else(|| format!("worker option `{arg}` needs a value"))?;
-            let number = |what: &str| {
-                value
-                    .parse::<usize>()
-                    .map_err(|_| format!("worker option `{what}` needs a number, not `{value}`"))
-            };
-            match &*arg {
-                "--backend" => {
-                    options.backend = BackendKind::from_name(&value)
-                        .ok_or_else(|| format!("unknown backend `{value}`"))?;
-                }
-                "--device" => options.device = number("--device")?,
-                "--lane-size" => {
-                    options.lane_size = u32::try_from(number("--lane-size")?)
-                        .map_err(|_| format!("lane size `{value}` is too large"))?;
-                }
-                "--stack-size" => options.stack_size = Some(number("--stack-size")?),
-                "--emulation-seed" => {
-                    options.emulation_seed = Some(value.parse().map_err(|_| {
-                        format!("worker option `--emulation-seed` needs a number, not `{value}`")
-                    })?);
-                }
-                "--stdin" => options.stdin = Some(PathBuf::from(value)),
-                other => return Err(format!("unknown worker option `{other}`")),
-            }
+        if flag != OPTIONS_ARG || dashes != "--" {
+            return Err(format!(
+                "a worker takes `{OPTIONS_ARG} JSON -- IMAGE`, not `{}`",
+                args.iter()
+                    .map(|arg| arg.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ));
         }
-        let image = image.ok_or("the worker needs `-- IMAGE` last")?;
-        Ok((options, image))
+        let options = serde_json::from_str(&json.to_string_lossy())
+            .map_err(|error| format!("the worker's options are not valid: {error}"))?;
+        Ok((options, PathBuf::from(image)))
     }
 
     /// What the worker's RPC servers may do for the device.
@@ -187,10 +129,22 @@ mod tests {
             let args: Vec<OsString> = args.iter().map(OsString::from).collect();
             WorkerOptions::parse(&args).unwrap_err()
         };
-        assert!(parse(&["--backend", "nope", "--", "x"]).contains("unknown backend"));
-        assert!(parse(&["--device"]).contains("needs a value"));
-        assert!(parse(&["--device", "x", "--", "i"]).contains("needs a number"));
-        assert!(parse(&["--backend", "host"]).contains("IMAGE"));
-        assert!(parse(&["--bogus", "1", "--", "i"]).contains("unknown worker option"));
+        let mut options = serde_json::to_value(WorkerOptions {
+            backend: BackendKind::Host,
+            device: 0,
+            lane_size: 32,
+            emulation_checks: true,
+            emulation_seed: None,
+            stack_size: None,
+            allow_system: false,
+            stdin: None,
+        })
+        .unwrap();
+        options["backend"] = "nope".into();
+        let unknown = options.to_string();
+        assert!(parse(&["--options", &unknown, "--", "x"]).contains("not valid"));
+        assert!(parse(&["--options", "{}", "--", "x"]).contains("not valid"));
+        assert!(parse(&["--device", "1", "--", "x"]).contains("--options JSON -- IMAGE"));
+        assert!(parse(&["--options", "{}"]).contains("not 2 arguments"));
     }
 }

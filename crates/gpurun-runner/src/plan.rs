@@ -406,21 +406,18 @@ mod tests {
         std::env::set_var(env, "0");
         let invalid = specs(BackendKind::Host);
         std::env::remove_var(env);
-        let arg = |spec: &crate::WorkerSpec, name: &str| {
-            let at = spec.args.iter().position(|arg| arg == name).unwrap();
-            spec.args[at + 1].clone()
+        // What each worker reads: its options after the prefix, then the image.
+        let options_of = |spec: &crate::WorkerSpec| {
+            assert_eq!(spec.args[0], "--as-worker");
+            let mut args: Vec<std::ffi::OsString> = spec.args[1..].iter().map(Into::into).collect();
+            args.push(spec.image.clone().into_os_string());
+            WorkerOptions::parse(&args).unwrap().0
         };
         let three = three.unwrap();
-        assert_eq!(
-            three
-                .iter()
-                .map(|spec| arg(spec, "--device"))
-                .collect::<Vec<_>>(),
-            ["0", "1", "2"]
-        );
+        let devices: Vec<usize> = three.iter().map(|spec| options_of(spec).device).collect();
+        assert_eq!(devices, [0, 1, 2]);
         for spec in &three {
-            assert_eq!(spec.args[0], "--as-worker");
-            assert_eq!(arg(spec, "--lane-size"), "64");
+            assert_eq!(options_of(spec).lane_size, 64);
             assert!(spec.env.contains(&("PROFILE".to_owned(), "p".to_owned())));
         }
         let error = invalid.unwrap_err().to_string();
