@@ -135,16 +135,23 @@ pub(crate) fn locate(pcs: &[usize], runtime_dir: &str) -> Option<SourceLocation>
             let (Some(file), Some(line)) = (location.file, location.line) else {
                 continue;
             };
-            let file = comp_dir
+            // Whose file it is goes by its whole path: the runtime's own compilation unit has
+            // the runtime's package as its directory, so its files shown short look like a
+            // kernel crate's.
+            let whole = match (&comp_dir, file.starts_with('/')) {
+                (Some(dir), false) => format!("{dir}{file}"),
+                _ => file.to_string(),
+            };
+            let shown = comp_dir
                 .as_deref()
-                .and_then(|dir| file.strip_prefix(dir))
-                .unwrap_or(file);
+                .and_then(|dir| whole.strip_prefix(dir))
+                .unwrap_or(&whole);
             let found = SourceLocation {
-                file: file.to_string(),
+                file: shown.to_string(),
                 line,
                 column: location.column.unwrap_or(0),
             };
-            if !is_library(file, runtime_dir) {
+            if !is_library(&whole, runtime_dir) {
                 return Some(found);
             }
             innermost.get_or_insert(found);
