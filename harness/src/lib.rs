@@ -39,6 +39,4 @@ pub use outcome::{
     Executor, LaunchEnd, PanicReport, ShouldPanic, TestDesc, TestEnd, TestRun, Verdict,
 };
 pub use report::junit::JunitError;
-pub use schedule::{
-    run_to_exit_code, run_with_output, test_threads, Conclusion, HarnessError, Session,
-};
+pub use schedule::{run_to_exit_code, test_threads, Conclusion, HarnessError, Session};

@@ -109,22 +109,6 @@ pub fn run_to_exit_code(
     code.max(session.finish_to_exit_code())
 }
 
-/// [`run_to_exit_code`] with explicit output streams and colour decision, and the run's
-/// conclusion or error (for tests and embedding).
-pub fn run_with_output(
-    args: &HarnessArgs,
-    tests: Vec<TestDesc>,
-    executor: Arc<dyn Executor>,
-    color: bool,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> Result<Conclusion, HarnessError> {
-    let mut session = Session::new(args);
-    let conclusion = session.run_with_output(args, tests, executor, color, out, err)?;
-    session.finish()?;
-    Ok(conclusion)
-}
-
 /// One run of several suites, as `cargo test` runs its test binaries one after another: each
 /// suite is reported as it runs (its `running N tests` and summary), and what covers the whole
 /// run, the `--junit` report with a `<testsuite>` per suite, is written once, by
@@ -179,7 +163,7 @@ impl Session {
     }
 
     /// [`Session::run_to_exit_code`] with explicit output streams and colour decision, and the
-    /// suite's conclusion or error.
+    /// suite's conclusion or error (for tests and embedding).
     pub fn run_with_output(
         &mut self,
         args: &HarnessArgs,
@@ -830,8 +814,9 @@ mod tests {
             let mut err = Vec::new();
             let tests = vec![TestDesc::new("fast"), TestDesc::new("slow")];
             let executor: Arc<dyn Executor> = Arc::new(SlowUntilWarned(warned_rx));
-            let conclusion =
-                run_with_output(&args, tests, executor, false, &mut out, &mut err).unwrap();
+            let conclusion = Session::new(&args)
+                .run_with_output(&args, tests, executor, false, &mut out, &mut err)
+                .unwrap();
             assert_eq!(conclusion.num_passed, 2);
             let out = String::from_utf8(out.out).unwrap();
             let warning = if format == "json" {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use gpurun_abi::{Bench, Throughput};
 use gpurun_harness::testing::{bench, panicked, MockExecutor};
-use gpurun_harness::{run_with_output, Conclusion, HarnessArgs, HarnessError, TestDesc};
+use gpurun_harness::{Conclusion, HarnessArgs, HarnessError, Session, TestDesc};
 use std::path::Path;
 
 fn parse(argv: &[&str]) -> HarnessArgs {
@@ -41,7 +41,10 @@ fn run_in(
     args.baseline_dir = baselines.map(Path::to_path_buf);
     let executor = Arc::new(executor);
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let conclusion = run_with_output(&args, tests, executor.clone(), false, &mut out, &mut err)?;
+    let mut session = Session::new(&args);
+    let conclusion =
+        session.run_with_output(&args, tests, executor.clone(), false, &mut out, &mut err)?;
+    session.finish()?;
     Ok((conclusion, String::from_utf8(out).unwrap(), executor.ran()))
 }
 

@@ -9,8 +9,8 @@ use gpurun_harness::testing::{
     ended, launched, panic_report, panicked, panicked_end, passed, MockExecutor,
 };
 use gpurun_harness::{
-    run_with_output, Conclusion, Executor, HarnessArgs, HarnessError, LaunchEnd, ShouldPanic,
-    TestDesc, TestEnd, TestRun,
+    Conclusion, Executor, HarnessArgs, HarnessError, LaunchEnd, Session, ShouldPanic, TestDesc,
+    TestEnd, TestRun,
 };
 
 struct Outcome {
@@ -30,7 +30,7 @@ fn parse(argv: &[&str]) -> HarnessArgs {
     args
 }
 
-/// `run_with_output` of any executor: the result, stdout and stderr.
+/// A run of any executor (a session of one suite): the result, stdout and stderr.
 fn run_executor(
     args: &HarnessArgs,
     tests: Vec<TestDesc>,
@@ -38,7 +38,9 @@ fn run_executor(
     color: bool,
 ) -> (Result<Conclusion, HarnessError>, String, String) {
     let (mut out, mut err) = (Vec::new(), Vec::new());
-    let result = run_with_output(args, tests, executor, color, &mut out, &mut err);
+    let mut session = Session::new(args);
+    let result = session.run_with_output(args, tests, executor, color, &mut out, &mut err);
+    let result = result.and_then(|conclusion| session.finish().map(|()| conclusion));
     let text = |bytes| String::from_utf8(bytes).unwrap();
     (result, text(out), text(err))
 }

@@ -82,7 +82,7 @@ fn median_of(runs: usize, mut run: impl FnMut() -> Duration) -> Duration {
     times[times.len() / 2]
 }
 
-/// The harness's own cost per test: 1000 tests through `run_with_output` (libtest's pretty
+/// The harness's own cost per test: 1000 tests through `Session::run_with_output` (libtest's pretty
 /// output into a buffer) against calling the executor for each test in a loop.
 fn harness_alone(runs: usize) {
     let suite: Vec<TestDesc> = (0..1000)
@@ -112,15 +112,16 @@ fn harness_alone(runs: usize) {
         let took = median_of(runs, || {
             let (mut out, mut err) = (Vec::new(), Vec::new());
             let started = Instant::now();
-            let conclusion = gpurun_harness::run_with_output(
-                &args,
-                suite.clone(),
-                Arc::new(MockExecutor::new()),
-                false,
-                &mut out,
-                &mut err,
-            )
-            .expect("the run completes");
+            let conclusion = gpurun_harness::Session::new(&args)
+                .run_with_output(
+                    &args,
+                    suite.clone(),
+                    Arc::new(MockExecutor::new()),
+                    false,
+                    &mut out,
+                    &mut err,
+                )
+                .expect("the run completes");
             let took = started.elapsed();
             assert_eq!(conclusion.num_passed, 1000);
             took

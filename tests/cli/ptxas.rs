@@ -298,8 +298,9 @@ fn assert_full_mask_use(ptx: &Path, text: &str, opcodes: &[&str]) {
 /// one `match.any.sync` (32- and 64-bit); the barrier votes `bar.red`;
 /// `gpurun::atomic`'s float add and wrapping increment and decrement as `atom` instructions;
 /// the scoped fences, the clock and sleep as `fence.acq_rel.cta`/`.gpu`, `%clock64` and
-/// `nanosleep.u32`; and `gpurun::math` calls no external function (PTX with one would not
-/// link).
+/// `nanosleep.u32`; `gpurun::atomic::scoped` as `atom`, `ld` and `st` with `.relaxed` and the
+/// scope in them, and its sequentially consistent fences as `fence.sc`; and `gpurun::math`
+/// calls no external function (PTX with one would not link).
 #[test]
 fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
     if nightly().is_none() {
@@ -336,6 +337,21 @@ fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
             "bar.red.popc.u32",
             "bar.red.and.pred",
             "bar.red.or.pred",
+            // `atomic::scoped` at each scope, integer and float, 32 and 64 bits.
+            "atom.relaxed.cta.add.u32",
+            "atom.relaxed.gpu.add.u64",
+            "atom.relaxed.sys.add.u32",
+            "atom.relaxed.cta.min.s32",
+            "atom.relaxed.cta.max.s64",
+            "atom.relaxed.cta.or.b32",
+            "atom.relaxed.cta.exch.b64",
+            "atom.relaxed.cta.cas.b32",
+            "atom.relaxed.cta.add.f32",
+            "atom.relaxed.gpu.add.f64",
+            "ld.relaxed.cta.b32",
+            "st.relaxed.gpu.b32",
+            "fence.sc.cta",
+            "fence.acq_rel.sys",
         ],
     );
     assert!(

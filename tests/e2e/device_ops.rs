@@ -22,7 +22,7 @@ const READS_RETURNED: &str = "shuffle_from_a_returned_lane_fails";
 fn device_tests_pass_with_lane_sizes_1_32_and_64() {
     assert_passes_at_lane_sizes_1_32_and_64(
         FIXTURE,
-        "test result: ok. 23 passed; 0 failed; 2 ignored;",
+        "test result: ok. 24 passed; 0 failed; 2 ignored;",
     );
 }
 
@@ -116,6 +116,43 @@ fn grid_wide_atomics_count_every_thread() {
     let slots = ring + 1;
     let up = launched % slots;
     assert_eq!(rings.to_vec().unwrap(), [up, (slots - up) % slots]);
+}
+
+#[test]
+fn scoped_atomics_count_per_block_and_across_blocks() {
+    for lane_size in [32, 64] {
+        let gpu = load_on_host(FIXTURE, lane_size);
+        let (blocks, threads) = (5u32, 96u32);
+        let mut per_block = gpu.buffer::<u32>(blocks as usize * 5).unwrap();
+        let mut totals = gpu.buffer::<u64>(3).unwrap();
+        gpu.launch(
+            "scoped_counts",
+            LaunchShape::blocks(blocks)
+                .threads(threads)
+                .shared_bytes(20),
+            (&mut per_block, &mut totals),
+        )
+        .unwrap();
+        // Per block: the count, min and max of `thread - 50`, an or of bit `thread % 32`, the
+        // sum of a half per thread.
+        let block = [
+            threads,
+            (-50i32) as u32,
+            (threads as i32 - 1 - 50) as u32,
+            u32::MAX,
+            (threads as f32 * 0.5).to_bits(),
+        ];
+        assert_eq!(
+            per_block.to_vec().unwrap(),
+            block.repeat(blocks as usize),
+            "lane size {lane_size}"
+        );
+        let launched = u64::from(blocks * threads);
+        assert_eq!(
+            totals.to_vec().unwrap(),
+            [launched, launched, u64::from(blocks)]
+        );
+    }
 }
 
 #[test]

@@ -249,6 +249,37 @@ fn a_kernel_writing_past_its_buffer_fails_the_launch_naming_the_line() {
     }
 }
 
+#[test]
+fn a_block_scope_counter_shared_by_blocks_races() {
+    host_images();
+    let line = site("block scope");
+    for lane_size in [32, 64] {
+        let gpu = load_on_host(FIXTURE, lane_size);
+        let shape = LaunchShape::blocks(3).threads(64);
+        let mut total = gpu.buffer::<u32>(1).unwrap();
+        let error = gpu
+            .launch("count_at_block_scope", shape, (&mut total,))
+            .expect_err("blocks sharing a block-scope counter passed");
+        let Error::Panicked(panic) = &error else {
+            panic!("not a device panic: {error}");
+        };
+        let report = &panic.report;
+        assert_eq!(format!("{}:{}:", report.file, report.line), line, "{error}");
+        for part in [
+            "racecheck: data race on the 4-byte device buffer at 0x",
+            "block-scope atomic read-modify-write",
+            "atomic only among the threads of its block",
+            "use Scope::Device",
+        ] {
+            assert!(report.message.contains(part), "{part}: {error}");
+        }
+        let mut fixed = gpu.buffer::<u32>(1).unwrap();
+        gpu.launch("count_at_block_scope_fixed", shape, (&mut fixed,))
+            .unwrap();
+        assert_eq!(fixed.to_vec().unwrap(), [3 * 64]);
+    }
+}
+
 /// The seeds the race cases run under: the checks find races by happens-before, so every seed
 /// must report them (the seed changes the poison, the block order and where threads yield).
 const RACE_SEEDS: std::ops::Range<u64> = 0..20;

@@ -204,6 +204,9 @@ impl AccessCheck {
     pub const READ: u32 = 1;
     pub const WRITE: u32 = 2;
     pub const ATOMIC: u32 = 4;
+    /// With [`AccessCheck::ATOMIC`]: the operation is atomic only among the threads of its
+    /// block (`gpurun::atomic::Scope::Block`), so another block's access to the bytes races.
+    pub const BLOCK_SCOPE: u32 = 8;
     /// What `check_access` returns when the access is fine (or its thread already reported).
     pub const OK: u32 = 0;
     /// What it returns when the emulator has a report for this thread.

@@ -546,14 +546,7 @@ mod tests {
     /// kernel has one (AMDGPU), and says nothing more elsewhere.
     #[test]
     fn a_device_panic_shows_the_wavefront_note_when_there_is_one() {
-        let report = gpurun_harness::PanicReport {
-            message: "bad input".into(),
-            file: "src/lib.rs".into(),
-            line: 7,
-            column: 5,
-            thread: [70, 0, 0],
-            block: [2, 0, 0],
-        };
+        let report = gpurun_harness::testing::panic_report("bad input", 7, [70, 0, 0], [2, 0, 0]);
         let panic = |wavefront_note| DevicePanic {
             kernel: "divide".into(),
             report: report.clone(),

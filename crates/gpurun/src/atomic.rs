@@ -10,7 +10,8 @@
 //!
 //! Every operation here is **relaxed**, as CUDA's `atomicAdd` and friends: it is atomic with
 //! respect to every thread of the launch, and orders nothing else (use
-//! `core::sync::atomic::fence` for that). What each target executes:
+//! `core::sync::atomic::fence` for that, or [`scoped`] for operations with a [`Scope`] and an
+//! `Ordering`, on these floats and on `core`'s integers). What each target executes:
 //!
 //! | | NVIDIA | AMD | host emulation |
 //! | --- | --- | --- | --- |
@@ -34,6 +35,9 @@
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, AtomicU64};
+
+mod scoped;
+pub use scoped::{scoped, Scope, Scoped};
 
 macro_rules! atomic_float {
     ($name:ident, $float:ty, $align:literal, $bits:ty, $atomic_bits:ty, $add:ident, $min:ident, $max:ident) => {

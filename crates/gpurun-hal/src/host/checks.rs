@@ -14,9 +14,11 @@
 //! within a thread; a block barrier between them (each thread counts the barriers it passed:
 //! its epoch); `warp::sync` among lanes of one warp (a vector clock per lane, joined at each
 //! sync). Shuffles and votes do not order memory (CUDA: "do not imply a memory barrier"), and
-//! nothing orders two blocks of one launch. Atomics never race with atomics; ordering through
-//! them (a flag with release and acquire, the last-block pattern) is not modelled, so plain
-//! accesses ordered only that way are reported.
+//! nothing orders two blocks of one launch. Atomics never race with atomics of their scope: a
+//! block-scope one (`gpurun::atomic::Scope::Block`) races with any access of another block, as
+//! on NVIDIA, where it is atomic only within its block. Ordering through atomics (a flag with
+//! release and acquire, the last-block pattern) is not modelled, so plain accesses ordered only
+//! that way are reported.
 //!
 //! The shadow state is one [`Granule`] per 4 bytes, made on first use: the last write and the
 //! last reads of two threads, each with its thread, epoch, clock and call stack, and for shared
@@ -38,8 +40,8 @@ use std::sync::atomic::{self, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Orderin
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 /// Return addresses kept per access: enough to climb out of the device runtime and a few
-/// layers of `core` to the kernel's own line.
-pub(crate) const FRAMES: usize = 6;
+/// layers of `core` to the kernel's own line (a debug build inlines nothing).
+pub(crate) const FRAMES: usize = 8;
 
 /// The checks of one launch.
 pub(crate) struct LaunchChecks {
@@ -154,6 +156,10 @@ impl Access {
 
     fn atomic(&self) -> bool {
         u32::from(self.kind) & AccessCheck::ATOMIC != 0
+    }
+
+    fn block_scoped(&self) -> bool {
+        u32::from(self.kind) & AccessCheck::BLOCK_SCOPE != 0
     }
 }
 
@@ -310,13 +316,14 @@ impl LaunchChecks {
     }
 
     /// Whether `earlier` and `now` (of `thread`) are a race: the same bytes, different threads,
-    /// one a write, not both atomic, and nothing orders `earlier` before `now`.
+    /// one a write, not both atomic in each other's scope, and nothing orders `earlier` before
+    /// `now`.
     fn races(&self, thread: &ThreadChecks, earlier: &Access, now: &Access) -> bool {
         earlier.kind != 0
             && earlier.bytes & now.bytes != 0
             && (earlier.block, earlier.thread) != (now.block, now.thread)
             && (earlier.writes() || now.writes())
-            && !(earlier.atomic() && now.atomic())
+            && !(earlier.atomic() && now.atomic() && !outside_scope(earlier, now))
             && !self.ordered(thread, earlier, now)
     }
 
@@ -372,7 +379,15 @@ impl LaunchChecks {
             ),
         };
         let earlier_kind = describe_kind(u32::from(earlier.kind), "access");
-        let why = if earlier.block == thread.block.get() {
+        let now = Access {
+            kind: access.kind as u8,
+            block: thread.block.get(),
+            ..earlier
+        };
+        let why = if outside_scope(&earlier, &now) {
+            "a block-scope atomic is atomic only among the threads of its block, and these are \
+             in different blocks (on NVIDIA the updates can be lost; use Scope::Device)"
+        } else if earlier.block == thread.block.get() {
             "no barrier, warp::sync or pair of atomics orders them"
         } else {
             "they are in different blocks, which nothing orders within a launch"
@@ -543,11 +558,19 @@ fn describe_kind(kind: u32, plain: &str) -> String {
         (false, true) => "write",
         (false, false) => plain,
     };
-    if kind & AccessCheck::ATOMIC != 0 {
+    if kind & AccessCheck::BLOCK_SCOPE != 0 {
+        format!("block-scope atomic {what}")
+    } else if kind & AccessCheck::ATOMIC != 0 {
         format!("atomic {what}")
     } else {
         what.to_string()
     }
+}
+
+/// Whether two accesses are in different blocks and one of them is a block-scope atomic: not
+/// atomic with each other, whatever else they are.
+fn outside_scope(earlier: &Access, now: &Access) -> bool {
+    earlier.block != now.block && (earlier.block_scoped() || now.block_scoped())
 }
 
 fn poison_text(poison: [u8; 4]) -> String {
@@ -944,6 +967,33 @@ mod tests {
         assert_eq!(access(&d, buffer + 16, RMW), None);
         // A plain read of it is not.
         assert!(access(&a, buffer + 16, R).is_some());
+    }
+
+    #[test]
+    fn a_block_scope_atomic_races_with_another_blocks_atomics() {
+        let (checks, buffer, _) = launch();
+        const BLOCK_RMW: u32 = RMW | AccessCheck::BLOCK_SCOPE;
+        // Within one block, block scope is atomic. Each operation is seen as the image sees it:
+        // through the atomic hook, then marked with its scope.
+        let (a, b) = (thread(&checks, 0, 1), thread(&checks, 0, 40));
+        for thread in [&a, &b] {
+            assert_eq!(access(thread, buffer, RMW), None);
+            assert_eq!(access(thread, buffer, BLOCK_RMW), None);
+        }
+        // Another block's atomic of any scope on the same word is not.
+        let other = thread(&checks, 1, 1);
+        let message = access(&other, buffer, RMW).expect("a race between scopes");
+        assert!(
+            message.contains(
+                "this atomic read-modify-write of 4 bytes by block (1, 0, 0), thread (1, 0, 0) \
+                 and an earlier block-scope atomic read-modify-write by block (0, 0, 0)"
+            ),
+            "{message}"
+        );
+        assert!(message.contains("use Scope::Device"), "{message}");
+        // Device-scope atomics of two blocks on another word stay atomic.
+        assert_eq!(access(&a, buffer + 8, RMW), None);
+        assert_eq!(access(&other, buffer + 8, RMW), None);
     }
 
     #[test]

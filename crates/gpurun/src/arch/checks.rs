@@ -112,6 +112,19 @@ fn check(access: AccessCheck) {
     super::imp::set_reported();
 }
 
+/// A block-scope atomic operation (`gpurun::atomic::scoped`), after the operation itself went
+/// through the atomic hooks: the access again, marked with its scope.
+#[inline(never)]
+#[sanitize(thread = "off")]
+pub(super) fn block_scoped_atomic(address: usize, size: usize, writes: bool) {
+    let kind = match writes {
+        true => READ | WRITE | ATOMIC | AccessCheck::BLOCK_SCOPE,
+        false => READ | ATOMIC | AccessCheck::BLOCK_SCOPE,
+    };
+    let pc = intrinsics::return_address() as usize;
+    access(address, size, kind, pc, frame!());
+}
+
 /// `extern "C"` hooks that check an access of a fixed size at their argument.
 macro_rules! access_hooks {
     ($($name:ident => $size:expr, $kind:expr;)*) => {$(

@@ -19,6 +19,19 @@ pub(crate) mod imp;
 
 pub(crate) use imp::{end_thread, Lanes};
 
+/// After a block-scope atomic operation on the `size` bytes at `address` (a write when
+/// `writes`): in a host image built for the emulation's memory checks, they learn its scope, so
+/// that another block's atomic use of the bytes is reported as the race it is on NVIDIA.
+/// Nothing elsewhere.
+#[inline(always)]
+#[cfg(not(target_arch = "nvptx64"))]
+pub(crate) fn note_block_scoped_atomic(address: usize, size: usize, writes: bool) {
+    #[cfg(all(gpurun_emulation_checks, not(target_arch = "amdgpu")))]
+    checks::block_scoped_atomic(address, size, writes);
+    #[cfg(not(all(gpurun_emulation_checks, not(target_arch = "amdgpu"))))]
+    let _ = (address, size, writes);
+}
+
 /// The barrier votes where one vote answers how many threads voted true and how many arrived
 /// (the host emulation's barrier, AMD's counters in LDS); NVIDIA has `bar.red` for each.
 #[cfg(not(target_arch = "nvptx64"))]

@@ -6,48 +6,21 @@ use core::arch::nvptx;
 
 pub(crate) type Lanes = gpurun_rpc::lanes::Warp;
 
-pub fn thread_idx() -> [u32; 3] {
-    // SAFETY: reading special registers has no preconditions.
-    unsafe {
-        [
-            nvptx::_thread_idx_x() as u32,
-            nvptx::_thread_idx_y() as u32,
-            nvptx::_thread_idx_z() as u32,
-        ]
-    }
+/// `pub fn $name() -> [u32; 3]`: the three special registers `$x`, `$y`, `$z`.
+macro_rules! special_registers {
+    ($($name:ident: $x:ident, $y:ident, $z:ident;)*) => {$(
+        pub fn $name() -> [u32; 3] {
+            // SAFETY: reading special registers has no preconditions.
+            unsafe { [nvptx::$x() as u32, nvptx::$y() as u32, nvptx::$z() as u32] }
+        }
+    )*};
 }
 
-pub fn block_idx() -> [u32; 3] {
-    // SAFETY: reading special registers has no preconditions.
-    unsafe {
-        [
-            nvptx::_block_idx_x() as u32,
-            nvptx::_block_idx_y() as u32,
-            nvptx::_block_idx_z() as u32,
-        ]
-    }
-}
-
-pub fn block_dim() -> [u32; 3] {
-    // SAFETY: reading special registers has no preconditions.
-    unsafe {
-        [
-            nvptx::_block_dim_x() as u32,
-            nvptx::_block_dim_y() as u32,
-            nvptx::_block_dim_z() as u32,
-        ]
-    }
-}
-
-pub fn grid_dim() -> [u32; 3] {
-    // SAFETY: reading special registers has no preconditions.
-    unsafe {
-        [
-            nvptx::_grid_dim_x() as u32,
-            nvptx::_grid_dim_y() as u32,
-            nvptx::_grid_dim_z() as u32,
-        ]
-    }
+special_registers! {
+    thread_idx: _thread_idx_x, _thread_idx_y, _thread_idx_z;
+    block_idx: _block_idx_x, _block_idx_y, _block_idx_z;
+    block_dim: _block_dim_x, _block_dim_y, _block_dim_z;
+    grid_dim: _grid_dim_x, _grid_dim_y, _grid_dim_z;
 }
 
 pub fn lane_size() -> u32 {
