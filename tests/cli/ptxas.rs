@@ -322,8 +322,8 @@ fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
         &ptx,
         &text,
         &[
-            "atom.add.f32",
-            "atom.add.f64",
+            "atom.relaxed.gpu.add.f32",
+            "atom.relaxed.gpu.add.f64",
             "atom.inc.u32",
             "atom.dec.u32",
             "activemask.b32",

@@ -207,6 +207,14 @@ fn a_second_load_of_an_image_names_the_lines_too() {
     drop(first);
 }
 
+/// The panic report of a launch that failed with a device panic.
+fn device_panic(error: &Error) -> &gpurun_harness::PanicReport {
+    match error {
+        Error::Panicked(panic) => &panic.report,
+        _ => panic!("not a device panic: {error}"),
+    }
+}
+
 #[test]
 fn a_kernel_writing_past_its_buffer_fails_the_launch_naming_the_line() {
     host_images();
@@ -219,10 +227,7 @@ fn a_kernel_writing_past_its_buffer_fails_the_launch_naming_the_line() {
         let error = gpu
             .launch("shift_right", shape, (&mut out, n))
             .expect_err("a write past the buffer passed");
-        let Error::Panicked(panic) = &error else {
-            panic!("not a device panic: {error}");
-        };
-        let report = &panic.report;
+        let report = device_panic(&error);
         let at = format!("{}:{}:", report.file, report.line);
         assert_eq!(at, line, "{error}");
         assert_eq!(
@@ -260,10 +265,7 @@ fn a_block_scope_counter_shared_by_blocks_races() {
         let error = gpu
             .launch("count_at_block_scope", shape, (&mut total,))
             .expect_err("blocks sharing a block-scope counter passed");
-        let Error::Panicked(panic) = &error else {
-            panic!("not a device panic: {error}");
-        };
-        let report = &panic.report;
+        let report = device_panic(&error);
         assert_eq!(format!("{}:{}:", report.file, report.line), line, "{error}");
         for part in [
             "racecheck: data race on the 4-byte device buffer at 0x",

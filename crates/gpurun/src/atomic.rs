@@ -15,7 +15,7 @@
 //!
 //! | | NVIDIA | AMD | host emulation |
 //! | --- | --- | --- | --- |
-//! | float add | `atom.add.f32` / `atom.add.f64` (`.gpu` scope, relaxed) | shared memory: `ds_add_f32`/`_f64`; elsewhere a compare-and-swap loop; `fetch_add_device`: `global_`/`flat_atomic_add_f32`/`_f64` where the GPU has them (gfx90a, gfx942, gfx11 for f32), else a compare-and-swap loop | compare-and-swap loop |
+//! | float add | `atom.relaxed.gpu.add.f32` / `.f64` | shared memory: `ds_add_f32`/`_f64`; elsewhere a compare-and-swap loop; `fetch_add_device`: `global_`/`flat_atomic_add_f32`/`_f64` where the GPU has them (gfx90a, gfx942, gfx11 for f32), else a compare-and-swap loop | compare-and-swap loop |
 //! | float min/max | compare-and-swap loop | shared memory: `ds_min`/`ds_max`; elsewhere a compare-and-swap loop; `fetch_min_device`/`fetch_max_device`: native for f64 on gfx90a and gfx942 and f32 on gfx11, else a compare-and-swap loop | compare-and-swap loop |
 //! | `fetch_inc` / `fetch_dec` | `atom.inc.u32` / `atom.dec.u32` | shared memory: `ds_inc`/`ds_dec`; elsewhere a compare-and-swap loop; `fetch_inc_device`/`fetch_dec_device`: `flat_`/`global_atomic_inc`/`dec` | compare-and-swap loop |
 //!
@@ -265,6 +265,7 @@ use nvptx as imp;
 
 #[cfg(target_arch = "nvptx64")]
 mod nvptx {
+    use super::scoped::{Rmw, Scope, Word};
     use super::{AtomicF32, AtomicF64};
     use core::arch::asm;
 
@@ -274,35 +275,16 @@ mod nvptx {
         pub(in crate::atomic) use super::*;
     }
 
+    /// `atom.relaxed.gpu.add.f32`: `atomicAdd`'s instruction.
     pub(super) fn add_f32(atomic: &AtomicF32, value: f32) -> f32 {
-        let previous: f32;
-        // SAFETY: `atom.add.f32` on a generic address the reference makes valid and aligned.
-        unsafe {
-            asm!(
-                "atom.add.f32 {previous}, [{address}], {value};",
-                previous = out(reg32) previous,
-                address = in(reg64) atomic.as_ptr(),
-                value = in(reg32) value,
-                options(nostack),
-            )
-        };
-        previous
+        let (address, bits) = (atomic.as_ptr().cast(), value.to_bits());
+        f32::from_bits(u32::rmw(Rmw::AddFloat, address, bits, Scope::Device))
     }
 
+    /// `atom.relaxed.gpu.add.f64` (sm_60+).
     pub(super) fn add_f64(atomic: &AtomicF64, value: f64) -> f64 {
-        let previous: f64;
-        // SAFETY: `atom.add.f64` (sm_60+) on a generic address the reference makes valid and
-        // aligned.
-        unsafe {
-            asm!(
-                "atom.add.f64 {previous}, [{address}], {value};",
-                previous = out(reg64) previous,
-                address = in(reg64) atomic.as_ptr(),
-                value = in(reg64) value,
-                options(nostack),
-            )
-        };
-        previous
+        let (address, bits) = (atomic.as_ptr().cast(), value.to_bits());
+        f64::from_bits(u64::rmw(Rmw::AddFloat, address, bits, Scope::Device))
     }
 
     pub(super) fn min_f32(atomic: &AtomicF32, value: f32) -> f32 {
@@ -318,34 +300,29 @@ mod nvptx {
         atomic.update(|current| current.max(value))
     }
 
-    pub(super) fn fetch_inc(address: *mut u32, limit: u32) -> u32 {
-        let previous: u32;
-        // SAFETY: `atom.inc.u32` on the address of an `AtomicU32`.
-        unsafe {
-            asm!(
-                "atom.inc.u32 {previous}, [{address}], {limit};",
-                previous = out(reg32) previous,
-                address = in(reg64) address,
-                limit = in(reg32) limit,
-                options(nostack),
-            )
-        };
-        previous
+    /// `atom.inc.u32` and `atom.dec.u32`: CUDA's `atomicInc` and `atomicDec`.
+    macro_rules! wrapping {
+        ($($name:ident => $op:literal;)*) => {$(
+            pub(super) fn $name(address: *mut u32, limit: u32) -> u32 {
+                let previous: u32;
+                // SAFETY: the instruction on the address of an `AtomicU32`.
+                unsafe {
+                    asm!(
+                        concat!("atom.", $op, ".u32 {previous}, [{address}], {limit};"),
+                        previous = out(reg32) previous,
+                        address = in(reg64) address,
+                        limit = in(reg32) limit,
+                        options(nostack),
+                    )
+                };
+                previous
+            }
+        )*};
     }
 
-    pub(super) fn fetch_dec(address: *mut u32, limit: u32) -> u32 {
-        let previous: u32;
-        // SAFETY: `atom.dec.u32` on the address of an `AtomicU32`.
-        unsafe {
-            asm!(
-                "atom.dec.u32 {previous}, [{address}], {limit};",
-                previous = out(reg32) previous,
-                address = in(reg64) address,
-                limit = in(reg32) limit,
-                options(nostack),
-            )
-        };
-        previous
+    wrapping! {
+        fetch_inc => "inc";
+        fetch_dec => "dec";
     }
 }
 
