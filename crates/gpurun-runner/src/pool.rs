@@ -46,9 +46,8 @@ pub fn test_devices(device: Option<usize>, kind: BackendKind) -> Result<Vec<usiz
     })
 }
 
-/// The workers a suite's tests run in, as every front-end asks for them (`cargo gpurun test`
-/// and `run`'s test mode, `gpurun-test`'s trials): started as `exe` with `prefix` before the
-/// worker's own arguments, on `device` or else every device the backend sees ([`test_devices`]),
+/// The workers a suite's tests run in, as the [plan](crate::plan) makes them for every
+/// front-end: started as `exe` with `prefix` before the worker's own arguments, on `device` or else every device the backend sees ([`test_devices`]),
 /// each with `options` (its device set), `env` added and under `sanitizer`, if any.
 #[derive(Clone, Debug)]
 pub(crate) struct SuiteWorkers<'a> {

@@ -57,7 +57,8 @@ impl DeviceCrate {
     /// trials of your own). The process must handle [`WORKER_FLAG`] as
     /// [`DeviceCrate::libtest_mimic_main`] does, since the workers are this executable.
     ///
-    /// The suites are those `cargo gpurun test` runs (`gpurun_build::suite::test_suites`):
+    /// The suites are those `cargo gpurun test` runs (`gpurun_runner::suite::test_suites`),
+    /// planned as it plans them (`gpurun_runner::plan`):
     /// the lib's tests, then every `harness = false` tests/ target's and every example's. A
     /// trial is named by the test's path (`tests::adds`); when more than one suite has tests,
     /// each trial also carries its suite's name (the package for the lib, else the target's)
