@@ -228,6 +228,31 @@ pub unsafe fn fetch_dec_device(atomic: &AtomicU32, limit: u32) -> u32 {
     imp::device::fetch_dec(atomic.as_ptr(), limit)
 }
 
+/// The float operations as compare-and-swap loops, for targets without an instruction.
+#[cfg(not(target_arch = "amdgpu"))]
+mod looped {
+    use super::{AtomicF32, AtomicF64};
+
+    macro_rules! looped {
+        ($($name:ident($atomic:ty, $float:ty) => $rule:expr;)*) => {$(
+            // NVIDIA adds with its own instruction.
+            #[cfg_attr(target_arch = "nvptx64", allow(dead_code))]
+            pub(super) fn $name(atomic: &$atomic, value: $float) -> $float {
+                atomic.update(|current| $rule(current, value))
+            }
+        )*};
+    }
+
+    looped! {
+        add_f32(AtomicF32, f32) => |current: f32, value| current + value;
+        add_f64(AtomicF64, f64) => |current: f64, value| current + value;
+        min_f32(AtomicF32, f32) => f32::min;
+        max_f32(AtomicF32, f32) => f32::max;
+        min_f64(AtomicF64, f64) => f64::min;
+        max_f64(AtomicF64, f64) => f64::max;
+    }
+}
+
 /// Replaces the `u32` at `address` with `rule(value)` in a relaxed compare-and-swap loop,
 /// returning the previous value.
 #[allow(dead_code)]
@@ -287,18 +312,7 @@ mod nvptx {
         f64::from_bits(u64::rmw(Rmw::AddFloat, address, bits, Scope::Device))
     }
 
-    pub(super) fn min_f32(atomic: &AtomicF32, value: f32) -> f32 {
-        atomic.update(|current| current.min(value))
-    }
-    pub(super) fn max_f32(atomic: &AtomicF32, value: f32) -> f32 {
-        atomic.update(|current| current.max(value))
-    }
-    pub(super) fn min_f64(atomic: &AtomicF64, value: f64) -> f64 {
-        atomic.update(|current| current.min(value))
-    }
-    pub(super) fn max_f64(atomic: &AtomicF64, value: f64) -> f64 {
-        atomic.update(|current| current.max(value))
-    }
+    pub(super) use super::looped::{max_f32, max_f64, min_f32, min_f64};
 
     /// `atom.inc.u32` and `atom.dec.u32`: CUDA's `atomicInc` and `atomicDec`.
     macro_rules! wrapping {
@@ -503,31 +517,14 @@ use host as imp;
 /// The host emulation: compare-and-swap loops (x86 and Arm have no float atomics).
 #[cfg(not(any(target_arch = "nvptx64", target_arch = "amdgpu")))]
 mod host {
-    use super::{dec_wrapping, inc_wrapping, update_u32, AtomicF32, AtomicF64};
+    use super::{dec_wrapping, inc_wrapping, update_u32};
 
     /// Every host operation is a compare-and-swap loop: the `_device` forms are the same.
     pub(super) mod device {
         pub(in crate::atomic) use super::*;
     }
 
-    pub(super) fn add_f32(atomic: &AtomicF32, value: f32) -> f32 {
-        atomic.update(|current| current + value)
-    }
-    pub(super) fn add_f64(atomic: &AtomicF64, value: f64) -> f64 {
-        atomic.update(|current| current + value)
-    }
-    pub(super) fn min_f32(atomic: &AtomicF32, value: f32) -> f32 {
-        atomic.update(|current| current.min(value))
-    }
-    pub(super) fn max_f32(atomic: &AtomicF32, value: f32) -> f32 {
-        atomic.update(|current| current.max(value))
-    }
-    pub(super) fn min_f64(atomic: &AtomicF64, value: f64) -> f64 {
-        atomic.update(|current| current.min(value))
-    }
-    pub(super) fn max_f64(atomic: &AtomicF64, value: f64) -> f64 {
-        atomic.update(|current| current.max(value))
-    }
+    pub(super) use super::looped::{add_f32, add_f64, max_f32, max_f64, min_f32, min_f64};
 
     pub(super) fn fetch_inc(address: *mut u32, limit: u32) -> u32 {
         update_u32(address, |value| inc_wrapping(value, limit))

@@ -128,8 +128,7 @@ impl std::fmt::Display for Call {
 pub(crate) struct BlockSync {
     threads: usize,
     lane_size: usize,
-    state: Mutex<BlockState>,
-    changed: Condvar,
+    state: Monitor<BlockState>,
     /// `state.generation`, readable without the block's lock (by a warp settling under its
     /// own): a lane marked as waiting at the barrier in an older generation has been released
     /// (it is running, and only late to say so).
@@ -181,7 +180,7 @@ impl BlockSync {
         BlockSync {
             threads,
             lane_size,
-            state: Mutex::new(BlockState {
+            state: Monitor::new(BlockState {
                 begun: 0,
                 block_idx: [0; 3],
                 arrived: 0,
@@ -192,7 +191,6 @@ impl BlockSync {
                 waiting_at: vec![None; threads],
                 broken: None,
             }),
-            changed: Condvar::new(),
             generation: AtomicU64::new(0),
             warps,
         }
@@ -210,14 +208,11 @@ impl BlockSync {
     }
 
     fn lock(&self) -> MutexGuard<'_, BlockState> {
-        // Nothing panics while holding the lock; a poisoned one still holds consistent state.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 
     fn wait<'a>(&self, guard: MutexGuard<'a, BlockState>) -> MutexGuard<'a, BlockState> {
-        self.changed
-            .wait(guard)
-            .unwrap_or_else(PoisonError::into_inner)
+        self.state.wait(guard)
     }
 
     fn generation(&self) -> u64 {
@@ -239,7 +234,7 @@ impl BlockSync {
         state.waiting_at.fill(None);
         state.generation += 1;
         self.generation.store(state.generation, Ordering::Release);
-        self.changed.notify_all();
+        self.state.notify_all();
     }
 
     /// Why the threads waiting at the barrier can never meet: they wait at different sites.
@@ -311,7 +306,7 @@ impl<'a> LaneSeat<'a> {
                 for warp in &block.warps {
                     warp.lock().start_round();
                 }
-                block.changed.notify_all();
+                block.state.notify_all();
             } else {
                 state = block.wait(state);
             }
@@ -335,13 +330,13 @@ impl<'a> LaneSeat<'a> {
             state.lanes[self.lane].phase = Phase::Returned;
             state.settle(self.block.generation());
         }
-        warp.changed.notify_all();
+        warp.state.notify_all();
         let mut state = self.block.lock();
         state.returned += 1;
         self.block.release_if_complete(&mut state);
         if state.returned == self.block.threads {
             // Threads waiting to start the next block.
-            self.block.changed.notify_all();
+            self.block.state.notify_all();
         }
     }
 
@@ -362,7 +357,7 @@ impl<'a> LaneSeat<'a> {
             // A lane of this warp may wait for this one in an exchange: it never comes.
             state.settle(generation);
         }
-        warp.changed.notify_all();
+        warp.state.notify_all();
         let block = self.block;
         let mut state = block.lock();
         let generation = state.generation;
@@ -451,7 +446,7 @@ impl<'a> LaneSeat<'a> {
             lane.clock = checks.clock();
         }
         state.settle(self.block.generation());
-        warp.changed.notify_all();
+        warp.state.notify_all();
         let outcome = loop {
             if let Some(outcome) = state.lanes[self.lane].outcome.take() {
                 break outcome;
@@ -553,8 +548,7 @@ struct Warp {
     lane_size: usize,
     /// The lanes this warp has (all but in the last warp of a block that ends inside it).
     present: u64,
-    state: Mutex<WarpState>,
-    changed: Condvar,
+    state: Monitor<WarpState>,
 }
 
 impl Warp {
@@ -566,12 +560,11 @@ impl Warp {
         Warp {
             lane_size,
             present: low_bits(present),
-            state: Mutex::new(WarpState {
+            state: Monitor::new(WarpState {
                 index,
                 block_idx: [0; 3],
                 lanes,
             }),
-            changed: Condvar::new(),
         }
     }
 
@@ -581,14 +574,41 @@ impl Warp {
     }
 
     fn lock(&self) -> MutexGuard<'_, WarpState> {
-        // A panic while holding the lock (none is expected) leaves consistent state.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 
     fn wait<'a>(&self, guard: MutexGuard<'a, WarpState>) -> MutexGuard<'a, WarpState> {
+        self.state.wait(guard)
+    }
+}
+
+/// State behind a lock, with a condition variable that says when it changed. Nothing panics
+/// while holding the lock, and a poisoned one still holds consistent state: it is taken as is.
+struct Monitor<T> {
+    state: Mutex<T>,
+    changed: Condvar,
+}
+
+impl<T> Monitor<T> {
+    fn new(state: T) -> Monitor<T> {
+        Monitor {
+            state: Mutex::new(state),
+            changed: Condvar::new(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, T> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn wait<'a>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
         self.changed
             .wait(guard)
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn notify_all(&self) {
+        self.changed.notify_all();
     }
 }
 
