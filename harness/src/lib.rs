@@ -38,5 +38,5 @@ pub use exit_code::ExitCode;
 pub use outcome::{
     Executor, LaunchEnd, PanicReport, ShouldPanic, TestDesc, TestEnd, TestRun, Verdict,
 };
-pub use report::junit::JunitError;
+pub use report::junit::{JunitError, JunitFile};
 pub use schedule::{run_to_exit_code, test_threads, Conclusion, HarnessError, Session};

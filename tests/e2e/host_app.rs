@@ -146,6 +146,69 @@ fn list_gpu_trials(backends: &str) -> (BTreeSet<String>, Output) {
     (listed, output)
 }
 
+/// `--partition` cuts each suite's trials as `cargo gpurun test` cuts a suite (round robin over
+/// the tests that run, by name; the ignored ones in every shard), and `--junit` writes what ran
+/// and what was ignored, a `<testsuite>` per suite.
+#[test]
+fn partitions_and_junit_work_in_plain_cargo_test() {
+    let junit = std::env::temp_dir().join(format!("gpurun-trials-{}.xml", std::process::id()));
+    let junit_arg = format!("--junit={}", junit.display());
+    let output = output_of(cargo(
+        &["test"],
+        &[
+            "--test",
+            "gpu",
+            "--",
+            "--partition",
+            "count:1/2",
+            &junit_arg,
+        ],
+    ));
+    assert_eq!(output.status.code(), Some(101), "{}", describe(&output));
+    let stdout = text(&output.stdout);
+    let ran = |name: &str| result_line(&stdout, name).is_some();
+    // The lib's tests that run, by name: faults, saxpy_fails_on_purpose, saxpy_of_one_element,
+    // saxpy_on_every_thread, zero_is_refused; the first shard has every other one.
+    for name in ["faults", "saxpy_of_one_element", "zero_is_refused", "hangs"] {
+        assert!(ran(&lib(name)), "{name}\n{}", describe(&output));
+    }
+    for name in ["saxpy_fails_on_purpose", "saxpy_on_every_thread"] {
+        assert!(!ran(&lib(name)), "{name}\n{}", describe(&output));
+    }
+    assert!(ran("[integration] integration_runs_on_every_thread"));
+    assert!(
+        stdout.contains("test result: FAILED. 3 passed; 1 failed; 2 ignored;"),
+        "{}",
+        describe(&output)
+    );
+    let xml = std::fs::read_to_string(&junit).expect("the JUnit report");
+    let _ = std::fs::remove_file(&junit);
+    for part in [
+        "<testsuite name=\"host-app-kernels\" tests=\"5\"",
+        "<testsuite name=\"integration\" tests=\"1\"",
+        "<testcase name=\"faults\"",
+        "<testcase name=\"zero_is_refused\"",
+        "<testcase name=\"integration_runs_on_every_thread\"",
+        "device fault",
+    ] {
+        assert!(xml.contains(part), "{part} in\n{xml}");
+    }
+    assert_eq!(xml.matches("<skipped").count(), 2, "{xml}");
+    assert_eq!(xml.matches("<failure").count(), 1, "{xml}");
+    assert!(!xml.contains("saxpy_on_every_thread"), "{xml}");
+    // The second shard runs the rest of the lib's tests.
+    let output = output_of(cargo(
+        &["test"],
+        &["--test", "gpu", "--", "--partition=count:2/2"],
+    ));
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.contains("test result: FAILED. 1 passed; 1 failed; 2 ignored;"),
+        "{}",
+        describe(&output)
+    );
+}
+
 #[test]
 fn several_backends_make_a_trial_per_backend() {
     // Listing runs nothing: the nvptx build works offline, and no GPU is needed.

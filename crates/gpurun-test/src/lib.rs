@@ -4,9 +4,10 @@
 //! - **Device tests as trials.** A `[[test]]` target with `harness = false` whose `main` is
 //!   [`DeviceCrate::libtest_mimic_main`] turns every `#[gpurun::test]` of the device crate into a
 //!   `libtest_mimic::Trial`, so `cargo test`, `cargo test -- FILTER`, `--list`, `--ignored`,
-//!   nextest and IDE runners see each device test with its own result. Each runs in a worker
-//!   process (the test binary itself, started with [`WORKER_FLAG`]), so a fault or a timeout
-//!   fails only its trial.
+//!   nextest and IDE runners see each device test with its own result; `--partition` and
+//!   `--junit PATH` work as with `cargo gpurun test`. Each runs in a worker process (the test
+//!   binary itself, started with [`WORKER_FLAG`]), so a fault or a timeout fails only its
+//!   trial.
 //!
 //!   ```no_run
 //!   // tests/gpu.rs, with `[[test]] name = "gpu", harness = false` in Cargo.toml

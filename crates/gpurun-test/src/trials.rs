@@ -2,16 +2,16 @@
 //! through the runner, judged by the harness's rules: every test suite `cargo gpurun test`
 //! would run, spread over every device present.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use gpurun_hal::BackendKind;
 use gpurun_harness::bench::{measure, BenchOptions, Unmeasured};
 use gpurun_harness::outcome::{judge, panic_text, Verdict};
 use gpurun_harness::schedule::NEEDS_A_GPU;
-use gpurun_harness::TestRun;
-use gpurun_harness::{Executor, TestDesc};
+use gpurun_harness::{Executor, HarnessArgs, JunitFile, TestDesc, TestRun};
 use gpurun_runner::suite::test_suites;
 use gpurun_runner::{sanitizer, PlanOptions, PlannedSuite, Sanitizer, WorkerOptions};
 use libtest_mimic::{Arguments, Completion, Failed, Measurement, Trial};
@@ -26,7 +26,8 @@ pub const WORKER_FLAG: &str = "--gpurun-worker";
 impl DeviceCrate {
     /// The whole `main` of a `harness = false` test target: a worker when started as one (see
     /// [`WORKER_FLAG`]), else builds the crate and runs its device tests as trials with
-    /// libtest's command line. A build failure is one `error:` line and exit status 101.
+    /// libtest's command line, and `cargo gpurun test`'s `--partition` and `--junit PATH`. A
+    /// build failure is one `error:` line and exit status 101.
     pub fn libtest_mimic_main(&self) -> ExitCode {
         self.libtest_mimic_main_with(Vec::new())
     }
@@ -40,11 +41,31 @@ impl DeviceCrate {
             let status = gpurun_runner::worker::main(&argv[2..]);
             return ExitCode::from(u8::try_from(status).unwrap_or(1));
         }
-        let arguments = Arguments::from_args();
-        match self.trials(&arguments) {
+        // `--junit PATH` and `--partition KIND:K/N` are ours (libtest-mimic has neither): the
+        // harness reads them, libtest-mimic the rest.
+        let (ours, theirs) = reporter_arguments(argv);
+        let reports = match HarnessArgs::parse_args(ours) {
+            Ok(parsed) => parsed,
+            Err(error) => error.exit(),
+        };
+        let arguments = Arguments::from_iter(theirs);
+        let recorder = reports.junit.as_ref().map(|_| Recorder::default());
+        let partition = Partition {
+            arguments: &arguments,
+            reports: &reports,
+        };
+        let trials = self.trials_with(&arguments, Some(partition), recorder.clone());
+        match trials {
             Ok(mut trials) => {
                 trials.extend(extra);
-                libtest_mimic::run(&arguments, trials).exit_code()
+                let conclusion = libtest_mimic::run(&arguments, trials);
+                if let (Some(path), Some(recorder)) = (&reports.junit, recorder) {
+                    if let Err(error) = recorder.junit(path.clone()).write() {
+                        eprintln!("error: {error}");
+                        return ExitCode::from(101);
+                    }
+                }
+                conclusion.exit_code()
             }
             Err(error) => {
                 eprintln!("error: {error}");
@@ -71,6 +92,17 @@ impl DeviceCrate {
     /// CUDA, each test in a worker of its own under compute-sanitizer; a test its report
     /// names fails.
     pub fn trials(&self, arguments: &Arguments) -> Result<Vec<Trial>, Error> {
+        self.trials_with(arguments, None, None)
+    }
+
+    /// [`DeviceCrate::trials`], each suite cut to one `partition` of its tests, and each run
+    /// kept by `recorder` for the JUnit report.
+    fn trials_with(
+        &self,
+        arguments: &Arguments,
+        partition: Option<Partition<'_>>,
+        recorder: Option<Recorder>,
+    ) -> Result<Vec<Trial>, Error> {
         // Before the build: a missing compute-sanitizer is the first thing to fix.
         let sanitizer = sanitizer::requested_by_env()?
             .map(Sanitizer::find)
@@ -101,8 +133,16 @@ impl DeviceCrate {
             } else {
                 String::new()
             };
+            let tests = match &partition {
+                Some(partition) => partition.of(suite.tests),
+                None => suite.tests,
+            };
+            if let Some(recorder) = &recorder {
+                recorder.suite(&suite.name, &tests);
+            }
             let executor = suite.executor;
-            trials.extend(suite.tests.into_iter().map(|test| {
+            let suite_name = suite.name;
+            trials.extend(tests.into_iter().map(|test| {
                 let ignored = test.ignored;
                 let name = test.name.clone();
                 let executor = Arc::clone(&executor);
@@ -114,16 +154,26 @@ impl DeviceCrate {
                     .with_kind(kind.clone())
                     .with_ignored_flag(true);
                 }
+                let run = {
+                    let (recorder, suite_name) = (recorder.clone(), suite_name.clone());
+                    move |executor: &dyn Executor, test: &TestDesc| {
+                        let run = executor.run(test);
+                        if let Some(recorder) = &recorder {
+                            recorder.ran(&suite_name, test, &run);
+                        }
+                        trial_result(test, run, nocapture)
+                    }
+                };
                 if test.bench.is_some() {
                     // `cargo bench` measures it; `cargo test` runs it once, as a test.
                     return Trial::bench(name, move |test_mode| match test_mode {
-                        true => run_trial(&*executor, &test, nocapture).map(|()| None),
+                        true => run(&*executor, &test).map(|()| None),
                         false => measure_trial(&*executor, &test, nocapture).map(Some),
                     })
                     .with_kind(kind.clone())
                     .with_ignored_flag(ignored);
                 }
-                Trial::test(name, move || run_trial(&*executor, &test, nocapture))
+                Trial::test(name, move || run(&*executor, &test))
                     .with_kind(kind.clone())
                     .with_ignored_flag(ignored)
             }));
@@ -177,6 +227,106 @@ impl DeviceCrate {
     }
 }
 
+/// Splits a trial binary's command line into ours (`--junit PATH`, `--partition KIND:K/N`,
+/// also with `=`) and libtest-mimic's (the rest), each with the program name first.
+fn reporter_arguments(argv: Vec<OsString>) -> (Vec<OsString>, Vec<OsString>) {
+    const OURS: [&str; 2] = ["--junit", "--partition"];
+    let mut args = argv.into_iter();
+    let program = args.next().unwrap_or_default();
+    let (mut ours, mut theirs) = (vec![program.clone()], vec![program]);
+    while let Some(arg) = args.next() {
+        let text = arg.to_string_lossy();
+        if OURS.contains(&text.as_ref()) {
+            ours.push(arg);
+            ours.extend(args.next());
+        } else if OURS
+            .iter()
+            .any(|flag| text.starts_with(&format!("{flag}=")))
+        {
+            ours.push(arg);
+        } else {
+            theirs.push(arg);
+        }
+    }
+    (ours, theirs)
+}
+
+/// `--partition`, applied to each suite's tests as `cargo gpurun test` applies it: over the
+/// tests that run, by name, with libtest-mimic's `--ignored`/`--include-ignored` in mind.
+#[derive(Clone, Copy)]
+struct Partition<'a> {
+    arguments: &'a Arguments,
+    reports: &'a HarnessArgs,
+}
+
+impl Partition<'_> {
+    fn of(&self, tests: Vec<TestDesc>) -> Vec<TestDesc> {
+        if self.reports.partition.is_none() {
+            return tests;
+        }
+        let args = HarnessArgs {
+            ignored: self.arguments.ignored,
+            include_ignored: self.arguments.include_ignored,
+            ..self.reports.clone()
+        };
+        let selected: std::collections::HashSet<String> =
+            gpurun_harness::filter::select(&args, tests.clone())
+                .tests
+                .into_iter()
+                .map(|test| test.name)
+                .collect();
+        // Kept as they were (libtest-mimic applies `--ignored` itself), only the shard's.
+        tests
+            .into_iter()
+            .filter(|test| selected.contains(&test.name))
+            .collect()
+    }
+}
+
+/// The runs of trials, for `--junit`: each suite's tests, and how those that ran ended.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Recorded>>);
+
+#[derive(Default)]
+struct Recorded {
+    suites: Vec<(String, Vec<TestDesc>)>,
+    runs: HashMap<(String, String), TestRun>,
+}
+
+impl Recorder {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recorded> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn suite(&self, name: &str, tests: &[TestDesc]) {
+        self.lock().suites.push((name.to_owned(), tests.to_vec()));
+    }
+
+    fn ran(&self, suite: &str, test: &TestDesc, run: &TestRun) {
+        let key = (suite.to_owned(), test.name.clone());
+        self.lock().runs.insert(key, run.clone());
+    }
+
+    /// The report: every test that ran, and the ignored ones that did not as skipped (tests
+    /// libtest-mimic's filters left out are not in it, as with libtest's JUnit).
+    fn junit(&self, path: std::path::PathBuf) -> JunitFile {
+        let recorded = self.lock();
+        let mut junit = JunitFile::new(path);
+        for (suite, tests) in &recorded.suites {
+            let cases = tests.iter().filter_map(|test| {
+                match recorded.runs.get(&(suite.clone(), test.name.clone())) {
+                    Some(run) => Some((test, Some(run))),
+                    None => test.ignored.then_some((test, None)),
+                }
+            });
+            junit.add_suite(suite, cases);
+        }
+        junit
+    }
+}
+
 /// The host emulation's seed of this test process: `GPURUN_EMULATION_SEED`, else one drawn
 /// once, which every failing trial's output names.
 fn emulation_seed() -> Result<u64, Error> {
@@ -187,13 +337,6 @@ fn emulation_seed() -> Result<u64, Error> {
         }),
         Err(_) => Ok(*FRESH.get_or_init(gpurun_hal::host::fresh_seed)),
     }
-}
-
-/// Runs one device test and turns the harness's verdict into the trial's result: a failure
-/// message with what libtest would show for it (device output, panic text with location, and
-/// the harness's note).
-fn run_trial(executor: &dyn Executor, test: &TestDesc, nocapture: bool) -> Result<(), Failed> {
-    trial_result(test, executor.run(test), nocapture)
 }
 
 /// Measures one device benchmark (`cargo bench`) as `cargo gpurun bench` does, with its
@@ -218,7 +361,8 @@ fn measure_trial(
     }
 }
 
-/// The trial's result for a test's run, as [`run_trial`] describes.
+/// The trial's result for a test's run: a failure message with what libtest would show for it
+/// (device output, panic text with location, and the harness's note).
 fn trial_result(test: &TestDesc, run: TestRun, nocapture: bool) -> Result<(), Failed> {
     let mut output = run.stdout;
     output.extend_from_slice(&run.stderr);
@@ -258,6 +402,11 @@ mod tests {
     use gpurun_harness::testing::{panic_report, panicked_end, CLEAN};
     use gpurun_harness::{LaunchEnd, ShouldPanic, TestEnd, TestRun};
     use std::time::Duration;
+
+    /// Runs one device test as a trial does.
+    fn run_trial(executor: &dyn Executor, test: &TestDesc, nocapture: bool) -> Result<(), Failed> {
+        trial_result(test, executor.run(test), nocapture)
+    }
 
     /// Plays back one fixed run.
     struct Fixed(TestRun);
@@ -329,6 +478,27 @@ mod tests {
         assert_eq!(plan.options.lane_size, 64);
         assert_eq!(plan.prefix, [WORKER_FLAG]);
         assert_eq!(plan.choice, BackendChoice::Only(BackendKind::Host));
+    }
+
+    #[test]
+    fn junit_and_partition_are_taken_out_of_the_command_line() {
+        let argv = |args: &[&str]| -> Vec<OsString> { args.iter().map(OsString::from).collect() };
+        let (ours, theirs) = reporter_arguments(argv(&[
+            "gpu",
+            "--junit",
+            "out.xml",
+            "saxpy",
+            "--partition=hash:2/3",
+            "--exact",
+        ]));
+        assert_eq!(
+            ours,
+            argv(&["gpu", "--junit", "out.xml", "--partition=hash:2/3"])
+        );
+        assert_eq!(theirs, argv(&["gpu", "saxpy", "--exact"]));
+        let reports = HarnessArgs::parse_args(ours).unwrap();
+        assert_eq!(reports.junit, Some("out.xml".into()));
+        assert!(reports.partition.is_some());
     }
 
     #[test]

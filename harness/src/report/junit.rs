@@ -7,8 +7,8 @@ use std::time::Duration;
 use quick_junit::{NonSuccessKind, Report, TestCase as JunitCase, TestCaseStatus, TestSuite};
 
 use crate::bench::{rate, BenchReport, Unit};
-use crate::outcome::{TestDesc, Verdict};
-use crate::report::{failure_summary, Finished};
+use crate::outcome::{judge, panic_text, TestDesc, TestRun, Verdict};
+use crate::report::{failure_summary, Finished, Reported};
 use crate::variants::split_variant;
 
 /// Collects test results and writes the report at the end of the run.
@@ -133,6 +133,62 @@ impl JunitRun {
             path: self.path,
             source,
         })
+    }
+}
+
+/// A JUnit report put together outside a harness run, from tests that something else ran (a
+/// host crate's trials, through libtest-mimic): a `<testsuite>` per suite, each case written
+/// as a harness run writes it.
+pub struct JunitFile {
+    run: JunitRun,
+}
+
+impl JunitFile {
+    /// A report to be written to `path`.
+    pub fn new(path: PathBuf) -> JunitFile {
+        JunitFile {
+            run: JunitRun::new(path),
+        }
+    }
+
+    /// Adds the suite `name`: each test with how it ran, judged by the harness's rules, or
+    /// `None` for one reported as ignored.
+    pub fn add_suite<'a>(
+        &mut self,
+        name: &str,
+        tests: impl IntoIterator<Item = (&'a TestDesc, Option<&'a TestRun>)>,
+    ) {
+        let mut suite = JunitReport::new(name);
+        let mut elapsed = Duration::ZERO;
+        for (test, run) in tests {
+            let reported = Reported {
+                verdict: match run {
+                    Some(run) => judge(test, &run.end),
+                    None => Verdict::Ignored,
+                },
+                captured: Vec::new(),
+                duration: run.map_or(Duration::ZERO, |run| run.duration),
+                device_time: run.and_then(|run| run.device_time),
+                grade: crate::time::Grade::Fine,
+                bench: None,
+            };
+            let panic_text = run
+                .map(|run| panic_text(test, &run.end))
+                .unwrap_or_default();
+            elapsed += reported.duration;
+            suite.add(&Finished {
+                test,
+                run,
+                reported: &reported,
+                panic_text: &panic_text,
+            });
+        }
+        self.run.add(suite.finish(elapsed));
+    }
+
+    /// Writes the report.
+    pub fn write(self) -> Result<(), JunitError> {
+        self.run.write()
     }
 }
 
