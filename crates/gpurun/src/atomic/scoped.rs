@@ -18,7 +18,7 @@
 //! | operation | `atom.relaxed.{cta,gpu,sys}`, `ld`/`st.relaxed.{cta,gpu,sys}` | `core::sync::atomic`, relaxed (system scope: Rust names no narrower one there, and a wider scope is always correct) | `core::sync::atomic`, relaxed; a block-scope one also tells the memory checks its scope |
 //! | float add | `atom.relaxed.*.add.f32`/`.f64` | as [`AtomicF32::fetch_add`] | compare-and-swap loop |
 //! | min/max of floats | compare-and-swap loop | compare-and-swap loop | compare-and-swap loop |
-//! | fences | `fence.acq_rel.*`, `fence.sc.*` | `core::sync::atomic::fence` (system scope) | `core::sync::atomic::fence` |
+//! | fences | [`crate::fence_block`] and its kind for the scope; `fence.sc.*` for `SeqCst` | [`crate::fence_block`] and its kind; `core::sync::atomic::fence(SeqCst)` | the same |
 
 use core::sync::atomic::{AtomicI32, AtomicI64, AtomicU32, AtomicU64, Ordering};
 
@@ -75,12 +75,22 @@ pub(crate) trait Word: Copy + Eq {
     fn store(address: *mut Self, value: Self, scope: Scope);
 }
 
+/// An acquire-release fence at `scope`: `gpurun`'s own ([`crate::fence_block`] and its kind).
+#[inline(always)]
+fn fence(scope: Scope) {
+    match scope {
+        Scope::Block => crate::arch::fence_block(),
+        Scope::Device => crate::arch::fence_device(),
+        Scope::System => crate::arch::fence_system(),
+    }
+}
+
 /// The fence `order` asks for before a relaxed operation.
 #[inline(always)]
 fn before(order: Ordering, scope: Scope) {
     match order {
-        Ordering::Release | Ordering::AcqRel => imp::fence(scope, false),
-        Ordering::SeqCst => imp::fence(scope, true),
+        Ordering::Release | Ordering::AcqRel => fence(scope),
+        Ordering::SeqCst => imp::sequential_fence(scope),
         _ => {}
     }
 }
@@ -92,7 +102,7 @@ fn after(order: Ordering, scope: Scope) {
         order,
         Ordering::Acquire | Ordering::AcqRel | Ordering::SeqCst
     ) {
-        imp::fence(scope, false);
+        fence(scope);
     }
 }
 
@@ -147,7 +157,7 @@ fn load<W: Word>(address: *mut W, order: Ordering, scope: Scope) -> W {
         Ordering::Release | Ordering::AcqRel => {
             panic!("there is no such thing as a {order:?} load")
         }
-        Ordering::SeqCst => imp::fence(scope, true),
+        Ordering::SeqCst => imp::sequential_fence(scope),
         _ => {}
     }
     let value = W::load(address, scope);
@@ -495,19 +505,16 @@ mod nvptx {
     word!(u32, reg32, "32", "add.f32");
     word!(u64, reg64, "64", "add.f64");
 
-    /// An acquire-release fence at `scope`, or with `sequential` a sequentially consistent one.
+    /// A sequentially consistent fence at `scope`.
     #[inline(always)]
-    pub(super) fn fence(scope: Scope, sequential: bool) {
-        macro_rules! fence {
-            ($scope:literal, $kind:literal) => {
+    pub(super) fn sequential_fence(scope: Scope) {
+        macro_rules! fence_sc {
+            ($scope:literal,) => {
                 // SAFETY: a memory fence; it touches no memory itself.
-                unsafe { asm!(concat!("fence.", $kind, ".", $scope, ";"), options(nostack)) }
+                unsafe { asm!(concat!("fence.sc.", $scope, ";"), options(nostack)) }
             };
         }
-        match sequential {
-            true => at_scope!(scope, fence!("sc")),
-            false => at_scope!(scope, fence!("acq_rel")),
-        }
+        at_scope!(scope, fence_sc!())
     }
 }
 
@@ -603,12 +610,9 @@ mod portable {
         }
     }
 
-    /// `core`'s fence: system scope, the strongest.
+    /// `core`'s sequentially consistent fence: system scope, the strongest.
     #[inline(always)]
-    pub(super) fn fence(_scope: Scope, sequential: bool) {
-        match sequential {
-            true => core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst),
-            false => core::sync::atomic::fence(core::sync::atomic::Ordering::AcqRel),
-        }
+    pub(super) fn sequential_fence(_scope: Scope) {
+        core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
     }
 }
