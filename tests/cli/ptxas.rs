@@ -295,7 +295,9 @@ fn assert_full_mask_use(ptx: &Path, text: &str, opcodes: &[&str]) {
 /// architecture): `shfl.sync`, `vote.sync` and `bar.warp.sync` with the member mask, the full
 /// warp as the immediate `-1` (independent thread scheduling, sm_70+, needs the mask right);
 /// its reductions shuffles in the default sm_70 build, which has no `redux.sync`; `match_any`
-/// one `match.any.sync` (32- and 64-bit); the barrier votes `bar.red`;
+/// one `match.any.sync` (32- and 64-bit); the block barrier and its votes `barrier.sync` and
+/// `barrier.red` without `.aligned` (no `bar.sync`, which is undefined when threads reach it
+/// from different call sites);
 /// `gpurun::atomic`'s float add and wrapping increment and decrement as `atom` instructions;
 /// the scoped fences, the clock and sleep as `fence.acq_rel.cta`/`.gpu`, `%clock64` and
 /// `nanosleep.u32`; `gpurun::atomic::scoped` as `atom`, `ld` and `st` with `.relaxed` and the
@@ -333,10 +335,11 @@ fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
             // `warp::match_any` of 32- and 64-bit values (sm_70+).
             "match.any.sync.b32",
             "match.any.sync.b64",
-            // `barrier_count`, `barrier_and`, `barrier_or`.
-            "bar.red.popc.u32",
-            "bar.red.and.pred",
-            "bar.red.or.pred",
+            // `barrier`, `barrier_count`, `barrier_and`, `barrier_or`.
+            "barrier.sync",
+            "barrier.red.popc.u32",
+            "barrier.red.and.pred",
+            "barrier.red.or.pred",
             // `atomic::scoped` at each scope, integer and float, 32 and 64 bits.
             "atom.relaxed.cta.add.u32",
             "atom.relaxed.gpu.add.u64",
@@ -364,6 +367,18 @@ fn warp_operations_use_full_masks_and_atomics_are_native_in_ptx() {
         "{}: redux.sync in an sm_70 build",
         ptx.display()
     );
+    for aligned in [
+        "bar.sync",
+        "bar.red",
+        "barrier.sync.aligned",
+        "barrier.red.aligned",
+    ] {
+        assert!(
+            instructions(&text, aligned).next().is_none(),
+            "{}: an aligned block barrier ({aligned})",
+            ptx.display()
+        );
+    }
     assert!(
         !text.contains(".extern .func"),
         "{} calls an external function",

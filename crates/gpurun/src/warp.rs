@@ -19,11 +19,21 @@
 //! | | NVIDIA | AMD | host emulation |
 //! | --- | --- | --- | --- |
 //! | instructions | `shfl.sync.idx`, `vote.sync.{ballot,any,all}`, `bar.warp.sync`, `activemask`, each with the mask (independent thread scheduling, sm_70+) | `ds_bpermute` (shuffles), `v_readlane` ([`broadcast`]), `s_ballot`-style compares (votes), `EXEC` ([`active_mask`]) | an exchange among the warp's OS threads through the emulator |
-//! | a lane of the mask returned from the kernel | not waited for; votes count it false; a shuffle reading it gets an undefined value | the same (an ended lane is inactive; a shuffle reading it gets 0) | not waited for; votes count it false; **a shuffle reading it fails the test** |
-//! | a lane of the mask is elsewhere (diverged) | hangs, or undefined results | not waited for (lanes outside `EXEC` read as 0 and vote false) | **fails the test** with a message naming the lanes and where they wait, as soon as they can never come (at the block barrier, in another warp operation) |
+//! | a lane of the mask returned from the kernel | not waited for; votes count it false; a shuffle reading it gets an unspecified value | the same (an ended lane is inactive; a shuffle reading it gets 0) | not waited for; votes count it false; **a shuffle reading it fails the test** |
+//! | a lane of the mask is elsewhere (diverged) | waited for: the call completes when it makes the same call, or returns (a hang, ended by the time limit, if it never does) | not waited for (lanes outside `EXEC` read as 0 and vote false) | **fails the test** with a message naming the lanes and where they wait, as soon as they can never come (at the block barrier, in another warp operation) |
+//! | lanes of the mask disagree on it | each lane waits for the lanes of its own mask to make the call with that mask, or return | each lane runs under `EXEC` as it is | **fails the test** when the calls can never complete (as above); completes as NVIDIA does when the missing lanes return |
 //! | lanes of the mask make the call from different call sites (`if` and `else` both shuffle) | the lanes meet across the sites (sm_70+; undefined before) | each side runs on its own under half of `EXEC`: every lane reads 0 from the other half | **fails the test**, naming both lines and their lanes |
-//! | the mask names lanes a partial warp lacks (`FULL` with 48 threads) | they are never active: not waited for, vote false, a shuffle reading one gets an undefined value | outside `EXEC` from the start: vote false, a shuffle reading one gets 0 | **fails the test**, naming the missing lanes (use [`present()`]) |
+//! | the mask names lanes a partial warp lacks (`FULL` with 48 threads) | they are never active: not waited for, vote false, a shuffle reading one gets an unspecified value | outside `EXEC` from the start: vote false, a shuffle reading one gets 0 | **fails the test**, naming the missing lanes (use [`present()`]) |
 //! | the caller is not in its mask | **fails the test** (a panic: PTX leaves it undefined) | **fails the test** (a panic) | fails the test, naming the line |
+//!
+//! **None of this is undefined behaviour**, so the functions are safe. For `shfl.sync`,
+//! `vote.sync`, `match.sync`, `redux.sync` and `bar.warp.sync` (sm_70 and later, the only
+//! NVIDIA targets we build for), PTX leaves one case undefined: a calling thread outside its
+//! own member mask, which every target turns into a panic first. Otherwise PTX defines each as
+//! waiting until every thread of the member mask that has not exited has made the same call
+//! with the same mask: a mask some lanes never honour is a hang (the test's time limit ends
+//! it), never a wrong memory access. A value read from a lane that returned is some bit
+//! pattern, and every bit pattern is a valid [`WarpValue`].
 //!
 //! Defined the same everywhere: a shuffle whose source lane is out of range (`shuffle_up`
 //! below lane 0, `shuffle_down` past the last lane, `shuffle_xor` past the last lane) or **not
@@ -44,8 +54,8 @@
 //! combine exactly the values of the mask's lanes, whatever lanes it leaves out, and give the
 //! same answer on every target (the same shuffles in the same order, see [`reduce_sum`]). They
 //! are warp operations like the others: every lane of the mask makes the call, with the same
-//! mask, and reads other lanes of the mask (one that returned from the kernel is read: undefined
-//! on GPUs, a failed test on the host emulation).
+//! mask, and reads other lanes of the mask (one that returned from the kernel is read: an
+//! unspecified value on GPUs, a failed test on the host emulation).
 
 use crate::arch::imp;
 
@@ -309,7 +319,7 @@ pub fn active_mask() -> u64 {
 /// memory accesses before it against those after (CUDA's `__syncwarp(mask)`).
 ///
 /// Lanes of `mask` that do not come: NVIDIA (`bar.warp.sync`) does not wait for lanes that
-/// returned from the kernel and hangs (or is undefined) for lanes elsewhere; AMD waits for none
+/// returned from the kernel and waits for lanes elsewhere (a hang if they never come); AMD waits for none
 /// (a wavefront runs in lock step: only the lanes in `EXEC` execute it); the host emulation does
 /// not wait for lanes that returned and fails the test, naming the lanes and where they wait,
 /// for lanes that can never come.
@@ -326,8 +336,9 @@ pub fn sync(mask: u64) {
 /// (`__ballot_sync`).
 ///
 /// Lanes of `mask` that do not take part: a lane that returned from the kernel reads as false on
-/// every target; a lane elsewhere (diverged) reads as false on AMD (outside `EXEC`), hangs or
-/// is undefined on NVIDIA, and fails the test on the host emulation, naming the lanes.
+/// every target; a lane elsewhere (diverged) reads as false on AMD (outside `EXEC`), is waited
+/// for on NVIDIA (a hang if it never comes), and fails the test on the host emulation, naming
+/// the lanes.
 #[inline]
 #[cfg_attr(
     not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
@@ -386,8 +397,8 @@ fn exchange<T: WarpValue>(op: u32, mask: u64, value: T, source: Option<u32>) -> 
 /// `value` of lane `source % lane_size()` (`__shfl_sync`).
 ///
 /// A source lane outside `mask` gives the caller its own `value` on every target. A source lane
-/// of `mask` that does not take part: NVIDIA gives an undefined value (and hangs or is undefined
-/// if that lane is elsewhere rather than returned); AMD gives 0 (`ds_bpermute` reads 0 from a
+/// of `mask` that does not take part: NVIDIA gives an unspecified value (and waits, a hang if it
+/// never comes, for a lane elsewhere rather than returned); AMD gives 0 (`ds_bpermute` reads 0 from a
 /// lane outside `EXEC`); the host emulation fails the test, saying the lane returned, or, for a
 /// lane elsewhere, naming the lanes and where they wait. The same holds for every shuffle.
 #[inline]
@@ -453,12 +464,13 @@ pub fn shuffle_xor<T: WarpValue>(mask: u64, value: T, lane_mask: u32) -> T {
 
 /// `value` of lane `source`, which must be the same in every calling lane (a uniform value,
 /// e.g. the lowest lane of a ballot): `v_readlane` on AMD, a shuffle elsewhere. A `source`
-/// outside `mask` gives each lane its own value. On AMD a non-uniform `source` gives undefined
-/// results; the host emulation fails the test.
+/// outside `mask` gives each lane its own value. On AMD a non-uniform `source` is taken from the
+/// lowest active lane (`readfirstlane`, which `v_readlane` needs); the host emulation fails the
+/// test.
 ///
-/// A `source` of `mask` that does not take part: NVIDIA gives an undefined value, as
+/// A `source` of `mask` that does not take part: NVIDIA gives an unspecified value, as
 /// [`shuffle`]; AMD's `v_readlane` reads that lane's register whether it is active or not (a
-/// stale, undefined value); the host emulation fails the test as [`shuffle`] does.
+/// stale value); the host emulation fails the test as [`shuffle`] does.
 #[inline]
 #[cfg_attr(
     not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
@@ -602,7 +614,7 @@ pub fn lanemask_ge() -> u64 {
 /// | --- | --- | --- | --- |
 /// | instructions | `vote.sync.ballot` with the mask | `s_ballot`-style compare of `EXEC` | the emulator's exchange |
 /// | a lane of the mask returned from the kernel | the lowest of the others | the same | the same |
-/// | a lane of the mask elsewhere (diverged) | hangs or undefined | the lowest lane in `EXEC` | fails the test, naming the lanes |
+/// | a lane of the mask elsewhere (diverged) | waited for (a hang if it never comes) | the lowest lane in `EXEC` | fails the test, naming the lanes |
 #[inline]
 #[cfg_attr(
     not(any(target_arch = "nvptx64", target_arch = "amdgpu")),

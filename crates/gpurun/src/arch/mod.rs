@@ -33,7 +33,7 @@ pub(crate) fn note_block_scoped_atomic(address: usize, size: usize, writes: bool
 }
 
 /// The barrier votes where one vote answers how many threads voted true and how many arrived
-/// (the host emulation's barrier, AMD's counters in LDS); NVIDIA has `bar.red` for each.
+/// (the host emulation's barrier, AMD's counters in LDS); NVIDIA has `barrier.red` for each.
 #[cfg(not(target_arch = "nvptx64"))]
 mod votes {
     use super::imp::barrier_vote;
@@ -99,11 +99,11 @@ pub fn lane_id() -> u32 {
 ///
 /// Every thread of the block that has not returned from the kernel must reach it **at the same
 /// call site** (not from code only some threads run, nor in a loop whose trip count differs
-/// between threads): NVIDIA's `bar.sync` is aligned (every thread must execute the same
-/// instruction, or the behaviour is undefined), and on AMD each wavefront's `s_barrier` pairs
-/// with whichever barrier the other wavefronts reach next. Threads that returned are not waited
-/// for, on every target. The host emulation fails the test when threads of a block wait at
-/// barriers of different lines, naming the lines and the threads.
+/// between threads). Where they do not, the GPUs pair each thread's barrier with whichever the
+/// others reach next, which is defined but rarely what the kernel means: NVIDIA's
+/// `barrier.sync` (not the aligned `bar.sync` of `__syncthreads`, which would be undefined
+/// behaviour there) and AMD's `s_barrier`. The host emulation fails the test instead, naming
+/// the lines and the threads. Threads that returned are not waited for, on every target.
 #[inline]
 #[cfg_attr(
     not(any(target_arch = "nvptx64", target_arch = "amdgpu")),
@@ -116,7 +116,7 @@ pub fn barrier() {
 /// [`barrier`] that also counts the threads of the block for which `predicate` is true
 /// (`__syncthreads_count`): every thread that reaches it gets the same count. Threads that
 /// returned from the kernel take no part. The rules of [`barrier`] apply: every thread of the
-/// block reaches the same call. NVIDIA: `bar.red.popc`; AMD: counters in LDS the HSA backend
+/// block reaches the same call. NVIDIA: `barrier.red.popc`; AMD: counters in LDS the HSA backend
 /// adds to every launch, between three barriers; the host emulation counts at its barrier.
 #[inline]
 #[cfg_attr(

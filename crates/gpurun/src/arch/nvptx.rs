@@ -37,8 +37,9 @@ pub fn lane_id() -> u32 {
 }
 
 pub fn barrier() {
-    // SAFETY: bar.sync 0; every thread of the block must reach it, as documented on `barrier`.
-    unsafe { nvptx::_syncthreads() }
+    // SAFETY: `barrier.sync 0` without `.aligned`: defined wherever the block's threads call it
+    // from (they meet at whichever barrier each reaches); it touches no memory itself.
+    unsafe { llvm_barrier_sync(0) }
 }
 
 /// The start of this block's dynamic shared memory (PTX `.extern .shared`), aligned for `T`.
@@ -87,29 +88,32 @@ unsafe extern "unadjusted" {
     fn llvm_match_any_sync_i32(mask: i32, value: i32) -> i32;
     #[link_name = "llvm.nvvm.match.any.sync.i64"]
     fn llvm_match_any_sync_i64(mask: i32, value: i64) -> i32;
-    // `bar.red.{popc,and,or}` on barrier 0: the block barrier with a reduction.
-    #[link_name = "llvm.nvvm.barrier0.popc"]
-    fn llvm_barrier0_popc(predicate: i32) -> i32;
-    #[link_name = "llvm.nvvm.barrier0.and"]
-    fn llvm_barrier0_and(predicate: i32) -> i32;
-    #[link_name = "llvm.nvvm.barrier0.or"]
-    fn llvm_barrier0_or(predicate: i32) -> i32;
+    // The block barrier `barrier.sync` and `barrier.red.{popc,and,or}` on barrier 0, without
+    // `.aligned` (PTX 6.0, sm_70+): the aligned forms (`bar.sync`, `__syncthreads`) are
+    // undefined when the block's threads reach them from different call sites; these meet.
+    #[link_name = "llvm.nvvm.barrier.cta.sync.all"]
+    fn llvm_barrier_sync(barrier: i32);
+    #[link_name = "llvm.nvvm.barrier.cta.red.popc.all"]
+    fn llvm_barrier_popc(barrier: i32, predicate: bool) -> i32;
+    #[link_name = "llvm.nvvm.barrier.cta.red.and.all"]
+    fn llvm_barrier_and(barrier: i32, predicate: bool) -> bool;
+    #[link_name = "llvm.nvvm.barrier.cta.red.or.all"]
+    fn llvm_barrier_or(barrier: i32, predicate: bool) -> bool;
 }
 
 pub fn barrier_count(predicate: bool) -> u32 {
-    // SAFETY: bar.red.popc on barrier 0; every thread of the block must reach it, as
-    // documented on `barrier_count`.
-    unsafe { llvm_barrier0_popc(i32::from(predicate)) as u32 }
+    // SAFETY: `barrier.red.popc` on barrier 0, as `barrier`'s `barrier.sync`.
+    unsafe { llvm_barrier_popc(0, predicate) as u32 }
 }
 
 pub fn barrier_and(predicate: bool) -> bool {
-    // SAFETY: as in `barrier_count`, bar.red.and.
-    unsafe { llvm_barrier0_and(i32::from(predicate)) != 0 }
+    // SAFETY: as in `barrier_count`, `barrier.red.and`.
+    unsafe { llvm_barrier_and(0, predicate) }
 }
 
 pub fn barrier_or(predicate: bool) -> bool {
-    // SAFETY: as in `barrier_count`, bar.red.or.
-    unsafe { llvm_barrier0_or(i32::from(predicate)) != 0 }
+    // SAFETY: as in `barrier_count`, `barrier.red.or`.
+    unsafe { llvm_barrier_or(0, predicate) }
 }
 
 // `redux.sync` (sm_80+): only in builds for sm_80 or later (`-Ctarget-cpu`), where
