@@ -783,6 +783,30 @@ fn gfx942_atomics_are_relaxed_and_native_only_where_safe() {
     }
 }
 
+/// `gpurun::atomic::scoped` on gfx90a (release build of device-ops' `scoped_counts`): Rust names
+/// no scope narrower than the system's on AMD, so the last-block count's device-scope
+/// acquire-release is a system-scope one: the L2 written back (`buffer_wbl2`) before the
+/// global atomic and invalidated (`buffer_invl2`) after it, which a device-scope one on gfx90a
+/// would leave out. Wider is correct, and what the module documentation promises.
+#[test]
+fn scoped_atomics_are_system_scope_on_amd() {
+    let Some(toolchain) = nightly() else {
+        return;
+    };
+    let code = disassemble(&toolchain, image("device_ops"), "gfx90a");
+    let counts = [(String::new(), kernel(&code, "scoped_counts").to_vec())];
+    assert!(
+        count_instructions(&counts, "global_atomic_add_x2") > 0,
+        "no 64-bit global atomic add in scoped_counts: {counts:#?}"
+    );
+    for system in ["buffer_wbl2", "buffer_invl2"] {
+        assert!(
+            count_instructions(&counts, system) > 0,
+            "no {system} (system scope) in scoped_counts: {counts:#?}"
+        );
+    }
+}
+
 /// The barrier votes on gfx90a (release build of device-ops): each is three workgroup barriers
 /// around LDS atomics on the runtime's two counters (`ds_add_u32`, at offsets 0 and 4 of the
 /// LDS tail the HSA backend adds; docs/abi.md), never a flat or global atomic. The fixture's
