@@ -49,8 +49,15 @@ use object::{Object, ObjectSymbol};
 /// The fixtures every build here makes.
 const FIXTURES: [&str; 5] = ["big-block", "panics", "basic", "device-ops", "real-kernels"];
 
-/// Builds `fixtures` for `arch` (`--release` or not) and returns their code objects.
+/// Builds `fixtures` for `arch` (`--release` or not) and returns copies of their code objects
+/// in a folder of that architecture's: the gfx90a and gfx942 release builds write the same
+/// paths, and a test reading one while the other is built would read the wrong architecture's.
+/// Builds and copies run one at a time.
 fn build(fixtures: &[&str], arch: &str, release: bool) -> Vec<PathBuf> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _alone = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let manifest = fixtures_manifest();
     let mut args = vec!["build", "--message-format", "json"];
     if release {
@@ -63,10 +70,23 @@ fn build(fixtures: &[&str], arch: &str, release: bool) -> Vec<PathBuf> {
     args.extend(["--manifest-path", manifest.to_str().unwrap()]);
     // The GPU images' target directory, where the other tests' amdgcn debug builds (for
     // gfx1100 too) reuse these.
-    built_image_paths(&gpurun_in_root(
+    let built = built_image_paths(&gpurun_in_root(
         &args,
         &[("CARGO_TARGET_DIR", &gpu_images_dir())],
-    ))
+    ));
+    let profile = if release { "release" } else { "debug" };
+    let folder = gpu_images_dir()
+        .join("amdgpu-code")
+        .join(format!("{arch}-{profile}"));
+    std::fs::create_dir_all(&folder).unwrap();
+    built
+        .iter()
+        .map(|path| {
+            let copy = folder.join(path.file_name().expect("an image file"));
+            std::fs::copy(path, &copy).unwrap();
+            copy
+        })
+        .collect()
 }
 
 /// The gfx90a (wave64) release builds, made once.
