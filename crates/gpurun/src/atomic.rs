@@ -228,8 +228,8 @@ pub unsafe fn fetch_dec_device(atomic: &AtomicU32, limit: u32) -> u32 {
     imp::device::fetch_dec(atomic.as_ptr(), limit)
 }
 
-/// The float operations as compare-and-swap loops, for targets without an instruction.
-#[cfg(not(target_arch = "amdgpu"))]
+/// The float operations as compare-and-swap loops, for targets without an instruction (and
+/// AMD's default forms outside shared memory).
 mod looped {
     use super::{AtomicF32, AtomicF64};
 
@@ -474,24 +474,24 @@ mod amdgpu {
     /// The defaults: native in block-shared memory, a compare-and-swap loop (a PCIe atomic
     /// operation) anywhere else, since the memory may be the host's.
     macro_rules! safe {
-        ($($name:ident($atomic:ty, $float:ty) => $update:expr;)*) => {$(
+        ($($name:ident($atomic:ty, $float:ty);)*) => {$(
             pub(super) fn $name(atomic: &$atomic, value: $float) -> $float {
                 if shared(atomic.as_ptr()) {
                     device::$name(atomic, value)
                 } else {
-                    atomic.update(|current| $update(current, value))
+                    super::looped::$name(atomic, value)
                 }
             }
         )*};
     }
 
     safe! {
-        add_f32(AtomicF32, f32) => |current: f32, value| current + value;
-        add_f64(AtomicF64, f64) => |current: f64, value| current + value;
-        min_f32(AtomicF32, f32) => f32::min;
-        max_f32(AtomicF32, f32) => f32::max;
-        min_f64(AtomicF64, f64) => f64::min;
-        max_f64(AtomicF64, f64) => f64::max;
+        add_f32(AtomicF32, f32);
+        add_f64(AtomicF64, f64);
+        min_f32(AtomicF32, f32);
+        max_f32(AtomicF32, f32);
+        min_f64(AtomicF64, f64);
+        max_f64(AtomicF64, f64);
     }
 
     pub(super) fn fetch_inc(address: *mut u32, limit: u32) -> u32 {
