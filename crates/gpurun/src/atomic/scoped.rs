@@ -51,7 +51,6 @@ pub struct Scoped<'a, A> {
 
 /// A read-modify-write of one word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(dead_code)]
 pub(crate) enum Rmw {
     Add,
     And,
